@@ -1,0 +1,162 @@
+//! `latent-studio generate`: txt2img from the command line, writing PNGs with A1111 parameters.
+
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use latent_engine::checkpoint::Checkpoint;
+use latent_engine::device::DeviceChoice;
+use latent_engine::image_io::{encode_png, next_numbered_path, save_atomic};
+use latent_engine::parameters::Parameters;
+use latent_engine::pipeline::{Notice, Observer, StepState, Txt2ImgRequest, txt2img};
+use latent_engine::schedulers::{SamplerKind, Schedule};
+use latent_engine::tokenizer::ClipTokenizer;
+use latent_engine::{LoadOptions, Precision, StableDiffusion};
+
+#[derive(Args, Debug)]
+pub struct GenerateArgs {
+    /// A `.safetensors` checkpoint (A1111/ComfyUI layout) or a diffusers folder.
+    #[arg(long)]
+    model: PathBuf,
+    #[arg(long)]
+    prompt: String,
+    #[arg(long, default_value = "")]
+    negative: String,
+    /// Random when not given; always recorded in the PNG.
+    #[arg(long)]
+    seed: Option<u64>,
+    #[arg(long, default_value_t = 20)]
+    steps: usize,
+    #[arg(long, default_value_t = 7.0, allow_negative_numbers = true)]
+    cfg: f32,
+    /// euler, euler_a, dpmpp_2m or ddim.
+    #[arg(long, default_value = "euler")]
+    sampler: SamplerKind,
+    /// normal or karras.
+    #[arg(long, default_value = "normal")]
+    schedule: Schedule,
+    #[arg(long, default_value_t = 512)]
+    width: usize,
+    #[arg(long, default_value_t = 512)]
+    height: usize,
+    /// auto, cpu, gpu or gpu:N.
+    #[arg(long, default_value = "auto")]
+    device: DeviceChoice,
+    /// f32 or f16 (default: f16 on a GPU that supports it, else f32).
+    #[arg(long)]
+    precision: Option<Precision>,
+    /// Output PNG; without it, a new numbered file in --outputs.
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Replace --out if it exists.
+    #[arg(long)]
+    overwrite: bool,
+    /// Folder for numbered outputs.
+    #[arg(long, default_value = "outputs")]
+    outputs: PathBuf,
+    /// Images in a row, seeds seed, seed+1, …
+    #[arg(long, default_value_t = 1)]
+    batch_count: usize,
+}
+
+/// Prints `step n/N, it/s` on stderr.
+struct Progress {
+    last: Instant,
+}
+
+impl Observer for Progress {
+    fn notice(&mut self, notice: &Notice) {
+        eprintln!("warning: {notice}");
+    }
+
+    fn step(&mut self, s: &StepState<'_>) {
+        let secs = s.elapsed.as_secs_f64().max(1e-9);
+        eprintln!("image {} step {}/{} ({:.2} it/s)", s.image + 1, s.step, s.total, s.step as f64 / secs);
+        self.last = Instant::now();
+    }
+}
+
+pub fn run(args: GenerateArgs) -> Result<()> {
+    let seed = args.seed.unwrap_or_else(rand_seed);
+    let request = Txt2ImgRequest {
+        prompt: args.prompt.clone(),
+        negative_prompt: args.negative.clone(),
+        seed,
+        steps: args.steps,
+        cfg_scale: args.cfg,
+        sampler: args.sampler,
+        schedule: args.schedule,
+        width: args.width,
+        height: args.height,
+        batch_count: args.batch_count,
+        clip_skip: 1,
+    };
+    if args.out.is_some() && args.batch_count > 1 {
+        bail!("--out names one file; use --outputs with --batch-count > 1");
+    }
+    // Refuse before any work if the target exists.
+    if let Some(out) = &args.out {
+        if out.exists() && !args.overwrite {
+            bail!("{} exists; pass --overwrite to replace it", out.display());
+        }
+        let parent = out.parent().filter(|p| !p.as_os_str().is_empty());
+        if let Some(dir) = parent {
+            if !dir.is_dir() {
+                bail!("the output folder {} does not exist", dir.display());
+            }
+        }
+    }
+    latent_engine::schedulers::plan(args.sampler, args.schedule, args.steps, &Default::default())
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+
+    let device = latent_engine::device::create(args.device).context("creating the device")?;
+    let precision = args.precision.unwrap_or_else(|| latent_engine::device::preferred_precision(&device));
+    let checkpoint = Checkpoint::open(&args.model).with_context(|| format!("opening {}", args.model.display()))?;
+    let options = LoadOptions {
+        precision,
+        vae_encoder: false,
+    };
+    let model = StableDiffusion::load(&checkpoint, &device, options).context("loading the model")?;
+    latent_engine::pipeline::check_request(&model, &request)?;
+    let tokenizer = ClipTokenizer::new()?;
+    let cancel = AtomicBool::new(false);
+    let mut progress = Progress { last: Instant::now() };
+    let images = txt2img(&model, &tokenizer, &request, &cancel, &mut progress)?;
+
+    let model_hash = checkpoint.short_hash().ok();
+    for generated in images {
+        let params = Parameters {
+            prompt: request.prompt.clone(),
+            negative_prompt: request.negative_prompt.clone(),
+            steps: request.steps,
+            sampler: request.sampler.a1111_name().to_string(),
+            schedule: request.schedule.a1111_name().to_string(),
+            cfg_scale: request.cfg_scale,
+            seed: generated.seed,
+            width: request.width,
+            height: request.height,
+            model_hash: model_hash.clone(),
+            model: Some(checkpoint.display_name()),
+            extra: Vec::new(),
+        };
+        let png = encode_png(&generated.image, Some(&params.to_a1111()))?;
+        let path = match &args.out {
+            Some(p) => p.clone(),
+            None => next_numbered_path(&args.outputs, generated.seed)?,
+        };
+        save_atomic(&path, &png, args.overwrite)?;
+        println!("{}", path.display());
+    }
+    Ok(())
+}
+
+/// A seed from the clock and process id; only needs to differ between runs.
+fn rand_seed() -> u64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    (nanos ^ ((std::process::id() as u64) << 32)) % (1u64 << 32)
+}

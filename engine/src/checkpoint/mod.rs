@@ -1,0 +1,258 @@
+//! Finding and opening checkpoints: single `.safetensors` files in the LDM layout and diffusers
+//! folders, each memory-mapped once and shared by every component that reads from it.
+
+pub mod family;
+pub mod ldm;
+pub mod safetensors;
+pub mod weights;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use burn::tensor::{DType, Device};
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+
+use crate::clip::ClipConfig;
+use crate::error::{Error, Result};
+use crate::unet::UNetConfig;
+use crate::vae::VaeConfig;
+pub use family::Family;
+pub use safetensors::SafetensorsFile;
+pub use weights::{KeyMap, LoadReport, Weights};
+
+/// The three configs of an SD model.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default)]
+pub struct ModelConfig {
+    pub text_encoder: ClipConfig,
+    pub unet: UNetConfig,
+    pub vae: VaeConfig,
+}
+
+impl ModelConfig {
+    /// diffusers: stable-diffusion-v1-5 (text_encoder, unet, vae configs).
+    pub fn sd15() -> Self {
+        Self::default()
+    }
+}
+
+/// How a checkpoint is laid out on disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    SingleFile,
+    Diffusers,
+}
+
+/// An opened checkpoint: its files mapped, its family checked, its configs resolved.
+#[derive(Debug, Clone)]
+pub struct Checkpoint {
+    pub path: PathBuf,
+    pub layout: Layout,
+    pub family: Family,
+    pub config: ModelConfig,
+    text_encoder: Arc<SafetensorsFile>,
+    unet: Arc<SafetensorsFile>,
+    vae: Arc<SafetensorsFile>,
+    clip_prefix: &'static str,
+    /// transformers >= 5 (and some old exporters) store the text model without `text_model.`.
+    clip_flat: bool,
+}
+
+impl Checkpoint {
+    /// Opens a single `.safetensors` file or a diffusers folder.
+    pub fn open(path: &Path) -> Result<Self> {
+        if path.is_dir() {
+            Self::open_diffusers(path)
+        } else {
+            Self::open_single_file(path)
+        }
+    }
+
+    fn open_single_file(path: &Path) -> Result<Self> {
+        let file = Arc::new(SafetensorsFile::open(path)?);
+        let family = family::detect_single_file(&file);
+        if !family.is_supported() {
+            return Err(Error::UnsupportedFamily {
+                found: family.describe().to_string(),
+                path: path.to_path_buf(),
+            });
+        }
+        // A file has no config: use the family's standard one unless a `<name>.json` sits beside it
+        // (the role A1111's same-name `.yaml` plays).
+        let sidecar = path.with_extension("json");
+        let config = if sidecar.is_file() {
+            read_json::<ModelConfig>(&sidecar)?
+        } else {
+            ModelConfig::sd15()
+        };
+        let clip_flat = is_flat_clip(&file, ldm::CLIP_PREFIX);
+        Ok(Self {
+            path: path.to_path_buf(),
+            layout: Layout::SingleFile,
+            family,
+            config,
+            text_encoder: file.clone(),
+            unet: file.clone(),
+            vae: file,
+            clip_prefix: ldm::CLIP_PREFIX,
+            clip_flat,
+        })
+    }
+
+    fn open_diffusers(dir: &Path) -> Result<Self> {
+        let index = dir.join("model_index.json");
+        if !index.is_file() {
+            return Err(Error::InvalidConfig {
+                reason: "a model folder needs a model_index.json (diffusers layout)".into(),
+                path: dir.to_path_buf(),
+            });
+        }
+        let index: serde_json::Value = read_json(&index)?;
+        let class = index.get("_class_name").and_then(|v| v.as_str()).unwrap_or_default().to_string();
+        let unet_config: UNetConfig = read_json(&dir.join("unet/config.json"))?;
+        let family = family::detect_diffusers(&class, unet_config.in_channels, unet_config.cross_attention_dim);
+        if !family.is_supported() {
+            return Err(Error::UnsupportedFamily {
+                found: format!("{} ({class})", family.describe()),
+                path: dir.to_path_buf(),
+            });
+        }
+        let config = ModelConfig {
+            text_encoder: read_json(&dir.join("text_encoder/config.json"))?,
+            unet: unet_config,
+            vae: read_json(&dir.join("vae/config.json"))?,
+        };
+        let text_encoder = open_component(dir, "text_encoder", "model")?;
+        let clip_flat = is_flat_clip(&text_encoder, "");
+        Ok(Self {
+            path: dir.to_path_buf(),
+            layout: Layout::Diffusers,
+            family,
+            config,
+            text_encoder: Arc::new(text_encoder),
+            unet: Arc::new(open_component(dir, "unet", "diffusion_pytorch_model")?),
+            vae: Arc::new(open_component(dir, "vae", "diffusion_pytorch_model")?),
+            clip_prefix: "",
+            clip_flat,
+        })
+    }
+
+    /// Weights of the text encoder, named as transformers' `CLIPTextModel`.
+    pub fn text_encoder_weights(&self, device: &Device, dtype: DType) -> Weights {
+        let prefix = self.clip_prefix;
+        let map: KeyMap = if self.clip_flat {
+            Arc::new(move |n: &str| format!("{prefix}{}", n.strip_prefix("text_model.").unwrap_or(n)))
+        } else {
+            Arc::new(move |n: &str| format!("{prefix}{n}"))
+        };
+        Weights::from_file("text encoder", self.text_encoder.clone(), map, device, dtype)
+    }
+
+    pub fn unet_weights(&self, device: &Device, dtype: DType) -> Weights {
+        let map: KeyMap = match self.layout {
+            Layout::Diffusers => Arc::new(|n: &str| n.to_string()),
+            Layout::SingleFile => {
+                let config = self.config.unet.clone();
+                Arc::new(move |n: &str| ldm::unet_key(n, &config))
+            }
+        };
+        Weights::from_file("UNet", self.unet.clone(), map, device, dtype)
+    }
+
+    pub fn vae_weights(&self, device: &Device, dtype: DType) -> Weights {
+        let map: KeyMap = match self.layout {
+            Layout::Diffusers => Arc::new(|n: &str| n.to_string()),
+            Layout::SingleFile => {
+                let config = self.config.vae.clone();
+                Arc::new(move |n: &str| ldm::vae_key(n, &config))
+            }
+        };
+        Weights::from_file("VAE", self.vae.clone(), map, device, dtype)
+    }
+
+    /// The stored-key prefix each component's unused keys are reported under.
+    pub fn stored_prefix(&self, component: Component) -> &str {
+        match (self.layout, component) {
+            (Layout::Diffusers, _) => "",
+            (Layout::SingleFile, Component::TextEncoder) => ldm::CLIP_PREFIX,
+            (Layout::SingleFile, Component::Unet) => ldm::UNET_PREFIX,
+            (Layout::SingleFile, Component::Vae) => ldm::VAE_PREFIX,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Component {
+    TextEncoder,
+    Unet,
+    Vae,
+}
+
+fn is_flat_clip(file: &SafetensorsFile, prefix: &str) -> bool {
+    let nested = format!("{prefix}text_model.embeddings.token_embedding.weight");
+    let flat = format!("{prefix}embeddings.token_embedding.weight");
+    file.entry(&nested).is_none() && file.entry(&flat).is_some()
+}
+
+/// `dir/<sub>/<stem>.safetensors`, else the `.fp16` variant diffusers writes.
+fn open_component(dir: &Path, sub: &str, stem: &str) -> Result<SafetensorsFile> {
+    let base = dir.join(sub);
+    let candidates = [format!("{stem}.safetensors"), format!("{stem}.fp16.safetensors")];
+    for name in &candidates {
+        let p = base.join(name);
+        if p.is_file() {
+            return SafetensorsFile::open(&p);
+        }
+    }
+    for pickle in [format!("{stem}.bin"), format!("{stem}.fp16.bin")] {
+        let p = base.join(pickle);
+        if p.is_file() {
+            return Err(Error::PickleRefused { path: p });
+        }
+    }
+    Err(Error::MissingTensor {
+        component: "diffusers folder",
+        name: format!("{sub}/{} (no weights file)", candidates[0]),
+    })
+}
+
+fn read_json<T: DeserializeOwned>(path: &Path) -> Result<T> {
+    let text = std::fs::read_to_string(path).map_err(|e| Error::io("model config", path, e))?;
+    serde_json::from_str(&text).map_err(|e| Error::InvalidConfig {
+        reason: e.to_string(),
+        path: path.to_path_buf(),
+    })
+}
+
+impl Checkpoint {
+    /// A1111's short model hash: the first 10 hex digits of the SHA-256 of the weights file (the
+    /// UNet file for diffusers folders).
+    pub fn short_hash(&self) -> Result<String> {
+        use sha2::{Digest, Sha256};
+        use std::io::Read;
+        let path = self.unet.path();
+        let mut file = std::fs::File::open(path).map_err(|e| Error::io("checkpoint", path, e))?;
+        let mut hasher = Sha256::new();
+        let mut buf = vec![0u8; 1 << 20];
+        loop {
+            let n = file.read(&mut buf).map_err(|e| Error::io("checkpoint", path, e))?;
+            if n == 0 {
+                break;
+            }
+            hasher.update(&buf[..n]);
+        }
+        let digest = hasher.finalize();
+        Ok(digest.iter().take(5).map(|b| format!("{b:02x}")).collect())
+    }
+
+    /// The name A1111 shows: the file stem, or the folder name.
+    pub fn display_name(&self) -> String {
+        let name = if self.layout == Layout::Diffusers {
+            self.path.file_name()
+        } else {
+            self.path.file_stem()
+        };
+        name.map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "model".into())
+    }
+}

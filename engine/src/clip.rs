@@ -1,0 +1,183 @@
+//! CLIP text encoder (transformers' `CLIPTextModel`), the prompt encoder of SD 1.x.
+
+use burn::tensor::{Int, Tensor, TensorData};
+use serde::Deserialize;
+
+use crate::checkpoint::Weights;
+use crate::error::{Error, Result};
+use crate::nn::{Embedding, LayerNorm, Linear, gelu, multi_head_attention, quick_gelu};
+
+/// Mirrors the fields of transformers' `CLIPTextConfig` that SD uses.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default)]
+pub struct ClipConfig {
+    pub vocab_size: usize,
+    pub hidden_size: usize,
+    pub intermediate_size: usize,
+    pub num_hidden_layers: usize,
+    pub num_attention_heads: usize,
+    pub max_position_embeddings: usize,
+    pub hidden_act: Activation,
+    pub layer_norm_eps: f64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Activation {
+    QuickGelu,
+    Gelu,
+}
+
+impl Default for ClipConfig {
+    fn default() -> Self {
+        Self::sd15()
+    }
+}
+
+impl ClipConfig {
+    /// OpenAI CLIP ViT-L/14 text tower.
+    /// diffusers: stable-diffusion-v1-5/text_encoder/config.json
+    pub fn sd15() -> Self {
+        Self {
+            vocab_size: 49408,
+            hidden_size: 768,
+            intermediate_size: 3072,
+            num_hidden_layers: 12,
+            num_attention_heads: 12,
+            max_position_embeddings: 77,
+            hidden_act: Activation::QuickGelu,
+            layer_norm_eps: 1e-5,
+        }
+    }
+
+    pub fn validate(&self) -> std::result::Result<(), String> {
+        if self.num_attention_heads == 0 || self.hidden_size % self.num_attention_heads != 0 {
+            return Err(format!(
+                "text encoder hidden_size {} is not divisible by num_attention_heads {}",
+                self.hidden_size, self.num_attention_heads
+            ));
+        }
+        if self.num_hidden_layers == 0 {
+            return Err("text encoder has no layers".into());
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, Clone)]
+struct EncoderLayer {
+    q_proj: Linear,
+    k_proj: Linear,
+    v_proj: Linear,
+    out_proj: Linear,
+    layer_norm1: LayerNorm,
+    fc1: Linear,
+    fc2: Linear,
+    layer_norm2: LayerNorm,
+    heads: usize,
+    act: Activation,
+}
+
+impl EncoderLayer {
+    fn load(w: &Weights, c: &ClipConfig) -> Result<Self> {
+        let d = c.hidden_size;
+        let attn = w.pp("self_attn");
+        Ok(Self {
+            q_proj: Linear::load(&attn.pp("q_proj"), d, d, true)?,
+            k_proj: Linear::load(&attn.pp("k_proj"), d, d, true)?,
+            v_proj: Linear::load(&attn.pp("v_proj"), d, d, true)?,
+            out_proj: Linear::load(&attn.pp("out_proj"), d, d, true)?,
+            layer_norm1: LayerNorm::load(&w.pp("layer_norm1"), d, c.layer_norm_eps)?,
+            fc1: Linear::load(&w.pp("mlp.fc1"), d, c.intermediate_size, true)?,
+            fc2: Linear::load(&w.pp("mlp.fc2"), c.intermediate_size, d, true)?,
+            layer_norm2: LayerNorm::load(&w.pp("layer_norm2"), d, c.layer_norm_eps)?,
+            heads: c.num_attention_heads,
+            act: c.hidden_act,
+        })
+    }
+
+    fn forward(&self, x: Tensor<3>) -> Tensor<3> {
+        let h = self.layer_norm1.forward(x.clone());
+        let (q, k, v) = (self.q_proj.forward(h.clone()), self.k_proj.forward(h.clone()), self.v_proj.forward(h));
+        // CLIP's text tower is causal: each token sees only the tokens before it.
+        let x = x + self.out_proj.forward(multi_head_attention(q, k, v, self.heads, true));
+        let h = self.fc1.forward(self.layer_norm2.forward(x.clone()));
+        let h = match self.act {
+            Activation::QuickGelu => quick_gelu(h),
+            Activation::Gelu => gelu(h),
+        };
+        x + self.fc2.forward(h)
+    }
+}
+
+/// `CLIPTextModel`; weights under `text_model.*`.
+#[derive(Debug, Clone)]
+pub struct ClipTextModel {
+    token_embedding: Embedding,
+    position_embedding: Embedding,
+    layers: Vec<EncoderLayer>,
+    final_layer_norm: LayerNorm,
+    config: ClipConfig,
+}
+
+impl ClipTextModel {
+    pub fn load(w: &Weights, config: &ClipConfig) -> Result<Self> {
+        config.validate().map_err(|reason| Error::InvalidConfig {
+            reason,
+            path: Default::default(),
+        })?;
+        let w = w.pp("text_model");
+        let emb = w.pp("embeddings");
+        let layers = (0..config.num_hidden_layers)
+            .map(|i| EncoderLayer::load(&w.pp(format!("encoder.layers.{i}")), config))
+            .collect::<Result<_>>()?;
+        Ok(Self {
+            token_embedding: Embedding::load(&emb.pp("token_embedding"), config.vocab_size, config.hidden_size)?,
+            position_embedding: Embedding::load(
+                &emb.pp("position_embedding"),
+                config.max_position_embeddings,
+                config.hidden_size,
+            )?,
+            layers,
+            final_layer_norm: LayerNorm::load(&w.pp("final_layer_norm"), config.hidden_size, config.layer_norm_eps)?,
+            config: config.clone(),
+        })
+    }
+
+    pub fn config(&self) -> &ClipConfig {
+        &self.config
+    }
+
+    /// Encodes token ids. `clip_skip` follows A1111: 1 = last layer, 2 = penultimate, … The final
+    /// layer norm is applied in every case, as A1111, ComfyUI and diffusers' `clip_skip` do.
+    ///
+    /// # Shapes
+    /// ids `[b, n]` -> `[b, n, hidden]`
+    pub fn forward(&self, ids: &[Vec<u32>], clip_skip: usize) -> Result<Tensor<3>> {
+        let b = ids.len();
+        let n = ids.first().map_or(0, Vec::len);
+        if b == 0 || n == 0 || n > self.config.max_position_embeddings || ids.iter().any(|r| r.len() != n) {
+            return Err(Error::InvalidInput(format!(
+                "token ids must be {b} rows of equal length 1..={}",
+                self.config.max_position_embeddings
+            )));
+        }
+        if let Some(&bad) = ids.iter().flatten().find(|&&id| id as usize >= self.config.vocab_size) {
+            return Err(Error::InvalidInput(format!("token id {bad} is outside the vocabulary")));
+        }
+        let layers = self.layers.len();
+        let skip = clip_skip.max(1);
+        if skip > layers {
+            return Err(Error::InvalidInput(format!("clip skip {skip} exceeds the {layers} text encoder layers")));
+        }
+        let device = self.token_embedding.weight().device();
+        let flat: Vec<i64> = ids.iter().flatten().map(|&id| id as i64).collect();
+        let ids = Tensor::<2, Int>::from_data(TensorData::new(flat, [b, n]), &device);
+        let positions = Tensor::<1, Int>::arange(0..n as i64, &device).reshape([1, n]);
+        let mut x = self.token_embedding.forward(ids) + self.position_embedding.forward(positions); // [b, n, d]
+        for layer in &self.layers[..layers + 1 - skip] {
+            x = layer.forward(x);
+        }
+        Ok(self.final_layer_norm.forward(x))
+    }
+}

@@ -1,0 +1,57 @@
+//! The engine's one error type. Messages are for artists: what happened, then the path.
+
+use std::path::PathBuf;
+
+/// Everything the engine can fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("cannot read {what}: {source} ({path})")]
+    Io {
+        what: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("not a valid safetensors file: {reason} ({path})")]
+    InvalidSafetensors { reason: String, path: PathBuf },
+    #[error(
+        "refusing to load a pickle checkpoint: .ckpt/.pt/.bin files can run arbitrary code when opened; \
+         convert it to .safetensors first ({path})"
+    )]
+    PickleRefused { path: PathBuf },
+    #[error("unsupported model family: {found}. Latent Studio supports Stable Diffusion 1.x for now ({path})")]
+    UnsupportedFamily { found: String, path: PathBuf },
+    #[error("missing tensor `{name}` required by the {component}")]
+    MissingTensor { component: &'static str, name: String },
+    #[error("tensor `{name}` has shape {found:?}, the {component} expects {expected:?}")]
+    ShapeMismatch {
+        component: &'static str,
+        name: String,
+        expected: Vec<usize>,
+        found: Vec<usize>,
+    },
+    #[error("tensor `{name}` has dtype {dtype}, which cannot be used as a weight")]
+    UnsupportedDtype { name: String, dtype: String },
+    #[error("invalid model config: {reason} ({path})")]
+    InvalidConfig { reason: String, path: PathBuf },
+    #[error("tokenizer: {0}")]
+    Tokenizer(#[from] crate::tokenizer::TokenizerError),
+    #[error("invalid input: {0}")]
+    InvalidInput(String),
+    #[error("device error: {0}")]
+    Device(String),
+    #[error("generation was cancelled")]
+    Cancelled,
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    pub(crate) fn io(what: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        Error::Io {
+            what,
+            path: path.into(),
+            source,
+        }
+    }
+}

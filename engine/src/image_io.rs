@@ -1,0 +1,170 @@
+//! Writing finished images: 8-bit RGB PNGs carrying a `parameters` tEXt chunk, saved so that a crash
+//! never leaves a half-written file and an existing file is never replaced unless asked.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, Result};
+
+/// An 8-bit RGB image, rows top to bottom.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RgbImage {
+    pub width: usize,
+    pub height: usize,
+    pub pixels: Vec<u8>,
+}
+
+/// Encodes a PNG with an optional A1111 `parameters` text chunk.
+pub fn encode_png(image: &RgbImage, parameters: Option<&str>) -> Result<Vec<u8>> {
+    let mut out = Vec::new();
+    let mut enc = png::Encoder::new(&mut out, image.width as u32, image.height as u32);
+    enc.set_color(png::ColorType::Rgb);
+    enc.set_depth(png::BitDepth::Eight);
+    if let Some(text) = parameters {
+        // Latin-1 tEXt is what A1111 reads first; prompts outside Latin-1 need iTXt (UTF-8).
+        let chunk = if text.chars().all(|c| (c as u32) < 256) {
+            enc.add_text_chunk("parameters".into(), text.into())
+        } else {
+            enc.add_itxt_chunk("parameters".into(), text.into())
+        };
+        chunk.map_err(|e| Error::InvalidInput(format!("cannot store parameters: {e}")))?;
+    }
+    let mut writer = enc
+        .write_header()
+        .map_err(|e| Error::InvalidInput(format!("cannot encode PNG: {e}")))?;
+    writer
+        .write_image_data(&image.pixels)
+        .map_err(|e| Error::InvalidInput(format!("cannot encode PNG: {e}")))?;
+    writer
+        .finish()
+        .map_err(|e| Error::InvalidInput(format!("cannot encode PNG: {e}")))?;
+    Ok(out)
+}
+
+/// Decodes a PNG to RGB8 and its `parameters` text, if any.
+pub fn decode_png(bytes: &[u8]) -> Result<(RgbImage, Option<String>)> {
+    let bad = |e: png::DecodingError| Error::InvalidInput(format!("not a readable PNG: {e}"));
+    let mut decoder = png::Decoder::new(std::io::Cursor::new(bytes));
+    decoder.set_transformations(png::Transformations::EXPAND | png::Transformations::STRIP_16);
+    let mut reader = decoder.read_info().map_err(bad)?;
+    let mut buf = vec![0; reader.output_buffer_size().unwrap_or(0)];
+    let frame = reader.next_frame(&mut buf).map_err(bad)?;
+    let info = reader.info();
+    let text = info
+        .uncompressed_latin1_text
+        .iter()
+        .find(|c| c.keyword == "parameters")
+        .map(|c| c.text.clone())
+        .or_else(|| {
+            info.utf8_text
+                .iter()
+                .find(|c| c.keyword == "parameters")
+                .and_then(|c| c.get_text().ok())
+        });
+    let channels = frame.color_type.samples();
+    let (w, h) = (frame.width as usize, frame.height as usize);
+    let mut pixels = Vec::with_capacity(w * h * 3);
+    for px in buf[..frame.buffer_size()].chunks_exact(channels) {
+        match channels {
+            1 | 2 => pixels.extend_from_slice(&[px[0]; 3]),
+            _ => pixels.extend_from_slice(&px[..3]),
+        }
+    }
+    Ok((RgbImage { width: w, height: h, pixels }, text))
+}
+
+/// Writes `bytes` to `path` atomically: a temporary file in the same folder, synced, then moved in
+/// place. Without `overwrite`, an existing `path` is an error and is left untouched.
+pub fn save_atomic(path: &Path, bytes: &[u8], overwrite: bool) -> Result<()> {
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("image");
+    let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
+    let io = |e| Error::io("output file", path, e);
+    let result = (|| {
+        let mut f = std::fs::File::create(&tmp).map_err(io)?;
+        f.write_all(bytes).map_err(io)?;
+        f.sync_all().map_err(io)?;
+        drop(f);
+        if overwrite {
+            std::fs::rename(&tmp, path).map_err(io)
+        } else {
+            // A hard link refuses to replace an existing file, atomically.
+            std::fs::hard_link(&tmp, path).map_err(|e| {
+                if e.kind() == std::io::ErrorKind::AlreadyExists {
+                    Error::InvalidInput(format!("{} exists; pass --overwrite to replace it", path.display()))
+                } else {
+                    io(e)
+                }
+            })
+        }
+    })();
+    let _ = std::fs::remove_file(&tmp);
+    result
+}
+
+/// The next free `NNNNN-<seed>.png` in `dir`, numbered after the highest existing one (A1111 style).
+pub fn next_numbered_path(dir: &Path, seed: u64) -> Result<PathBuf> {
+    std::fs::create_dir_all(dir).map_err(|e| Error::io("outputs folder", dir, e))?;
+    let mut highest = 0u64;
+    for entry in std::fs::read_dir(dir).map_err(|e| Error::io("outputs folder", dir, e))?.flatten() {
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if let Some(n) = name.split('-').next().and_then(|n| n.parse::<u64>().ok()) {
+            highest = highest.max(n);
+        }
+    }
+    Ok(dir.join(format!("{:05}-{seed}.png", highest + 1)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn image() -> RgbImage {
+        RgbImage {
+            width: 3,
+            height: 2,
+            pixels: (0..18).map(|i| i * 10).collect(),
+        }
+    }
+
+    #[test]
+    fn png_round_trips_pixels_and_parameters() {
+        for text in ["a cat\nSteps: 20, Seed: 1", "日本の猫\nSteps: 20, Seed: 1"] {
+            let bytes = encode_png(&image(), Some(text)).unwrap();
+            let (img, params) = decode_png(&bytes).unwrap();
+            assert_eq!(img, image());
+            assert_eq!(params.as_deref(), Some(text));
+        }
+    }
+
+    #[test]
+    fn saving_never_clobbers_and_leaves_no_temp_files() {
+        let dir = std::env::temp_dir().join(format!("latent-image-io-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("out.png");
+        let _ = std::fs::remove_file(&path);
+        save_atomic(&path, b"first", false).unwrap();
+        let e = save_atomic(&path, b"second", false).unwrap_err();
+        assert!(e.to_string().contains("--overwrite"), "{e}");
+        assert_eq!(std::fs::read(&path).unwrap(), b"first");
+        save_atomic(&path, b"third", true).unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"third");
+        let leftovers: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().ends_with(".tmp"))
+            .collect();
+        assert!(leftovers.is_empty());
+        assert!(save_atomic(&dir.join("no/such/dir/x.png"), b"x", false).is_err());
+
+        let n1 = next_numbered_path(&dir, 7).unwrap();
+        std::fs::write(&n1, b"x").unwrap();
+        let n2 = next_numbered_path(&dir, 7).unwrap();
+        assert_ne!(n1, n2);
+        assert!(n2.file_name().unwrap().to_string_lossy().starts_with("00002-"));
+    }
+}

@@ -1,0 +1,20 @@
+//! Latent Studio's engine: Stable Diffusion models in burn, checkpoint loading, tokenizer and
+//! noise, with one code path for every burn device (wgpu and CPU) and dtype (f32 and f16).
+
+pub mod checkpoint;
+pub mod clip;
+pub mod device;
+pub mod error;
+pub mod model;
+pub mod image_io;
+pub mod nn;
+pub mod noise;
+pub mod parameters;
+pub mod pipeline;
+pub mod schedulers;
+pub mod tokenizer;
+pub mod unet;
+pub mod vae;
+
+pub use error::{Error, Result};
+pub use model::{LoadOptions, Precision, StableDiffusion};

@@ -1,0 +1,169 @@
+//! The few layers Stable Diffusion is built from, as plain tensors with a `load` from [`Weights`]
+//! and a `forward`. Norms compute in f32 whatever the model dtype: their reductions over thousands
+//! of values lose too much in f16 (diffusers' CUDA kernels accumulate in f32 too).
+
+use burn::tensor::activation;
+use burn::tensor::module::{attention, conv2d, embedding, layer_norm, linear};
+use burn::tensor::ops::{AttentionModuleOptions, ConvOptions};
+use burn::tensor::{DType, Int, Tensor};
+
+use crate::checkpoint::Weights;
+use crate::error::Result;
+
+/// `nn.Linear`; the weight is kept as `[in, out]`.
+#[derive(Debug, Clone)]
+pub struct Linear {
+    weight: Tensor<2>,
+    bias: Option<Tensor<1>>,
+}
+
+impl Linear {
+    pub fn load(w: &Weights, d_in: usize, d_out: usize, bias: bool) -> Result<Self> {
+        let weight = w.tensor("weight", [d_out, d_in])?.transpose();
+        let bias = if bias { Some(w.tensor("bias", [d_out])?) } else { None };
+        Ok(Self { weight, bias })
+    }
+
+    pub fn forward<const D: usize>(&self, x: Tensor<D>) -> Tensor<D> {
+        linear(x, self.weight.clone(), self.bias.clone())
+    }
+}
+
+/// `nn.Conv2d` with square kernel, equal stride and symmetric padding.
+#[derive(Debug, Clone)]
+pub struct Conv2d {
+    weight: Tensor<4>,
+    bias: Option<Tensor<1>>,
+    stride: usize,
+    padding: usize,
+}
+
+impl Conv2d {
+    pub fn load(w: &Weights, c_in: usize, c_out: usize, kernel: usize, stride: usize, padding: usize) -> Result<Self> {
+        Ok(Self {
+            weight: w.tensor("weight", [c_out, c_in, kernel, kernel])?,
+            bias: w.optional("bias", [c_out])?,
+            stride,
+            padding,
+        })
+    }
+
+    /// # Shapes
+    /// `[b, c_in, h, w] -> [b, c_out, h', w']`
+    pub fn forward(&self, x: Tensor<4>) -> Tensor<4> {
+        let options = ConvOptions::new([self.stride; 2], [self.padding; 2], [1, 1], 1);
+        conv2d(x, self.weight.clone(), self.bias.clone(), options)
+    }
+}
+
+/// `nn.GroupNorm` with affine parameters.
+#[derive(Debug, Clone)]
+pub struct GroupNorm {
+    weight: Tensor<1>,
+    bias: Tensor<1>,
+    groups: usize,
+    eps: f64,
+}
+
+impl GroupNorm {
+    pub fn load(w: &Weights, groups: usize, channels: usize, eps: f64) -> Result<Self> {
+        Ok(Self {
+            weight: w.tensor("weight", [channels])?.cast(DType::F32),
+            bias: w.tensor("bias", [channels])?.cast(DType::F32),
+            groups,
+            eps,
+        })
+    }
+
+    /// # Shapes
+    /// `[b, c, h, w] -> [b, c, h, w]`
+    pub fn forward(&self, x: Tensor<4>) -> Tensor<4> {
+        let dtype = x.dtype();
+        let [b, c, h, w] = x.dims();
+        let x = x.cast(DType::F32).reshape([b, self.groups, (c / self.groups) * h * w]);
+        let (var, mean) = x.clone().var_mean_bias(2);
+        let x = (x - mean) / (var + self.eps).sqrt();
+        let x = x.reshape([b, c, h, w]);
+        let x = x * self.weight.clone().reshape([1, c, 1, 1]) + self.bias.clone().reshape([1, c, 1, 1]);
+        x.cast(dtype)
+    }
+}
+
+/// `nn.LayerNorm` over the last dimension.
+#[derive(Debug, Clone)]
+pub struct LayerNorm {
+    weight: Tensor<1>,
+    bias: Tensor<1>,
+    eps: f64,
+}
+
+impl LayerNorm {
+    pub fn load(w: &Weights, dim: usize, eps: f64) -> Result<Self> {
+        Ok(Self {
+            weight: w.tensor("weight", [dim])?.cast(DType::F32),
+            bias: w.tensor("bias", [dim])?.cast(DType::F32),
+            eps,
+        })
+    }
+
+    pub fn forward<const D: usize>(&self, x: Tensor<D>) -> Tensor<D> {
+        let dtype = x.dtype();
+        layer_norm(x.cast(DType::F32), self.weight.clone(), Some(self.bias.clone()), self.eps).cast(dtype)
+    }
+}
+
+/// `nn.Embedding`.
+#[derive(Debug, Clone)]
+pub struct Embedding {
+    weight: Tensor<2>,
+}
+
+impl Embedding {
+    pub fn load(w: &Weights, count: usize, dim: usize) -> Result<Self> {
+        Ok(Self {
+            weight: w.tensor("weight", [count, dim])?,
+        })
+    }
+
+    /// # Shapes
+    /// `[b, n] -> [b, n, dim]`
+    pub fn forward(&self, ids: Tensor<2, Int>) -> Tensor<3> {
+        embedding(self.weight.clone(), ids)
+    }
+
+    pub fn weight(&self) -> &Tensor<2> {
+        &self.weight
+    }
+}
+
+pub fn silu<const D: usize>(x: Tensor<D>) -> Tensor<D> {
+    activation::silu(x)
+}
+
+/// Exact (erf) GELU, as `torch.nn.functional.gelu` by default.
+pub fn gelu<const D: usize>(x: Tensor<D>) -> Tensor<D> {
+    activation::gelu(x)
+}
+
+/// CLIP's `quick_gelu`: `x * sigmoid(1.702 x)`.
+pub fn quick_gelu<const D: usize>(x: Tensor<D>) -> Tensor<D> {
+    x.clone() * activation::sigmoid(x * 1.702)
+}
+
+/// Multi-head scaled dot-product attention on `[b, n, heads * d]` projections.
+///
+/// # Shapes
+/// q `[b, n_q, h*d]`, k and v `[b, n_k, h*d]` -> `[b, n_q, h*d]`
+pub fn multi_head_attention(q: Tensor<3>, k: Tensor<3>, v: Tensor<3>, heads: usize, causal: bool) -> Tensor<3> {
+    let [b, n_q, inner] = q.dims();
+    let n_k = k.dims()[1];
+    let d = inner / heads;
+    let split = |t: Tensor<3>, n: usize| t.reshape([b, n, heads, d]).swap_dims(1, 2);
+    let options = AttentionModuleOptions {
+        scale: None,
+        softcap: None,
+        is_causal: causal,
+    };
+    let out = attention(split(q, n_q), split(k, n_k), split(v, n_k), None, None, options);
+    out.swap_dims(1, 2).reshape([b, n_q, inner])
+}

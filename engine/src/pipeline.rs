@@ -1,0 +1,263 @@
+//! txt2img, as diffusers' `StableDiffusionPipeline` does it, in numbered stages. The denoising loop
+//! keeps everything on the device: the scheduler's update is a linear combination whose
+//! coefficients are computed up front on the host, so no step reads a tensor back.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use burn::tensor::{DType, Tensor, TensorData};
+
+use crate::error::{Error, Result};
+use crate::image_io::RgbImage;
+use crate::model::StableDiffusion;
+use crate::noise::TorchRng;
+use crate::schedulers::{self, SamplerKind, Schedule, SchedulerConfig};
+use crate::tokenizer::ClipTokenizer;
+
+/// One txt2img request, as the CLI and GUI fill it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Txt2ImgRequest {
+    pub prompt: String,
+    pub negative_prompt: String,
+    pub seed: u64,
+    pub steps: usize,
+    pub cfg_scale: f32,
+    pub sampler: SamplerKind,
+    pub schedule: Schedule,
+    pub width: usize,
+    pub height: usize,
+    /// Images made one after another with seeds `seed, seed + 1, …` (A1111's batch count).
+    pub batch_count: usize,
+    /// A1111 convention: 1 = last text encoder layer, 2 = penultimate.
+    pub clip_skip: usize,
+}
+
+impl Default for Txt2ImgRequest {
+    fn default() -> Self {
+        Self {
+            prompt: String::new(),
+            negative_prompt: String::new(),
+            seed: 0,
+            steps: 20,
+            cfg_scale: 7.0,
+            sampler: SamplerKind::Euler,
+            schedule: Schedule::Normal,
+            width: 512,
+            height: 512,
+            batch_count: 1,
+            clip_skip: 1,
+        }
+    }
+}
+
+/// Where the pipeline is, for progress bars and previews.
+pub struct StepState<'a> {
+    /// Index of the image within the batch count.
+    pub image: usize,
+    /// Steps done so far (1-based after a step).
+    pub step: usize,
+    pub total: usize,
+    pub elapsed: Duration,
+    /// The latent the sampler continues from. Read it, never mutate it.
+    pub latents: &'a Tensor<4>,
+    /// The predicted denoised latent of this step (a new tensor, safe to hand to previews).
+    pub denoised: &'a Tensor<4>,
+}
+
+/// Things worth telling the artist that are not errors.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Notice {
+    PromptTruncated { which: &'static str, tokens: usize, kept: usize },
+}
+
+impl std::fmt::Display for Notice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Notice::PromptTruncated { which, tokens, kept } => write!(
+                f,
+                "the {which} has {tokens} tokens; only the first {kept} are used (CLIP reads 77 including start and end)"
+            ),
+        }
+    }
+}
+
+/// What the pipeline reports while it runs.
+pub trait Observer {
+    fn notice(&mut self, _notice: &Notice) {}
+    fn step(&mut self, _state: &StepState<'_>) {}
+}
+
+/// An observer that ignores everything.
+pub struct Quiet;
+impl Observer for Quiet {}
+
+/// One finished image and the seed it came from.
+#[derive(Debug, Clone)]
+pub struct Generated {
+    pub image: RgbImage,
+    pub seed: u64,
+}
+
+/// Validates a request against a model without running anything.
+pub fn check_request(model: &StableDiffusion, req: &Txt2ImgRequest) -> Result<()> {
+    let scale = model.config.vae.downscale();
+    let bad = |m: String| Err(Error::InvalidInput(m));
+    if req.steps == 0 {
+        return bad("steps must be at least 1".into());
+    }
+    if req.width == 0 || req.height == 0 || req.width % scale != 0 || req.height % scale != 0 {
+        return bad(format!("width and height must be positive multiples of {scale}, got {}x{}", req.width, req.height));
+    }
+    if req.width > 8192 || req.height > 8192 {
+        return bad(format!("{}x{} is larger than the 8192 pixel limit", req.width, req.height));
+    }
+    if !req.cfg_scale.is_finite() || req.cfg_scale < 0.0 {
+        return bad(format!("CFG scale must be a finite number ≥ 0, got {}", req.cfg_scale));
+    }
+    if req.batch_count == 0 {
+        return bad("batch count must be at least 1".into());
+    }
+    Ok(())
+}
+
+/// Runs txt2img. `cancel` is checked before every step.
+pub fn txt2img(
+    model: &StableDiffusion,
+    tokenizer: &ClipTokenizer,
+    req: &Txt2ImgRequest,
+    cancel: &AtomicBool,
+    observer: &mut dyn Observer,
+) -> Result<Vec<Generated>> {
+    // 1. Check inputs.
+    check_request(model, req)?;
+    let scheduler_config = SchedulerConfig::sd15();
+    let plan = schedulers::plan(req.sampler, req.schedule, req.steps, &scheduler_config)
+        .map_err(|e| Error::InvalidInput(e.to_string()))?;
+    let device = &model.device;
+    let dtype = model.precision.dtype();
+
+    // 2. Encode the prompt. CFG ≤ 1 skips the unconditional pass, as diffusers does.
+    let guided = req.cfg_scale > 1.0;
+    let encode = |text: &str, which: &'static str, observer: &mut dyn Observer| -> Result<Tensor<3>> {
+        let enc = tokenizer.encode_padded(text);
+        if enc.truncated {
+            let notice = Notice::PromptTruncated {
+                which,
+                tokens: enc.token_count,
+                kept: crate::tokenizer::MAX_PROMPT_TOKENS,
+            };
+            tracing::warn!("{notice}");
+            observer.notice(&notice);
+        }
+        model.text_encoder.forward(&[enc.ids.to_vec()], req.clip_skip)
+    };
+    let cond = encode(&req.prompt, "prompt", observer)?;
+    let context = if guided {
+        let uncond = encode(&req.negative_prompt, "negative prompt", observer)?;
+        Tensor::cat(vec![uncond, cond], 0) // [2, 77, d]: unconditional first, as diffusers
+    } else {
+        cond
+    };
+
+    let scale = model.config.vae.downscale();
+    let shape = [1, model.config.unet.in_channels, req.height / scale, req.width / scale];
+    let numel: usize = shape.iter().product();
+    let mut out = Vec::with_capacity(req.batch_count);
+    for image in 0..req.batch_count {
+        let seed = req.seed.wrapping_add(image as u64);
+        let start = Instant::now();
+        // 3. Timesteps come from the plan. 4. Latents: torch.randn with the seed, on the CPU.
+        let mut rng = TorchRng::new(seed);
+        let noise = |rng: &mut TorchRng| {
+            Tensor::<4>::from_data(TensorData::new(rng.randn(numel), shape), (device, DType::F32))
+        };
+        let mut latents = noise(&mut rng) * plan.init_noise_sigma; // f32 like diffusers' latents
+        let mut prev_x0: Option<Tensor<4>> = None;
+
+        // 5. Denoise.
+        for (i, &t) in plan.timesteps.iter().enumerate() {
+            if cancel.load(Ordering::Relaxed) {
+                return Err(Error::Cancelled);
+            }
+            let input = (latents.clone() * plan.input_scale[i]).cast(dtype);
+            let input = if guided { Tensor::cat(vec![input.clone(), input], 0) } else { input };
+            let eps = model.unet.forward(input, &[t], &context).cast(DType::F32);
+            let eps = if guided {
+                let [uncond, text] = split_batch(eps);
+                uncond.clone() + (text - uncond) * req.cfg_scale
+            } else {
+                eps
+            };
+            let x0 = plan.x0[i];
+            let denoised = latents.clone() * x0.sample + eps.clone() * x0.model_output;
+            let c = plan.steps[i];
+            let mut next = latents.clone() * c.sample + eps * c.model_output;
+            if let Some(x0) = &prev_x0 {
+                if c.prev_x0 != 0.0 {
+                    next = next + x0.clone() * c.prev_x0;
+                }
+            }
+            if plan.draws_noise {
+                // Drawn every step (even when its weight is 0) to stay in step with diffusers' stream.
+                let n = noise(&mut rng);
+                if c.noise != 0.0 {
+                    next = next + n * c.noise;
+                }
+            }
+            latents = next;
+            observer.step(&StepState {
+                image,
+                step: i + 1,
+                total: plan.timesteps.len(),
+                elapsed: start.elapsed(),
+                latents: &latents,
+                denoised: &denoised,
+            });
+            prev_x0 = Some(denoised);
+        }
+
+        // 6. Decode.
+        let pixels = model.vae.decode(latents.cast(dtype));
+        out.push(Generated {
+            image: to_rgb8(pixels)?,
+            seed,
+        });
+    }
+    Ok(out)
+}
+
+/// Splits a batch of 2 into its halves.
+fn split_batch(t: Tensor<4>) -> [Tensor<4>; 2] {
+    let [b, c, h, w] = t.dims();
+    let half = b / 2;
+    [t.clone().slice([0..half, 0..c, 0..h, 0..w]), t.slice([half..b, 0..c, 0..h, 0..w])]
+}
+
+/// `[1, 3, h, w]` in about [-1, 1] -> RGB8, as diffusers: `round(clamp(x / 2 + 0.5, 0, 1) * 255)`.
+/// Non-finite pixels are an error: a black image is never saved silently.
+pub fn to_rgb8(pixels: Tensor<4>) -> Result<RgbImage> {
+    let [_, c, h, w] = pixels.dims();
+    let data = pixels
+        .cast(DType::F32)
+        .into_data()
+        .try_to_vec::<f32>()
+        .map_err(|e| Error::Device(format!("cannot read the decoded image: {e:?}")))?;
+    if data.iter().any(|v| !v.is_finite()) {
+        return Err(Error::InvalidInput(
+            "the decoded image contains NaN or infinite values (try f32 precision)".into(),
+        ));
+    }
+    let plane = h * w;
+    let mut rgb = Vec::with_capacity(plane * 3);
+    for i in 0..plane {
+        for ch in 0..3 {
+            let v = data[ch.min(c - 1) * plane + i];
+            rgb.push(((v / 2.0 + 0.5).clamp(0.0, 1.0) * 255.0).round_ties_even() as u8); // numpy rounds half to even
+        }
+    }
+    Ok(RgbImage {
+        width: w,
+        height: h,
+        pixels: rgb,
+    })
+}

@@ -1,0 +1,61 @@
+//! DDIM, mirroring `DDIMScheduler` (`scheduling_ddim.py`) with its defaults and the pipeline's
+//! eta 0: "leading" timestep spacing plus `steps_offset`, deterministic update.
+
+use super::schedule::NoiseTable;
+use super::{Plan, SchedulerConfig, StepCoefficients};
+
+/// "leading" spacing: `arange(steps) * (T // steps)`, descending, plus `steps_offset`.
+fn timesteps(config: &SchedulerConfig, steps: usize) -> Vec<usize> {
+    let ratio = config.num_train_timesteps / steps;
+    (0..steps)
+        .rev()
+        .map(|i| i * ratio + config.steps_offset)
+        .collect()
+}
+
+/// The most steps whose first timestep still exists: with SD 1.5's `steps_offset` 1, 1000 steps
+/// would start at t = 1000 (diffusers fails with an IndexError there).
+pub(super) fn max_steps(config: &SchedulerConfig) -> usize {
+    let train = config.num_train_timesteps;
+    (1..=train)
+        .rev()
+        .find(|&n| (n - 1) * (train / n) + config.steps_offset < train)
+        .unwrap_or(0)
+}
+
+pub(super) fn plan(table: &NoiseTable, steps: usize, config: &SchedulerConfig) -> Plan {
+    let ratio = config.num_train_timesteps / steps;
+    let timesteps = timesteps(config, steps);
+    let alpha_cumprod = |t: usize| f64::from(table.alphas_cumprod[t]);
+    // The ᾱ past the last step (`final_alpha_cumprod`).
+    let final_alpha = if config.set_alpha_to_one {
+        1.0
+    } else {
+        alpha_cumprod(0)
+    };
+    let mut plan = Plan {
+        timesteps: timesteps.iter().map(|&t| t as f32).collect(),
+        init_noise_sigma: 1.0,
+        input_scale: vec![1.0; steps],
+        steps: Vec::with_capacity(steps),
+        x0: Vec::with_capacity(steps),
+        draws_noise: false,
+    };
+    for &t in &timesteps {
+        let a_t = alpha_cumprod(t);
+        // `prev_timestep = t - T // steps` is negative at the last step, which then lands on
+        // `final_alpha_cumprod`: ᾱ_0 for SD 1.5, so DDIM ends at σ ≈ 0.029 rather than 0.
+        let a_prev = t.checked_sub(ratio).map_or(final_alpha, alpha_cumprod);
+        let (x0, eps) = config.prediction.vp(a_t.sqrt(), (1.0 - a_t).sqrt());
+        // eta = 0: x_prev = sqrt(ᾱ_prev)·x0 + sqrt(1 − ᾱ_prev)·ε̂.
+        let (c_x0, c_eps) = (a_prev.sqrt(), (1.0 - a_prev).sqrt());
+        plan.x0.push(x0.to_x0());
+        plan.steps.push(StepCoefficients {
+            sample: (c_x0 * x0.sample + c_eps * eps.sample) as f32,
+            model_output: (c_x0 * x0.model + c_eps * eps.model) as f32,
+            prev_x0: 0.0,
+            noise: 0.0,
+        });
+    }
+    plan
+}

@@ -1,0 +1,49 @@
+//! Euler a, mirroring `EulerAncestralDiscreteScheduler` (`scheduling_euler_ancestral_discrete.py`)
+//! with its defaults ("linspace" spacing).
+//!
+//! diffusers' class has no Karras option (`from_config(..., use_karras_sigmas=True)` silently
+//! keeps the normal sigmas).
+//! "Euler a" + "Karras" here is what A1111 and ComfyUI mean by it, k-diffusion's
+//! `sample_euler_ancestral` on Karras sigmas: this class's step on the σs and timesteps
+//! `EulerDiscreteScheduler(use_karras_sigmas=True)` computes, which is how the fixtures check it.
+
+use super::euler::{euler_update, input_scale, sigmas_and_timesteps};
+use super::schedule::NoiseTable;
+use super::{Plan, Prediction, Schedule, StepCoefficients};
+
+pub(super) fn plan(
+    table: &NoiseTable,
+    schedule: Schedule,
+    steps: usize,
+    prediction: Prediction,
+) -> Plan {
+    // For "normal" these equal the class's own `set_timesteps`: the same linspace timesteps and
+    // `np.interp` σs.
+    let (sigmas, timesteps) = sigmas_and_timesteps(table, schedule, steps);
+    let mut plan = Plan {
+        timesteps,
+        init_noise_sigma: sigmas.iter().copied().fold(0.0, f32::max),
+        input_scale: Vec::with_capacity(steps),
+        steps: Vec::with_capacity(steps),
+        x0: Vec::with_capacity(steps),
+        draws_noise: true,
+    };
+    for pair in sigmas.windows(2) {
+        let (from, to) = (f64::from(pair[0]), f64::from(pair[1]));
+        // Split the move to σ_to into a deterministic part down to σ_down and fresh noise of
+        // σ_up, with σ_down² + σ_up² = σ_to². (The max guards against a rounding -0.)
+        let up = (to * to * (from * from - to * to) / (from * from)).sqrt();
+        let down = (to * to - up * up).max(0.0).sqrt();
+        let x0 = prediction.ve_x0(from);
+        let update = euler_update(x0, (down - from) / from);
+        plan.input_scale.push(input_scale(from));
+        plan.x0.push(x0.to_x0());
+        plan.steps.push(StepCoefficients {
+            sample: update.sample as f32,
+            model_output: update.model as f32,
+            prev_x0: 0.0,
+            noise: up as f32,
+        });
+    }
+    plan
+}

@@ -1,0 +1,170 @@
+//! `Transformer2DModel` with `BasicTransformerBlock`s: self-attention, cross-attention to the
+//! prompt, and a GEGLU feed-forward.
+
+use burn::tensor::Tensor;
+
+use crate::checkpoint::Weights;
+use crate::error::Result;
+use crate::nn::{Conv2d, GroupNorm, LayerNorm, Linear, gelu, multi_head_attention};
+
+/// diffusers `Attention` as used in the UNet: q has no bias, the output projection has one.
+#[derive(Debug, Clone)]
+pub struct CrossAttention {
+    to_q: Linear,
+    to_k: Linear,
+    to_v: Linear,
+    to_out: Linear,
+    heads: usize,
+}
+
+impl CrossAttention {
+    pub fn load(w: &Weights, query_dim: usize, context_dim: usize, heads: usize, head_dim: usize) -> Result<Self> {
+        let inner = heads * head_dim;
+        Ok(Self {
+            to_q: Linear::load(&w.pp("to_q"), query_dim, inner, false)?,
+            to_k: Linear::load(&w.pp("to_k"), context_dim, inner, false)?,
+            to_v: Linear::load(&w.pp("to_v"), context_dim, inner, false)?,
+            to_out: Linear::load(&w.pp("to_out.0"), inner, query_dim, true)?,
+            heads,
+        })
+    }
+
+    /// # Shapes
+    /// x `[b, n, query_dim]`, context `[b, m, context_dim]` (None = self-attention) -> `[b, n, query_dim]`
+    pub fn forward(&self, x: Tensor<3>, context: Option<&Tensor<3>>) -> Tensor<3> {
+        let context = context.cloned().unwrap_or_else(|| x.clone());
+        let q = self.to_q.forward(x);
+        let k = self.to_k.forward(context.clone());
+        let v = self.to_v.forward(context);
+        self.to_out.forward(multi_head_attention(q, k, v, self.heads, false))
+    }
+}
+
+/// GEGLU feed-forward: `net.0.proj` makes value and gate, `net.2` projects back.
+#[derive(Debug, Clone)]
+struct FeedForward {
+    proj: Linear,
+    out: Linear,
+}
+
+impl FeedForward {
+    fn load(w: &Weights, dim: usize) -> Result<Self> {
+        let inner = dim * 4;
+        Ok(Self {
+            proj: Linear::load(&w.pp("net.0.proj"), dim, inner * 2, true)?,
+            out: Linear::load(&w.pp("net.2"), inner, dim, true)?,
+        })
+    }
+
+    fn forward(&self, x: Tensor<3>) -> Tensor<3> {
+        let h = self.proj.forward(x);
+        let [b, n, two_inner] = h.dims();
+        let inner = two_inner / 2;
+        let value = h.clone().slice([0..b, 0..n, 0..inner]);
+        let gate = h.slice([0..b, 0..n, inner..two_inner]);
+        self.out.forward(value * gelu(gate))
+    }
+}
+
+#[derive(Debug, Clone)]
+struct BasicTransformerBlock {
+    norm1: LayerNorm,
+    attn1: CrossAttention,
+    norm2: LayerNorm,
+    attn2: CrossAttention,
+    norm3: LayerNorm,
+    ff: FeedForward,
+}
+
+impl BasicTransformerBlock {
+    fn load(w: &Weights, dim: usize, context_dim: usize, heads: usize) -> Result<Self> {
+        let head_dim = dim / heads;
+        Ok(Self {
+            norm1: LayerNorm::load(&w.pp("norm1"), dim, 1e-5)?,
+            attn1: CrossAttention::load(&w.pp("attn1"), dim, dim, heads, head_dim)?,
+            norm2: LayerNorm::load(&w.pp("norm2"), dim, 1e-5)?,
+            attn2: CrossAttention::load(&w.pp("attn2"), dim, context_dim, heads, head_dim)?,
+            norm3: LayerNorm::load(&w.pp("norm3"), dim, 1e-5)?,
+            ff: FeedForward::load(&w.pp("ff"), dim)?,
+        })
+    }
+
+    fn forward(&self, x: Tensor<3>, context: &Tensor<3>) -> Tensor<3> {
+        let x = x.clone() + self.attn1.forward(self.norm1.forward(x), None);
+        let x = x.clone() + self.attn2.forward(self.norm2.forward(x), Some(context));
+        x.clone() + self.ff.forward(self.norm3.forward(x))
+    }
+}
+
+/// SD 1.x projects in and out with 1x1 convolutions, SD 2.x with linear layers.
+#[derive(Debug, Clone)]
+enum Projection {
+    Conv(Conv2d),
+    Linear(Linear),
+}
+
+impl Projection {
+    fn load(w: &Weights, c_in: usize, c_out: usize, linear: bool) -> Result<Self> {
+        Ok(if linear {
+            Projection::Linear(Linear::load(w, c_in, c_out, true)?)
+        } else {
+            Projection::Conv(Conv2d::load(w, c_in, c_out, 1, 1, 0)?)
+        })
+    }
+}
+
+/// `Transformer2DModel` (continuous input).
+#[derive(Debug, Clone)]
+pub struct Transformer2D {
+    norm: GroupNorm,
+    proj_in: Projection,
+    blocks: Vec<BasicTransformerBlock>,
+    proj_out: Projection,
+}
+
+/// What shapes one `Transformer2D` has.
+#[derive(Debug, Clone, Copy)]
+pub struct TransformerSpec {
+    pub channels: usize,
+    pub heads: usize,
+    pub context_dim: usize,
+    pub layers: usize,
+    pub groups: usize,
+    pub linear_projection: bool,
+}
+
+impl Transformer2D {
+    pub fn load(w: &Weights, s: TransformerSpec) -> Result<Self> {
+        let c = s.channels;
+        Ok(Self {
+            norm: GroupNorm::load(&w.pp("norm"), s.groups, c, 1e-6)?,
+            proj_in: Projection::load(&w.pp("proj_in"), c, c, s.linear_projection)?,
+            blocks: (0..s.layers)
+                .map(|i| BasicTransformerBlock::load(&w.pp(format!("transformer_blocks.{i}")), c, s.context_dim, s.heads))
+                .collect::<Result<_>>()?,
+            proj_out: Projection::load(&w.pp("proj_out"), c, c, s.linear_projection)?,
+        })
+    }
+
+    /// # Shapes
+    /// x `[b, c, h, w]`, context `[b, m, context_dim]` -> `[b, c, h, w]`
+    pub fn forward(&self, x: Tensor<4>, context: &Tensor<3>) -> Tensor<4> {
+        let [b, c, h, w] = x.dims();
+        let residual = x.clone();
+        let x = self.norm.forward(x);
+        let to_tokens = |t: Tensor<4>| t.reshape([b, c, h * w]).swap_dims(1, 2); // [b, hw, c]
+        let mut tokens = match &self.proj_in {
+            Projection::Conv(conv) => to_tokens(conv.forward(x)),
+            Projection::Linear(lin) => lin.forward(to_tokens(x)),
+        };
+        for block in &self.blocks {
+            tokens = block.forward(tokens, context);
+        }
+        let to_map = |t: Tensor<3>| t.swap_dims(1, 2).reshape([b, c, h, w]);
+        let out = match &self.proj_out {
+            Projection::Conv(conv) => conv.forward(to_map(tokens)),
+            Projection::Linear(lin) => to_map(lin.forward(tokens)),
+        };
+        out + residual
+    }
+}

@@ -1,0 +1,247 @@
+//! `UNet2DConditionModel` for SD 1.x: the noise predictor.
+
+pub mod attention;
+pub mod blocks;
+pub mod embeddings;
+pub mod resnet;
+
+use burn::tensor::Tensor;
+use serde::Deserialize;
+
+use crate::checkpoint::Weights;
+use crate::error::{Error, Result};
+use crate::nn::{Conv2d, GroupNorm, silu};
+use blocks::{BlockSpec, DownBlock, MidBlock, UpBlock, UpChannels};
+use embeddings::{TimestepEmbedding, timestep_projection};
+
+/// An int or one value per block, as diffusers configs allow for head counts.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(untagged)]
+pub enum PerBlock {
+    One(usize),
+    Each(Vec<usize>),
+}
+
+impl PerBlock {
+    pub fn get(&self, block: usize) -> Option<usize> {
+        match self {
+            PerBlock::One(v) => Some(*v),
+            PerBlock::Each(v) => v.get(block).copied(),
+        }
+    }
+}
+
+/// Mirrors diffusers' `UNet2DConditionModel` config (the fields SD 1.x uses).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default)]
+pub struct UNetConfig {
+    pub in_channels: usize,
+    pub out_channels: usize,
+    pub block_out_channels: Vec<usize>,
+    pub layers_per_block: usize,
+    /// Number of heads for SD 1.x (diffusers' historical misnomer, kept for config compatibility).
+    pub attention_head_dim: PerBlock,
+    pub num_attention_heads: Option<PerBlock>,
+    pub cross_attention_dim: usize,
+    pub down_block_types: Vec<String>,
+    pub up_block_types: Vec<String>,
+    pub norm_num_groups: usize,
+    pub norm_eps: f64,
+    pub flip_sin_to_cos: bool,
+    pub freq_shift: f32,
+    pub use_linear_projection: bool,
+    pub transformer_layers_per_block: usize,
+    pub sample_size: usize,
+}
+
+impl Default for UNetConfig {
+    fn default() -> Self {
+        Self::sd15()
+    }
+}
+
+impl UNetConfig {
+    /// diffusers: stable-diffusion-v1-5/unet/config.json
+    pub fn sd15() -> Self {
+        let down = ["CrossAttnDownBlock2D", "CrossAttnDownBlock2D", "CrossAttnDownBlock2D", "DownBlock2D"];
+        let up = ["UpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D"];
+        Self {
+            in_channels: 4,
+            out_channels: 4,
+            block_out_channels: vec![320, 640, 1280, 1280],
+            layers_per_block: 2,
+            attention_head_dim: PerBlock::One(8),
+            num_attention_heads: None,
+            cross_attention_dim: 768,
+            down_block_types: down.map(String::from).to_vec(),
+            up_block_types: up.map(String::from).to_vec(),
+            norm_num_groups: 32,
+            norm_eps: 1e-5,
+            flip_sin_to_cos: true,
+            freq_shift: 0.0,
+            use_linear_projection: false,
+            transformer_layers_per_block: 1,
+            sample_size: 64,
+        }
+    }
+
+    /// Heads of block `i` (diffusers: `num_attention_heads or attention_head_dim`).
+    pub fn heads(&self, block: usize) -> Option<usize> {
+        self.num_attention_heads.as_ref().unwrap_or(&self.attention_head_dim).get(block)
+    }
+
+    fn has_cross_attention(kind: &str) -> bool {
+        kind.starts_with("CrossAttn")
+    }
+
+    /// Whether down block `i` has transformers.
+    pub fn down_has_attention(&self, i: usize) -> bool {
+        self.down_block_types.get(i).is_some_and(|k| Self::has_cross_attention(k))
+    }
+
+    /// Whether up block `i` has transformers.
+    pub fn up_has_attention(&self, i: usize) -> bool {
+        self.up_block_types.get(i).is_some_and(|k| Self::has_cross_attention(k))
+    }
+
+    pub fn validate(&self) -> std::result::Result<(), String> {
+        let n = self.block_out_channels.len();
+        if n == 0 || self.down_block_types.len() != n || self.up_block_types.len() != n {
+            return Err(format!(
+                "UNet needs one down and one up block type per block_out_channels entry ({n})"
+            ));
+        }
+        let known_down = ["CrossAttnDownBlock2D", "DownBlock2D"];
+        let known_up = ["CrossAttnUpBlock2D", "UpBlock2D"];
+        if let Some(k) = self.down_block_types.iter().find(|k| !known_down.contains(&k.as_str())) {
+            return Err(format!("unsupported UNet down block `{k}`"));
+        }
+        if let Some(k) = self.up_block_types.iter().find(|k| !known_up.contains(&k.as_str())) {
+            return Err(format!("unsupported UNet up block `{k}`"));
+        }
+        for (i, &c) in self.block_out_channels.iter().enumerate() {
+            if c % self.norm_num_groups != 0 {
+                return Err(format!("block {i} width {c} is not divisible by {} groups", self.norm_num_groups));
+            }
+            let attn = self.down_has_attention(i) || self.up_has_attention(n - 1 - i) || i == n - 1;
+            match self.heads(i) {
+                Some(h) if h > 0 && c % h == 0 => {}
+                _ if !attn => {}
+                h => return Err(format!("block {i} width {c} does not split into {h:?} heads")),
+            }
+        }
+        if self.layers_per_block == 0 {
+            return Err("layers_per_block must be at least 1".into());
+        }
+        Ok(())
+    }
+}
+
+/// The UNet. Field names follow diffusers' module names.
+#[derive(Debug, Clone)]
+pub struct UNet2DConditionModel {
+    time_embedding: TimestepEmbedding,
+    conv_in: Conv2d,
+    down_blocks: Vec<DownBlock>,
+    mid_block: MidBlock,
+    up_blocks: Vec<UpBlock>,
+    conv_norm_out: GroupNorm,
+    conv_out: Conv2d,
+    config: UNetConfig,
+}
+
+impl UNet2DConditionModel {
+    pub fn load(w: &Weights, config: &UNetConfig) -> Result<Self> {
+        config.validate().map_err(|reason| Error::InvalidConfig {
+            reason,
+            path: Default::default(),
+        })?;
+        let c = &config.block_out_channels;
+        let n = c.len();
+        let temb = c[0] * 4;
+        let spec = BlockSpec {
+            temb,
+            groups: config.norm_num_groups,
+            eps: config.norm_eps,
+            context_dim: config.cross_attention_dim,
+            transformer_layers: config.transformer_layers_per_block,
+            linear_projection: config.use_linear_projection,
+        };
+        let heads = |i: usize, attn: bool| if attn { config.heads(i) } else { None };
+
+        let mut down_blocks = Vec::with_capacity(n);
+        for i in 0..n {
+            let c_in = if i == 0 { c[0] } else { c[i - 1] };
+            down_blocks.push(DownBlock::load(
+                &w.pp(format!("down_blocks.{i}")),
+                &spec,
+                c_in,
+                c[i],
+                config.layers_per_block,
+                heads(i, config.down_has_attention(i)),
+                i + 1 < n,
+            )?);
+        }
+        let mid_heads = config.heads(n - 1).unwrap_or(1);
+        let mid_block = MidBlock::load(&w.pp("mid_block"), &spec, c[n - 1], mid_heads)?;
+
+        let mut up_blocks = Vec::with_capacity(n);
+        for i in 0..n {
+            let rev = n - 1 - i; // block width index, reversed
+            let ch = UpChannels {
+                c_in: c[rev.saturating_sub(1)],
+                c_out: c[rev],
+                c_prev: if i == 0 { c[n - 1] } else { c[rev + 1] },
+            };
+            up_blocks.push(UpBlock::load(
+                &w.pp(format!("up_blocks.{i}")),
+                &spec,
+                ch,
+                config.layers_per_block + 1,
+                heads(rev, config.up_has_attention(i)),
+                i + 1 < n,
+            )?);
+        }
+
+        Ok(Self {
+            time_embedding: TimestepEmbedding::load(&w.pp("time_embedding"), c[0], temb)?,
+            conv_in: Conv2d::load(&w.pp("conv_in"), config.in_channels, c[0], 3, 1, 1)?,
+            down_blocks,
+            mid_block,
+            up_blocks,
+            conv_norm_out: GroupNorm::load(&w.pp("conv_norm_out"), config.norm_num_groups, c[0], config.norm_eps)?,
+            conv_out: Conv2d::load(&w.pp("conv_out"), c[0], config.out_channels, 3, 1, 1)?,
+            config: config.clone(),
+        })
+    }
+
+    pub fn config(&self) -> &UNetConfig {
+        &self.config
+    }
+
+    /// Predicts noise for a batch of latents at (possibly fractional) timesteps.
+    ///
+    /// # Shapes
+    /// x `[b, 4, h/8, w/8]`, timesteps `[b]`, context `[b, 77, 768]` -> `[b, 4, h/8, w/8]`
+    pub fn forward(&self, x: Tensor<4>, timesteps: &[f32], context: &Tensor<3>) -> Tensor<4> {
+        let dtype = x.dtype();
+        let device = x.device();
+        let c0 = self.config.block_out_channels[0];
+        let b = x.dims()[0];
+        // One timestep for the whole batch is broadcast, as diffusers does.
+        let timesteps = if timesteps.len() == 1 { vec![timesteps[0]; b] } else { timesteps.to_vec() };
+        let t = timestep_projection(&timesteps, c0, self.config.flip_sin_to_cos, self.config.freq_shift, &device);
+        let temb = self.time_embedding.forward(t.cast(dtype)); // [b, 4*c0]
+
+        let mut x = self.conv_in.forward(x); // [b, c0, h, w]
+        let mut skips = vec![x.clone()];
+        for block in &self.down_blocks {
+            x = block.forward(x, &temb, context, &mut skips);
+        }
+        x = self.mid_block.forward(x, &temb, context);
+        for block in &self.up_blocks {
+            x = block.forward(x, &temb, context, &mut skips);
+        }
+        self.conv_out.forward(silu(self.conv_norm_out.forward(x)))
+    }
+}

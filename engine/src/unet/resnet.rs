@@ -1,0 +1,63 @@
+//! `ResnetBlock2D`, shared by the UNet (with a time embedding) and the VAE (without).
+
+use burn::tensor::Tensor;
+
+use crate::checkpoint::Weights;
+use crate::error::Result;
+use crate::nn::{Conv2d, GroupNorm, Linear, silu};
+
+#[derive(Debug, Clone)]
+pub struct ResnetBlock2D {
+    norm1: GroupNorm,
+    conv1: Conv2d,
+    time_emb_proj: Option<Linear>,
+    norm2: GroupNorm,
+    conv2: Conv2d,
+    conv_shortcut: Option<Conv2d>,
+}
+
+/// The parts of a resnet's shape that differ between call sites.
+#[derive(Debug, Clone, Copy)]
+pub struct ResnetSpec {
+    pub c_in: usize,
+    pub c_out: usize,
+    /// Width of the time embedding, `None` in the VAE.
+    pub temb: Option<usize>,
+    pub groups: usize,
+    pub eps: f64,
+}
+
+impl ResnetBlock2D {
+    pub fn load(w: &Weights, s: ResnetSpec) -> Result<Self> {
+        Ok(Self {
+            norm1: GroupNorm::load(&w.pp("norm1"), s.groups, s.c_in, s.eps)?,
+            conv1: Conv2d::load(&w.pp("conv1"), s.c_in, s.c_out, 3, 1, 1)?,
+            time_emb_proj: s
+                .temb
+                .map(|t| Linear::load(&w.pp("time_emb_proj"), t, s.c_out, true))
+                .transpose()?,
+            norm2: GroupNorm::load(&w.pp("norm2"), s.groups, s.c_out, s.eps)?,
+            conv2: Conv2d::load(&w.pp("conv2"), s.c_out, s.c_out, 3, 1, 1)?,
+            conv_shortcut: (s.c_in != s.c_out)
+                .then(|| Conv2d::load(&w.pp("conv_shortcut"), s.c_in, s.c_out, 1, 1, 0))
+                .transpose()?,
+        })
+    }
+
+    /// # Shapes
+    /// x `[b, c_in, h, w]`, temb `[b, t]` -> `[b, c_out, h, w]`
+    pub fn forward(&self, x: Tensor<4>, temb: Option<&Tensor<2>>) -> Tensor<4> {
+        let mut h = self.conv1.forward(silu(self.norm1.forward(x.clone())));
+        if let (Some(proj), Some(temb)) = (&self.time_emb_proj, temb) {
+            let t = proj.forward(silu(temb.clone())); // [b, c_out]
+            let [b, c] = t.dims();
+            h = h + t.reshape([b, c, 1, 1]);
+        }
+        let h = self.conv2.forward(silu(self.norm2.forward(h)));
+        let shortcut = match &self.conv_shortcut {
+            Some(conv) => conv.forward(x),
+            None => x,
+        };
+        shortcut + h
+    }
+}

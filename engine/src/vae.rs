@@ -1,0 +1,308 @@
+//! `AutoencoderKL`: the VAE that maps latents to pixels (decoder) and pixels to latents (encoder).
+
+use burn::tensor::Tensor;
+use serde::Deserialize;
+
+use crate::checkpoint::Weights;
+use crate::error::{Error, Result};
+use crate::nn::{Conv2d, GroupNorm, Linear, multi_head_attention, silu};
+use crate::unet::blocks::{Downsample, Upsample};
+use crate::unet::resnet::{ResnetBlock2D, ResnetSpec};
+
+/// Mirrors diffusers' `AutoencoderKL` config.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default)]
+pub struct VaeConfig {
+    pub in_channels: usize,
+    pub out_channels: usize,
+    pub latent_channels: usize,
+    pub block_out_channels: Vec<usize>,
+    pub layers_per_block: usize,
+    pub norm_num_groups: usize,
+    /// Latents are multiplied by this after encoding and divided before decoding.
+    pub scaling_factor: f32,
+}
+
+impl Default for VaeConfig {
+    fn default() -> Self {
+        Self::sd15()
+    }
+}
+
+impl VaeConfig {
+    /// diffusers: stable-diffusion-v1-5/vae/config.json
+    pub fn sd15() -> Self {
+        Self {
+            in_channels: 3,
+            out_channels: 3,
+            latent_channels: 4,
+            block_out_channels: vec![128, 256, 512, 512],
+            layers_per_block: 2,
+            norm_num_groups: 32,
+            scaling_factor: 0.18215,
+        }
+    }
+
+    /// Pixels per latent along each side.
+    pub fn downscale(&self) -> usize {
+        1 << (self.block_out_channels.len().saturating_sub(1))
+    }
+
+    pub fn validate(&self) -> std::result::Result<(), String> {
+        if self.block_out_channels.is_empty() || self.layers_per_block == 0 {
+            return Err("VAE needs at least one block and one layer per block".into());
+        }
+        if let Some(c) = self.block_out_channels.iter().find(|&&c| c % self.norm_num_groups != 0) {
+            return Err(format!("VAE width {c} is not divisible by {} groups", self.norm_num_groups));
+        }
+        Ok(())
+    }
+
+    fn resnet(&self, c_in: usize, c_out: usize) -> ResnetSpec {
+        ResnetSpec {
+            c_in,
+            c_out,
+            temb: None,
+            groups: self.norm_num_groups,
+            eps: 1e-6,
+        }
+    }
+}
+
+/// Single-head spatial self-attention of the VAE's mid block.
+#[derive(Debug, Clone)]
+struct VaeAttention {
+    group_norm: GroupNorm,
+    to_q: Linear,
+    to_k: Linear,
+    to_v: Linear,
+    to_out: Linear,
+}
+
+impl VaeAttention {
+    fn load(w: &Weights, c: usize, groups: usize) -> Result<Self> {
+        Ok(Self {
+            group_norm: GroupNorm::load(&w.pp("group_norm"), groups, c, 1e-6)?,
+            to_q: Linear::load(&w.pp("to_q"), c, c, true)?,
+            to_k: Linear::load(&w.pp("to_k"), c, c, true)?,
+            to_v: Linear::load(&w.pp("to_v"), c, c, true)?,
+            to_out: Linear::load(&w.pp("to_out.0"), c, c, true)?,
+        })
+    }
+
+    fn forward(&self, x: Tensor<4>) -> Tensor<4> {
+        let [b, c, h, w] = x.dims();
+        let t = self.group_norm.forward(x.clone()).reshape([b, c, h * w]).swap_dims(1, 2); // [b, hw, c]
+        let (q, k, v) = (self.to_q.forward(t.clone()), self.to_k.forward(t.clone()), self.to_v.forward(t));
+        let out = self.to_out.forward(multi_head_attention(q, k, v, 1, false));
+        out.swap_dims(1, 2).reshape([b, c, h, w]) + x
+    }
+}
+
+/// `UNetMidBlock2D` without time embedding: resnet, attention, resnet.
+#[derive(Debug, Clone)]
+struct VaeMidBlock {
+    resnet_0: ResnetBlock2D,
+    attention: VaeAttention,
+    resnet_1: ResnetBlock2D,
+}
+
+impl VaeMidBlock {
+    fn load(w: &Weights, c: usize, config: &VaeConfig) -> Result<Self> {
+        Ok(Self {
+            resnet_0: ResnetBlock2D::load(&w.pp("resnets.0"), config.resnet(c, c))?,
+            attention: VaeAttention::load(&w.pp("attentions.0"), c, config.norm_num_groups)?,
+            resnet_1: ResnetBlock2D::load(&w.pp("resnets.1"), config.resnet(c, c))?,
+        })
+    }
+
+    fn forward(&self, x: Tensor<4>) -> Tensor<4> {
+        let x = self.resnet_0.forward(x, None);
+        let x = self.attention.forward(x);
+        self.resnet_1.forward(x, None)
+    }
+}
+
+#[derive(Debug, Clone)]
+struct EncoderBlock {
+    resnets: Vec<ResnetBlock2D>,
+    downsampler: Option<Downsample>,
+}
+
+#[derive(Debug, Clone)]
+struct DecoderBlock {
+    resnets: Vec<ResnetBlock2D>,
+    upsampler: Option<Upsample>,
+}
+
+/// The VAE encoder, pixels -> latent mean and log-variance.
+#[derive(Debug, Clone)]
+pub struct Encoder {
+    conv_in: Conv2d,
+    down_blocks: Vec<EncoderBlock>,
+    mid_block: VaeMidBlock,
+    conv_norm_out: GroupNorm,
+    conv_out: Conv2d,
+    quant_conv: Conv2d,
+}
+
+impl Encoder {
+    fn load(w: &Weights, vae: &Weights, config: &VaeConfig) -> Result<Self> {
+        let c = &config.block_out_channels;
+        let n = c.len();
+        let down_blocks = (0..n)
+            .map(|i| {
+                let bw = w.pp(format!("down_blocks.{i}"));
+                let c_in = if i == 0 { c[0] } else { c[i - 1] };
+                let resnets = (0..config.layers_per_block)
+                    .map(|j| {
+                        let ci = if j == 0 { c_in } else { c[i] };
+                        ResnetBlock2D::load(&bw.pp(format!("resnets.{j}")), config.resnet(ci, c[i]))
+                    })
+                    .collect::<Result<_>>()?;
+                // The encoder pads right/bottom by one and convolves without padding.
+                let downsampler = (i + 1 < n)
+                    .then(|| Downsample::load(&bw.pp("downsamplers.0"), c[i], 0))
+                    .transpose()?;
+                Ok(EncoderBlock { resnets, downsampler })
+            })
+            .collect::<Result<_>>()?;
+        let latent2 = 2 * config.latent_channels;
+        Ok(Self {
+            conv_in: Conv2d::load(&w.pp("conv_in"), config.in_channels, c[0], 3, 1, 1)?,
+            down_blocks,
+            mid_block: VaeMidBlock::load(&w.pp("mid_block"), c[n - 1], config)?,
+            conv_norm_out: GroupNorm::load(&w.pp("conv_norm_out"), config.norm_num_groups, c[n - 1], 1e-6)?,
+            conv_out: Conv2d::load(&w.pp("conv_out"), c[n - 1], latent2, 3, 1, 1)?,
+            quant_conv: Conv2d::load(&vae.pp("quant_conv"), latent2, latent2, 1, 1, 0)?,
+        })
+    }
+
+    fn forward(&self, x: Tensor<4>) -> Tensor<4> {
+        let mut x = self.conv_in.forward(x);
+        for block in &self.down_blocks {
+            for resnet in &block.resnets {
+                x = resnet.forward(x, None);
+            }
+            if let Some(down) = &block.downsampler {
+                x = down.forward(x.pad((0, 1, 0, 1), burn::tensor::ops::PadMode::Constant(0.0)));
+            }
+        }
+        let x = self.mid_block.forward(x);
+        let x = self.conv_out.forward(silu(self.conv_norm_out.forward(x)));
+        self.quant_conv.forward(x)
+    }
+}
+
+/// The VAE decoder, latents -> pixels in [-1, 1] (unclamped).
+#[derive(Debug, Clone)]
+pub struct Decoder {
+    post_quant_conv: Conv2d,
+    conv_in: Conv2d,
+    mid_block: VaeMidBlock,
+    up_blocks: Vec<DecoderBlock>,
+    conv_norm_out: GroupNorm,
+    conv_out: Conv2d,
+}
+
+impl Decoder {
+    fn load(w: &Weights, vae: &Weights, config: &VaeConfig) -> Result<Self> {
+        let c = &config.block_out_channels;
+        let n = c.len();
+        let l = config.latent_channels;
+        let up_blocks = (0..n)
+            .map(|i| {
+                let bw = w.pp(format!("up_blocks.{i}"));
+                let rev = n - 1 - i;
+                let c_prev = if i == 0 { c[n - 1] } else { c[rev + 1] };
+                let resnets = (0..config.layers_per_block + 1)
+                    .map(|j| {
+                        let ci = if j == 0 { c_prev } else { c[rev] };
+                        ResnetBlock2D::load(&bw.pp(format!("resnets.{j}")), config.resnet(ci, c[rev]))
+                    })
+                    .collect::<Result<_>>()?;
+                let upsampler = (i + 1 < n)
+                    .then(|| Upsample::load(&bw.pp("upsamplers.0"), c[rev]))
+                    .transpose()?;
+                Ok(DecoderBlock { resnets, upsampler })
+            })
+            .collect::<Result<_>>()?;
+        Ok(Self {
+            post_quant_conv: Conv2d::load(&vae.pp("post_quant_conv"), l, l, 1, 1, 0)?,
+            conv_in: Conv2d::load(&w.pp("conv_in"), l, c[n - 1], 3, 1, 1)?,
+            mid_block: VaeMidBlock::load(&w.pp("mid_block"), c[n - 1], config)?,
+            up_blocks,
+            conv_norm_out: GroupNorm::load(&w.pp("conv_norm_out"), config.norm_num_groups, c[0], 1e-6)?,
+            conv_out: Conv2d::load(&w.pp("conv_out"), c[0], config.out_channels, 3, 1, 1)?,
+        })
+    }
+
+    fn forward(&self, z: Tensor<4>) -> Tensor<4> {
+        let z = self.post_quant_conv.forward(z);
+        let mut x = self.mid_block.forward(self.conv_in.forward(z));
+        for block in &self.up_blocks {
+            for resnet in &block.resnets {
+                x = resnet.forward(x, None);
+            }
+            if let Some(up) = &block.upsampler {
+                x = up.forward(x);
+            }
+        }
+        self.conv_out.forward(silu(self.conv_norm_out.forward(x)))
+    }
+}
+
+/// `AutoencoderKL`. The encoder is optional: txt2img never needs it, so it is loaded on request.
+#[derive(Debug, Clone)]
+pub struct AutoencoderKL {
+    encoder: Option<Encoder>,
+    decoder: Decoder,
+    config: VaeConfig,
+}
+
+impl AutoencoderKL {
+    pub fn load(w: &Weights, config: &VaeConfig, with_encoder: bool) -> Result<Self> {
+        config.validate().map_err(|reason| Error::InvalidConfig {
+            reason,
+            path: Default::default(),
+        })?;
+        let encoder = with_encoder
+            .then(|| Encoder::load(&w.pp("encoder"), w, config))
+            .transpose()?;
+        Ok(Self {
+            encoder,
+            decoder: Decoder::load(&w.pp("decoder"), w, config)?,
+            config: config.clone(),
+        })
+    }
+
+    pub fn config(&self) -> &VaeConfig {
+        &self.config
+    }
+
+    /// Decodes scaled latents (as the sampler produces them) to pixels in about [-1, 1].
+    ///
+    /// # Shapes
+    /// `[b, 4, h/8, w/8] -> [b, 3, h, w]`
+    pub fn decode(&self, latents: Tensor<4>) -> Tensor<4> {
+        self.decoder.forward(latents / self.config.scaling_factor)
+    }
+
+    /// Encodes pixels in [-1, 1] to the latent distribution's mean and log-variance, both scaled
+    /// by the scaling factor's convention: returns `(mean * scaling_factor, logvar)`.
+    ///
+    /// # Shapes
+    /// `[b, 3, h, w] -> ([b, 4, h/8, w/8], [b, 4, h/8, w/8])`
+    pub fn encode(&self, pixels: Tensor<4>) -> Result<(Tensor<4>, Tensor<4>)> {
+        let encoder = self
+            .encoder
+            .as_ref()
+            .ok_or_else(|| Error::InvalidInput("the VAE encoder was not loaded".into()))?;
+        let moments = encoder.forward(pixels);
+        let [b, c2, h, w] = moments.dims();
+        let l = c2 / 2;
+        let mean = moments.clone().slice([0..b, 0..l, 0..h, 0..w]);
+        let logvar = moments.slice([0..b, l..c2, 0..h, 0..w]).clamp(-30.0, 20.0);
+        Ok((mean * self.config.scaling_factor, logvar))
+    }
+}

@@ -1,0 +1,104 @@
+//! Shared helpers of the integration tests: fixture paths, devices, tolerances, and a tiny
+//! safetensors writer for crafting bad files.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+
+use burn::tensor::{DType, Device, DeviceKind, Tensor, TensorData};
+use latent_engine::checkpoint::SafetensorsFile;
+
+pub fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures")
+}
+
+/// The two backends every model test runs on. wgpu is lavapipe in CI: it must really run there.
+pub fn devices() -> Vec<(&'static str, Device)> {
+    vec![("cpu", Device::flex()), ("wgpu", Device::wgpu(DeviceKind::DefaultDevice))]
+}
+
+pub struct Expected(SafetensorsFile);
+
+impl Expected {
+    /// tests/fixtures/tiny-sd-expected.safetensors, written by make_model_fixtures.py.
+    pub fn load() -> Self {
+        Self(SafetensorsFile::open(&fixtures().join("tiny-sd-expected.safetensors")).expect("expected tensors"))
+    }
+
+    pub fn shape(&self, name: &str) -> Vec<usize> {
+        self.0.entry(name).unwrap_or_else(|| panic!("no fixture tensor {name}")).shape.clone()
+    }
+
+    pub fn values(&self, name: &str) -> Vec<f32> {
+        self.0.read_f32(name).unwrap_or_else(|e| panic!("{name}: {e}"))
+    }
+
+    pub fn tensor<const D: usize>(&self, name: &str, device: &Device, dtype: DType) -> Tensor<D> {
+        let shape: [usize; D] = self.shape(name).try_into().expect("rank");
+        Tensor::from_data(TensorData::new(self.values(name), shape), (device, dtype))
+    }
+
+    pub fn ids(&self, name: &str) -> Vec<Vec<u32>> {
+        let entry = self.0.entry(name).expect("ids");
+        let n = entry.shape[1];
+        let vals: Vec<u32> = self.0.bytes(entry).chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as u32).collect();
+        vals.chunks(n).map(<[u32]>::to_vec).collect()
+    }
+}
+
+pub fn to_vec<const D: usize>(t: Tensor<D>) -> Vec<f32> {
+    t.cast(DType::F32).into_data().try_to_vec::<f32>().expect("f32 data")
+}
+
+/// (max absolute error, relative L2 error).
+pub fn errors(got: &[f32], want: &[f32]) -> (f32, f32) {
+    assert_eq!(got.len(), want.len(), "length");
+    let mut max_abs = 0f32;
+    let (mut num, mut den) = (0f64, 0f64);
+    for (g, w) in got.iter().zip(want) {
+        assert!(g.is_finite(), "non-finite output");
+        max_abs = max_abs.max((g - w).abs());
+        num += ((g - w) as f64).powi(2);
+        den += (*w as f64).powi(2);
+    }
+    (max_abs, (num / den.max(1e-30)).sqrt() as f32)
+}
+
+/// f32: within 1e-4 absolute and relative; f16: within 1e-2 relative.
+pub fn assert_close(what: &str, got: &[f32], want: &[f32], dtype: DType) {
+    let (abs, rel) = errors(got, want);
+    match dtype {
+        DType::F32 => assert!(abs <= 1e-4 && rel <= 1e-4, "{what}: max abs {abs:e}, rel {rel:e}"),
+        _ => assert!(rel <= 1e-2, "{what}: rel {rel:e} (max abs {abs:e})"),
+    }
+    eprintln!("{what}: max abs {abs:.2e}, rel {rel:.2e}");
+}
+
+/// Writes a safetensors file from (name, dtype, shape, bytes).
+pub fn write_safetensors(path: &Path, tensors: &[(&str, &str, Vec<usize>, Vec<u8>)]) {
+    let mut header = serde_json::Map::new();
+    let mut offset = 0usize;
+    for (name, dtype, shape, bytes) in tensors {
+        header.insert(
+            name.to_string(),
+            serde_json::json!({"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + bytes.len()]}),
+        );
+        offset += bytes.len();
+    }
+    let header = serde_json::Value::Object(header).to_string();
+    let mut out = (header.len() as u64).to_le_bytes().to_vec();
+    out.extend_from_slice(header.as_bytes());
+    for (_, _, _, bytes) in tensors {
+        out.extend_from_slice(bytes);
+    }
+    std::fs::write(path, out).expect("write test file");
+}
+
+pub fn f32_bytes(n: usize) -> Vec<u8> {
+    (0..n).flat_map(|i| (i as f32 * 0.01).to_le_bytes()).collect()
+}
+
+pub fn scratch_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("latent-tests-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    dir
+}

@@ -1,0 +1,93 @@
+//! The SD 1.x models against diffusers/transformers on tiny random-weight fixtures
+//! (tests/fixtures/make_model_fixtures.py), on burn's CPU (flex) and wgpu backends, f32 and f16,
+//! from both file layouts.
+
+mod common;
+
+use burn::tensor::Device;
+use common::{Expected, assert_close, devices, fixtures, to_vec};
+use latent_engine::checkpoint::Checkpoint;
+use latent_engine::{LoadOptions, Precision, StableDiffusion};
+
+fn load(layout: &str, device: &Device, precision: Precision) -> StableDiffusion {
+    let path = match layout {
+        "single-file" => fixtures().join("tiny-sd.safetensors"),
+        _ => fixtures().join("tiny-sd"),
+    };
+    let ckpt = Checkpoint::open(&path).unwrap_or_else(|e| panic!("{layout}: {e}"));
+    let options = LoadOptions {
+        precision,
+        vae_encoder: true,
+    };
+    StableDiffusion::load(&ckpt, device, options).unwrap_or_else(|e| panic!("{layout}: {e}"))
+}
+
+/// Runs every component on the fixture inputs and returns the outputs by fixture name.
+fn outputs(model: &StableDiffusion, exp: &Expected) -> Vec<(&'static str, Vec<f32>)> {
+    let device = &model.device;
+    let dtype = model.precision.dtype();
+    let mut out = Vec::new();
+    let ids = exp.ids("clip.ids");
+    out.push(("clip.last_hidden_state", to_vec(model.text_encoder.forward(&ids, 1).unwrap())));
+    out.push(("clip.skip2", to_vec(model.text_encoder.forward(&ids, 2).unwrap())));
+
+    let ctx = exp.tensor::<3>("unet.context", device, dtype);
+    let x = exp.tensor::<4>("unet.x", device, dtype);
+    for (name, t) in [("unet.out.t999", 999.0), ("unet.out.t1", 1.0), ("unet.out.t500.5", 500.5)] {
+        out.push((name, to_vec(model.unet.forward(x.clone(), &[t], &ctx))));
+    }
+    let xw = exp.tensor::<4>("unet.x_wide", device, dtype);
+    let ctx1 = ctx.clone().slice([0..1]);
+    out.push(("unet.out_wide.t250", to_vec(model.unet.forward(xw, &[250.0], &ctx1))));
+
+    out.push(("vae.decoded", to_vec(model.vae.decode(exp.tensor("vae.z", device, dtype)))));
+    out.push(("vae.decoded_wide", to_vec(model.vae.decode(exp.tensor("vae.z_wide", device, dtype)))));
+    let (mean, _) = model.vae.encode(exp.tensor("vae.image", device, dtype)).unwrap();
+    out.push(("vae.encoded_mean", to_vec(mean)));
+    out
+}
+
+fn check(layout: &str, precision: Precision) {
+    let exp = Expected::load();
+    for (backend, device) in devices() {
+        let model = load(layout, &device, precision);
+        for (name, got) in outputs(&model, &exp) {
+            let what = format!("{backend}/{layout}/{precision:?}/{name}");
+            assert_close(&what, &got, &exp.values(name), precision.dtype());
+        }
+    }
+}
+
+#[test]
+fn f32_diffusers_folder_matches_diffusers() {
+    check("diffusers", Precision::F32);
+}
+
+#[test]
+fn f32_single_file_matches_diffusers() {
+    check("single-file", Precision::F32);
+}
+
+#[test]
+fn f16_matches_diffusers_within_1e_2() {
+    check("diffusers", Precision::F16);
+}
+
+#[test]
+fn both_layouts_give_identical_outputs() {
+    let exp = Expected::load();
+    let device = Device::flex();
+    let a = outputs(&load("diffusers", &device, Precision::F32), &exp);
+    let b = outputs(&load("single-file", &device, Precision::F32), &exp);
+    for ((name, x), (_, y)) in a.iter().zip(&b) {
+        let (abs, _) = common::errors(x, y);
+        assert!(abs == 0.0, "{name} differs between layouts by {abs:e}");
+    }
+}
+
+#[test]
+fn load_reports_only_known_extras_as_unused() {
+    let model = load("single-file", &Device::flex(), Precision::F32);
+    let unused: Vec<&String> = model.reports.iter().flat_map(|r| &r.unused).collect();
+    assert_eq!(unused, ["cond_stage_model.transformer.text_model.embeddings.position_ids"]);
+}

@@ -1,0 +1,137 @@
+//! txt2img against diffusers' StableDiffusionPipeline on the tiny model
+//! (tests/fixtures/make_pipeline_fixtures.py): every sampler × schedule, square and non-square,
+//! CFG 1 and > 1, a >77-token prompt; per-step latents within 1e-3, images within ±1 per channel.
+
+mod common;
+
+use std::sync::atomic::AtomicBool;
+
+use burn::tensor::Device;
+use common::{devices, fixtures, to_vec};
+use latent_engine::checkpoint::{Checkpoint, SafetensorsFile};
+use latent_engine::pipeline::{Notice, Observer, StepState, Txt2ImgRequest, txt2img};
+use latent_engine::tokenizer::ClipTokenizer;
+use latent_engine::{LoadOptions, StableDiffusion};
+use serde::Deserialize;
+
+#[derive(Deserialize)]
+struct Case {
+    name: String,
+    sampler: String,
+    schedule: String,
+    prompt: String,
+    negative: String,
+    seed: u64,
+    steps: usize,
+    cfg: f32,
+    width: usize,
+    height: usize,
+}
+
+fn cases() -> Vec<Case> {
+    let text = std::fs::read_to_string(fixtures().join("pipeline_cases.json")).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+#[derive(Default)]
+struct Record {
+    latents: Vec<Vec<f32>>,
+    notices: Vec<Notice>,
+}
+
+impl Observer for Record {
+    fn notice(&mut self, notice: &Notice) {
+        self.notices.push(notice.clone());
+    }
+    fn step(&mut self, s: &StepState<'_>) {
+        self.latents.push(to_vec(s.latents.clone()));
+    }
+}
+
+fn request(c: &Case) -> Txt2ImgRequest {
+    Txt2ImgRequest {
+        prompt: c.prompt.clone(),
+        negative_prompt: c.negative.clone(),
+        seed: c.seed,
+        steps: c.steps,
+        cfg_scale: c.cfg,
+        sampler: c.sampler.parse().unwrap(),
+        schedule: c.schedule.parse().unwrap(),
+        width: c.width,
+        height: c.height,
+        batch_count: 1,
+        clip_skip: 1,
+    }
+}
+
+fn run_all(model_path: &std::path::Path, device: &Device, backend: &str) {
+    let expected = SafetensorsFile::open(&fixtures().join("pipeline-expected.safetensors")).unwrap();
+    let ckpt = Checkpoint::open(model_path).unwrap();
+    let model = StableDiffusion::load(&ckpt, device, LoadOptions::default()).unwrap();
+    let tokenizer = ClipTokenizer::new().unwrap();
+    for case in cases() {
+        let mut rec = Record::default();
+        let out = txt2img(&model, &tokenizer, &request(&case), &AtomicBool::new(false), &mut rec)
+            .unwrap_or_else(|e| panic!("{}: {e}", case.name));
+        let what = format!("{backend}/{}/{}+{}", case.name, case.sampler, case.schedule);
+
+        let want = expected.read_f32(&format!("{}.latents", case.name)).unwrap();
+        let per_step = want.len() / case.steps;
+        assert_eq!(rec.latents.len(), case.steps, "{what}: steps");
+        for (i, got) in rec.latents.iter().enumerate() {
+            let want = &want[i * per_step..(i + 1) * per_step];
+            let max = got.iter().zip(want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+            assert!(max <= 1e-3, "{what}: step {i} latents differ by {max:e}");
+        }
+
+        let entry = expected.entry(&format!("{}.image", case.name)).unwrap();
+        let want = expected.bytes(entry);
+        let got = &out[0].image.pixels;
+        assert_eq!(got.len(), want.len(), "{what}: image size");
+        let worst = got.iter().zip(want).map(|(a, b)| a.abs_diff(*b)).max().unwrap_or(0);
+        assert!(worst <= 1, "{what}: pixels differ by up to {worst}");
+
+        let truncated = rec.notices.iter().any(|n| matches!(n, Notice::PromptTruncated { .. }));
+        assert_eq!(truncated, case.prompt.len() > 300, "{what}: truncation notice");
+    }
+}
+
+#[test]
+fn txt2img_matches_diffusers_on_every_backend() {
+    for (backend, device) in devices() {
+        run_all(&fixtures().join("tiny-sd"), &device, backend);
+    }
+}
+
+#[test]
+fn txt2img_from_single_file_matches_diffusers() {
+    run_all(&fixtures().join("tiny-sd.safetensors"), &Device::flex(), "cpu-single-file");
+}
+
+#[test]
+fn cancellation_stops_before_the_next_step() {
+    let ckpt = Checkpoint::open(&fixtures().join("tiny-sd")).unwrap();
+    let model = StableDiffusion::load(&ckpt, &Device::flex(), LoadOptions::default()).unwrap();
+    let tokenizer = ClipTokenizer::new().unwrap();
+    struct CancelAt<'a>(&'a AtomicBool, usize);
+    impl Observer for CancelAt<'_> {
+        fn step(&mut self, s: &StepState<'_>) {
+            self.1 = s.step;
+            if s.step == 2 {
+                self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+    }
+    let cancel = AtomicBool::new(false);
+    let mut obs = CancelAt(&cancel, 0);
+    let req = Txt2ImgRequest {
+        prompt: "x".into(),
+        steps: 10,
+        width: 64,
+        height: 64,
+        ..Default::default()
+    };
+    let err = txt2img(&model, &tokenizer, &req, &cancel, &mut obs).unwrap_err();
+    assert!(matches!(err, latent_engine::Error::Cancelled));
+    assert_eq!(obs.1, 2);
+}
