@@ -72,6 +72,8 @@ pub fn run(args: BenchArgs) -> Result<()> {
         })?;
         println!("[{precision:?}] CLIP encode (1x77): median {clip:.2} ms");
 
+        ops_breakdown(&device, precision, args.runs)?;
+
         let x = Tensor::<4>::random([2, 4, 64, 64], Distribution::Normal(0.0, 1.0), (&device, dtype));
         let ctx = Tensor::<3>::random([2, 77, 768], Distribution::Normal(0.0, 1.0), (&device, dtype));
         let unet = time_ms(&device, 3, args.runs, || {
@@ -109,5 +111,46 @@ pub fn run(args: BenchArgs) -> Result<()> {
         drop(model);
         device.memory_cleanup();
     }
+    Ok(())
+}
+
+/// Single ops at SD 1.5's first-level shapes (CFG batch 2, 64x64 latents): where a UNet step's time
+/// goes, op by op, with achieved TFLOP/s.
+fn ops_breakdown(device: &Device, precision: Precision, runs: usize) -> Result<()> {
+    use burn::tensor::module::{attention, conv2d};
+    use burn::tensor::ops::{AttentionModuleOptions, ConvOptions};
+    let dtype = precision.dtype();
+    let normal = Distribution::Normal(0.0, 1.0);
+    let report = |name: &str, ms: f64, flop: f64| {
+        println!("[{precision:?}]   {name:<44} median {ms:8.3} ms  {:7.2} TFLOP/s", flop / (ms * 1e-3) / 1e12);
+    };
+
+    let x = Tensor::<4>::random([2, 320, 64, 64], normal, (device, dtype));
+    let w = Tensor::<4>::random([320, 320, 3, 3], normal, (device, dtype));
+    let ms = time_ms(device, 3, runs, || {
+        let _ = conv2d(x.clone(), w.clone(), None, ConvOptions::new([1, 1], [1, 1], [1, 1], 1));
+    })?;
+    report("conv3x3 320->320 @64x64, b2", ms, 2.0 * 2.0 * 320.0 * 320.0 * 9.0 * 64.0 * 64.0);
+
+    let q = Tensor::<4>::random([2, 8, 4096, 40], normal, (device, dtype));
+    let ms = time_ms(device, 3, runs, || {
+        let opts = AttentionModuleOptions { scale: None, softcap: None, is_causal: false };
+        let _ = attention(q.clone(), q.clone(), q.clone(), None, None, opts);
+    })?;
+    report("self-attention 2x8x4096x40", ms, 4.0 * 2.0 * 8.0 * 4096.0 * 4096.0 * 40.0);
+
+    let a = Tensor::<2>::random([8192, 320], normal, (device, dtype));
+    let b = Tensor::<2>::random([320, 2560], normal, (device, dtype));
+    let ms = time_ms(device, 3, runs, || {
+        let _ = a.clone().matmul(b.clone());
+    })?;
+    report("GEGLU proj matmul 8192x320x2560", ms, 2.0 * 8192.0 * 320.0 * 2560.0);
+
+    let gn = latent_engine::checkpoint::Weights::random("bench", device, dtype);
+    let norm = latent_engine::nn::GroupNorm::load(&gn, 32, 320, 1e-5)?;
+    let ms = time_ms(device, 3, runs, || {
+        let _ = norm.forward(x.clone());
+    })?;
+    report("GroupNorm(32) 2x320x64x64 (memory-bound)", ms, 0.0);
     Ok(())
 }

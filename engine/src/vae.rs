@@ -245,7 +245,7 @@ impl Decoder {
                 x = resnet.forward(x, None);
             }
             if let Some(up) = &block.upsampler {
-                x = up.forward(x);
+                x = up.forward(x, None);
             }
         }
         self.conv_out.forward(silu(self.conv_norm_out.forward(x)))

@@ -41,12 +41,12 @@ impl Upsample {
         })
     }
 
-    pub fn forward(&self, x: Tensor<4>) -> Tensor<4> {
+    /// Doubles the size, or matches `size` when given: latents whose sides are not multiples of the
+    /// UNet's total downscale come back to the skip connection's size (diffusers' `upsample_size`).
+    pub fn forward(&self, x: Tensor<4>, size: Option<[usize; 2]>) -> Tensor<4> {
         let [_, _, h, w] = x.dims();
-        let up = interpolate(
-            x,
-            InterpolateOptions::new(InterpolateMode::Nearest).with_output_size([h * 2, w * 2]),
-        );
+        let size = size.unwrap_or([h * 2, w * 2]);
+        let up = interpolate(x, InterpolateOptions::new(InterpolateMode::Nearest).with_output_size(size));
         self.conv.forward(up)
     }
 }
@@ -221,7 +221,11 @@ impl UpBlock {
             }
         }
         if let Some(up) = &self.upsampler {
-            x = up.forward(x);
+            let size = skips.last().map(|s| {
+                let [_, _, h, w] = s.dims();
+                [h, w]
+            });
+            x = up.forward(x, size);
         }
         x
     }
