@@ -17,7 +17,10 @@ fn open_err(path: &std::path::Path) -> Error {
 #[test]
 fn missing_zero_length_and_truncated_files() {
     let dir = scratch_dir("bad-files");
-    assert!(matches!(open_err(&dir.join("absent.safetensors")), Error::Io { .. }));
+    assert!(matches!(
+        open_err(&dir.join("absent.safetensors")),
+        Error::Io { .. }
+    ));
 
     let empty = dir.join("empty.safetensors");
     std::fs::write(&empty, b"").unwrap();
@@ -45,16 +48,36 @@ fn pickles_are_refused() {
 fn unsupported_families_are_named() {
     let dir = scratch_dir("families");
     let cases = [
-        ("sdxl", "conditioner.embedders.0.transformer.text_model.embeddings.token_embedding.weight", vec![4, 4], "XL"),
-        ("sd2", "cond_stage_model.model.token_embedding.weight", vec![4, 4], "2.x"),
-        ("vae-only", "encoder.conv_in.weight", vec![4, 4], "not a full checkpoint"),
+        (
+            "sdxl",
+            "conditioner.embedders.0.transformer.text_model.embeddings.token_embedding.weight",
+            vec![4, 4],
+            "XL",
+        ),
+        (
+            "sd2",
+            "cond_stage_model.model.token_embedding.weight",
+            vec![4, 4],
+            "2.x",
+        ),
+        (
+            "vae-only",
+            "encoder.conv_in.weight",
+            vec![4, 4],
+            "not a full checkpoint",
+        ),
     ];
     for (name, key, shape, expect) in cases {
         let path = dir.join(format!("{name}.safetensors"));
         let n = shape.iter().product();
         let mut tensors = vec![(key, "F32", shape, f32_bytes(n))];
         if name == "sd2" {
-            tensors.push(("model.diffusion_model.input_blocks.0.0.weight", "F32", vec![1, 4, 1, 1], f32_bytes(4)));
+            tensors.push((
+                "model.diffusion_model.input_blocks.0.0.weight",
+                "F32",
+                vec![1, 4, 1, 1],
+                f32_bytes(4),
+            ));
         }
         let e = open_err(&path_with(&path, &tensors));
         assert!(matches!(e, Error::UnsupportedFamily { .. }), "{name}: {e}");
@@ -63,21 +86,39 @@ fn unsupported_families_are_named() {
     // Inpainting: an SD 1.x layout whose UNet takes 9 channels.
     let path = dir.join("inpaint.safetensors");
     let tensors = vec![
-        ("cond_stage_model.transformer.text_model.embeddings.token_embedding.weight", "F32", vec![2, 2], f32_bytes(4)),
-        ("model.diffusion_model.input_blocks.0.0.weight", "F32", vec![2, 9, 1, 1], f32_bytes(18)),
+        (
+            "cond_stage_model.transformer.text_model.embeddings.token_embedding.weight",
+            "F32",
+            vec![2, 2],
+            f32_bytes(4),
+        ),
+        (
+            "model.diffusion_model.input_blocks.0.0.weight",
+            "F32",
+            vec![2, 9, 1, 1],
+            f32_bytes(18),
+        ),
     ];
     let e = open_err(&path_with(&path, &tensors));
     assert!(e.to_string().contains("inpainting"), "{e}");
 }
 
-fn path_with(path: &std::path::Path, tensors: &[(&str, &str, Vec<usize>, Vec<u8>)]) -> std::path::PathBuf {
+fn path_with(
+    path: &std::path::Path,
+    tensors: &[(&str, &str, Vec<usize>, Vec<u8>)],
+) -> std::path::PathBuf {
     write_safetensors(path, tensors);
     path.to_path_buf()
 }
 
 /// Copies the tiny single file with one tensor dropped or replaced.
-fn altered_single_file(name: &str, edit: impl Fn(&str, &str, &[usize], &[u8]) -> Option<(String, Vec<u8>)>) -> std::path::PathBuf {
-    let src = latent_engine::checkpoint::SafetensorsFile::open(&fixtures().join("tiny-sd.safetensors")).unwrap();
+fn altered_single_file(
+    name: &str,
+    edit: impl Fn(&str, &str, &[usize], &[u8]) -> Option<(String, Vec<u8>)>,
+) -> std::path::PathBuf {
+    let src =
+        latent_engine::checkpoint::SafetensorsFile::open(&fixtures().join("tiny-sd.safetensors"))
+            .unwrap();
     let mut owned: Vec<(String, String, Vec<usize>, Vec<u8>)> = Vec::new();
     for (key, entry) in src.entries() {
         let dtype = format!("{:?}", entry.dtype);
@@ -88,8 +129,10 @@ fn altered_single_file(name: &str, edit: impl Fn(&str, &str, &[usize], &[u8]) ->
     let dir = scratch_dir(name);
     let path = dir.join("tiny-sd.safetensors");
     std::fs::copy(fixtures().join("tiny-sd.json"), dir.join("tiny-sd.json")).unwrap();
-    let refs: Vec<(&str, &str, Vec<usize>, Vec<u8>)> =
-        owned.iter().map(|(k, d, s, b)| (k.as_str(), d.as_str(), s.clone(), b.clone())).collect();
+    let refs: Vec<(&str, &str, Vec<usize>, Vec<u8>)> = owned
+        .iter()
+        .map(|(k, d, s, b)| (k.as_str(), d.as_str(), s.clone(), b.clone()))
+        .collect();
     write_safetensors(&path, &refs);
     path
 }
@@ -105,19 +148,31 @@ fn load_err(path: &std::path::Path) -> Error {
 #[test]
 fn a_missing_tensor_is_an_error_naming_it() {
     let victim = "model.diffusion_model.middle_block.1.proj_in.weight";
-    let path = altered_single_file("missing", |k, d, _, b| (k != victim).then(|| (d.to_string(), b.to_vec())));
+    let path = altered_single_file("missing", |k, d, _, b| {
+        (k != victim).then(|| (d.to_string(), b.to_vec()))
+    });
     let e = load_err(&path);
-    assert!(matches!(&e, Error::MissingTensor { name, .. } if name == victim), "{e}");
+    assert!(
+        matches!(&e, Error::MissingTensor { name, .. } if name == victim),
+        "{e}"
+    );
 }
 
 #[test]
 fn a_wrong_dtype_is_an_error() {
     let victim = "model.diffusion_model.out.2.bias";
     let path = altered_single_file("dtype", |k, d, _, b| {
-        Some(if k == victim { ("I16".to_string(), b.to_vec()) } else { (d.to_string(), b.to_vec()) })
+        Some(if k == victim {
+            ("I16".to_string(), b.to_vec())
+        } else {
+            (d.to_string(), b.to_vec())
+        })
     });
     let e = load_err(&path);
-    assert!(matches!(&e, Error::UnsupportedDtype { name, .. } if name == victim), "{e}");
+    assert!(
+        matches!(&e, Error::UnsupportedDtype { name, .. } if name == victim),
+        "{e}"
+    );
 }
 
 #[test]

@@ -20,7 +20,10 @@ fn scratch(name: &str) -> PathBuf {
 }
 
 fn studio(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_latent-studio")).args(args).output().expect("run latent-studio")
+    Command::new(env!("CARGO_BIN_EXE_latent-studio"))
+        .args(args)
+        .output()
+        .expect("run latent-studio")
 }
 
 fn model() -> String {
@@ -29,9 +32,26 @@ fn model() -> String {
 
 /// pipeline_cases.json case0: euler/normal, 64x64, seed 42, 6 steps, CFG 7.5.
 const CASE0: &[&str] = &[
-    "--prompt", "a watercolor fox in the snow", "--negative", "blurry, low quality", "--seed", "42",
-    "--steps", "6", "--cfg", "7.5", "--sampler", "euler", "--schedule", "normal", "--width", "64",
-    "--height", "64", "--precision", "f32",
+    "--prompt",
+    "a watercolor fox in the snow",
+    "--negative",
+    "blurry, low quality",
+    "--seed",
+    "42",
+    "--steps",
+    "6",
+    "--cfg",
+    "7.5",
+    "--sampler",
+    "euler",
+    "--schedule",
+    "normal",
+    "--width",
+    "64",
+    "--height",
+    "64",
+    "--precision",
+    "f32",
 ];
 
 #[test]
@@ -41,24 +61,53 @@ fn generate_writes_diffusers_image_with_parameters() {
     for device in ["cpu", "auto"] {
         let model = model();
         let out_s = out.display().to_string();
-        let mut args = vec!["generate", "--model", &model, "--device", device, "--out", &out_s, "--overwrite"];
+        let mut args = vec![
+            "generate",
+            "--model",
+            &model,
+            "--device",
+            device,
+            "--out",
+            &out_s,
+            "--overwrite",
+        ];
         args.extend_from_slice(CASE0);
         let o = studio(&args);
-        assert!(o.status.success(), "{device}: {}", String::from_utf8_lossy(&o.stderr));
+        assert!(
+            o.status.success(),
+            "{device}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
         let stderr = String::from_utf8_lossy(&o.stderr);
-        assert!(stderr.contains("step 6/6") && stderr.contains("it/s"), "{stderr}");
+        assert!(
+            stderr.contains("step 6/6") && stderr.contains("it/s"),
+            "{stderr}"
+        );
 
         let (image, text) = decode_png(&std::fs::read(&out).unwrap()).unwrap();
-        let expected = SafetensorsFile::open(&fixtures().join("pipeline-expected.safetensors")).unwrap();
+        let expected =
+            SafetensorsFile::open(&fixtures().join("pipeline-expected.safetensors")).unwrap();
         let want = expected.bytes(expected.entry("case0.image").unwrap());
-        let worst = image.pixels.iter().zip(want).map(|(a, b)| a.abs_diff(*b)).max().unwrap();
+        let worst = image
+            .pixels
+            .iter()
+            .zip(want)
+            .map(|(a, b)| a.abs_diff(*b))
+            .max()
+            .unwrap();
         assert!(worst <= 1, "{device}: pixels differ by {worst}");
 
         let p = Parameters::parse_a1111(&text.expect("parameters chunk")).unwrap();
         assert_eq!(p.prompt, "a watercolor fox in the snow");
         assert_eq!(p.negative_prompt, "blurry, low quality");
-        assert_eq!((p.steps, p.seed, p.width, p.height, p.cfg_scale), (6, 42, 64, 64, 7.5));
-        assert_eq!((p.sampler.as_str(), p.schedule.as_str()), ("Euler", "Normal"));
+        assert_eq!(
+            (p.steps, p.seed, p.width, p.height, p.cfg_scale),
+            (6, 42, 64, 64, 7.5)
+        );
+        assert_eq!(
+            (p.sampler.as_str(), p.schedule.as_str()),
+            ("Euler", "Normal")
+        );
         assert_eq!(p.model.as_deref(), Some("tiny-sd"));
         assert_eq!(p.model_hash.as_ref().map(String::len), Some(10));
     }
@@ -71,7 +120,10 @@ fn never_overwrites_and_numbers_outputs() {
     std::fs::write(&existing, b"artist's work").unwrap();
     let model = model();
     let out_s = existing.display().to_string();
-    let quick = ["--prompt", "x", "--steps", "1", "--width", "64", "--height", "64", "--device", "cpu", "--seed", "1"];
+    let quick = [
+        "--prompt", "x", "--steps", "1", "--width", "64", "--height", "64", "--device", "cpu",
+        "--seed", "1",
+    ];
     let mut args = vec!["generate", "--model", &model, "--out", &out_s];
     args.extend_from_slice(&quick);
     let o = studio(&args);
@@ -86,7 +138,10 @@ fn never_overwrites_and_numbers_outputs() {
         let o = studio(&args);
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         let printed = String::from_utf8_lossy(&o.stdout);
-        assert!(printed.trim().ends_with(&format!("{n:05}-1.png")), "{printed}");
+        assert!(
+            printed.trim().ends_with(&format!("{n:05}-1.png")),
+            "{printed}"
+        );
     }
 }
 
@@ -106,21 +161,49 @@ fn bad_input_exits_nonzero_with_one_line_and_no_file() {
         (&["--sampler", "ddim", "--schedule", "karras"], "karras"),
     ];
     for (extra, needle) in cases {
-        let mut args = vec!["generate", "--model", &model, "--prompt", "x", "--device", "cpu", "--out", &out_s];
+        let mut args = vec![
+            "generate", "--model", &model, "--prompt", "x", "--device", "cpu", "--out", &out_s,
+        ];
         args.extend_from_slice(extra);
         let o = studio(&args);
         let stderr = String::from_utf8_lossy(&o.stderr);
         assert!(!o.status.success(), "{extra:?} succeeded");
-        assert!(stderr.to_lowercase().contains(&needle.to_lowercase()), "{extra:?}: {stderr}");
+        assert!(
+            stderr.to_lowercase().contains(&needle.to_lowercase()),
+            "{extra:?}: {stderr}"
+        );
         assert!(!out.exists(), "{extra:?} left a file");
     }
     // An output folder that does not exist, and a checkpoint that is not one.
-    let o = studio(&["generate", "--model", &model, "--prompt", "x", "--out", "/nonexistent/dir/x.png"]);
+    let o = studio(&[
+        "generate",
+        "--model",
+        &model,
+        "--prompt",
+        "x",
+        "--out",
+        "/nonexistent/dir/x.png",
+    ]);
     assert!(!o.status.success());
-    assert_eq!(String::from_utf8_lossy(&o.stderr).trim().lines().count(), 1, "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        String::from_utf8_lossy(&o.stderr).trim().lines().count(),
+        1,
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     let bogus = dir.join("bogus.safetensors");
     std::fs::write(&bogus, b"not a checkpoint").unwrap();
-    let o = studio(&["generate", "--model", &bogus.display().to_string(), "--prompt", "x", "--device", "cpu", "--out", &out_s]);
+    let o = studio(&[
+        "generate",
+        "--model",
+        &bogus.display().to_string(),
+        "--prompt",
+        "x",
+        "--device",
+        "cpu",
+        "--out",
+        &out_s,
+    ]);
     assert!(!o.status.success());
     assert!(!out.exists());
 }

@@ -28,21 +28,43 @@ fn outputs(model: &StableDiffusion, exp: &Expected) -> Vec<(&'static str, Vec<f3
     let dtype = model.precision.dtype();
     let mut out = Vec::new();
     let ids = exp.ids("clip.ids");
-    out.push(("clip.last_hidden_state", to_vec(model.text_encoder.forward(&ids, 1).unwrap())));
-    out.push(("clip.skip2", to_vec(model.text_encoder.forward(&ids, 2).unwrap())));
+    out.push((
+        "clip.last_hidden_state",
+        to_vec(model.text_encoder.forward(&ids, 1).unwrap()),
+    ));
+    out.push((
+        "clip.skip2",
+        to_vec(model.text_encoder.forward(&ids, 2).unwrap()),
+    ));
 
     let ctx = exp.tensor::<3>("unet.context", device, dtype);
     let x = exp.tensor::<4>("unet.x", device, dtype);
-    for (name, t) in [("unet.out.t999", 999.0), ("unet.out.t1", 1.0), ("unet.out.t500.5", 500.5)] {
+    for (name, t) in [
+        ("unet.out.t999", 999.0),
+        ("unet.out.t1", 1.0),
+        ("unet.out.t500.5", 500.5),
+    ] {
         out.push((name, to_vec(model.unet.forward(x.clone(), &[t], &ctx))));
     }
     let xw = exp.tensor::<4>("unet.x_wide", device, dtype);
     let ctx1 = ctx.clone().slice([0..1]);
-    out.push(("unet.out_wide.t250", to_vec(model.unet.forward(xw, &[250.0], &ctx1))));
+    out.push((
+        "unet.out_wide.t250",
+        to_vec(model.unet.forward(xw, &[250.0], &ctx1)),
+    ));
 
-    out.push(("vae.decoded", to_vec(model.vae.decode(exp.tensor("vae.z", device, dtype)))));
-    out.push(("vae.decoded_wide", to_vec(model.vae.decode(exp.tensor("vae.z_wide", device, dtype)))));
-    let (mean, _) = model.vae.encode(exp.tensor("vae.image", device, dtype)).unwrap();
+    out.push((
+        "vae.decoded",
+        to_vec(model.vae.decode(exp.tensor("vae.z", device, dtype))),
+    ));
+    out.push((
+        "vae.decoded_wide",
+        to_vec(model.vae.decode(exp.tensor("vae.z_wide", device, dtype))),
+    ));
+    let (mean, _) = model
+        .vae
+        .encode(exp.tensor("vae.image", device, dtype))
+        .unwrap();
     out.push(("vae.encoded_mean", to_vec(mean)));
     out
 }
@@ -89,5 +111,8 @@ fn both_layouts_give_identical_outputs() {
 fn load_reports_only_known_extras_as_unused() {
     let model = load("single-file", &Device::flex(), Precision::F32);
     let unused: Vec<&String> = model.reports.iter().flat_map(|r| &r.unused).collect();
-    assert_eq!(unused, ["cond_stage_model.transformer.text_model.embeddings.position_ids"]);
+    assert_eq!(
+        unused,
+        ["cond_stage_model.transformer.text_model.embeddings.position_ids"]
+    );
 }

@@ -65,22 +65,35 @@ fn request(c: &Case) -> Txt2ImgRequest {
 }
 
 fn run_all(model_path: &std::path::Path, device: &Device, backend: &str) {
-    let expected = SafetensorsFile::open(&fixtures().join("pipeline-expected.safetensors")).unwrap();
+    let expected =
+        SafetensorsFile::open(&fixtures().join("pipeline-expected.safetensors")).unwrap();
     let ckpt = Checkpoint::open(model_path).unwrap();
     let model = StableDiffusion::load(&ckpt, device, LoadOptions::default()).unwrap();
     let tokenizer = ClipTokenizer::new().unwrap();
     for case in cases() {
         let mut rec = Record::default();
-        let out = txt2img(&model, &tokenizer, &request(&case), &AtomicBool::new(false), &mut rec)
-            .unwrap_or_else(|e| panic!("{}: {e}", case.name));
+        let out = txt2img(
+            &model,
+            &tokenizer,
+            &request(&case),
+            &AtomicBool::new(false),
+            &mut rec,
+        )
+        .unwrap_or_else(|e| panic!("{}: {e}", case.name));
         let what = format!("{backend}/{}/{}+{}", case.name, case.sampler, case.schedule);
 
-        let want = expected.read_f32(&format!("{}.latents", case.name)).unwrap();
+        let want = expected
+            .read_f32(&format!("{}.latents", case.name))
+            .unwrap();
         let per_step = want.len() / case.steps;
         assert_eq!(rec.latents.len(), case.steps, "{what}: steps");
         for (i, got) in rec.latents.iter().enumerate() {
             let want = &want[i * per_step..(i + 1) * per_step];
-            let max = got.iter().zip(want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+            let max = got
+                .iter()
+                .zip(want)
+                .map(|(a, b)| (a - b).abs())
+                .fold(0f32, f32::max);
             assert!(max <= 1e-3, "{what}: step {i} latents differ by {max:e}");
         }
 
@@ -88,11 +101,23 @@ fn run_all(model_path: &std::path::Path, device: &Device, backend: &str) {
         let want = expected.bytes(entry);
         let got = &out[0].image.pixels;
         assert_eq!(got.len(), want.len(), "{what}: image size");
-        let worst = got.iter().zip(want).map(|(a, b)| a.abs_diff(*b)).max().unwrap_or(0);
+        let worst = got
+            .iter()
+            .zip(want)
+            .map(|(a, b)| a.abs_diff(*b))
+            .max()
+            .unwrap_or(0);
         assert!(worst <= 1, "{what}: pixels differ by up to {worst}");
 
-        let truncated = rec.notices.iter().any(|n| matches!(n, Notice::PromptTruncated { .. }));
-        assert_eq!(truncated, case.prompt.len() > 300, "{what}: truncation notice");
+        let truncated = rec
+            .notices
+            .iter()
+            .any(|n| matches!(n, Notice::PromptTruncated { .. }));
+        assert_eq!(
+            truncated,
+            case.prompt.len() > 300,
+            "{what}: truncation notice"
+        );
     }
 }
 
@@ -105,7 +130,11 @@ fn txt2img_matches_diffusers_on_every_backend() {
 
 #[test]
 fn txt2img_from_single_file_matches_diffusers() {
-    run_all(&fixtures().join("tiny-sd.safetensors"), &Device::flex(), "cpu-single-file");
+    run_all(
+        &fixtures().join("tiny-sd.safetensors"),
+        &Device::flex(),
+        "cpu-single-file",
+    );
 }
 
 #[test]

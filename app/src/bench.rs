@@ -34,7 +34,9 @@ pub struct BenchArgs {
 }
 
 fn sync(device: &Device) -> Result<()> {
-    device.sync().map_err(|e| anyhow::anyhow!("device sync failed: {e:?}"))
+    device
+        .sync()
+        .map_err(|e| anyhow::anyhow!("device sync failed: {e:?}"))
 }
 
 /// Median wall time in ms of `f` (which must enqueue work), synchronising after each run.
@@ -64,9 +66,17 @@ pub fn run(args: BenchArgs) -> Result<()> {
         let t = Instant::now();
         let model = StableDiffusion::random(&config, &device, precision)?;
         sync(&device)?;
-        println!("[{precision:?}] build full-size SD 1.5 (random weights): {:.0} ms", t.elapsed().as_secs_f64() * 1e3);
+        println!(
+            "[{precision:?}] build full-size SD 1.5 (random weights): {:.0} ms",
+            t.elapsed().as_secs_f64() * 1e3
+        );
 
-        let ids = vec![tokenizer.encode_padded("a photograph of an astronaut riding a horse").ids.to_vec()];
+        let ids = vec![
+            tokenizer
+                .encode_padded("a photograph of an astronaut riding a horse")
+                .ids
+                .to_vec(),
+        ];
         let clip = time_ms(&device, 2, args.runs, || {
             let _ = model.text_encoder.forward(&ids, 1);
         })?;
@@ -74,14 +84,26 @@ pub fn run(args: BenchArgs) -> Result<()> {
 
         ops_breakdown(&device, precision, args.runs)?;
 
-        let x = Tensor::<4>::random([2, 4, 64, 64], Distribution::Normal(0.0, 1.0), (&device, dtype));
-        let ctx = Tensor::<3>::random([2, 77, 768], Distribution::Normal(0.0, 1.0), (&device, dtype));
+        let x = Tensor::<4>::random(
+            [2, 4, 64, 64],
+            Distribution::Normal(0.0, 1.0),
+            (&device, dtype),
+        );
+        let ctx = Tensor::<3>::random(
+            [2, 77, 768],
+            Distribution::Normal(0.0, 1.0),
+            (&device, dtype),
+        );
         let unet = time_ms(&device, 3, args.runs, || {
             let _ = model.unet.forward(x.clone(), &[500.0], &ctx);
         })?;
         println!("[{precision:?}] UNet step, batch 2 (CFG), 64x64 latents: median {unet:.2} ms");
 
-        let z = Tensor::<4>::random([1, 4, 64, 64], Distribution::Normal(0.0, 1.0), (&device, dtype));
+        let z = Tensor::<4>::random(
+            [1, 4, 64, 64],
+            Distribution::Normal(0.0, 1.0),
+            (&device, dtype),
+        );
         let vae = time_ms(&device, 2, args.runs.min(5), || {
             let _ = model.vae.decode(z.clone());
         })?;
@@ -100,7 +122,10 @@ pub fn run(args: BenchArgs) -> Result<()> {
             let total = time_ms(&device, 1, 3, || {
                 let _ = txt2img(&model, &tokenizer, &req, &cancel, &mut Quiet);
             })?;
-            println!("[{precision:?}] txt2img 512x512, {} Euler steps, CFG 7.5: median {total:.0} ms", args.steps);
+            println!(
+                "[{precision:?}] txt2img 512x512, {} Euler steps, CFG 7.5: median {total:.0} ms",
+                args.steps
+            );
         }
         if let Some(usage) = device.memory_pool_usage() {
             println!(
@@ -122,29 +147,53 @@ fn ops_breakdown(device: &Device, precision: Precision, runs: usize) -> Result<(
     let dtype = precision.dtype();
     let normal = Distribution::Normal(0.0, 1.0);
     let report = |name: &str, ms: f64, flop: f64| {
-        println!("[{precision:?}]   {name:<44} median {ms:8.3} ms  {:7.2} TFLOP/s", flop / (ms * 1e-3) / 1e12);
+        println!(
+            "[{precision:?}]   {name:<44} median {ms:8.3} ms  {:7.2} TFLOP/s",
+            flop / (ms * 1e-3) / 1e12
+        );
     };
 
     let x = Tensor::<4>::random([2, 320, 64, 64], normal, (device, dtype));
     let w = Tensor::<4>::random([320, 320, 3, 3], normal, (device, dtype));
     let ms = time_ms(device, 3, runs, || {
-        let _ = conv2d(x.clone(), w.clone(), None, ConvOptions::new([1, 1], [1, 1], [1, 1], 1));
+        let _ = conv2d(
+            x.clone(),
+            w.clone(),
+            None,
+            ConvOptions::new([1, 1], [1, 1], [1, 1], 1),
+        );
     })?;
-    report("conv3x3 320->320 @64x64, b2", ms, 2.0 * 2.0 * 320.0 * 320.0 * 9.0 * 64.0 * 64.0);
+    report(
+        "conv3x3 320->320 @64x64, b2",
+        ms,
+        2.0 * 2.0 * 320.0 * 320.0 * 9.0 * 64.0 * 64.0,
+    );
 
     let q = Tensor::<4>::random([2, 8, 4096, 40], normal, (device, dtype));
     let ms = time_ms(device, 3, runs, || {
-        let opts = AttentionModuleOptions { scale: None, softcap: None, is_causal: false };
+        let opts = AttentionModuleOptions {
+            scale: None,
+            softcap: None,
+            is_causal: false,
+        };
         let _ = attention(q.clone(), q.clone(), q.clone(), None, None, opts);
     })?;
-    report("self-attention 2x8x4096x40", ms, 4.0 * 2.0 * 8.0 * 4096.0 * 4096.0 * 40.0);
+    report(
+        "self-attention 2x8x4096x40",
+        ms,
+        4.0 * 2.0 * 8.0 * 4096.0 * 4096.0 * 40.0,
+    );
 
     let a = Tensor::<2>::random([8192, 320], normal, (device, dtype));
     let b = Tensor::<2>::random([320, 2560], normal, (device, dtype));
     let ms = time_ms(device, 3, runs, || {
         let _ = a.clone().matmul(b.clone());
     })?;
-    report("GEGLU proj matmul 8192x320x2560", ms, 2.0 * 8192.0 * 320.0 * 2560.0);
+    report(
+        "GEGLU proj matmul 8192x320x2560",
+        ms,
+        2.0 * 8192.0 * 320.0 * 2560.0,
+    );
 
     let gn = latent_engine::checkpoint::Weights::random("bench", device, dtype);
     let norm = latent_engine::nn::GroupNorm::load(&gn, 32, 320, 1e-5)?;

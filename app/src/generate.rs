@@ -73,7 +73,13 @@ impl Observer for Progress {
 
     fn step(&mut self, s: &StepState<'_>) {
         let secs = s.elapsed.as_secs_f64().max(1e-9);
-        eprintln!("image {} step {}/{} ({:.2} it/s)", s.image + 1, s.step, s.total, s.step as f64 / secs);
+        eprintln!(
+            "image {} step {}/{} ({:.2} it/s)",
+            s.image + 1,
+            s.step,
+            s.total,
+            s.step as f64 / secs
+        );
         self.last = Instant::now();
     }
 }
@@ -112,17 +118,23 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         .map_err(|e| anyhow::anyhow!("{e}"))?;
 
     let device = latent_engine::device::create(args.device).context("creating the device")?;
-    let precision = args.precision.unwrap_or_else(|| latent_engine::device::preferred_precision(&device));
-    let checkpoint = Checkpoint::open(&args.model).with_context(|| format!("opening {}", args.model.display()))?;
+    let precision = args
+        .precision
+        .unwrap_or_else(|| latent_engine::device::preferred_precision(&device));
+    let checkpoint = Checkpoint::open(&args.model)
+        .with_context(|| format!("opening {}", args.model.display()))?;
     let options = LoadOptions {
         precision,
         vae_encoder: false,
     };
-    let model = StableDiffusion::load(&checkpoint, &device, options).context("loading the model")?;
+    let model =
+        StableDiffusion::load(&checkpoint, &device, options).context("loading the model")?;
     latent_engine::pipeline::check_request(&model, &request)?;
     let tokenizer = ClipTokenizer::new()?;
     let cancel = AtomicBool::new(false);
-    let mut progress = Progress { last: Instant::now() };
+    let mut progress = Progress {
+        last: Instant::now(),
+    };
     let images = txt2img(&model, &tokenizer, &request, &cancel, &mut progress)?;
 
     let model_hash = checkpoint.short_hash().ok();

@@ -8,7 +8,11 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "latent-studio", version, about = "Stable Diffusion studio for Intel and every wgpu GPU")]
+#[command(
+    name = "latent-studio",
+    version,
+    about = "Stable Diffusion studio for Intel and every wgpu GPU"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
@@ -30,7 +34,9 @@ enum Command {
 
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+        )
         .with_writer(std::io::stderr)
         .without_time()
         .init();
@@ -69,7 +75,8 @@ fn main() -> ExitCode {
 
 fn inspect(path: &std::path::Path) -> anyhow::Result<()> {
     use anyhow::Context;
-    let ckpt = latent_engine::checkpoint::Checkpoint::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let ckpt = latent_engine::checkpoint::Checkpoint::open(path)
+        .with_context(|| format!("opening {}", path.display()))?;
     println!("family: {}", ckpt.family.describe());
     println!("layout: {:?}", ckpt.layout);
     println!("unet blocks: {:?}", ckpt.config.unet.block_out_channels);

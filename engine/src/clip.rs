@@ -98,9 +98,15 @@ impl EncoderLayer {
 
     fn forward(&self, x: Tensor<3>) -> Tensor<3> {
         let h = self.layer_norm1.forward(x.clone());
-        let (q, k, v) = (self.q_proj.forward(h.clone()), self.k_proj.forward(h.clone()), self.v_proj.forward(h));
+        let (q, k, v) = (
+            self.q_proj.forward(h.clone()),
+            self.k_proj.forward(h.clone()),
+            self.v_proj.forward(h),
+        );
         // CLIP's text tower is causal: each token sees only the tokens before it.
-        let x = x + self.out_proj.forward(multi_head_attention(q, k, v, self.heads, true));
+        let x = x + self
+            .out_proj
+            .forward(multi_head_attention(q, k, v, self.heads, true));
         let h = self.fc1.forward(self.layer_norm2.forward(x.clone()));
         let h = match self.act {
             Activation::QuickGelu => quick_gelu(h),
@@ -132,14 +138,22 @@ impl ClipTextModel {
             .map(|i| EncoderLayer::load(&w.pp(format!("encoder.layers.{i}")), config))
             .collect::<Result<_>>()?;
         Ok(Self {
-            token_embedding: Embedding::load(&emb.pp("token_embedding"), config.vocab_size, config.hidden_size)?,
+            token_embedding: Embedding::load(
+                &emb.pp("token_embedding"),
+                config.vocab_size,
+                config.hidden_size,
+            )?,
             position_embedding: Embedding::load(
                 &emb.pp("position_embedding"),
                 config.max_position_embeddings,
                 config.hidden_size,
             )?,
             layers,
-            final_layer_norm: LayerNorm::load(&w.pp("final_layer_norm"), config.hidden_size, config.layer_norm_eps)?,
+            final_layer_norm: LayerNorm::load(
+                &w.pp("final_layer_norm"),
+                config.hidden_size,
+                config.layer_norm_eps,
+            )?,
             config: config.clone(),
         })
     }
@@ -156,19 +170,31 @@ impl ClipTextModel {
     pub fn forward(&self, ids: &[Vec<u32>], clip_skip: usize) -> Result<Tensor<3>> {
         let b = ids.len();
         let n = ids.first().map_or(0, Vec::len);
-        if b == 0 || n == 0 || n > self.config.max_position_embeddings || ids.iter().any(|r| r.len() != n) {
+        if b == 0
+            || n == 0
+            || n > self.config.max_position_embeddings
+            || ids.iter().any(|r| r.len() != n)
+        {
             return Err(Error::InvalidInput(format!(
                 "token ids must be {b} rows of equal length 1..={}",
                 self.config.max_position_embeddings
             )));
         }
-        if let Some(&bad) = ids.iter().flatten().find(|&&id| id as usize >= self.config.vocab_size) {
-            return Err(Error::InvalidInput(format!("token id {bad} is outside the vocabulary")));
+        if let Some(&bad) = ids
+            .iter()
+            .flatten()
+            .find(|&&id| id as usize >= self.config.vocab_size)
+        {
+            return Err(Error::InvalidInput(format!(
+                "token id {bad} is outside the vocabulary"
+            )));
         }
         let layers = self.layers.len();
         let skip = clip_skip.max(1);
         if skip > layers {
-            return Err(Error::InvalidInput(format!("clip skip {skip} exceeds the {layers} text encoder layers")));
+            return Err(Error::InvalidInput(format!(
+                "clip skip {skip} exceeds the {layers} text encoder layers"
+            )));
         }
         let device = self.token_embedding.weight().device();
         let flat: Vec<i64> = ids.iter().flatten().map(|&id| id as i64).collect();

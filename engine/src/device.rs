@@ -22,7 +22,9 @@ impl std::str::FromStr for DeviceChoice {
             "gpu" => Ok(DeviceChoice::Gpu(None)),
             other => match other.strip_prefix("gpu:").map(str::parse::<usize>) {
                 Some(Ok(n)) => Ok(DeviceChoice::Gpu(Some(n))),
-                _ => Err(format!("unknown device `{other}` (use auto, cpu, gpu or gpu:N)")),
+                _ => Err(format!(
+                    "unknown device `{other}` (use auto, cpu, gpu or gpu:N)"
+                )),
             },
         }
     }

@@ -19,10 +19,15 @@ pub enum Error {
          convert it to .safetensors first ({path})"
     )]
     PickleRefused { path: PathBuf },
-    #[error("unsupported model family: {found}. Latent Studio supports Stable Diffusion 1.x for now ({path})")]
+    #[error(
+        "unsupported model family: {found}. Latent Studio supports Stable Diffusion 1.x for now ({path})"
+    )]
     UnsupportedFamily { found: String, path: PathBuf },
     #[error("missing tensor `{name}` required by the {component}")]
-    MissingTensor { component: &'static str, name: String },
+    MissingTensor {
+        component: &'static str,
+        name: String,
+    },
     #[error("tensor `{name}` has shape {found:?}, the {component} expects {expected:?}")]
     ShapeMismatch {
         component: &'static str,

@@ -70,7 +70,14 @@ pub fn decode_png(bytes: &[u8]) -> Result<(RgbImage, Option<String>)> {
             _ => pixels.extend_from_slice(&px[..3]),
         }
     }
-    Ok((RgbImage { width: w, height: h, pixels }, text))
+    Ok((
+        RgbImage {
+            width: w,
+            height: h,
+            pixels,
+        },
+        text,
+    ))
 }
 
 /// Writes `bytes` to `path` atomically: a temporary file in the same folder, synced, then moved in
@@ -94,7 +101,10 @@ pub fn save_atomic(path: &Path, bytes: &[u8], overwrite: bool) -> Result<()> {
             // A hard link refuses to replace an existing file, atomically.
             std::fs::hard_link(&tmp, path).map_err(|e| {
                 if e.kind() == std::io::ErrorKind::AlreadyExists {
-                    Error::InvalidInput(format!("{} exists; pass --overwrite to replace it", path.display()))
+                    Error::InvalidInput(format!(
+                        "{} exists; pass --overwrite to replace it",
+                        path.display()
+                    ))
                 } else {
                     io(e)
                 }
@@ -109,7 +119,10 @@ pub fn save_atomic(path: &Path, bytes: &[u8], overwrite: bool) -> Result<()> {
 pub fn next_numbered_path(dir: &Path, seed: u64) -> Result<PathBuf> {
     std::fs::create_dir_all(dir).map_err(|e| Error::io("outputs folder", dir, e))?;
     let mut highest = 0u64;
-    for entry in std::fs::read_dir(dir).map_err(|e| Error::io("outputs folder", dir, e))?.flatten() {
+    for entry in std::fs::read_dir(dir)
+        .map_err(|e| Error::io("outputs folder", dir, e))?
+        .flatten()
+    {
         let name = entry.file_name();
         let name = name.to_string_lossy();
         if let Some(n) = name.split('-').next().and_then(|n| n.parse::<u64>().ok()) {
@@ -165,6 +178,11 @@ mod tests {
         std::fs::write(&n1, b"x").unwrap();
         let n2 = next_numbered_path(&dir, 7).unwrap();
         assert_ne!(n1, n2);
-        assert!(n2.file_name().unwrap().to_string_lossy().starts_with("00002-"));
+        assert!(
+            n2.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("00002-")
+        );
     }
 }

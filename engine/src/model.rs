@@ -74,7 +74,12 @@ impl StableDiffusion {
             if !r.unused.is_empty() {
                 tracing::debug!(component = r.component, unused = ?r.unused, "checkpoint keys not used");
             }
-            tracing::info!(component = r.component, tensors = r.loaded, unused = r.unused.len(), "loaded");
+            tracing::info!(
+                component = r.component,
+                tensors = r.loaded,
+                unused = r.unused.len(),
+                "loaded"
+            );
         }
         Ok(Self {
             text_encoder,
@@ -91,8 +96,14 @@ impl StableDiffusion {
     pub fn random(config: &ModelConfig, device: &Device, precision: Precision) -> Result<Self> {
         let dtype = precision.dtype();
         Ok(Self {
-            text_encoder: ClipTextModel::load(&Weights::random("text encoder", device, dtype), &config.text_encoder)?,
-            unet: UNet2DConditionModel::load(&Weights::random("UNet", device, dtype), &config.unet)?,
+            text_encoder: ClipTextModel::load(
+                &Weights::random("text encoder", device, dtype),
+                &config.text_encoder,
+            )?,
+            unet: UNet2DConditionModel::load(
+                &Weights::random("UNet", device, dtype),
+                &config.unet,
+            )?,
             vae: AutoencoderKL::load(&Weights::random("VAE", device, dtype), &config.vae, false)?,
             config: config.clone(),
             device: device.clone(),

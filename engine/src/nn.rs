@@ -20,7 +20,11 @@ pub struct Linear {
 impl Linear {
     pub fn load(w: &Weights, d_in: usize, d_out: usize, bias: bool) -> Result<Self> {
         let weight = w.tensor("weight", [d_out, d_in])?.transpose();
-        let bias = if bias { Some(w.tensor("bias", [d_out])?) } else { None };
+        let bias = if bias {
+            Some(w.tensor("bias", [d_out])?)
+        } else {
+            None
+        };
         Ok(Self { weight, bias })
     }
 
@@ -39,7 +43,14 @@ pub struct Conv2d {
 }
 
 impl Conv2d {
-    pub fn load(w: &Weights, c_in: usize, c_out: usize, kernel: usize, stride: usize, padding: usize) -> Result<Self> {
+    pub fn load(
+        w: &Weights,
+        c_in: usize,
+        c_out: usize,
+        kernel: usize,
+        stride: usize,
+        padding: usize,
+    ) -> Result<Self> {
         Ok(Self {
             weight: w.tensor("weight", [c_out, c_in, kernel, kernel])?,
             bias: w.optional("bias", [c_out])?,
@@ -80,11 +91,14 @@ impl GroupNorm {
     pub fn forward(&self, x: Tensor<4>) -> Tensor<4> {
         let dtype = x.dtype();
         let [b, c, h, w] = x.dims();
-        let x = x.cast(DType::F32).reshape([b, self.groups, (c / self.groups) * h * w]);
+        let x = x
+            .cast(DType::F32)
+            .reshape([b, self.groups, (c / self.groups) * h * w]);
         let (var, mean) = x.clone().var_mean_bias(2);
         let x = (x - mean) / (var + self.eps).sqrt();
         let x = x.reshape([b, c, h, w]);
-        let x = x * self.weight.clone().reshape([1, c, 1, 1]) + self.bias.clone().reshape([1, c, 1, 1]);
+        let x =
+            x * self.weight.clone().reshape([1, c, 1, 1]) + self.bias.clone().reshape([1, c, 1, 1]);
         x.cast(dtype)
     }
 }
@@ -108,7 +122,13 @@ impl LayerNorm {
 
     pub fn forward<const D: usize>(&self, x: Tensor<D>) -> Tensor<D> {
         let dtype = x.dtype();
-        layer_norm(x.cast(DType::F32), self.weight.clone(), Some(self.bias.clone()), self.eps).cast(dtype)
+        layer_norm(
+            x.cast(DType::F32),
+            self.weight.clone(),
+            Some(self.bias.clone()),
+            self.eps,
+        )
+        .cast(dtype)
     }
 }
 
@@ -154,7 +174,13 @@ pub fn quick_gelu<const D: usize>(x: Tensor<D>) -> Tensor<D> {
 ///
 /// # Shapes
 /// q `[b, n_q, h*d]`, k and v `[b, n_k, h*d]` -> `[b, n_q, h*d]`
-pub fn multi_head_attention(q: Tensor<3>, k: Tensor<3>, v: Tensor<3>, heads: usize, causal: bool) -> Tensor<3> {
+pub fn multi_head_attention(
+    q: Tensor<3>,
+    k: Tensor<3>,
+    v: Tensor<3>,
+    heads: usize,
+    causal: bool,
+) -> Tensor<3> {
     let [b, n_q, inner] = q.dims();
     let n_k = k.dims()[1];
     let d = inner / heads;
@@ -164,6 +190,13 @@ pub fn multi_head_attention(q: Tensor<3>, k: Tensor<3>, v: Tensor<3>, heads: usi
         softcap: None,
         is_causal: causal,
     };
-    let out = attention(split(q, n_q), split(k, n_k), split(v, n_k), None, None, options);
+    let out = attention(
+        split(q, n_q),
+        split(k, n_k),
+        split(v, n_k),
+        None,
+        None,
+        options,
+    );
     out.swap_dims(1, 2).reshape([b, n_q, inner])
 }

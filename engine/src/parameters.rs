@@ -59,7 +59,10 @@ impl Parameters {
             ("Schedule type".to_string(), quote(&self.schedule)),
             ("CFG scale".to_string(), fmt_number(self.cfg_scale)),
             ("Seed".to_string(), self.seed.to_string()),
-            ("Size".to_string(), format!("{}x{}", self.width, self.height)),
+            (
+                "Size".to_string(),
+                format!("{}x{}", self.width, self.height),
+            ),
         ];
         if let Some(h) = &self.model_hash {
             fields.push(("Model hash".into(), quote(h)));
@@ -68,7 +71,10 @@ impl Parameters {
             fields.push(("Model".into(), quote(m)));
         }
         fields.extend(self.extra.iter().map(|(k, v)| (k.clone(), quote(v))));
-        let line: Vec<String> = fields.into_iter().map(|(k, v)| format!("{k}: {v}")).collect();
+        let line: Vec<String> = fields
+            .into_iter()
+            .map(|(k, v)| format!("{k}: {v}"))
+            .collect();
         let _ = write!(out, "\n{}", line.join(", "));
         out
     }
@@ -77,12 +83,17 @@ impl Parameters {
     pub fn parse_a1111(text: &str) -> Result<Self, String> {
         let text = text.trim_end();
         let (body, settings) = match text.rfind('\n') {
-            Some(i) if text[i + 1..].trim_start().starts_with("Steps:") => (&text[..i], &text[i + 1..]),
+            Some(i) if text[i + 1..].trim_start().starts_with("Steps:") => {
+                (&text[..i], &text[i + 1..])
+            }
             None if text.starts_with("Steps:") => ("", text),
             _ => return Err("no `Steps:` line: not A1111-style parameters".into()),
         };
         let (prompt, negative) = match body.find("\nNegative prompt:") {
-            Some(i) => (&body[..i], body[i + "\nNegative prompt:".len()..].trim_start()),
+            Some(i) => (
+                &body[..i],
+                body[i + "\nNegative prompt:".len()..].trim_start(),
+            ),
             None => match body.strip_prefix("Negative prompt:") {
                 Some(neg) => ("", neg.trim_start()),
                 None => (body, ""),
@@ -136,7 +147,9 @@ fn split_fields(line: &str) -> Result<Vec<(String, String)>, String> {
     let mut out = Vec::new();
     let mut rest = line;
     while !rest.is_empty() {
-        let colon = rest.find(':').ok_or_else(|| format!("expected `key: value` in `{rest}`"))?;
+        let colon = rest
+            .find(':')
+            .ok_or_else(|| format!("expected `key: value` in `{rest}`"))?;
         let key = rest[..colon].trim().to_string();
         let after = rest[colon + 1..].trim_start();
         let (value, remaining) = if after.starts_with('"') {
@@ -210,8 +223,17 @@ mod tests {
                     Model: v1-5, Denoising strength: 0.4, Version: v1.10.1";
         let p = Parameters::parse_a1111(text).unwrap();
         assert_eq!(p.negative_prompt, "lowres, bad anatomy");
-        assert_eq!((p.steps, p.seed, p.width, p.cfg_scale), (30, 3735928559, 512, 6.5));
-        assert_eq!(p.extra, vec![("Denoising strength".into(), "0.4".into()), ("Version".into(), "v1.10.1".into())]);
+        assert_eq!(
+            (p.steps, p.seed, p.width, p.cfg_scale),
+            (30, 3735928559, 512, 6.5)
+        );
+        assert_eq!(
+            p.extra,
+            vec![
+                ("Denoising strength".into(), "0.4".into()),
+                ("Version".into(), "v1.10.1".into())
+            ]
+        );
     }
 
     #[test]

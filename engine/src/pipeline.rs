@@ -67,13 +67,21 @@ pub struct StepState<'a> {
 /// Things worth telling the artist that are not errors.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Notice {
-    PromptTruncated { which: &'static str, tokens: usize, kept: usize },
+    PromptTruncated {
+        which: &'static str,
+        tokens: usize,
+        kept: usize,
+    },
 }
 
 impl std::fmt::Display for Notice {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Notice::PromptTruncated { which, tokens, kept } => write!(
+            Notice::PromptTruncated {
+                which,
+                tokens,
+                kept,
+            } => write!(
                 f,
                 "the {which} has {tokens} tokens; only the first {kept} are used (CLIP reads 77 including start and end)"
             ),
@@ -106,13 +114,22 @@ pub fn check_request(model: &StableDiffusion, req: &Txt2ImgRequest) -> Result<()
         return bad("steps must be at least 1".into());
     }
     if req.width == 0 || req.height == 0 || req.width % scale != 0 || req.height % scale != 0 {
-        return bad(format!("width and height must be positive multiples of {scale}, got {}x{}", req.width, req.height));
+        return bad(format!(
+            "width and height must be positive multiples of {scale}, got {}x{}",
+            req.width, req.height
+        ));
     }
     if req.width > 8192 || req.height > 8192 {
-        return bad(format!("{}x{} is larger than the 8192 pixel limit", req.width, req.height));
+        return bad(format!(
+            "{}x{} is larger than the 8192 pixel limit",
+            req.width, req.height
+        ));
     }
     if !req.cfg_scale.is_finite() || req.cfg_scale < 0.0 {
-        return bad(format!("CFG scale must be a finite number ≥ 0, got {}", req.cfg_scale));
+        return bad(format!(
+            "CFG scale must be a finite number ≥ 0, got {}",
+            req.cfg_scale
+        ));
     }
     if req.batch_count == 0 {
         return bad("batch count must be at least 1".into());
@@ -138,19 +155,22 @@ pub fn txt2img(
 
     // 2. Encode the prompt. CFG ≤ 1 skips the unconditional pass, as diffusers does.
     let guided = req.cfg_scale > 1.0;
-    let encode = |text: &str, which: &'static str, observer: &mut dyn Observer| -> Result<Tensor<3>> {
-        let enc = tokenizer.encode_padded(text);
-        if enc.truncated {
-            let notice = Notice::PromptTruncated {
-                which,
-                tokens: enc.token_count,
-                kept: crate::tokenizer::MAX_PROMPT_TOKENS,
-            };
-            tracing::warn!("{notice}");
-            observer.notice(&notice);
-        }
-        model.text_encoder.forward(&[enc.ids.to_vec()], req.clip_skip)
-    };
+    let encode =
+        |text: &str, which: &'static str, observer: &mut dyn Observer| -> Result<Tensor<3>> {
+            let enc = tokenizer.encode_padded(text);
+            if enc.truncated {
+                let notice = Notice::PromptTruncated {
+                    which,
+                    tokens: enc.token_count,
+                    kept: crate::tokenizer::MAX_PROMPT_TOKENS,
+                };
+                tracing::warn!("{notice}");
+                observer.notice(&notice);
+            }
+            model
+                .text_encoder
+                .forward(&[enc.ids.to_vec()], req.clip_skip)
+        };
     let cond = encode(&req.prompt, "prompt", observer)?;
     let context = if guided {
         let uncond = encode(&req.negative_prompt, "negative prompt", observer)?;
@@ -160,7 +180,12 @@ pub fn txt2img(
     };
 
     let scale = model.config.vae.downscale();
-    let shape = [1, model.config.unet.in_channels, req.height / scale, req.width / scale];
+    let shape = [
+        1,
+        model.config.unet.in_channels,
+        req.height / scale,
+        req.width / scale,
+    ];
     let numel: usize = shape.iter().product();
     let mut out = Vec::with_capacity(req.batch_count);
     for image in 0..req.batch_count {
@@ -169,7 +194,10 @@ pub fn txt2img(
         // 3. Timesteps come from the plan. 4. Latents: torch.randn with the seed, on the CPU.
         let mut rng = TorchRng::new(seed);
         let noise = |rng: &mut TorchRng| {
-            Tensor::<4>::from_data(TensorData::new(rng.randn(numel), shape), (device, DType::F32))
+            Tensor::<4>::from_data(
+                TensorData::new(rng.randn(numel), shape),
+                (device, DType::F32),
+            )
         };
         let mut latents = noise(&mut rng) * plan.init_noise_sigma; // f32 like diffusers' latents
         let mut prev_x0: Option<Tensor<4>> = None;
@@ -180,7 +208,11 @@ pub fn txt2img(
                 return Err(Error::Cancelled);
             }
             let input = (latents.clone() * plan.input_scale[i]).cast(dtype);
-            let input = if guided { Tensor::cat(vec![input.clone(), input], 0) } else { input };
+            let input = if guided {
+                Tensor::cat(vec![input.clone(), input], 0)
+            } else {
+                input
+            };
             let eps = model.unet.forward(input, &[t], &context).cast(DType::F32);
             let eps = if guided {
                 let [uncond, text] = split_batch(eps);
@@ -230,7 +262,10 @@ pub fn txt2img(
 fn split_batch(t: Tensor<4>) -> [Tensor<4>; 2] {
     let [b, c, h, w] = t.dims();
     let half = b / 2;
-    [t.clone().slice([0..half, 0..c, 0..h, 0..w]), t.slice([half..b, 0..c, 0..h, 0..w])]
+    [
+        t.clone().slice([0..half, 0..c, 0..h, 0..w]),
+        t.slice([half..b, 0..c, 0..h, 0..w]),
+    ]
 }
 
 /// `[1, 3, h, w]` in about [-1, 1] -> RGB8, as diffusers: `round(clamp(x / 2 + 0.5, 0, 1) * 255)`.

@@ -52,8 +52,15 @@ impl VaeConfig {
         if self.block_out_channels.is_empty() || self.layers_per_block == 0 {
             return Err("VAE needs at least one block and one layer per block".into());
         }
-        if let Some(c) = self.block_out_channels.iter().find(|&&c| c % self.norm_num_groups != 0) {
-            return Err(format!("VAE width {c} is not divisible by {} groups", self.norm_num_groups));
+        if let Some(c) = self
+            .block_out_channels
+            .iter()
+            .find(|&&c| c % self.norm_num_groups != 0)
+        {
+            return Err(format!(
+                "VAE width {c} is not divisible by {} groups",
+                self.norm_num_groups
+            ));
         }
         Ok(())
     }
@@ -92,8 +99,16 @@ impl VaeAttention {
 
     fn forward(&self, x: Tensor<4>) -> Tensor<4> {
         let [b, c, h, w] = x.dims();
-        let t = self.group_norm.forward(x.clone()).reshape([b, c, h * w]).swap_dims(1, 2); // [b, hw, c]
-        let (q, k, v) = (self.to_q.forward(t.clone()), self.to_k.forward(t.clone()), self.to_v.forward(t));
+        let t = self
+            .group_norm
+            .forward(x.clone())
+            .reshape([b, c, h * w])
+            .swap_dims(1, 2); // [b, hw, c]
+        let (q, k, v) = (
+            self.to_q.forward(t.clone()),
+            self.to_k.forward(t.clone()),
+            self.to_v.forward(t),
+        );
         let out = self.to_out.forward(multi_head_attention(q, k, v, 1, false));
         out.swap_dims(1, 2).reshape([b, c, h, w]) + x
     }
@@ -164,7 +179,10 @@ impl Encoder {
                 let downsampler = (i + 1 < n)
                     .then(|| Downsample::load(&bw.pp("downsamplers.0"), c[i], 0))
                     .transpose()?;
-                Ok(EncoderBlock { resnets, downsampler })
+                Ok(EncoderBlock {
+                    resnets,
+                    downsampler,
+                })
             })
             .collect::<Result<_>>()?;
         let latent2 = 2 * config.latent_channels;
@@ -172,7 +190,12 @@ impl Encoder {
             conv_in: Conv2d::load(&w.pp("conv_in"), config.in_channels, c[0], 3, 1, 1)?,
             down_blocks,
             mid_block: VaeMidBlock::load(&w.pp("mid_block"), c[n - 1], config)?,
-            conv_norm_out: GroupNorm::load(&w.pp("conv_norm_out"), config.norm_num_groups, c[n - 1], 1e-6)?,
+            conv_norm_out: GroupNorm::load(
+                &w.pp("conv_norm_out"),
+                config.norm_num_groups,
+                c[n - 1],
+                1e-6,
+            )?,
             conv_out: Conv2d::load(&w.pp("conv_out"), c[n - 1], latent2, 3, 1, 1)?,
             quant_conv: Conv2d::load(&vae.pp("quant_conv"), latent2, latent2, 1, 1, 0)?,
         })
@@ -218,7 +241,10 @@ impl Decoder {
                 let resnets = (0..config.layers_per_block + 1)
                     .map(|j| {
                         let ci = if j == 0 { c_prev } else { c[rev] };
-                        ResnetBlock2D::load(&bw.pp(format!("resnets.{j}")), config.resnet(ci, c[rev]))
+                        ResnetBlock2D::load(
+                            &bw.pp(format!("resnets.{j}")),
+                            config.resnet(ci, c[rev]),
+                        )
                     })
                     .collect::<Result<_>>()?;
                 let upsampler = (i + 1 < n)
@@ -232,7 +258,12 @@ impl Decoder {
             conv_in: Conv2d::load(&w.pp("conv_in"), l, c[n - 1], 3, 1, 1)?,
             mid_block: VaeMidBlock::load(&w.pp("mid_block"), c[n - 1], config)?,
             up_blocks,
-            conv_norm_out: GroupNorm::load(&w.pp("conv_norm_out"), config.norm_num_groups, c[0], 1e-6)?,
+            conv_norm_out: GroupNorm::load(
+                &w.pp("conv_norm_out"),
+                config.norm_num_groups,
+                c[0],
+                1e-6,
+            )?,
             conv_out: Conv2d::load(&w.pp("conv_out"), c[0], config.out_channels, 3, 1, 1)?,
         })
     }

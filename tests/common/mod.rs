@@ -13,7 +13,10 @@ pub fn fixtures() -> PathBuf {
 
 /// The two backends every model test runs on. wgpu is lavapipe in CI: it must really run there.
 pub fn devices() -> Vec<(&'static str, Device)> {
-    vec![("cpu", Device::flex()), ("wgpu", Device::wgpu(DeviceKind::DefaultDevice))]
+    vec![
+        ("cpu", Device::flex()),
+        ("wgpu", Device::wgpu(DeviceKind::DefaultDevice)),
+    ]
 }
 
 pub struct Expected(SafetensorsFile);
@@ -21,15 +24,24 @@ pub struct Expected(SafetensorsFile);
 impl Expected {
     /// tests/fixtures/tiny-sd-expected.safetensors, written by make_model_fixtures.py.
     pub fn load() -> Self {
-        Self(SafetensorsFile::open(&fixtures().join("tiny-sd-expected.safetensors")).expect("expected tensors"))
+        Self(
+            SafetensorsFile::open(&fixtures().join("tiny-sd-expected.safetensors"))
+                .expect("expected tensors"),
+        )
     }
 
     pub fn shape(&self, name: &str) -> Vec<usize> {
-        self.0.entry(name).unwrap_or_else(|| panic!("no fixture tensor {name}")).shape.clone()
+        self.0
+            .entry(name)
+            .unwrap_or_else(|| panic!("no fixture tensor {name}"))
+            .shape
+            .clone()
     }
 
     pub fn values(&self, name: &str) -> Vec<f32> {
-        self.0.read_f32(name).unwrap_or_else(|e| panic!("{name}: {e}"))
+        self.0
+            .read_f32(name)
+            .unwrap_or_else(|e| panic!("{name}: {e}"))
     }
 
     pub fn tensor<const D: usize>(&self, name: &str, device: &Device, dtype: DType) -> Tensor<D> {
@@ -40,13 +52,21 @@ impl Expected {
     pub fn ids(&self, name: &str) -> Vec<Vec<u32>> {
         let entry = self.0.entry(name).expect("ids");
         let n = entry.shape[1];
-        let vals: Vec<u32> = self.0.bytes(entry).chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as u32).collect();
+        let vals: Vec<u32> = self
+            .0
+            .bytes(entry)
+            .chunks_exact(4)
+            .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as u32)
+            .collect();
         vals.chunks(n).map(<[u32]>::to_vec).collect()
     }
 }
 
 pub fn to_vec<const D: usize>(t: Tensor<D>) -> Vec<f32> {
-    t.cast(DType::F32).into_data().try_to_vec::<f32>().expect("f32 data")
+    t.cast(DType::F32)
+        .into_data()
+        .try_to_vec::<f32>()
+        .expect("f32 data")
 }
 
 /// (max absolute error, relative L2 error).
@@ -67,7 +87,10 @@ pub fn errors(got: &[f32], want: &[f32]) -> (f32, f32) {
 pub fn assert_close(what: &str, got: &[f32], want: &[f32], dtype: DType) {
     let (abs, rel) = errors(got, want);
     match dtype {
-        DType::F32 => assert!(abs <= 1e-4 && rel <= 1e-4, "{what}: max abs {abs:e}, rel {rel:e}"),
+        DType::F32 => assert!(
+            abs <= 1e-4 && rel <= 1e-4,
+            "{what}: max abs {abs:e}, rel {rel:e}"
+        ),
         _ => assert!(rel <= 1e-2, "{what}: rel {rel:e} (max abs {abs:e})"),
     }
     eprintln!("{what}: max abs {abs:.2e}, rel {rel:.2e}");
@@ -94,7 +117,9 @@ pub fn write_safetensors(path: &Path, tensors: &[(&str, &str, Vec<usize>, Vec<u8
 }
 
 pub fn f32_bytes(n: usize) -> Vec<u8> {
-    (0..n).flat_map(|i| (i as f32 * 0.01).to_le_bytes()).collect()
+    (0..n)
+        .flat_map(|i| (i as f32 * 0.01).to_le_bytes())
+        .collect()
 }
 
 pub fn scratch_dir(name: &str) -> PathBuf {

@@ -28,7 +28,9 @@ impl Family {
             Family::Sdxl => "Stable Diffusion XL",
             Family::Sd3 => "Stable Diffusion 3 (MMDiT)",
             Family::Flux => "Flux",
-            Family::NotACheckpoint => "not a full checkpoint (no UNet weights: a VAE, LoRA or embedding?)",
+            Family::NotACheckpoint => {
+                "not a full checkpoint (no UNet weights: a VAE, LoRA or embedding?)"
+            }
             Family::Unknown => "an unrecognised model layout",
         }
     }
@@ -40,7 +42,12 @@ impl Family {
 
 /// Classifies a single-file (LDM layout) checkpoint.
 pub fn detect_single_file(file: &SafetensorsFile) -> Family {
-    let has_prefix = |p: &str| file.entries().range(p.to_string()..).next().is_some_and(|(k, _)| k.starts_with(p));
+    let has_prefix = |p: &str| {
+        file.entries()
+            .range(p.to_string()..)
+            .next()
+            .is_some_and(|(k, _)| k.starts_with(p))
+    };
     if has_prefix("conditioner.embedders.") {
         return Family::Sdxl;
     }
@@ -56,7 +63,10 @@ pub fn detect_single_file(file: &SafetensorsFile) -> Family {
     if has_prefix("cond_stage_model.model.") {
         return Family::Sd2;
     }
-    match file.entry(&format!("{UNET_PREFIX}input_blocks.0.0.weight")).map(|e| e.shape.as_slice()) {
+    match file
+        .entry(&format!("{UNET_PREFIX}input_blocks.0.0.weight"))
+        .map(|e| e.shape.as_slice())
+    {
         Some([_, 9, _, _]) => return Family::Sd1Inpainting,
         Some([_, 8, _, _]) => return Family::Sd1InstructPix2Pix,
         Some([_, 4, _, _]) => {}
@@ -70,7 +80,11 @@ pub fn detect_single_file(file: &SafetensorsFile) -> Family {
 }
 
 /// Classifies a diffusers folder from its pipeline class and UNet config.
-pub fn detect_diffusers(pipeline_class: &str, unet_in_channels: usize, cross_attention_dim: usize) -> Family {
+pub fn detect_diffusers(
+    pipeline_class: &str,
+    unet_in_channels: usize,
+    cross_attention_dim: usize,
+) -> Family {
     match pipeline_class {
         c if c.contains("XL") => Family::Sdxl,
         c if c.contains("StableDiffusion3") => Family::Sd3,

@@ -17,11 +17,11 @@ fn split3(name: &str) -> Option<(&str, &str, &str)> {
 /// Resnet parameter names: diffusers `ResnetBlock2D` -> LDM `ResBlock`.
 fn unet_resnet(rest: &str) -> String {
     const RULES: [(&str, &str); 6] = [
-        ("norm1.", "in_layers.0."),       // GroupNorm before the first conv
-        ("conv1.", "in_layers.2."),       // first 3x3 conv (index 1 is SiLU)
+        ("norm1.", "in_layers.0."),          // GroupNorm before the first conv
+        ("conv1.", "in_layers.2."),          // first 3x3 conv (index 1 is SiLU)
         ("time_emb_proj.", "emb_layers.1."), // time embedding projection (index 0 is SiLU)
         ("norm2.", "out_layers.0."),
-        ("conv2.", "out_layers.3."),      // indices 1, 2 are SiLU and dropout
+        ("conv2.", "out_layers.3."), // indices 1, 2 are SiLU and dropout
         ("conv_shortcut.", "skip_connection."),
     ];
     rename(rest, &RULES)
@@ -70,19 +70,39 @@ fn unet_key_inner(name: &str, config: &UNetConfig, per_block: usize) -> Option<S
     let (kind, idx, tail) = split3(rest)?;
     let idx: usize = idx.parse().ok()?;
     match (group, kind) {
-        ("down_blocks", "resnets") => Some(format!("input_blocks.{}.0.{}", 1 + block * per_block + idx, unet_resnet(tail))),
-        ("down_blocks", "attentions") => Some(format!("input_blocks.{}.1.{tail}", 1 + block * per_block + idx)),
+        ("down_blocks", "resnets") => Some(format!(
+            "input_blocks.{}.0.{}",
+            1 + block * per_block + idx,
+            unet_resnet(tail)
+        )),
+        ("down_blocks", "attentions") => Some(format!(
+            "input_blocks.{}.1.{tail}",
+            1 + block * per_block + idx
+        )),
         // `downsamplers.0.conv.weight` -> `input_blocks.N.0.op.weight`
         ("down_blocks", "downsamplers") => {
             let tail = tail.strip_prefix("conv.")?;
-            Some(format!("input_blocks.{}.0.op.{tail}", 1 + block * per_block + per_block - 1))
+            Some(format!(
+                "input_blocks.{}.0.op.{tail}",
+                1 + block * per_block + per_block - 1
+            ))
         }
-        ("up_blocks", "resnets") => Some(format!("output_blocks.{}.0.{}", block * per_block + idx, unet_resnet(tail))),
-        ("up_blocks", "attentions") => Some(format!("output_blocks.{}.1.{tail}", block * per_block + idx)),
+        ("up_blocks", "resnets") => Some(format!(
+            "output_blocks.{}.0.{}",
+            block * per_block + idx,
+            unet_resnet(tail)
+        )),
+        ("up_blocks", "attentions") => Some(format!(
+            "output_blocks.{}.1.{tail}",
+            block * per_block + idx
+        )),
         // The upsampler follows the last resnet, and its attention if the block has one.
         ("up_blocks", "upsamplers") => {
             let slot = if config.up_has_attention(block) { 2 } else { 1 };
-            Some(format!("output_blocks.{}.{slot}.{tail}", block * per_block + per_block - 1))
+            Some(format!(
+                "output_blocks.{}.{slot}.{tail}",
+                block * per_block + per_block - 1
+            ))
         }
         _ => None,
     }
@@ -105,7 +125,8 @@ fn vae_attention(rest: &str) -> String {
 
 /// diffusers VAE name -> LDM key (with `first_stage_model.` prefix).
 pub fn vae_key(name: &str, config: &VaeConfig) -> String {
-    let key = vae_key_inner(name, config.block_out_channels.len()).unwrap_or_else(|| name.to_string());
+    let key =
+        vae_key_inner(name, config.block_out_channels.len()).unwrap_or_else(|| name.to_string());
     format!("{VAE_PREFIX}{key}")
 }
 
@@ -130,11 +151,20 @@ fn vae_key_inner(name: &str, blocks: usize) -> Option<String> {
     let block: usize = block.parse().ok()?;
     let (kind, idx, tail) = split3(r)?;
     match (group, kind) {
-        ("down_blocks", "resnets") => Some(format!("encoder.down.{block}.block.{idx}.{}", vae_resnet(tail))),
+        ("down_blocks", "resnets") => Some(format!(
+            "encoder.down.{block}.block.{idx}.{}",
+            vae_resnet(tail)
+        )),
         ("down_blocks", "downsamplers") => Some(format!("encoder.down.{block}.downsample.{tail}")),
         // LDM numbers decoder levels from the lowest resolution up; diffusers the other way.
-        ("up_blocks", "resnets") => Some(format!("decoder.up.{}.block.{idx}.{}", blocks - 1 - block, vae_resnet(tail))),
-        ("up_blocks", "upsamplers") => Some(format!("decoder.up.{}.upsample.{tail}", blocks - 1 - block)),
+        ("up_blocks", "resnets") => Some(format!(
+            "decoder.up.{}.block.{idx}.{}",
+            blocks - 1 - block,
+            vae_resnet(tail)
+        )),
+        ("up_blocks", "upsamplers") => {
+            Some(format!("decoder.up.{}.upsample.{tail}", blocks - 1 - block))
+        }
         _ => None,
     }
 }
@@ -149,22 +179,59 @@ mod tests {
         let cases = [
             ("conv_in.weight", "input_blocks.0.0.weight"),
             ("time_embedding.linear_2.bias", "time_embed.2.bias"),
-            ("down_blocks.0.resnets.0.norm1.weight", "input_blocks.1.0.in_layers.0.weight"),
-            ("down_blocks.0.attentions.1.proj_in.weight", "input_blocks.2.1.proj_in.weight"),
-            ("down_blocks.0.downsamplers.0.conv.weight", "input_blocks.3.0.op.weight"),
-            ("down_blocks.1.resnets.0.conv_shortcut.weight", "input_blocks.4.0.skip_connection.weight"),
-            ("down_blocks.3.resnets.1.time_emb_proj.bias", "input_blocks.11.0.emb_layers.1.bias"),
-            ("mid_block.attentions.0.transformer_blocks.0.attn2.to_k.weight", "middle_block.1.transformer_blocks.0.attn2.to_k.weight"),
-            ("mid_block.resnets.1.conv2.weight", "middle_block.2.out_layers.3.weight"),
-            ("up_blocks.0.resnets.2.conv1.weight", "output_blocks.2.0.in_layers.2.weight"),
-            ("up_blocks.0.upsamplers.0.conv.weight", "output_blocks.2.1.conv.weight"),
-            ("up_blocks.1.upsamplers.0.conv.bias", "output_blocks.5.2.conv.bias"),
-            ("up_blocks.3.attentions.2.proj_out.bias", "output_blocks.11.1.proj_out.bias"),
+            (
+                "down_blocks.0.resnets.0.norm1.weight",
+                "input_blocks.1.0.in_layers.0.weight",
+            ),
+            (
+                "down_blocks.0.attentions.1.proj_in.weight",
+                "input_blocks.2.1.proj_in.weight",
+            ),
+            (
+                "down_blocks.0.downsamplers.0.conv.weight",
+                "input_blocks.3.0.op.weight",
+            ),
+            (
+                "down_blocks.1.resnets.0.conv_shortcut.weight",
+                "input_blocks.4.0.skip_connection.weight",
+            ),
+            (
+                "down_blocks.3.resnets.1.time_emb_proj.bias",
+                "input_blocks.11.0.emb_layers.1.bias",
+            ),
+            (
+                "mid_block.attentions.0.transformer_blocks.0.attn2.to_k.weight",
+                "middle_block.1.transformer_blocks.0.attn2.to_k.weight",
+            ),
+            (
+                "mid_block.resnets.1.conv2.weight",
+                "middle_block.2.out_layers.3.weight",
+            ),
+            (
+                "up_blocks.0.resnets.2.conv1.weight",
+                "output_blocks.2.0.in_layers.2.weight",
+            ),
+            (
+                "up_blocks.0.upsamplers.0.conv.weight",
+                "output_blocks.2.1.conv.weight",
+            ),
+            (
+                "up_blocks.1.upsamplers.0.conv.bias",
+                "output_blocks.5.2.conv.bias",
+            ),
+            (
+                "up_blocks.3.attentions.2.proj_out.bias",
+                "output_blocks.11.1.proj_out.bias",
+            ),
             ("conv_norm_out.weight", "out.0.weight"),
             ("conv_out.bias", "out.2.bias"),
         ];
         for (diffusers, ldm) in cases {
-            assert_eq!(unet_key(diffusers, &c), format!("{UNET_PREFIX}{ldm}"), "{diffusers}");
+            assert_eq!(
+                unet_key(diffusers, &c),
+                format!("{UNET_PREFIX}{ldm}"),
+                "{diffusers}"
+            );
         }
     }
 
@@ -172,18 +239,43 @@ mod tests {
     fn sd15_vae_keys_match_real_files() {
         let c = VaeConfig::sd15();
         let cases = [
-            ("encoder.down_blocks.0.resnets.1.conv2.weight", "encoder.down.0.block.1.conv2.weight"),
-            ("encoder.down_blocks.1.resnets.0.conv_shortcut.weight", "encoder.down.1.block.0.nin_shortcut.weight"),
-            ("encoder.down_blocks.2.downsamplers.0.conv.bias", "encoder.down.2.downsample.conv.bias"),
-            ("encoder.mid_block.attentions.0.to_out.0.weight", "encoder.mid.attn_1.proj_out.weight"),
-            ("decoder.mid_block.attentions.0.group_norm.bias", "decoder.mid.attn_1.norm.bias"),
-            ("decoder.up_blocks.0.resnets.2.norm1.weight", "decoder.up.3.block.2.norm1.weight"),
-            ("decoder.up_blocks.2.upsamplers.0.conv.weight", "decoder.up.1.upsample.conv.weight"),
+            (
+                "encoder.down_blocks.0.resnets.1.conv2.weight",
+                "encoder.down.0.block.1.conv2.weight",
+            ),
+            (
+                "encoder.down_blocks.1.resnets.0.conv_shortcut.weight",
+                "encoder.down.1.block.0.nin_shortcut.weight",
+            ),
+            (
+                "encoder.down_blocks.2.downsamplers.0.conv.bias",
+                "encoder.down.2.downsample.conv.bias",
+            ),
+            (
+                "encoder.mid_block.attentions.0.to_out.0.weight",
+                "encoder.mid.attn_1.proj_out.weight",
+            ),
+            (
+                "decoder.mid_block.attentions.0.group_norm.bias",
+                "decoder.mid.attn_1.norm.bias",
+            ),
+            (
+                "decoder.up_blocks.0.resnets.2.norm1.weight",
+                "decoder.up.3.block.2.norm1.weight",
+            ),
+            (
+                "decoder.up_blocks.2.upsamplers.0.conv.weight",
+                "decoder.up.1.upsample.conv.weight",
+            ),
             ("decoder.conv_norm_out.weight", "decoder.norm_out.weight"),
             ("post_quant_conv.weight", "post_quant_conv.weight"),
         ];
         for (diffusers, ldm) in cases {
-            assert_eq!(vae_key(diffusers, &c), format!("{VAE_PREFIX}{ldm}"), "{diffusers}");
+            assert_eq!(
+                vae_key(diffusers, &c),
+                format!("{VAE_PREFIX}{ldm}"),
+                "{diffusers}"
+            );
         }
     }
 }

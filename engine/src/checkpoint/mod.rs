@@ -109,9 +109,17 @@ impl Checkpoint {
             });
         }
         let index: serde_json::Value = read_json(&index)?;
-        let class = index.get("_class_name").and_then(|v| v.as_str()).unwrap_or_default().to_string();
+        let class = index
+            .get("_class_name")
+            .and_then(|v| v.as_str())
+            .unwrap_or_default()
+            .to_string();
         let unet_config: UNetConfig = read_json(&dir.join("unet/config.json"))?;
-        let family = family::detect_diffusers(&class, unet_config.in_channels, unet_config.cross_attention_dim);
+        let family = family::detect_diffusers(
+            &class,
+            unet_config.in_channels,
+            unet_config.cross_attention_dim,
+        );
         if !family.is_supported() {
             return Err(Error::UnsupportedFamily {
                 found: format!("{} ({class})", family.describe()),
@@ -142,11 +150,19 @@ impl Checkpoint {
     pub fn text_encoder_weights(&self, device: &Device, dtype: DType) -> Weights {
         let prefix = self.clip_prefix;
         let map: KeyMap = if self.clip_flat {
-            Arc::new(move |n: &str| format!("{prefix}{}", n.strip_prefix("text_model.").unwrap_or(n)))
+            Arc::new(move |n: &str| {
+                format!("{prefix}{}", n.strip_prefix("text_model.").unwrap_or(n))
+            })
         } else {
             Arc::new(move |n: &str| format!("{prefix}{n}"))
         };
-        Weights::from_file("text encoder", self.text_encoder.clone(), map, device, dtype)
+        Weights::from_file(
+            "text encoder",
+            self.text_encoder.clone(),
+            map,
+            device,
+            dtype,
+        )
     }
 
     pub fn unet_weights(&self, device: &Device, dtype: DType) -> Weights {
@@ -198,7 +214,10 @@ fn is_flat_clip(file: &SafetensorsFile, prefix: &str) -> bool {
 /// `dir/<sub>/<stem>.safetensors`, else the `.fp16` variant diffusers writes.
 fn open_component(dir: &Path, sub: &str, stem: &str) -> Result<SafetensorsFile> {
     let base = dir.join(sub);
-    let candidates = [format!("{stem}.safetensors"), format!("{stem}.fp16.safetensors")];
+    let candidates = [
+        format!("{stem}.safetensors"),
+        format!("{stem}.fp16.safetensors"),
+    ];
     for name in &candidates {
         let p = base.join(name);
         if p.is_file() {
@@ -236,7 +255,9 @@ impl Checkpoint {
         let mut hasher = Sha256::new();
         let mut buf = vec![0u8; 1 << 20];
         loop {
-            let n = file.read(&mut buf).map_err(|e| Error::io("checkpoint", path, e))?;
+            let n = file
+                .read(&mut buf)
+                .map_err(|e| Error::io("checkpoint", path, e))?;
             if n == 0 {
                 break;
             }
@@ -253,6 +274,7 @@ impl Checkpoint {
         } else {
             self.path.file_stem()
         };
-        name.map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "model".into())
+        name.map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "model".into())
     }
 }

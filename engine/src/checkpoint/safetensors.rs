@@ -135,7 +135,10 @@ fn refuse_pickle(path: &Path) -> Result<()> {
         .extension()
         .and_then(|e| e.to_str())
         .map(|e| e.to_ascii_lowercase());
-    if matches!(ext.as_deref(), Some("ckpt" | "pt" | "pth" | "bin" | "pkl" | "pickle")) {
+    if matches!(
+        ext.as_deref(),
+        Some("ckpt" | "pt" | "pth" | "bin" | "pkl" | "pickle")
+    ) {
         return Err(Error::PickleRefused {
             path: path.to_path_buf(),
         });
@@ -154,7 +157,9 @@ fn describe(e: &safetensors::SafeTensorError) -> String {
     use safetensors::SafeTensorError as E;
     match e {
         E::HeaderTooSmall => "the file is too short to hold a header".into(),
-        E::InvalidHeaderLength => "the header length points past the end of the file (truncated?)".into(),
+        E::InvalidHeaderLength => {
+            "the header length points past the end of the file (truncated?)".into()
+        }
         E::MetadataIncompleteBuffer => {
             "the tensor data does not match the file size (truncated or padded file)".into()
         }
@@ -195,7 +200,10 @@ mod tests {
     fn bad_files_are_clear_errors() {
         let dir = tempdir();
         let missing = dir.join("nope.safetensors");
-        assert!(matches!(SafetensorsFile::open(&missing), Err(Error::Io { .. })));
+        assert!(matches!(
+            SafetensorsFile::open(&missing),
+            Err(Error::Io { .. })
+        ));
 
         let empty = write(&dir, "empty.safetensors", b"");
         let e = SafetensorsFile::open(&empty).unwrap_err();
@@ -220,7 +228,10 @@ mod tests {
         assert!(matches!(e, Error::InvalidSafetensors { .. }), "{e}");
 
         let pickle = write(&dir, "model.ckpt", b"\x80\x02}q\x00.");
-        assert!(matches!(SafetensorsFile::open(&pickle), Err(Error::PickleRefused { .. })));
+        assert!(matches!(
+            SafetensorsFile::open(&pickle),
+            Err(Error::PickleRefused { .. })
+        ));
     }
 
     #[test]

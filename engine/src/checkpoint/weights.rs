@@ -17,7 +17,10 @@ use crate::error::{Error, Result};
 pub type KeyMap = Arc<dyn Fn(&str) -> String + Send + Sync>;
 
 enum Source {
-    File { file: Arc<SafetensorsFile>, map: KeyMap },
+    File {
+        file: Arc<SafetensorsFile>,
+        map: KeyMap,
+    },
     Random,
 }
 
@@ -152,7 +155,11 @@ impl Weights {
     }
 
     /// A tensor that may be absent (e.g. a bias).
-    pub fn optional<const D: usize>(&self, name: &str, shape: [usize; D]) -> Result<Option<Tensor<D>>> {
+    pub fn optional<const D: usize>(
+        &self,
+        name: &str,
+        shape: [usize; D],
+    ) -> Result<Option<Tensor<D>>> {
         if self.contains(name) {
             self.tensor(name, shape).map(Some)
         } else {

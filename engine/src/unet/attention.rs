@@ -18,7 +18,13 @@ pub struct CrossAttention {
 }
 
 impl CrossAttention {
-    pub fn load(w: &Weights, query_dim: usize, context_dim: usize, heads: usize, head_dim: usize) -> Result<Self> {
+    pub fn load(
+        w: &Weights,
+        query_dim: usize,
+        context_dim: usize,
+        heads: usize,
+        head_dim: usize,
+    ) -> Result<Self> {
         let inner = heads * head_dim;
         Ok(Self {
             to_q: Linear::load(&w.pp("to_q"), query_dim, inner, false)?,
@@ -36,7 +42,8 @@ impl CrossAttention {
         let q = self.to_q.forward(x);
         let k = self.to_k.forward(context.clone());
         let v = self.to_v.forward(context);
-        self.to_out.forward(multi_head_attention(q, k, v, self.heads, false))
+        self.to_out
+            .forward(multi_head_attention(q, k, v, self.heads, false))
     }
 }
 
@@ -140,7 +147,14 @@ impl Transformer2D {
             norm: GroupNorm::load(&w.pp("norm"), s.groups, c, 1e-6)?,
             proj_in: Projection::load(&w.pp("proj_in"), c, c, s.linear_projection)?,
             blocks: (0..s.layers)
-                .map(|i| BasicTransformerBlock::load(&w.pp(format!("transformer_blocks.{i}")), c, s.context_dim, s.heads))
+                .map(|i| {
+                    BasicTransformerBlock::load(
+                        &w.pp(format!("transformer_blocks.{i}")),
+                        c,
+                        s.context_dim,
+                        s.heads,
+                    )
+                })
                 .collect::<Result<_>>()?,
             proj_out: Projection::load(&w.pp("proj_out"), c, c, s.linear_projection)?,
         })

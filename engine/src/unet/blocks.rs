@@ -46,7 +46,10 @@ impl Upsample {
     pub fn forward(&self, x: Tensor<4>, size: Option<[usize; 2]>) -> Tensor<4> {
         let [_, _, h, w] = x.dims();
         let size = size.unwrap_or([h * 2, w * 2]);
-        let up = interpolate(x, InterpolateOptions::new(InterpolateMode::Nearest).with_output_size(size));
+        let up = interpolate(
+            x,
+            InterpolateOptions::new(InterpolateMode::Nearest).with_output_size(size),
+        );
         self.conv.forward(up)
     }
 }
@@ -108,9 +111,15 @@ impl DownBlock {
         let mut attentions = Vec::new();
         for i in 0..layers {
             let c = if i == 0 { c_in } else { c_out };
-            resnets.push(ResnetBlock2D::load(&w.pp(format!("resnets.{i}")), spec.resnet(c, c_out))?);
+            resnets.push(ResnetBlock2D::load(
+                &w.pp(format!("resnets.{i}")),
+                spec.resnet(c, c_out),
+            )?);
             if let Some(heads) = heads {
-                attentions.push(Transformer2D::load(&w.pp(format!("attentions.{i}")), spec.transformer(c_out, heads))?);
+                attentions.push(Transformer2D::load(
+                    &w.pp(format!("attentions.{i}")),
+                    spec.transformer(c_out, heads),
+                )?);
             }
         }
         let downsampler = downsample
@@ -124,7 +133,13 @@ impl DownBlock {
     }
 
     /// Returns the block output and the skip connections it produced, in order.
-    pub fn forward(&self, mut x: Tensor<4>, temb: &Tensor<2>, context: &Tensor<3>, skips: &mut Vec<Tensor<4>>) -> Tensor<4> {
+    pub fn forward(
+        &self,
+        mut x: Tensor<4>,
+        temb: &Tensor<2>,
+        context: &Tensor<3>,
+        skips: &mut Vec<Tensor<4>>,
+    ) -> Tensor<4> {
         for (i, resnet) in self.resnets.iter().enumerate() {
             x = resnet.forward(x, Some(temb));
             if let Some(attn) = self.attentions.get(i) {
@@ -152,7 +167,10 @@ impl MidBlock {
     pub fn load(w: &Weights, spec: &BlockSpec, channels: usize, heads: usize) -> Result<Self> {
         Ok(Self {
             resnet_0: ResnetBlock2D::load(&w.pp("resnets.0"), spec.resnet(channels, channels))?,
-            attention: Transformer2D::load(&w.pp("attentions.0"), spec.transformer(channels, heads))?,
+            attention: Transformer2D::load(
+                &w.pp("attentions.0"),
+                spec.transformer(channels, heads),
+            )?,
             resnet_1: ResnetBlock2D::load(&w.pp("resnets.1"), spec.resnet(channels, channels))?,
         })
     }
@@ -195,9 +213,15 @@ impl UpBlock {
         for i in 0..layers {
             let skip = if i == layers - 1 { ch.c_in } else { ch.c_out };
             let input = if i == 0 { ch.c_prev } else { ch.c_out };
-            resnets.push(ResnetBlock2D::load(&w.pp(format!("resnets.{i}")), spec.resnet(input + skip, ch.c_out))?);
+            resnets.push(ResnetBlock2D::load(
+                &w.pp(format!("resnets.{i}")),
+                spec.resnet(input + skip, ch.c_out),
+            )?);
             if let Some(heads) = heads {
-                attentions.push(Transformer2D::load(&w.pp(format!("attentions.{i}")), spec.transformer(ch.c_out, heads))?);
+                attentions.push(Transformer2D::load(
+                    &w.pp(format!("attentions.{i}")),
+                    spec.transformer(ch.c_out, heads),
+                )?);
             }
         }
         let upsampler = upsample
@@ -210,7 +234,13 @@ impl UpBlock {
         })
     }
 
-    pub fn forward(&self, mut x: Tensor<4>, temb: &Tensor<2>, context: &Tensor<3>, skips: &mut Vec<Tensor<4>>) -> Tensor<4> {
+    pub fn forward(
+        &self,
+        mut x: Tensor<4>,
+        temb: &Tensor<2>,
+        context: &Tensor<3>,
+        skips: &mut Vec<Tensor<4>>,
+    ) -> Tensor<4> {
         for (i, resnet) in self.resnets.iter().enumerate() {
             if let Some(skip) = skips.pop() {
                 x = Tensor::cat(vec![x, skip], 1);

@@ -28,9 +28,15 @@ pub fn timestep_projection(
             })
             .collect();
         let (first, second): (Vec<f32>, Vec<f32>) = if flip_sin_to_cos {
-            (args.iter().map(|a| a.cos()).collect(), args.iter().map(|a| a.sin()).collect())
+            (
+                args.iter().map(|a| a.cos()).collect(),
+                args.iter().map(|a| a.sin()).collect(),
+            )
         } else {
-            (args.iter().map(|a| a.sin()).collect(), args.iter().map(|a| a.cos()).collect())
+            (
+                args.iter().map(|a| a.sin()).collect(),
+                args.iter().map(|a| a.cos()).collect(),
+            )
         };
         out.extend(first);
         out.extend(second);
@@ -38,7 +44,10 @@ pub fn timestep_projection(
             out.push(0.0);
         }
     }
-    Tensor::from_data(TensorData::new(out, [timesteps.len(), dim]), (device, DType::F32))
+    Tensor::from_data(
+        TensorData::new(out, [timesteps.len(), dim]),
+        (device, DType::F32),
+    )
 }
 
 #[derive(Debug, Clone)]

@@ -63,8 +63,18 @@ impl Default for UNetConfig {
 impl UNetConfig {
     /// diffusers: stable-diffusion-v1-5/unet/config.json
     pub fn sd15() -> Self {
-        let down = ["CrossAttnDownBlock2D", "CrossAttnDownBlock2D", "CrossAttnDownBlock2D", "DownBlock2D"];
-        let up = ["UpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D"];
+        let down = [
+            "CrossAttnDownBlock2D",
+            "CrossAttnDownBlock2D",
+            "CrossAttnDownBlock2D",
+            "DownBlock2D",
+        ];
+        let up = [
+            "UpBlock2D",
+            "CrossAttnUpBlock2D",
+            "CrossAttnUpBlock2D",
+            "CrossAttnUpBlock2D",
+        ];
         Self {
             in_channels: 4,
             out_channels: 4,
@@ -87,7 +97,10 @@ impl UNetConfig {
 
     /// Heads of block `i` (diffusers: `num_attention_heads or attention_head_dim`).
     pub fn heads(&self, block: usize) -> Option<usize> {
-        self.num_attention_heads.as_ref().unwrap_or(&self.attention_head_dim).get(block)
+        self.num_attention_heads
+            .as_ref()
+            .unwrap_or(&self.attention_head_dim)
+            .get(block)
     }
 
     fn has_cross_attention(kind: &str) -> bool {
@@ -96,12 +109,16 @@ impl UNetConfig {
 
     /// Whether down block `i` has transformers.
     pub fn down_has_attention(&self, i: usize) -> bool {
-        self.down_block_types.get(i).is_some_and(|k| Self::has_cross_attention(k))
+        self.down_block_types
+            .get(i)
+            .is_some_and(|k| Self::has_cross_attention(k))
     }
 
     /// Whether up block `i` has transformers.
     pub fn up_has_attention(&self, i: usize) -> bool {
-        self.up_block_types.get(i).is_some_and(|k| Self::has_cross_attention(k))
+        self.up_block_types
+            .get(i)
+            .is_some_and(|k| Self::has_cross_attention(k))
     }
 
     pub fn validate(&self) -> std::result::Result<(), String> {
@@ -113,21 +130,36 @@ impl UNetConfig {
         }
         let known_down = ["CrossAttnDownBlock2D", "DownBlock2D"];
         let known_up = ["CrossAttnUpBlock2D", "UpBlock2D"];
-        if let Some(k) = self.down_block_types.iter().find(|k| !known_down.contains(&k.as_str())) {
+        if let Some(k) = self
+            .down_block_types
+            .iter()
+            .find(|k| !known_down.contains(&k.as_str()))
+        {
             return Err(format!("unsupported UNet down block `{k}`"));
         }
-        if let Some(k) = self.up_block_types.iter().find(|k| !known_up.contains(&k.as_str())) {
+        if let Some(k) = self
+            .up_block_types
+            .iter()
+            .find(|k| !known_up.contains(&k.as_str()))
+        {
             return Err(format!("unsupported UNet up block `{k}`"));
         }
         for (i, &c) in self.block_out_channels.iter().enumerate() {
             if c % self.norm_num_groups != 0 {
-                return Err(format!("block {i} width {c} is not divisible by {} groups", self.norm_num_groups));
+                return Err(format!(
+                    "block {i} width {c} is not divisible by {} groups",
+                    self.norm_num_groups
+                ));
             }
             let attn = self.down_has_attention(i) || self.up_has_attention(n - 1 - i) || i == n - 1;
             match self.heads(i) {
                 Some(h) if h > 0 && c % h == 0 => {}
                 _ if !attn => {}
-                h => return Err(format!("block {i} width {c} does not split into {h:?} heads")),
+                h => {
+                    return Err(format!(
+                        "block {i} width {c} does not split into {h:?} heads"
+                    ));
+                }
             }
         }
         if self.layers_per_block == 0 {
@@ -209,7 +241,12 @@ impl UNet2DConditionModel {
             down_blocks,
             mid_block,
             up_blocks,
-            conv_norm_out: GroupNorm::load(&w.pp("conv_norm_out"), config.norm_num_groups, c[0], config.norm_eps)?,
+            conv_norm_out: GroupNorm::load(
+                &w.pp("conv_norm_out"),
+                config.norm_num_groups,
+                c[0],
+                config.norm_eps,
+            )?,
             conv_out: Conv2d::load(&w.pp("conv_out"), c[0], config.out_channels, 3, 1, 1)?,
             config: config.clone(),
         })
@@ -229,8 +266,18 @@ impl UNet2DConditionModel {
         let c0 = self.config.block_out_channels[0];
         let b = x.dims()[0];
         // One timestep for the whole batch is broadcast, as diffusers does.
-        let timesteps = if timesteps.len() == 1 { vec![timesteps[0]; b] } else { timesteps.to_vec() };
-        let t = timestep_projection(&timesteps, c0, self.config.flip_sin_to_cos, self.config.freq_shift, &device);
+        let timesteps = if timesteps.len() == 1 {
+            vec![timesteps[0]; b]
+        } else {
+            timesteps.to_vec()
+        };
+        let t = timestep_projection(
+            &timesteps,
+            c0,
+            self.config.flip_sin_to_cos,
+            self.config.freq_shift,
+            &device,
+        );
         let temb = self.time_embedding.forward(t.cast(dtype)); // [b, 4*c0]
 
         let mut x = self.conv_in.forward(x); // [b, c0, h, w]
