@@ -164,3 +164,37 @@ fn cancellation_stops_before_the_next_step() {
     assert!(matches!(err, latent_engine::Error::Cancelled));
     assert_eq!(obs.1, 2);
 }
+
+#[test]
+fn batch_count_uses_consecutive_seeds() {
+    let ckpt = Checkpoint::open(&fixtures().join("tiny-sd")).unwrap();
+    let model = StableDiffusion::load(&ckpt, &Device::flex(), LoadOptions::default()).unwrap();
+    let tokenizer = ClipTokenizer::new().unwrap();
+    let case = cases().into_iter().next().unwrap(); // case0, seed 42
+    let mut req = request(&case);
+    req.batch_count = 2;
+    let cancel = AtomicBool::new(false);
+    let both = txt2img(&model, &tokenizer, &req, &cancel, &mut Record::default()).unwrap();
+    assert_eq!((both[0].seed, both[1].seed), (42, 43));
+    req.batch_count = 1;
+    req.seed = 43;
+    let single = txt2img(&model, &tokenizer, &req, &cancel, &mut Record::default()).unwrap();
+    assert_eq!(
+        both[1].image, single[0].image,
+        "image 2 of a batch is the seed+1 image"
+    );
+    assert_ne!(both[0].image, both[1].image);
+
+    let expected =
+        SafetensorsFile::open(&fixtures().join("pipeline-expected.safetensors")).unwrap();
+    let want = expected.bytes(expected.entry("case0.image").unwrap());
+    let worst = both[0]
+        .image
+        .pixels
+        .iter()
+        .zip(want)
+        .map(|(a, b)| a.abs_diff(*b))
+        .max()
+        .unwrap();
+    assert!(worst <= 1, "image 1 of a batch is the seed image");
+}

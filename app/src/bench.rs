@@ -10,6 +10,7 @@ use clap::Args;
 use latent_engine::checkpoint::ModelConfig;
 use latent_engine::device::DeviceChoice;
 use latent_engine::pipeline::{Quiet, Txt2ImgRequest, txt2img};
+use latent_engine::preview::{FrameStore, PreviewMethod, PreviewSettings, Previewer};
 use latent_engine::schedulers::{SamplerKind, Schedule};
 use latent_engine::tokenizer::ClipTokenizer;
 use latent_engine::{Precision, StableDiffusion};
@@ -98,6 +99,16 @@ pub fn run(args: BenchArgs) -> Result<()> {
             let _ = model.unet.forward(x.clone(), &[500.0], &ctx);
         })?;
         println!("[{precision:?}] UNet step, batch 2 (CFG), 64x64 latents: median {unet:.2} ms");
+        let dev = device.clone();
+        let profile = model.unet.forward_profiled(x.clone(), &[500.0], &ctx, &|| {
+            let _ = dev.sync();
+        });
+        for (block, t) in profile {
+            println!(
+                "[{precision:?}]   UNet {block:<28} {:8.2} ms",
+                t.as_secs_f64() * 1e3
+            );
+        }
 
         let z = Tensor::<4>::random(
             [1, 4, 64, 64],
@@ -126,6 +137,26 @@ pub fn run(args: BenchArgs) -> Result<()> {
                 "[{precision:?}] txt2img 512x512, {} Euler steps, CFG 7.5: median {total:.0} ms",
                 args.steps
             );
+            for method in [PreviewMethod::Latent2Rgb, PreviewMethod::Full] {
+                let store = FrameStore::new();
+                let with = time_ms(&device, 1, 3, || {
+                    let settings = PreviewSettings::new(method, 1);
+                    let mut quiet = Quiet;
+                    if let Ok(mut previewer) =
+                        Previewer::new(&model, settings, store.clone(), &mut quiet)
+                    {
+                        let _ = txt2img(&model, &tokenizer, &req, &cancel, &mut previewer);
+                        previewer.finish();
+                    }
+                })?;
+                let frame = store.latest();
+                println!(
+                    "[{precision:?}] txt2img with {} preview every step: median {with:.0} ms ({:+.1}% vs none), {} bytes read back per frame",
+                    method.id(),
+                    (with / total - 1.0) * 100.0,
+                    frame.width * frame.height * 3 * 4
+                );
+            }
         }
         if let Some(usage) = device.memory_pool_usage() {
             println!(

@@ -11,6 +11,7 @@ use latent_engine::device::DeviceChoice;
 use latent_engine::image_io::{encode_png, next_numbered_path, save_atomic};
 use latent_engine::parameters::Parameters;
 use latent_engine::pipeline::{Notice, Observer, StepState, Txt2ImgRequest, txt2img};
+use latent_engine::preview::{FrameStore, PreviewMethod, PreviewSettings, Previewer};
 use latent_engine::schedulers::{SamplerKind, Schedule};
 use latent_engine::tokenizer::ClipTokenizer;
 use latent_engine::{LoadOptions, Precision, StableDiffusion};
@@ -59,6 +60,12 @@ pub struct GenerateArgs {
     /// Images in a row, seeds seed, seed+1, …
     #[arg(long, default_value_t = 1)]
     batch_count: usize,
+    /// Live preview method: none, latent2rgb, taesd, full or auto (never changes the image).
+    #[arg(long, default_value = "none")]
+    preview: PreviewMethod,
+    /// Make a preview every N steps.
+    #[arg(long, default_value_t = 1)]
+    preview_interval: usize,
 }
 
 /// Prints `step n/N, it/s` on stderr.
@@ -135,7 +142,18 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     let mut progress = Progress {
         last: Instant::now(),
     };
-    let images = txt2img(&model, &tokenizer, &request, &cancel, &mut progress)?;
+    let settings = PreviewSettings::new(args.preview, args.preview_interval);
+    let store = FrameStore::new();
+    let mut previewer = Previewer::new(&model, settings, store.clone(), &mut progress)?;
+    let images = txt2img(&model, &tokenizer, &request, &cancel, &mut previewer)?;
+    previewer.finish();
+    let last = store.latest();
+    if last.step > 0 {
+        eprintln!(
+            "last preview: step {}/{} ({}x{})",
+            last.step, last.total, last.width, last.height
+        );
+    }
 
     let model_hash = checkpoint.short_hash().ok();
     for generated in images {

@@ -11,6 +11,7 @@ pub mod nn;
 pub mod noise;
 pub mod parameters;
 pub mod pipeline;
+pub mod preview;
 pub mod schedulers;
 pub mod tokenizer;
 pub mod unet;

@@ -72,6 +72,11 @@ pub enum Notice {
         tokens: usize,
         kept: usize,
     },
+    PreviewFallback {
+        wanted: &'static str,
+        used: &'static str,
+        reason: &'static str,
+    },
 }
 
 impl std::fmt::Display for Notice {
@@ -85,6 +90,16 @@ impl std::fmt::Display for Notice {
                 f,
                 "the {which} has {tokens} tokens; only the first {kept} are used (CLIP reads 77 including start and end)"
             ),
+            Notice::PreviewFallback {
+                wanted,
+                used,
+                reason,
+            } => {
+                write!(
+                    f,
+                    "preview: {wanted} is not available ({reason}); showing {used} instead"
+                )
+            }
         }
     }
 }

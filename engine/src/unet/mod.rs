@@ -256,6 +256,57 @@ impl UNet2DConditionModel {
         &self.config
     }
 
+    /// The forward pass with a wall-clock time per top-level block, `sync` waiting for the device
+    /// after each: where a step's time goes (benchmarks only; syncing costs throughput).
+    pub fn forward_profiled(
+        &self,
+        x: Tensor<4>,
+        timesteps: &[f32],
+        context: &Tensor<3>,
+        sync: &dyn Fn(),
+    ) -> Vec<(String, std::time::Duration)> {
+        let mut times = Vec::new();
+        let mut clock = std::time::Instant::now();
+        let mut lap = |name: String, times: &mut Vec<(String, std::time::Duration)>| {
+            sync();
+            times.push((name, clock.elapsed()));
+            clock = std::time::Instant::now();
+        };
+        let dtype = x.dtype();
+        let device = x.device();
+        let c0 = self.config.block_out_channels[0];
+        let b = x.dims()[0];
+        let timesteps = if timesteps.len() == 1 {
+            vec![timesteps[0]; b]
+        } else {
+            timesteps.to_vec()
+        };
+        let t = timestep_projection(
+            &timesteps,
+            c0,
+            self.config.flip_sin_to_cos,
+            self.config.freq_shift,
+            &device,
+        );
+        let temb = self.time_embedding.forward(t.cast(dtype));
+        let mut x = self.conv_in.forward(x);
+        let mut skips = vec![x.clone()];
+        lap("time embedding + conv_in".into(), &mut times);
+        for (i, block) in self.down_blocks.iter().enumerate() {
+            x = block.forward(x, &temb, context, &mut skips);
+            lap(format!("down_blocks.{i}"), &mut times);
+        }
+        x = self.mid_block.forward(x, &temb, context);
+        lap("mid_block".into(), &mut times);
+        for (i, block) in self.up_blocks.iter().enumerate() {
+            x = block.forward(x, &temb, context, &mut skips);
+            lap(format!("up_blocks.{i}"), &mut times);
+        }
+        let _ = self.conv_out.forward(silu(self.conv_norm_out.forward(x)));
+        lap("conv_norm_out + conv_out".into(), &mut times);
+        times
+    }
+
     /// Predicts noise for a batch of latents at (possibly fractional) timesteps.
     ///
     /// # Shapes
