@@ -200,3 +200,17 @@ pub fn multi_head_attention(
     );
     out.swap_dims(1, 2).reshape([b, n_q, inner])
 }
+
+/// Single-head attention as plain matmuls with an f32 softmax, for the VAE's mid block: one head
+/// as wide as the layer (512 in SD 1.5) is a shape the fused attention kernels are not built for
+/// (on an H200 the first 512² decode did not finish in minutes through them).
+///
+/// # Shapes
+/// q, k, v `[b, n, d]` -> `[b, n, d]`
+pub fn wide_head_attention(q: Tensor<3>, k: Tensor<3>, v: Tensor<3>) -> Tensor<3> {
+    let dtype = q.dtype();
+    let d = q.dims()[2];
+    let scores = q.matmul(k.swap_dims(1, 2)).cast(DType::F32) * (d as f64).powf(-0.5); // [b, n, n]
+    let probs = activation::softmax(scores, 2).cast(dtype);
+    probs.matmul(v)
+}

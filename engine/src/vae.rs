@@ -5,7 +5,7 @@ use serde::Deserialize;
 
 use crate::checkpoint::Weights;
 use crate::error::{Error, Result};
-use crate::nn::{Conv2d, GroupNorm, Linear, multi_head_attention, silu};
+use crate::nn::{Conv2d, GroupNorm, Linear, silu, wide_head_attention};
 use crate::unet::blocks::{Downsample, Upsample};
 use crate::unet::resnet::{ResnetBlock2D, ResnetSpec};
 
@@ -109,7 +109,7 @@ impl VaeAttention {
             self.to_k.forward(t.clone()),
             self.to_v.forward(t),
         );
-        let out = self.to_out.forward(multi_head_attention(q, k, v, 1, false));
+        let out = self.to_out.forward(wide_head_attention(q, k, v));
         out.swap_dims(1, 2).reshape([b, c, h, w]) + x
     }
 }
