@@ -267,43 +267,15 @@ impl UNet2DConditionModel {
     ) -> Vec<(String, std::time::Duration)> {
         let mut times = Vec::new();
         let mut clock = std::time::Instant::now();
-        let mut lap = |name: String, times: &mut Vec<(String, std::time::Duration)>| {
+        let _ = self.forward_with(x, timesteps, context, &mut |block, index| {
             sync();
+            let name = match index {
+                Some(i) => format!("{block}.{i}"),
+                None => block.to_string(),
+            };
             times.push((name, clock.elapsed()));
             clock = std::time::Instant::now();
-        };
-        let dtype = x.dtype();
-        let device = x.device();
-        let c0 = self.config.block_out_channels[0];
-        let b = x.dims()[0];
-        let timesteps = if timesteps.len() == 1 {
-            vec![timesteps[0]; b]
-        } else {
-            timesteps.to_vec()
-        };
-        let t = timestep_projection(
-            &timesteps,
-            c0,
-            self.config.flip_sin_to_cos,
-            self.config.freq_shift,
-            &device,
-        );
-        let temb = self.time_embedding.forward(t.cast(dtype));
-        let mut x = self.conv_in.forward(x);
-        let mut skips = vec![x.clone()];
-        lap("time embedding + conv_in".into(), &mut times);
-        for (i, block) in self.down_blocks.iter().enumerate() {
-            x = block.forward(x, &temb, context, &mut skips);
-            lap(format!("down_blocks.{i}"), &mut times);
-        }
-        x = self.mid_block.forward(x, &temb, context);
-        lap("mid_block".into(), &mut times);
-        for (i, block) in self.up_blocks.iter().enumerate() {
-            x = block.forward(x, &temb, context, &mut skips);
-            lap(format!("up_blocks.{i}"), &mut times);
-        }
-        let _ = self.conv_out.forward(silu(self.conv_norm_out.forward(x)));
-        lap("conv_norm_out + conv_out".into(), &mut times);
+        });
         times
     }
 
@@ -312,6 +284,17 @@ impl UNet2DConditionModel {
     /// # Shapes
     /// x `[b, 4, h/8, w/8]`, timesteps `[b]`, context `[b, 77, 768]` -> `[b, 4, h/8, w/8]`
     pub fn forward(&self, x: Tensor<4>, timesteps: &[f32], context: &Tensor<3>) -> Tensor<4> {
+        self.forward_with(x, timesteps, context, &mut |_, _| {})
+    }
+
+    /// The forward pass, calling `after_block(name, index)` after each top-level block.
+    fn forward_with(
+        &self,
+        x: Tensor<4>,
+        timesteps: &[f32],
+        context: &Tensor<3>,
+        after_block: &mut dyn FnMut(&'static str, Option<usize>),
+    ) -> Tensor<4> {
         let dtype = x.dtype();
         let device = x.device();
         let c0 = self.config.block_out_channels[0];
@@ -333,13 +316,19 @@ impl UNet2DConditionModel {
 
         let mut x = self.conv_in.forward(x); // [b, c0, h, w]
         let mut skips = vec![x.clone()];
-        for block in &self.down_blocks {
+        after_block("time embedding + conv_in", None);
+        for (i, block) in self.down_blocks.iter().enumerate() {
             x = block.forward(x, &temb, context, &mut skips);
+            after_block("down_blocks", Some(i));
         }
         x = self.mid_block.forward(x, &temb, context);
-        for block in &self.up_blocks {
+        after_block("mid_block", None);
+        for (i, block) in self.up_blocks.iter().enumerate() {
             x = block.forward(x, &temb, context, &mut skips);
+            after_block("up_blocks", Some(i));
         }
-        self.conv_out.forward(silu(self.conv_norm_out.forward(x)))
+        let out = self.conv_out.forward(silu(self.conv_norm_out.forward(x)));
+        after_block("conv_norm_out + conv_out", None);
+        out
     }
 }
