@@ -207,3 +207,54 @@ fn bad_input_exits_nonzero_with_one_line_and_no_file() {
     assert!(!o.status.success());
     assert!(!out.exists());
 }
+
+/// Every preview method leaves the image bit-identical to `--preview none`; `--preview-dir` writes
+/// the published previews at the method's resolution; a broken `--taesd` file is a warning and a
+/// latent2rgb fallback, never a failed generation.
+#[test]
+fn previews_write_step_files_and_never_change_the_image() {
+    let dir = scratch("previews");
+    let model = model();
+    let taesd = fixtures()
+        .join("tiny-taesd_decoder.safetensors")
+        .display()
+        .to_string();
+    let broken = dir.join("broken_taesd.safetensors");
+    std::fs::write(&broken, b"not a safetensors file").unwrap();
+    let broken = broken.display().to_string();
+    let run = |name: &str, extra: &[&str]| -> (Vec<u8>, String, PathBuf) {
+        let out = dir.join(format!("{name}.png")).display().to_string();
+        let previews = dir.join(format!("{name}-previews"));
+        let previews_s = previews.display().to_string();
+        let mut args = vec![
+            "generate", "--model", &model, "--device", "cpu", "--out", &out,
+            "--preview-dir", &previews_s,
+        ];
+        args.extend_from_slice(CASE0);
+        args.extend_from_slice(extra);
+        let o = studio(&args);
+        let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert!(o.status.success(), "{name}: {stderr}");
+        let (image, _) = decode_png(&std::fs::read(&out).unwrap()).unwrap();
+        (image.pixels, stderr, previews)
+    };
+    let (plain, _, none_dir) = run("none", &["--preview", "none"]);
+    assert_eq!(std::fs::read_dir(&none_dir).unwrap().count(), 0);
+    for (name, extra, side) in [
+        ("latent2rgb", vec!["--preview", "latent2rgb"], 8),
+        ("taesd", vec!["--preview", "taesd", "--taesd", &taesd], 64),
+        ("full", vec!["--preview", "full", "--preview-interval", "2"], 64),
+        ("auto", vec!["--preview", "auto", "--taesd", &taesd], 64),
+        ("broken", vec!["--preview", "taesd", "--taesd", &broken], 8),
+    ] {
+        let (pixels, stderr, previews) = run(name, &extra);
+        assert_eq!(pixels, plain, "{name} changed the image");
+        // The last step is always previewed; earlier ones may be skipped when the readback lags.
+        let last = previews.join("step_006.png");
+        let (preview, _) = decode_png(&std::fs::read(&last).unwrap()).unwrap();
+        assert_eq!((preview.width, preview.height), (side, side), "{name}");
+        if name == "broken" {
+            assert!(stderr.contains("TAESD decoder") && stderr.contains("latent2rgb"), "{stderr}");
+        }
+    }
+}

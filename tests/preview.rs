@@ -147,3 +147,52 @@ fn taesd_without_weights_falls_back_with_a_notice() {
     assert!(notices.0[0].to_string().contains("latent2rgb"));
     assert_eq!(store.latest().method, Some(PreviewMethod::Latent2Rgb));
 }
+
+#[test]
+fn taesd_previews_are_decoded_and_leave_the_image_alone() {
+    let device = Device::flex();
+    let ckpt = Checkpoint::open(&fixtures().join("tiny-sd")).unwrap();
+    let model = StableDiffusion::load(&ckpt, &device, LoadOptions::default()).unwrap();
+    let taesd = latent_engine::taesd::TaesdDecoder::open(
+        &fixtures().join("tiny-taesd_decoder.safetensors"),
+        &device,
+        burn::tensor::DType::F32,
+    )
+    .unwrap();
+    let tokenizer = ClipTokenizer::new().unwrap();
+    let cancel = AtomicBool::new(false);
+    let plain = txt2img(&model, &tokenizer, &request(), &cancel, &mut Quiet).unwrap();
+    let published = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    for method in [PreviewMethod::Taesd, PreviewMethod::Auto] {
+        let store = FrameStore::new();
+        let mut quiet = Quiet;
+        let sink_now: latent_engine::preview::FrameSink = if method == PreviewMethod::Taesd {
+            let seen = published.clone();
+            Box::new(move |f: &latent_engine::preview::Frame| {
+                seen.lock().unwrap().push((f.step, f.method, f.width));
+            })
+        } else {
+            Box::new(|_: &latent_engine::preview::Frame| {})
+        };
+        let mut previewer = Previewer::with(
+            &model,
+            PreviewSettings::new(method, 2),
+            store.clone(),
+            Some(&taesd),
+            Some(sink_now),
+            &mut quiet,
+        )
+        .unwrap();
+        let out = txt2img(&model, &tokenizer, &request(), &cancel, &mut previewer).unwrap();
+        previewer.finish();
+        assert_eq!(out[0].image, plain[0].image, "{method:?} changed the image");
+        let frame = store.latest();
+        assert_eq!(frame.method, Some(PreviewMethod::Taesd), "{method:?}");
+        assert_eq!((frame.width, frame.height, frame.step), (64, 64, 5));
+        // Not a flat image: the decoder ran.
+        assert!(frame.rgba.chunks(4).any(|p| p != &frame.rgba[..4]));
+    }
+    let steps: Vec<usize> = published.lock().unwrap().iter().map(|p| p.0).collect();
+    assert!(steps.windows(2).all(|w| w[0] < w[1]) && steps.last() == Some(&5), "{steps:?}");
+    assert!(steps.iter().all(|s| s % 2 == 0 || *s == 5), "interval 2: {steps:?}");
+}

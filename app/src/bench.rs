@@ -2,6 +2,7 @@
 //! repeated runs after warm-up (the first runs compile and autotune kernels).
 
 use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use anyhow::{Context, Result};
@@ -10,7 +11,11 @@ use clap::Args;
 use latent_engine::checkpoint::ModelConfig;
 use latent_engine::device::DeviceChoice;
 use latent_engine::pipeline::{Quiet, Txt2ImgRequest, txt2img};
-use latent_engine::preview::{FrameStore, PreviewMethod, PreviewSettings, Previewer};
+use latent_engine::checkpoint::Weights;
+use latent_engine::preview::{
+    Frame, FrameSink, FrameStore, PreviewMethod, PreviewSettings, Previewer,
+};
+use latent_engine::taesd::{TaesdConfig, TaesdDecoder};
 use latent_engine::schedulers::{SamplerKind, Schedule};
 use latent_engine::tokenizer::ClipTokenizer;
 use latent_engine::{Precision, StableDiffusion};
@@ -137,24 +142,57 @@ pub fn run(args: BenchArgs) -> Result<()> {
                 "[{precision:?}] txt2img 512x512, {} Euler steps, CFG 7.5: median {total:.0} ms",
                 args.steps
             );
-            for method in [PreviewMethod::Latent2Rgb, PreviewMethod::Full] {
+            println!(
+                "[{precision:?}]   per step incl. decode: {:.1} ms",
+                total / args.steps as f64
+            );
+            // Full-size TAESD (64 channels, blocks 3-3-3-1) with random weights.
+            let taesd = TaesdDecoder::load(
+                &Weights::random("taesd", &device, dtype),
+                &TaesdConfig::standard(),
+            )?;
+            let decode = time_ms(&device, 2, args.runs, || {
+                let _ = taesd.decode(z.clone());
+            })?;
+            println!("[{precision:?}] TAESD decode 64x64 latents -> 512x512: median {decode:.2} ms");
+            for method in [PreviewMethod::Latent2Rgb, PreviewMethod::Taesd, PreviewMethod::Full] {
                 let store = FrameStore::new();
+                let latencies = Arc::new(Mutex::new(Vec::new()));
                 let with = time_ms(&device, 1, 3, || {
                     let settings = PreviewSettings::new(method, 1);
                     let mut quiet = Quiet;
-                    if let Ok(mut previewer) =
-                        Previewer::new(&model, settings, store.clone(), &mut quiet)
-                    {
+                    let seen = latencies.clone();
+                    let sink: FrameSink = Box::new(move |f: &Frame| {
+                        if let Ok(mut l) = seen.lock() {
+                            l.push(f.latency.as_secs_f64() * 1e3);
+                        }
+                    });
+                    if let Ok(mut previewer) = Previewer::with(
+                        &model,
+                        settings,
+                        store.clone(),
+                        Some(&taesd),
+                        Some(sink),
+                        &mut quiet,
+                    ) {
                         let _ = txt2img(&model, &tokenizer, &req, &cancel, &mut previewer);
                         previewer.finish();
                     }
                 })?;
                 let frame = store.latest();
+                let mut lat = latencies.lock().map(|l| l.clone()).unwrap_or_default();
+                lat.sort_by(f64::total_cmp);
+                let median_latency = lat.get(lat.len() / 2).copied().unwrap_or(f64::NAN);
                 println!(
-                    "[{precision:?}] txt2img with {} preview every step: median {with:.0} ms ({:+.1}% vs none), {} bytes read back per frame",
+                    "[{precision:?}] txt2img with {} preview every step: median {with:.0} ms ({:+.1}% vs none, {:.1} ms/step), {} frames published of {} steps x 4 runs, readback latency median {median_latency:.1} ms, {} bytes per frame ({}x{} RGBA8)",
                     method.id(),
                     (with / total - 1.0) * 100.0,
-                    frame.width * frame.height * 3 * 4
+                    with / args.steps as f64,
+                    lat.len(),
+                    args.steps,
+                    frame.rgba.len(),
+                    frame.width,
+                    frame.height,
                 );
             }
         }

@@ -8,10 +8,13 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 use latent_engine::checkpoint::Checkpoint;
 use latent_engine::device::DeviceChoice;
-use latent_engine::image_io::{encode_png, next_numbered_path, save_atomic};
+use latent_engine::image_io::{RgbImage, encode_png, next_numbered_path, save_atomic};
 use latent_engine::parameters::Parameters;
 use latent_engine::pipeline::{Notice, Observer, StepState, Txt2ImgRequest, txt2img};
-use latent_engine::preview::{FrameStore, PreviewMethod, PreviewSettings, Previewer};
+use latent_engine::preview::{
+    Frame, FrameSink, FrameStore, PreviewMethod, PreviewSettings, Previewer,
+};
+use latent_engine::taesd::TaesdDecoder;
 use latent_engine::schedulers::{SamplerKind, Schedule};
 use latent_engine::tokenizer::ClipTokenizer;
 use latent_engine::{LoadOptions, Precision, StableDiffusion};
@@ -66,6 +69,68 @@ pub struct GenerateArgs {
     /// Make a preview every N steps.
     #[arg(long, default_value_t = 1)]
     preview_interval: usize,
+    /// TAESD decoder for `--preview taesd|auto`: madebyollin's taesd_decoder.safetensors or a
+    /// diffusers AutoencoderTiny folder (default: taesd_decoder.safetensors next to the model).
+    #[arg(long)]
+    taesd: Option<PathBuf>,
+    /// Write every published preview there as step_NNN.png.
+    #[arg(long)]
+    preview_dir: Option<PathBuf>,
+}
+
+/// The TAESD decoder for previews, if one is wanted and loads; a failure is a warning, never an
+/// error: previews fall back to latent2rgb.
+fn load_taesd(
+    args: &GenerateArgs,
+    device: &burn::tensor::Device,
+    precision: Precision,
+) -> Option<TaesdDecoder> {
+    if !matches!(args.preview, PreviewMethod::Taesd | PreviewMethod::Auto) {
+        return None;
+    }
+    let path = match &args.taesd {
+        Some(p) => p.clone(),
+        None => {
+            let beside = args
+                .model
+                .parent()
+                .map(|d| d.join("taesd_decoder.safetensors"))?;
+            if !beside.exists() {
+                return None;
+            }
+            beside
+        }
+    };
+    match TaesdDecoder::open(&path, device, precision.dtype()) {
+        Ok(t) => Some(t),
+        Err(e) => {
+            eprintln!(
+                "warning: TAESD decoder {} not loaded ({e}); previews use latent2rgb",
+                path.display()
+            );
+            None
+        }
+    }
+}
+
+/// Writes each published preview as `dir/step_NNN.png` (atomically replaced).
+fn preview_writer(dir: PathBuf) -> FrameSink {
+    Box::new(move |frame: &Frame| {
+        let image = RgbImage {
+            width: frame.width,
+            height: frame.height,
+            pixels: frame
+                .rgba
+                .chunks_exact(4)
+                .flat_map(|p| [p[0], p[1], p[2]])
+                .collect(),
+        };
+        let path = dir.join(format!("step_{:03}.png", frame.step));
+        let written = encode_png(&image, None).and_then(|png| save_atomic(&path, &png, true));
+        if let Err(e) = written {
+            eprintln!("warning: preview {} not written: {e}", path.display());
+        }
+    })
 }
 
 /// Prints `step n/N, it/s` on stderr.
@@ -144,7 +209,23 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     };
     let settings = PreviewSettings::new(args.preview, args.preview_interval);
     let store = FrameStore::new();
-    let mut previewer = Previewer::new(&model, settings, store.clone(), &mut progress)?;
+    let taesd = load_taesd(&args, &device, precision);
+    let sink = match &args.preview_dir {
+        Some(dir) => {
+            std::fs::create_dir_all(dir)
+                .with_context(|| format!("creating the preview folder {}", dir.display()))?;
+            Some(preview_writer(dir.clone()))
+        }
+        None => None,
+    };
+    let mut previewer = Previewer::with(
+        &model,
+        settings,
+        store.clone(),
+        taesd.as_ref(),
+        sink,
+        &mut progress,
+    )?;
     let images = txt2img(&model, &tokenizer, &request, &cancel, &mut previewer)?;
     previewer.finish();
     let last = store.latest();

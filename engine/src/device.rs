@@ -30,6 +30,17 @@ impl std::str::FromStr for DeviceChoice {
     }
 }
 
+impl std::fmt::Display for DeviceChoice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DeviceChoice::Auto => f.write_str("auto"),
+            DeviceChoice::Cpu => f.write_str("cpu"),
+            DeviceChoice::Gpu(None) => f.write_str("gpu"),
+            DeviceChoice::Gpu(Some(n)) => write!(f, "gpu:{n}"),
+        }
+    }
+}
+
 /// Makes the burn device for a choice. `Auto` is the default wgpu adapter.
 pub fn create(choice: DeviceChoice) -> Result<Device> {
     use burn::tensor::DeviceKind;

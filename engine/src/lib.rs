@@ -13,6 +13,8 @@ pub mod parameters;
 pub mod pipeline;
 pub mod preview;
 pub mod schedulers;
+pub mod shaders;
+pub mod taesd;
 pub mod tokenizer;
 pub mod unet;
 pub mod vae;

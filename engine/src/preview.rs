@@ -8,6 +8,7 @@
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use burn::tensor::{DType, Tensor, TensorData};
 use crossbeam_channel::{Receiver, Sender, TrySendError};
@@ -16,6 +17,8 @@ use serde::Deserialize;
 use crate::error::{Error, Result};
 use crate::model::StableDiffusion;
 use crate::pipeline::{Notice, Observer, StepState};
+use crate::shaders::{PackedImage, latent2rgb_packed, pack_rgb};
+use crate::taesd::TaesdDecoder;
 
 /// How previews are made.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -108,6 +111,8 @@ pub struct Frame {
     pub width: usize,
     pub height: usize,
     pub rgba: Vec<u8>,
+    /// From the sampler handing the preview over to its publication.
+    pub latency: Duration,
 }
 
 /// The front/back pair. The writer fills the back frame (reusing its allocation when no reader
@@ -150,13 +155,29 @@ impl FrameStore {
     }
 }
 
-/// A preview computed on the device, waiting to be read back: `[h, w, 3]` values in 0..=255.
+/// A preview computed on the device, waiting to be read back.
 pub struct ReadbackRequest {
     pub step: usize,
     pub total: usize,
     pub method: PreviewMethod,
-    pub rgb: Tensor<3>,
+    pub image: PackedImage,
+    pub submitted: Instant,
 }
+
+impl ReadbackRequest {
+    pub fn new(step: usize, total: usize, method: PreviewMethod, image: PackedImage) -> Self {
+        Self {
+            step,
+            total,
+            method,
+            image,
+            submitted: Instant::now(),
+        }
+    }
+}
+
+/// Sees every published frame, on the readback thread (e.g. to write `step_NNN.png` files).
+pub type FrameSink = Box<dyn FnMut(&Frame) + Send>;
 
 /// The sampler's end of the readback thread.
 pub struct Readback {
@@ -168,35 +189,38 @@ pub struct Readback {
 impl Readback {
     /// Starts the named readback thread publishing into `store`.
     pub fn spawn(store: Arc<FrameStore>) -> Result<Self> {
+        Self::spawn_with_sink(store, None)
+    }
+
+    /// Like [`Readback::spawn`]; `sink` also sees every published frame, on the readback thread.
+    pub fn spawn_with_sink(store: Arc<FrameStore>, mut sink: Option<FrameSink>) -> Result<Self> {
         let (tx, rx) = crossbeam_channel::bounded::<ReadbackRequest>(1);
         let drain = rx.clone();
         let thread = std::thread::Builder::new()
             .name("readback".into())
             .spawn(move || {
                 let mut back = Arc::new(Frame::default());
+                let mut scratch = Vec::new();
                 for req in rx {
-                    let [h, w, _] = req.rgb.dims();
-                    // The fence: this returns only after the device finished writing the data.
-                    let data = match req.rgb.cast(DType::F32).into_data().try_to_vec::<f32>() {
-                        Ok(d) => d,
-                        Err(e) => {
-                            tracing::warn!("preview readback failed: {e:?}");
-                            continue;
-                        }
-                    };
+                    let (w, h) = (req.image.width, req.image.height);
+                    // The fence: this returns only after the device finished writing the image;
+                    // only then do the bytes go into the back frame.
+                    if let Err(e) = req.image.read_into(&mut scratch) {
+                        tracing::warn!("preview readback failed: {e}");
+                        continue;
+                    }
                     back = store.publish(back, |f| {
                         f.step = req.step;
                         f.total = req.total;
                         f.method = Some(req.method);
                         f.width = w;
                         f.height = h;
-                        f.rgba.clear();
-                        f.rgba.reserve(w * h * 4);
-                        for px in data.chunks_exact(3) {
-                            f.rgba.extend(px.iter().map(|v| v.clamp(0.0, 255.0) as u8));
-                            f.rgba.push(255);
-                        }
+                        std::mem::swap(&mut f.rgba, &mut scratch);
+                        f.latency = req.submitted.elapsed();
                     });
+                    if let Some(sink) = sink.as_mut() {
+                        sink(&store.latest());
+                    }
                 }
             })
             .map_err(|e| Error::Device(format!("cannot start the readback thread: {e}")))?;
@@ -306,22 +330,37 @@ pub struct Previewer<'a> {
     readback: Readback,
     factors: Factors,
     inner: &'a mut dyn Observer,
+    taesd: Option<&'a TaesdDecoder>,
     taesd_notice_sent: bool,
 }
 
 impl<'a> Previewer<'a> {
+    /// Previews without a TAESD decoder (`taesd` falls back to latent2rgb with a notice).
     pub fn new(
         model: &'a StableDiffusion,
         settings: Arc<PreviewSettings>,
         store: Arc<FrameStore>,
         inner: &'a mut dyn Observer,
     ) -> Result<Self> {
+        Self::with(model, settings, store, None, None, inner)
+    }
+
+    /// Previews with an optional TAESD decoder and an optional sink for published frames.
+    pub fn with(
+        model: &'a StableDiffusion,
+        settings: Arc<PreviewSettings>,
+        store: Arc<FrameStore>,
+        taesd: Option<&'a TaesdDecoder>,
+        sink: Option<FrameSink>,
+        inner: &'a mut dyn Observer,
+    ) -> Result<Self> {
         Ok(Self {
             model,
             settings,
-            readback: Readback::spawn(store)?,
+            readback: Readback::spawn_with_sink(store, sink)?,
             factors: Factors::sd1()?,
             inner,
+            taesd,
             taesd_notice_sent: false,
         })
     }
@@ -331,43 +370,43 @@ impl<'a> Previewer<'a> {
         self.readback.finish();
     }
 
-    /// The preview image of x0 on the device, `[h, w, 3]` in 0..=255; `None` for no preview.
-    fn render(
-        &mut self,
-        method: PreviewMethod,
-        x0: &Tensor<4>,
-    ) -> Option<(PreviewMethod, Tensor<3>)> {
+    /// The preview of x0's first image, packed RGBA8 on the device; `None` for no preview.
+    fn render(&mut self, method: PreviewMethod, x0: &Tensor<4>) -> Option<(PreviewMethod, PackedImage)> {
         match method {
             PreviewMethod::None => None,
-            PreviewMethod::Latent2Rgb => Some((method, latent2rgb(x0.clone(), &self.factors))),
-            PreviewMethod::Taesd | PreviewMethod::Auto => {
-                // No TAESD decoder is loaded yet: fall back to latent2rgb and say so once.
-                if method == PreviewMethod::Taesd && !self.taesd_notice_sent {
-                    self.taesd_notice_sent = true;
-                    self.inner.notice(&Notice::PreviewFallback {
-                        wanted: "taesd",
-                        used: "latent2rgb",
-                        reason: "no TAESD decoder weights are loaded",
-                    });
+            PreviewMethod::Latent2Rgb => Some((method, latent2rgb_packed(x0, &self.factors))),
+            PreviewMethod::Taesd | PreviewMethod::Auto => match self.taesd {
+                Some(taesd) => {
+                    let pixels = taesd.decode(x0.clone().slice([0..1]));
+                    Some((PreviewMethod::Taesd, pack_rgb(pixels_to_rgb(pixels))))
                 }
-                Some((
-                    PreviewMethod::Latent2Rgb,
-                    latent2rgb(x0.clone(), &self.factors),
-                ))
-            }
+                None => {
+                    // auto means TAESD when it is there; asking for TAESD without it gets a notice, once.
+                    if method == PreviewMethod::Taesd && !self.taesd_notice_sent {
+                        self.taesd_notice_sent = true;
+                        self.inner.notice(&Notice::PreviewFallback {
+                            wanted: "taesd",
+                            used: "latent2rgb",
+                            reason: "no TAESD decoder weights are loaded",
+                        });
+                    }
+                    Some((PreviewMethod::Latent2Rgb, latent2rgb_packed(x0, &self.factors)))
+                }
+            },
             PreviewMethod::Full => {
                 let dtype = self.model.precision.dtype();
-                let pixels = self
-                    .model
-                    .vae
-                    .decode(x0.clone().cast(dtype))
-                    .cast(DType::F32); // [1, 3, H, W]
-                let [_, _, h, w] = pixels.dims();
-                let rgb = pixels.reshape([3, h, w]).permute([1, 2, 0]);
-                Some((method, ((rgb + 1.0) / 2.0).clamp(0.0, 1.0) * 255.0))
+                let pixels = self.model.vae.decode(x0.clone().slice([0..1]).cast(dtype));
+                Some((method, pack_rgb(pixels_to_rgb(pixels))))
             }
         }
     }
+}
+
+/// Decoder output `[1, 3, H, W]` in [-1, 1] to `[H, W, 3]` in 0..=255 (f32), as the image writer maps it.
+fn pixels_to_rgb(pixels: Tensor<4>) -> Tensor<3> {
+    let [_, _, h, w] = pixels.dims();
+    let rgb = pixels.cast(DType::F32).reshape([3, h, w]).permute([1, 2, 0]);
+    ((rgb + 1.0) / 2.0).clamp(0.0, 1.0) * 255.0
 }
 
 impl Observer for Previewer<'_> {
@@ -379,13 +418,9 @@ impl Observer for Previewer<'_> {
         let interval = self.settings.interval();
         let due = state.step % interval == 0 || state.step == state.total;
         if due {
-            if let Some((method, rgb)) = self.render(self.settings.method(), state.denoised) {
-                self.readback.submit(ReadbackRequest {
-                    step: state.step,
-                    total: state.total,
-                    method,
-                    rgb,
-                });
+            if let Some((method, image)) = self.render(self.settings.method(), state.denoised) {
+                self.readback
+                    .submit(ReadbackRequest::new(state.step, state.total, method, image));
             }
         }
         self.inner.step(state);
@@ -473,12 +508,12 @@ mod tests {
         let readback = Readback::spawn(store.clone()).unwrap();
         for step in 1..=50 {
             let rgb = Tensor::<3>::full([4, 5, 3], step as f32, &device);
-            readback.submit(ReadbackRequest {
+            readback.submit(ReadbackRequest::new(
                 step,
-                total: 50,
-                method: PreviewMethod::Latent2Rgb,
-                rgb,
-            });
+                50,
+                PreviewMethod::Latent2Rgb,
+                pack_rgb(rgb),
+            ));
         }
         readback.finish();
         let frame = store.latest();
