@@ -227,8 +227,15 @@ fn previews_write_step_files_and_never_change_the_image() {
         let previews = dir.join(format!("{name}-previews"));
         let previews_s = previews.display().to_string();
         let mut args = vec![
-            "generate", "--model", &model, "--device", "cpu", "--out", &out,
-            "--preview-dir", &previews_s,
+            "generate",
+            "--model",
+            &model,
+            "--device",
+            "cpu",
+            "--out",
+            &out,
+            "--preview-dir",
+            &previews_s,
         ];
         args.extend_from_slice(CASE0);
         args.extend_from_slice(extra);
@@ -243,7 +250,11 @@ fn previews_write_step_files_and_never_change_the_image() {
     for (name, extra, side) in [
         ("latent2rgb", vec!["--preview", "latent2rgb"], 8),
         ("taesd", vec!["--preview", "taesd", "--taesd", &taesd], 64),
-        ("full", vec!["--preview", "full", "--preview-interval", "2"], 64),
+        (
+            "full",
+            vec!["--preview", "full", "--preview-interval", "2"],
+            64,
+        ),
         ("auto", vec!["--preview", "auto", "--taesd", &taesd], 64),
         ("broken", vec!["--preview", "taesd", "--taesd", &broken], 8),
     ] {
@@ -254,7 +265,32 @@ fn previews_write_step_files_and_never_change_the_image() {
         let (preview, _) = decode_png(&std::fs::read(&last).unwrap()).unwrap();
         assert_eq!((preview.width, preview.height), (side, side), "{name}");
         if name == "broken" {
-            assert!(stderr.contains("TAESD decoder") && stderr.contains("latent2rgb"), "{stderr}");
+            assert!(
+                stderr.contains("TAESD decoder") && stderr.contains("latent2rgb"),
+                "{stderr}"
+            );
         }
     }
+}
+
+/// `devices` lists adapters and marks the automatic choice; a `gpu:N` that does not exist is a
+/// one-line error naming it, before any model is loaded.
+#[test]
+fn devices_lists_adapters_and_a_missing_gpu_is_a_clear_error() {
+    let o = studio(&["devices"]);
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        stdout.contains("no GPU adapter found")
+            || (stdout.contains("gpu:0") && stdout.contains("* gpu:")),
+        "{stdout}"
+    );
+    let model = model();
+    let o = studio(&[
+        "generate", "--model", &model, "--prompt", "x", "--device", "gpu:99",
+    ]);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(stderr.contains("no adapter gpu:99"), "{stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
 }

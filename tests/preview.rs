@@ -193,6 +193,12 @@ fn taesd_previews_are_decoded_and_leave_the_image_alone() {
         assert!(frame.rgba.chunks(4).any(|p| p != &frame.rgba[..4]));
     }
     let steps: Vec<usize> = published.lock().unwrap().iter().map(|p| p.0).collect();
-    assert!(steps.windows(2).all(|w| w[0] < w[1]) && steps.last() == Some(&5), "{steps:?}");
-    assert!(steps.iter().all(|s| s % 2 == 0 || *s == 5), "interval 2: {steps:?}");
+    assert!(
+        steps.windows(2).all(|w| w[0] < w[1]) && steps.last() == Some(&5),
+        "{steps:?}"
+    );
+    assert!(
+        steps.iter().all(|s| s % 2 == 0 || *s == 5),
+        "interval 2: {steps:?}"
+    );
 }

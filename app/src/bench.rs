@@ -9,14 +9,14 @@ use anyhow::{Context, Result};
 use burn::tensor::{Device, Distribution, Tensor};
 use clap::Args;
 use latent_engine::checkpoint::ModelConfig;
+use latent_engine::checkpoint::Weights;
 use latent_engine::device::DeviceChoice;
 use latent_engine::pipeline::{Quiet, Txt2ImgRequest, txt2img};
-use latent_engine::checkpoint::Weights;
 use latent_engine::preview::{
     Frame, FrameSink, FrameStore, PreviewMethod, PreviewSettings, Previewer,
 };
-use latent_engine::taesd::{TaesdConfig, TaesdDecoder};
 use latent_engine::schedulers::{SamplerKind, Schedule};
+use latent_engine::taesd::{TaesdConfig, TaesdDecoder};
 use latent_engine::tokenizer::ClipTokenizer;
 use latent_engine::{Precision, StableDiffusion};
 
@@ -154,8 +154,14 @@ pub fn run(args: BenchArgs) -> Result<()> {
             let decode = time_ms(&device, 2, args.runs, || {
                 let _ = taesd.decode(z.clone());
             })?;
-            println!("[{precision:?}] TAESD decode 64x64 latents -> 512x512: median {decode:.2} ms");
-            for method in [PreviewMethod::Latent2Rgb, PreviewMethod::Taesd, PreviewMethod::Full] {
+            println!(
+                "[{precision:?}] TAESD decode 64x64 latents -> 512x512: median {decode:.2} ms"
+            );
+            for method in [
+                PreviewMethod::Latent2Rgb,
+                PreviewMethod::Taesd,
+                PreviewMethod::Full,
+            ] {
                 let store = FrameStore::new();
                 let latencies = Arc::new(Mutex::new(Vec::new()));
                 let with = time_ms(&device, 1, 3, || {

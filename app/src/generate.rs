@@ -14,8 +14,8 @@ use latent_engine::pipeline::{Notice, Observer, StepState, Txt2ImgRequest, txt2i
 use latent_engine::preview::{
     Frame, FrameSink, FrameStore, PreviewMethod, PreviewSettings, Previewer,
 };
-use latent_engine::taesd::TaesdDecoder;
 use latent_engine::schedulers::{SamplerKind, Schedule};
+use latent_engine::taesd::TaesdDecoder;
 use latent_engine::tokenizer::ClipTokenizer;
 use latent_engine::{LoadOptions, Precision, StableDiffusion};
 
@@ -238,20 +238,12 @@ pub fn run(args: GenerateArgs) -> Result<()> {
 
     let model_hash = checkpoint.short_hash().ok();
     for generated in images {
-        let params = Parameters {
-            prompt: request.prompt.clone(),
-            negative_prompt: request.negative_prompt.clone(),
-            steps: request.steps,
-            sampler: request.sampler.a1111_name().to_string(),
-            schedule: request.schedule.a1111_name().to_string(),
-            cfg_scale: request.cfg_scale,
-            seed: generated.seed,
-            width: request.width,
-            height: request.height,
-            model_hash: model_hash.clone(),
-            model: Some(checkpoint.display_name()),
-            extra: Vec::new(),
-        };
+        let params = Parameters::for_request(
+            &request,
+            generated.seed,
+            model_hash.clone(),
+            Some(checkpoint.display_name()),
+        );
         let png = encode_png(&generated.image, Some(&params.to_a1111()))?;
         let path = match &args.out {
             Some(p) => p.clone(),

@@ -1,7 +1,9 @@
-//! `latent-studio`: the studio's command line (the GUI arrives with the desktop issue).
+//! `latent-studio`: the desktop studio (no subcommand) and its command line.
 
 mod bench;
 mod generate;
+
+use latent_studio::studio;
 
 use std::process::ExitCode;
 
@@ -24,6 +26,8 @@ enum Command {
     Generate(generate::GenerateArgs),
     /// Time full-size SD 1.5 (random weights) on a device.
     Bench(bench::BenchArgs),
+    /// List the GPU adapters and which one `--device auto` picks.
+    Devices,
     /// Open a checkpoint and report what it holds.
     Inspect {
         /// A `.safetensors` file (LDM layout) or a diffusers folder.
@@ -58,10 +62,8 @@ fn main() -> ExitCode {
         Some(Command::Generate(args)) => generate::run(args),
         Some(Command::Bench(args)) => bench::run(args),
         Some(Command::Inspect { model }) => inspect(&model),
-        None => {
-            eprintln!("the desktop studio is not built yet; see `latent-studio --help`");
-            Ok(())
-        }
+        Some(Command::Devices) => devices(),
+        None => studio::run(),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -71,6 +73,23 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+fn devices() -> anyhow::Result<()> {
+    let all = latent_engine::adapters::enumerate();
+    if all.is_empty() {
+        println!("no GPU adapter found; `--device auto` uses the CPU backend");
+        return Ok(());
+    }
+    let auto = latent_engine::adapters::choose_auto(&all).map(|a| a.index);
+    for a in &all {
+        let mark = if Some(a.index) == auto { "*" } else { " " };
+        println!("{mark} {a}");
+    }
+    println!(
+        "* = the automatic choice (Intel discrete, other discrete, Intel integrated, other integrated, software)"
+    );
+    Ok(())
 }
 
 fn inspect(path: &std::path::Path) -> anyhow::Result<()> {

@@ -41,16 +41,45 @@ impl std::fmt::Display for DeviceChoice {
     }
 }
 
-/// Makes the burn device for a choice. `Auto` is the default wgpu adapter.
+/// Makes the burn device for a choice. `Auto` picks by [`crate::adapters::choose_auto`] (Intel
+/// discrete first); `gpu:N` is the N-th adapter `latent-studio devices` lists. Without any adapter,
+/// `Auto` uses burn's CPU backend. Builds with the `vulkan` feature (SPIR-V) route software
+/// adapters to the CPU backend too: lavapipe crashes creating SPIR-V compute pipelines.
 pub fn create(choice: DeviceChoice) -> Result<Device> {
+    use crate::adapters::{AdapterKind, choose_auto, enumerate};
     use burn::tensor::DeviceKind;
     Ok(match choice {
         DeviceChoice::Cpu => Device::flex(),
-        DeviceChoice::Auto | DeviceChoice::Gpu(None) => Device::wgpu(DeviceKind::DefaultDevice),
+        DeviceChoice::Auto => {
+            let all = enumerate();
+            match choose_auto(&all) {
+                None => Device::flex(),
+                Some(a) if a.kind == AdapterKind::Software && cfg!(feature = "vulkan") => {
+                    tracing::warn!(
+                        "only a software adapter ({}); using the CPU backend",
+                        a.name
+                    );
+                    Device::flex()
+                }
+                Some(a) => Device::wgpu(a.device_kind(&all)),
+            }
+        }
+        DeviceChoice::Gpu(None) => Device::wgpu(DeviceKind::DefaultDevice),
         DeviceChoice::Gpu(Some(n)) => {
-            // Adapter enumeration (and Intel-first ordering) belongs to the device layer; until
-            // then `gpu:N` names the N-th discrete GPU as wgpu orders them.
-            Device::wgpu(DeviceKind::DiscreteGpu(n))
+            let all = enumerate();
+            let Some(a) = all.iter().find(|a| a.index == n) else {
+                return Err(crate::Error::Device(format!(
+                    "there is no adapter gpu:{n} ({} found; see `latent-studio devices`)",
+                    all.len()
+                )));
+            };
+            if a.kind == AdapterKind::Software && cfg!(feature = "vulkan") {
+                return Err(crate::Error::Device(format!(
+                    "{} is a software adapter, which this SPIR-V build cannot drive; use --device cpu",
+                    a.name
+                )));
+            }
+            Device::wgpu(a.device_kind(&all))
         }
     })
 }

@@ -88,7 +88,10 @@ pub fn save_atomic(path: &Path, bytes: &[u8], overwrite: bool) -> Result<()> {
         _ => PathBuf::from("."),
     };
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("image");
-    let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
+    // Unique per process and call: two threads saving the same name must not share a temp file.
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = dir.join(format!(".{name}.{}-{n}.tmp", std::process::id()));
     let io = |e| Error::io("output file", path, e);
     let result = (|| {
         let mut f = std::fs::File::create(&tmp).map_err(io)?;

@@ -1,6 +1,7 @@
 //! Latent Studio's engine: Stable Diffusion models in burn, checkpoint loading, tokenizer and
 //! noise, with one code path for every burn device (wgpu and CPU) and dtype (f32 and f16).
 
+pub mod adapters;
 pub mod checkpoint;
 pub mod clip;
 pub mod device;

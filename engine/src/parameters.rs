@@ -48,6 +48,29 @@ fn quote(v: &str) -> String {
 }
 
 impl Parameters {
+    /// What one image of `request` was made with (`seed` is that image's seed in a batch count).
+    pub fn for_request(
+        request: &crate::pipeline::Txt2ImgRequest,
+        seed: u64,
+        model_hash: Option<String>,
+        model: Option<String>,
+    ) -> Self {
+        Self {
+            prompt: request.prompt.clone(),
+            negative_prompt: request.negative_prompt.clone(),
+            steps: request.steps,
+            sampler: request.sampler.a1111_name().to_string(),
+            schedule: request.schedule.a1111_name().to_string(),
+            cfg_scale: request.cfg_scale,
+            seed,
+            width: request.width,
+            height: request.height,
+            model_hash,
+            model,
+            extra: Vec::new(),
+        }
+    }
+
     pub fn to_a1111(&self) -> String {
         let mut out = self.prompt.clone();
         if !self.negative_prompt.is_empty() {

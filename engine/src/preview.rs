@@ -371,7 +371,11 @@ impl<'a> Previewer<'a> {
     }
 
     /// The preview of x0's first image, packed RGBA8 on the device; `None` for no preview.
-    fn render(&mut self, method: PreviewMethod, x0: &Tensor<4>) -> Option<(PreviewMethod, PackedImage)> {
+    fn render(
+        &mut self,
+        method: PreviewMethod,
+        x0: &Tensor<4>,
+    ) -> Option<(PreviewMethod, PackedImage)> {
         match method {
             PreviewMethod::None => None,
             PreviewMethod::Latent2Rgb => Some((method, latent2rgb_packed(x0, &self.factors))),
@@ -390,7 +394,10 @@ impl<'a> Previewer<'a> {
                             reason: "no TAESD decoder weights are loaded",
                         });
                     }
-                    Some((PreviewMethod::Latent2Rgb, latent2rgb_packed(x0, &self.factors)))
+                    Some((
+                        PreviewMethod::Latent2Rgb,
+                        latent2rgb_packed(x0, &self.factors),
+                    ))
                 }
             },
             PreviewMethod::Full => {
@@ -405,7 +412,10 @@ impl<'a> Previewer<'a> {
 /// Decoder output `[1, 3, H, W]` in [-1, 1] to `[H, W, 3]` in 0..=255 (f32), as the image writer maps it.
 fn pixels_to_rgb(pixels: Tensor<4>) -> Tensor<3> {
     let [_, _, h, w] = pixels.dims();
-    let rgb = pixels.cast(DType::F32).reshape([3, h, w]).permute([1, 2, 0]);
+    let rgb = pixels
+        .cast(DType::F32)
+        .reshape([3, h, w])
+        .permute([1, 2, 0]);
     ((rgb + 1.0) / 2.0).clamp(0.0, 1.0) * 255.0
 }
 

@@ -5,6 +5,7 @@
 //! compiles everything to SPIR-V and cannot load WGSL text, so there (and on the CPU backend) the
 //! same packed result comes from burn ops; a kernel that fails once is not tried again.
 
+#[cfg_attr(feature = "vulkan", allow(unused_imports))]
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use burn::tensor::{DType, Int, Tensor, TensorData};
@@ -19,6 +20,7 @@ pub const WGSL_SOURCES: &[(&str, &str)] = &[(
 )];
 
 /// Set after our WGSL latent2rgb kernel failed once; burn ops are used from then on.
+#[cfg_attr(feature = "vulkan", allow(dead_code))]
 static LATENT2RGB_KERNEL_FAILED: AtomicBool = AtomicBool::new(false);
 
 /// Which implementation produced a packed image (for benchmarks and tests).
@@ -101,7 +103,11 @@ impl PackedImage {
 /// to even, like the image writer).
 pub fn pack_rgb(rgb: Tensor<3>) -> PackedImage {
     let [h, w, _] = rgb.dims();
-    let rgb = rgb.cast(DType::F32).clamp(0.0, 255.0).round().reshape([h * w, 3]);
+    let rgb = rgb
+        .cast(DType::F32)
+        .clamp(0.0, 255.0)
+        .round()
+        .reshape([h * w, 3]);
     let weights = Tensor::<2>::from_data(
         TensorData::new(vec![1.0f32, 256.0, 65536.0], [3, 1]),
         (&rgb.device(), DType::F32),
@@ -159,9 +165,9 @@ mod wgsl {
     use burn::backend::wgpu::{
         CubeBackend, CubeDim, KernelSource, SourceKernel, SourceTemplate, into_contiguous,
     };
-    use burn::cubecl::server::KernelArguments;
     use burn::cubecl::CubeCount;
     use burn::cubecl::prelude::KernelId;
+    use burn::cubecl::server::KernelArguments;
     use burn::tensor::{DType, Tensor};
 
     use super::{PackedImage, Pixels};
@@ -249,8 +255,9 @@ mod tests {
             if path.extension().is_some_and(|e| e == "wgsl") {
                 on_disk.push(path.file_name().unwrap().to_string_lossy().into_owned());
                 let source = std::fs::read_to_string(&path).unwrap();
-                let module = naga::front::wgsl::parse_str(&source)
-                    .unwrap_or_else(|e| panic!("{}: {}", path.display(), e.emit_to_string(&source)));
+                let module = naga::front::wgsl::parse_str(&source).unwrap_or_else(|e| {
+                    panic!("{}: {}", path.display(), e.emit_to_string(&source))
+                });
                 naga::valid::Validator::new(
                     naga::valid::ValidationFlags::all(),
                     naga::valid::Capabilities::empty(),
@@ -306,10 +313,14 @@ mod tests {
                     },
                 ),
             ] {
-                let t = Tensor::<4>::from_data(TensorData::new(batch.clone(), [2, c, h, w]), &device);
+                let t =
+                    Tensor::<4>::from_data(TensorData::new(batch.clone(), [2, c, h, w]), &device);
                 let img = latent2rgb_packed(&t, &factors);
                 assert_eq!(img.packed_by(), expect, "{device:?}");
-                assert_eq!((img.width, img.height, img.readback_bytes()), (w, h, w * h * 4));
+                assert_eq!(
+                    (img.width, img.height, img.readback_bytes()),
+                    (w, h, w * h * 4)
+                );
                 let mut got = Vec::new();
                 img.read_into(&mut got).unwrap();
                 assert_close_rgba(&got, &want, &format!("{device:?} {c}x{h}x{w}"));
@@ -320,7 +331,10 @@ mod tests {
     #[test]
     fn pack_rgb_rounds_and_adds_alpha() {
         let rgb = vec![0.0f32, 127.5, 255.0, 300.0, -4.0, 128.5];
-        let t = Tensor::<3>::from_data(TensorData::new(rgb, [1, 2, 3]), &burn::tensor::Device::flex());
+        let t = Tensor::<3>::from_data(
+            TensorData::new(rgb, [1, 2, 3]),
+            &burn::tensor::Device::flex(),
+        );
         let mut out = Vec::new();
         pack_rgb(t).read_into(&mut out).unwrap();
         assert_eq!(out, [0, 128, 255, 255, 255, 0, 128, 255]);

@@ -1,0 +1,4 @@
+//! Latent Studio's application: the desktop studio ([`studio`]) that the `latent-studio` binary
+//! opens, as a library so tests can drive it.
+
+pub mod studio;

@@ -1,0 +1,937 @@
+//! The studio window: prompt panel, live preview, gallery and settings. Holds no GPU object of the
+//! engine's: it sends commands, drains events (bounded per frame) and shows the newest complete
+//! preview frame.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender, unbounded};
+use eframe::egui;
+use egui::{Color32, ColorImage, Key, Modifiers, TextureHandle, TextureOptions};
+use latent_engine::adapters::AdapterSummary;
+use latent_engine::image_io::{RgbImage, decode_png, encode_png, save_atomic};
+use latent_engine::parameters::Parameters;
+use latent_engine::preview::{Frame, PreviewMethod, PreviewSettings};
+use latent_engine::schedulers::{SamplerKind, Schedule};
+use latent_engine::tokenizer::{ClipTokenizer, MAX_PROMPT_TOKENS};
+
+use super::demo;
+use super::form::{Form, SIZE_PRESETS};
+use super::models::scan_models;
+use super::settings::Settings;
+use super::worker::{Command, EngineConfig, EngineHandle, Event, Finished};
+
+/// How long the UI may spend draining engine events in one frame.
+const EVENT_BUDGET: Duration = Duration::from_millis(4);
+/// Preview methods in the order the selector shows them, with their labels.
+const PREVIEW_CHOICES: [(PreviewMethod, &str); 5] = [
+    (PreviewMethod::None, "none"),
+    (PreviewMethod::Latent2Rgb, "latent2rgb"),
+    (PreviewMethod::Taesd, "TAESD"),
+    (PreviewMethod::Full, "full VAE"),
+    (PreviewMethod::Auto, "auto"),
+];
+
+struct GalleryItem {
+    finished: Finished,
+    texture: TextureHandle,
+}
+
+/// Results of file dialogs, which run on their own threads so the UI never waits on them.
+enum DialogResult {
+    Model(PathBuf),
+    ModelsDir(PathBuf),
+    OutputsDir(PathBuf),
+    Taesd(PathBuf),
+    SaveAs { path: PathBuf, source: PathBuf },
+}
+
+struct Progress {
+    image: usize,
+    images: usize,
+    step: usize,
+    total: usize,
+    elapsed: Duration,
+}
+
+pub struct StudioApp {
+    pub form: Form,
+    settings: Settings,
+    settings_path: PathBuf,
+    engine: EngineHandle,
+    tokenizer: Option<ClipTokenizer>,
+    token_count: (String, usize),
+    model: Option<(String, PathBuf)>,
+    models: Vec<PathBuf>,
+    busy: bool,
+    loading: bool,
+    progress: Option<Progress>,
+    status: String,
+    error: Option<String>,
+    notices: Vec<String>,
+    preview: Option<(Arc<Frame>, TextureHandle)>,
+    gallery: Vec<GalleryItem>,
+    selected: Option<usize>,
+    pub show_settings: bool,
+    dialogs: (Sender<DialogResult>, Receiver<DialogResult>),
+    /// Duration of the last UI passes (for the responsiveness test and the status bar).
+    frame_times: Vec<Duration>,
+    /// The engine's adapter list, filled by a background thread (enumeration can take a moment).
+    adapters: Arc<std::sync::Mutex<Option<Vec<AdapterSummary>>>>,
+}
+
+impl StudioApp {
+    /// Opens the studio with settings from `settings_path`; `wake` repaints the window.
+    pub fn new(ctx: &egui::Context, settings_path: PathBuf) -> anyhow::Result<Self> {
+        let (settings, notice) = Settings::load(&settings_path);
+        let preview = PreviewSettings::new(settings.preview(), settings.preview_interval);
+        let repaint = ctx.clone();
+        let engine = EngineHandle::spawn(
+            engine_config(&settings),
+            preview,
+            Arc::new(move || repaint.request_repaint()),
+        )?;
+        let mut app = Self {
+            form: Form::default(),
+            models: settings
+                .models_dir
+                .as_deref()
+                .map(scan_models)
+                .unwrap_or_default(),
+            settings,
+            settings_path,
+            engine,
+            tokenizer: ClipTokenizer::new().ok(),
+            token_count: (String::new(), 0),
+            model: None,
+            busy: false,
+            loading: false,
+            progress: None,
+            status: "Choose a checkpoint, or try the demo model.".into(),
+            error: None,
+            notices: notice.into_iter().collect(),
+            preview: None,
+            gallery: Vec::new(),
+            selected: None,
+            show_settings: false,
+            dialogs: unbounded(),
+            frame_times: Vec::new(),
+            adapters: Arc::new(std::sync::Mutex::new(None)),
+        };
+        let slot = app.adapters.clone();
+        let _ = std::thread::Builder::new()
+            .name("adapters".into())
+            .spawn(move || {
+                let list = latent_engine::adapters::enumerate();
+                if let Ok(mut s) = slot.lock() {
+                    *s = Some(list);
+                }
+            });
+        if let Some(last) = app.settings.last_model.clone().filter(|p| p.exists()) {
+            app.load_model(last);
+        }
+        Ok(app)
+    }
+
+    /// Durations of the recent UI passes (at most the last 240).
+    pub fn frame_times(&self) -> &[Duration] {
+        &self.frame_times
+    }
+
+    pub fn reset_frame_times(&mut self) {
+        self.frame_times.clear();
+    }
+
+    pub fn is_busy(&self) -> bool {
+        self.busy || self.loading
+    }
+
+    pub fn model_name(&self) -> Option<&str> {
+        self.model.as_ref().map(|(n, _)| n.as_str())
+    }
+
+    pub fn gallery_paths(&self) -> Vec<PathBuf> {
+        self.gallery
+            .iter()
+            .map(|g| g.finished.path.clone())
+            .collect()
+    }
+
+    pub fn last_error(&self) -> Option<&str> {
+        self.error.as_deref()
+    }
+
+    pub fn preview_frame(&self) -> Option<Arc<Frame>> {
+        self.preview.as_ref().map(|(f, _)| f.clone())
+    }
+
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    pub fn load_model(&mut self, path: PathBuf) {
+        self.loading = true;
+        self.error = None;
+        self.status = format!("loading {}…", path.display());
+        self.engine.send(Command::LoadModel(path));
+    }
+
+    pub fn load_demo(&mut self) {
+        match demo::demo_model_path() {
+            Ok(path) => self.load_model(path),
+            Err(e) => self.error = Some(format!("the demo model is unavailable: {e:#}")),
+        }
+    }
+
+    pub fn generate(&mut self) {
+        if self.busy {
+            return;
+        }
+        if self.model.is_none() {
+            self.error = Some("No model is loaded: open a checkpoint or the demo model.".into());
+            return;
+        }
+        if !self.form.seed_locked {
+            self.form.seed = random_seed();
+        }
+        self.busy = true;
+        self.error = None;
+        self.progress = None;
+        self.engine
+            .send(Command::Generate(Box::new(self.form.request())));
+    }
+
+    pub fn cancel(&mut self) {
+        if self.busy {
+            self.engine.cancel();
+            self.status = "cancelling…".into();
+        }
+    }
+
+    /// Changes the preview method; a running generation picks it up at its next preview step.
+    pub fn set_preview_method(&mut self, method: PreviewMethod) {
+        self.engine.preview.set_method(method);
+        if self.settings.preview() != method {
+            self.settings.preview_method = method.id().into();
+            self.settings_changed();
+        }
+    }
+
+    fn settings_changed(&mut self) {
+        self.engine
+            .preview
+            .set_interval(self.settings.preview_interval);
+        self.engine
+            .send(Command::Configure(engine_config(&self.settings)));
+        if let Err(e) = self.settings.save(&self.settings_path) {
+            self.error = Some(format!("settings not saved: {e:#}"));
+        }
+    }
+
+    fn drain_events(&mut self, ctx: &egui::Context) {
+        let start = Instant::now();
+        while start.elapsed() < EVENT_BUDGET {
+            let Ok(event) = self.engine.events.try_recv() else {
+                break;
+            };
+            match event {
+                Event::Status(s) => self.status = s,
+                Event::ModelLoaded { name, path } => {
+                    self.loading = false;
+                    self.status = format!("{name} ready");
+                    self.model = Some((name, path.clone()));
+                    if !demo::is_demo(&path) && self.settings.last_model.as_ref() != Some(&path) {
+                        self.settings.last_model = Some(path);
+                        if let Err(e) = self.settings.save(&self.settings_path) {
+                            self.error = Some(format!("settings not saved: {e:#}"));
+                        }
+                    }
+                }
+                Event::Progress {
+                    image,
+                    images,
+                    step,
+                    total,
+                    elapsed,
+                } => {
+                    self.progress = Some(Progress {
+                        image,
+                        images,
+                        step,
+                        total,
+                        elapsed,
+                    })
+                }
+                Event::Finished(finished) => {
+                    let texture = ctx.load_texture(
+                        finished.path.display().to_string(),
+                        color_image(&finished.image),
+                        TextureOptions::LINEAR,
+                    );
+                    self.status = format!("saved {}", finished.path.display());
+                    self.gallery.push(GalleryItem { finished, texture });
+                    self.selected = Some(self.gallery.len() - 1);
+                }
+                Event::Idle => {
+                    self.busy = false;
+                    self.loading = false;
+                    self.progress = None;
+                }
+                Event::Cancelled => self.status = "cancelled".into(),
+                Event::Failed(message) => {
+                    self.loading = false;
+                    self.error = Some(message);
+                }
+                Event::Notice(n) => self.notices.push(n),
+            }
+        }
+        // Dialog answers.
+        while let Ok(result) = self.dialogs.1.try_recv() {
+            match result {
+                DialogResult::Model(p) => self.load_model(p),
+                DialogResult::ModelsDir(p) => {
+                    self.models = scan_models(&p);
+                    self.settings.models_dir = Some(p);
+                    self.settings_changed();
+                }
+                DialogResult::OutputsDir(p) => {
+                    self.settings.outputs_dir = p;
+                    self.settings_changed();
+                }
+                DialogResult::Taesd(p) => {
+                    self.settings.taesd = Some(p);
+                    self.settings_changed();
+                }
+                DialogResult::SaveAs { path, source } => {
+                    let copied = std::fs::read(&source)
+                        .map_err(anyhow::Error::from)
+                        .and_then(|bytes| Ok(save_atomic(&path, &bytes, true)?));
+                    match copied {
+                        Ok(()) => self.status = format!("saved as {}", path.display()),
+                        Err(e) => self.error = Some(format!("not saved: {e:#}")),
+                    }
+                }
+            }
+        }
+    }
+
+    fn update_preview(&mut self, ctx: &egui::Context) {
+        let frame = self.engine.frames.latest();
+        if frame.width == 0 || frame.rgba.len() != frame.width * frame.height * 4 {
+            return;
+        }
+        if let Some((shown, texture)) = &mut self.preview {
+            if Arc::ptr_eq(shown, &frame) {
+                return;
+            }
+            texture.set(
+                ColorImage::from_rgba_unmultiplied([frame.width, frame.height], &frame.rgba),
+                TextureOptions::LINEAR,
+            );
+            *shown = frame;
+        } else {
+            let texture = ctx.load_texture(
+                "preview",
+                ColorImage::from_rgba_unmultiplied([frame.width, frame.height], &frame.rgba),
+                TextureOptions::LINEAR,
+            );
+            self.preview = Some((frame, texture));
+        }
+    }
+
+    /// A dropped PNG with parameters restores the prompt panel.
+    fn handle_drops(&mut self, ctx: &egui::Context) {
+        let dropped = ctx.input(|i| i.raw.dropped_files.clone());
+        for file in dropped {
+            let path = file.path().to_path_buf();
+            let restored = file
+                .bytes()
+                .map_err(|e| anyhow::anyhow!(e))
+                .and_then(|bytes| Ok(decode_png(&bytes)?))
+                .and_then(|(_, text)| {
+                    text.ok_or_else(|| anyhow::anyhow!("it has no generation parameters"))
+                })
+                .and_then(|text| Parameters::parse_a1111(&text).map_err(|e| anyhow::anyhow!(e)));
+            match restored {
+                Ok(p) => {
+                    let skipped = self.form.apply(&p);
+                    self.status = format!("restored parameters from {}", path.display());
+                    if !skipped.is_empty() {
+                        self.notices
+                            .push(format!("not restored: {}", skipped.join(", ")));
+                    }
+                }
+                Err(e) => self.error = Some(format!("{}: {e:#}", path.display())),
+            }
+        }
+    }
+
+    fn shortcuts(&mut self, ctx: &egui::Context) {
+        if ctx.input_mut(|i| i.consume_key(Modifiers::COMMAND, Key::Enter)) {
+            self.generate();
+        }
+        if ctx.input_mut(|i| i.consume_key(Modifiers::NONE, Key::Escape)) {
+            self.cancel();
+        }
+    }
+
+    fn pick(&self, make: impl FnOnce() -> Option<DialogResult> + Send + 'static) {
+        let tx = self.dialogs.0.clone();
+        // rfd blocks until the dialog closes: keep it off the UI thread.
+        let _ = std::thread::Builder::new()
+            .name("file-dialog".into())
+            .spawn(move || {
+                if let Some(r) = make() {
+                    let _ = tx.send(r);
+                }
+            });
+    }
+
+    fn model_panel(&mut self, ui: &mut egui::Ui) {
+        ui.heading("Model");
+        match &self.model {
+            Some((name, path)) => {
+                ui.label(format!("Loaded: {name}"));
+                if demo::is_demo(path) {
+                    ui.weak("Demo model: random weights, it paints abstract images only.");
+                }
+            }
+            None if !self.loading => {
+                ui.label("No model yet. Open a .safetensors checkpoint or a diffusers folder, set a models folder in Settings, or try the demo model.");
+            }
+            None => {}
+        }
+        if self.loading {
+            ui.horizontal(|ui| {
+                ui.spinner();
+                ui.label(&self.status);
+            });
+        }
+        ui.horizontal_wrapped(|ui| {
+            if ui.button("Open checkpoint…").clicked() {
+                self.pick(|| {
+                    rfd::FileDialog::new()
+                        .add_filter("safetensors", &["safetensors"])
+                        .pick_file()
+                        .map(DialogResult::Model)
+                });
+            }
+            if ui.button("Open diffusers folder…").clicked() {
+                self.pick(|| rfd::FileDialog::new().pick_folder().map(DialogResult::Model));
+            }
+            if ui
+                .button("Demo model")
+                .on_hover_text("A tiny random-weight model of the real architecture: it makes abstract images, but runs the whole loop.")
+                .clicked()
+            {
+                self.load_demo();
+            }
+        });
+        if !self.models.is_empty() {
+            let mut chosen = None;
+            egui::ComboBox::from_label("Models folder")
+                .selected_text(self.model_name().unwrap_or("choose…").to_string())
+                .show_ui(ui, |ui| {
+                    for path in &self.models {
+                        let name = path
+                            .file_name()
+                            .map(|n| n.to_string_lossy().into_owned())
+                            .unwrap_or_default();
+                        if ui.selectable_label(false, name).clicked() {
+                            chosen = Some(path.clone());
+                        }
+                    }
+                });
+            if let Some(p) = chosen {
+                self.load_model(p);
+            }
+        }
+    }
+
+    fn prompt_panel(&mut self, ui: &mut egui::Ui) {
+        let label = ui.label("Prompt");
+        ui.add(
+            egui::TextEdit::multiline(&mut self.form.prompt)
+                .desired_rows(4)
+                .desired_width(f32::INFINITY)
+                .hint_text("what to see"),
+        )
+        .labelled_by(label.id);
+        let count = self.token_count();
+        let colour = if count > MAX_PROMPT_TOKENS {
+            Color32::from_rgb(220, 120, 40)
+        } else {
+            ui.visuals().weak_text_color()
+        };
+        ui.colored_label(colour, format!("{count}/{MAX_PROMPT_TOKENS}"))
+            .on_hover_text("CLIP tokens; beyond 75 the prompt is truncated");
+        let label = ui.label("Negative prompt");
+        ui.add(
+            egui::TextEdit::multiline(&mut self.form.negative)
+                .desired_rows(2)
+                .desired_width(f32::INFINITY),
+        )
+        .labelled_by(label.id);
+
+        egui::Grid::new("params").num_columns(2).show(ui, |ui| {
+            let label = ui.label("Seed");
+            ui.horizontal(|ui| {
+                ui.add(egui::DragValue::new(&mut self.form.seed))
+                    .labelled_by(label.id);
+                if ui
+                    .button("Random")
+                    .on_hover_text("draw a random seed")
+                    .clicked()
+                {
+                    self.form.seed = random_seed();
+                }
+                ui.checkbox(&mut self.form.seed_locked, "lock")
+                    .on_hover_text("keep this seed; unlocked, every Generate draws a new one");
+            });
+            ui.end_row();
+            let label = ui.label("Steps");
+            ui.add(egui::Slider::new(&mut self.form.steps, 1..=150))
+                .labelled_by(label.id);
+            ui.end_row();
+            let label = ui.label("CFG");
+            ui.add(egui::Slider::new(&mut self.form.cfg, 1.0..=30.0).step_by(0.5))
+                .labelled_by(label.id);
+            ui.end_row();
+            let label = ui.label("Sampler");
+            egui::ComboBox::from_id_salt("sampler")
+                .selected_text(self.form.sampler.a1111_name())
+                .show_ui(ui, |ui| {
+                    for s in SamplerKind::ALL {
+                        ui.selectable_value(&mut self.form.sampler, s, s.a1111_name());
+                    }
+                })
+                .response
+                .labelled_by(label.id);
+            ui.end_row();
+            let label = ui.label("Schedule");
+            egui::ComboBox::from_id_salt("schedule")
+                .selected_text(self.form.schedule.a1111_name())
+                .show_ui(ui, |ui| {
+                    for s in Schedule::ALL {
+                        ui.selectable_value(&mut self.form.schedule, s, s.a1111_name());
+                    }
+                })
+                .response
+                .labelled_by(label.id);
+            ui.end_row();
+            ui.label("Size");
+            ui.horizontal(|ui| {
+                let label = ui.label("W");
+                ui.add(
+                    egui::DragValue::new(&mut self.form.width)
+                        .range(64..=2048)
+                        .speed(8),
+                )
+                .labelled_by(label.id);
+                let label = ui.label("H");
+                ui.add(
+                    egui::DragValue::new(&mut self.form.height)
+                        .range(64..=2048)
+                        .speed(8),
+                )
+                .labelled_by(label.id);
+                egui::ComboBox::from_label("presets")
+                    .selected_text(format!("{}×{}", self.form.width, self.form.height))
+                    .show_ui(ui, |ui| {
+                        for &(w, h) in SIZE_PRESETS {
+                            if ui.selectable_label(false, format!("{w}×{h}")).clicked() {
+                                (self.form.width, self.form.height) = (w, h);
+                            }
+                        }
+                    });
+            });
+            // Sizes snap to multiples of 8 (the VAE's factor).
+            self.form.width = (self.form.width / 8).max(8) * 8;
+            self.form.height = (self.form.height / 8).max(8) * 8;
+            ui.end_row();
+            let label = ui.label("Batch count");
+            ui.add(egui::DragValue::new(&mut self.form.batch_count).range(1..=100))
+                .labelled_by(label.id);
+            ui.end_row();
+        });
+
+        ui.add_space(8.0);
+        ui.horizontal(|ui| {
+            let generate =
+                ui.add_enabled(!self.busy && !self.loading, egui::Button::new("Generate"));
+            if generate.on_hover_text("Ctrl+Enter").clicked() {
+                self.generate();
+            }
+            if ui
+                .add_enabled(self.busy, egui::Button::new("Cancel"))
+                .on_hover_text("Esc")
+                .clicked()
+            {
+                self.cancel();
+            }
+        });
+        if let Some(p) = &self.progress {
+            let done = p.step as f32 / p.total.max(1) as f32;
+            let secs = p.elapsed.as_secs_f64().max(1e-6);
+            let rate = p.step as f64 / secs;
+            let eta = (p.total - p.step.min(p.total)) as f64 / rate.max(1e-6);
+            ui.add(egui::ProgressBar::new(done).text(format!(
+                "image {}/{} · step {}/{} · {rate:.2} it/s · ETA {eta:.0} s",
+                p.image + 1,
+                p.images,
+                p.step,
+                p.total
+            )));
+        }
+    }
+
+    fn token_count(&mut self) -> usize {
+        if self.token_count.0 != self.form.prompt {
+            let n = self
+                .tokenizer
+                .as_ref()
+                .map(|t| t.encode(&self.form.prompt).len())
+                .unwrap_or(0);
+            self.token_count = (self.form.prompt.clone(), n);
+        }
+        self.token_count.1
+    }
+
+    fn preview_panel(&mut self, ui: &mut egui::Ui) {
+        ui.horizontal(|ui| {
+            ui.label("Preview:");
+            let current = self.engine.preview.method();
+            for (method, label) in PREVIEW_CHOICES {
+                if ui.selectable_label(current == method, label).clicked() {
+                    self.set_preview_method(method);
+                }
+            }
+        });
+        let available = ui.available_size();
+        let target = egui::vec2(self.form.width as f32, self.form.height as f32);
+        let scale = (available.x / target.x)
+            .min(available.y / target.y)
+            .min(1.5);
+        let size = target * scale.max(0.05);
+        // The final image while idle (or the selected one), else the newest preview frame.
+        let texture = match (self.busy, self.selected, &self.preview) {
+            (false, Some(i), _) => self.gallery.get(i).map(|g| g.texture.clone()),
+            (true, _, Some((_, t))) => Some(t.clone()),
+            (_, None, Some((_, t))) => Some(t.clone()),
+            _ => None,
+        };
+        match texture {
+            Some(t) => {
+                ui.add(egui::Image::new(&t).fit_to_exact_size(size));
+            }
+            None => {
+                ui.allocate_ui(size, |ui| {
+                    ui.centered_and_justified(|ui| {
+                        ui.weak("The image appears here as it forms.");
+                    });
+                });
+            }
+        }
+        if let Some(frame) = self.preview.as_ref().map(|(f, _)| f.clone()) {
+            if self.busy {
+                ui.weak(format!(
+                    "preview step {}/{} ({})",
+                    frame.step,
+                    frame.total,
+                    frame.method.map(|m| m.id()).unwrap_or("-")
+                ));
+            }
+        }
+    }
+
+    fn gallery_panel(&mut self, ui: &mut egui::Ui) {
+        ui.horizontal(|ui| {
+            ui.heading("Gallery");
+            if let Some(item) = self.selected.and_then(|i| self.gallery.get(i)) {
+                let source = item.finished.path.clone();
+                let params = item.finished.parameters.to_a1111();
+                let image = color_image(&item.finished.image);
+                if ui.button("Save as…").clicked() {
+                    let name = source
+                        .file_name()
+                        .map(|n| n.to_string_lossy().into_owned())
+                        .unwrap_or_else(|| "image.png".into());
+                    self.pick(move || {
+                        rfd::FileDialog::new()
+                            .set_file_name(name)
+                            .add_filter("PNG", &["png"])
+                            .save_file()
+                            .map(|path| DialogResult::SaveAs { path, source })
+                    });
+                }
+                if ui.button("Copy image").clicked() {
+                    ui.ctx().copy_image(image);
+                }
+                if ui.button("Copy parameters").clicked() {
+                    ui.ctx().copy_text(params);
+                }
+            }
+        });
+        egui::ScrollArea::horizontal().show(ui, |ui| {
+            ui.horizontal(|ui| {
+                for (i, item) in self.gallery.iter().enumerate() {
+                    let thumb =
+                        egui::Image::new(&item.texture).fit_to_exact_size(egui::vec2(96.0, 96.0));
+                    let r = ui
+                        .add(egui::Button::image(thumb).selected(self.selected == Some(i)))
+                        .on_hover_text(item.finished.path.display().to_string());
+                    if r.clicked() {
+                        self.selected = Some(i);
+                    }
+                }
+            });
+        });
+    }
+
+    fn settings_window(&mut self, ctx: &egui::Context) {
+        let mut open = self.show_settings;
+        let mut changed = false;
+        egui::Window::new("Settings")
+            .open(&mut open)
+            .resizable(false)
+            .show(ctx, |ui| {
+                egui::Grid::new("settings").num_columns(2).show(ui, |ui| {
+                    let label = ui.label("Preview method");
+                    let mut method = self.settings.preview();
+                    egui::ComboBox::from_id_salt("preview-method")
+                        .selected_text(method.id())
+                        .show_ui(ui, |ui| {
+                            for (m, text) in PREVIEW_CHOICES {
+                                ui.selectable_value(&mut method, m, text);
+                            }
+                        })
+                        .response
+                        .labelled_by(label.id);
+                    if method != self.settings.preview() {
+                        self.engine.preview.set_method(method);
+                        self.settings.preview_method = method.id().into();
+                        changed = true;
+                    }
+                    ui.end_row();
+                    let label = ui.label("Preview every N steps");
+                    changed |= ui
+                        .add(
+                            egui::DragValue::new(&mut self.settings.preview_interval).range(1..=50),
+                        )
+                        .labelled_by(label.id)
+                        .changed();
+                    ui.end_row();
+                    ui.label("Model cache");
+                    changed |= ui
+                        .checkbox(
+                            &mut self.settings.model_cache,
+                            "keep the model loaded between generations",
+                        )
+                        .changed();
+                    ui.end_row();
+                    let label = ui.label("Device");
+                    let mut choices = vec![
+                        (
+                            "auto".to_string(),
+                            "auto (Intel discrete first)".to_string(),
+                        ),
+                        ("cpu".to_string(), "cpu (burn's CPU backend)".to_string()),
+                    ];
+                    if let Some(list) = self.adapters.lock().ok().and_then(|l| l.clone()) {
+                        choices.extend(list.iter().map(|a| {
+                            (
+                                format!("gpu:{}", a.index),
+                                format!("gpu:{} {} ({})", a.index, a.name, a.kind),
+                            )
+                        }));
+                    }
+                    let selected = choices
+                        .iter()
+                        .find(|(id, _)| *id == self.settings.device)
+                        .map(|(_, text)| text.clone())
+                        .unwrap_or_else(|| self.settings.device.clone());
+                    egui::ComboBox::from_id_salt("device")
+                        .selected_text(selected)
+                        .show_ui(ui, |ui| {
+                            for (id, text) in &choices {
+                                changed |= ui
+                                    .selectable_value(&mut self.settings.device, id.clone(), text)
+                                    .changed();
+                            }
+                        })
+                        .response
+                        .labelled_by(label.id);
+                    ui.end_row();
+                    let label = ui.label("Precision");
+                    egui::ComboBox::from_id_salt("precision")
+                        .selected_text(self.settings.precision.clone())
+                        .show_ui(ui, |ui| {
+                            for p in ["auto", "f16", "f32"] {
+                                changed |= ui
+                                    .selectable_value(
+                                        &mut self.settings.precision,
+                                        p.to_string(),
+                                        p,
+                                    )
+                                    .changed();
+                            }
+                        })
+                        .response
+                        .labelled_by(label.id);
+                    ui.end_row();
+                    ui.label("Models folder");
+                    ui.horizontal(|ui| {
+                        ui.label(
+                            self.settings
+                                .models_dir
+                                .as_ref()
+                                .map(|p| p.display().to_string())
+                                .unwrap_or_else(|| "none".into()),
+                        );
+                        if ui.button("Choose…").clicked() {
+                            self.pick(|| {
+                                rfd::FileDialog::new()
+                                    .pick_folder()
+                                    .map(DialogResult::ModelsDir)
+                            });
+                        }
+                    });
+                    ui.end_row();
+                    ui.label("Outputs folder");
+                    ui.horizontal(|ui| {
+                        ui.label(self.settings.outputs_dir.display().to_string());
+                        if ui.button("Choose…").clicked() {
+                            self.pick(|| {
+                                rfd::FileDialog::new()
+                                    .pick_folder()
+                                    .map(DialogResult::OutputsDir)
+                            });
+                        }
+                    });
+                    ui.end_row();
+                    ui.label("TAESD decoder");
+                    ui.horizontal(|ui| {
+                        ui.label(
+                            self.settings
+                                .taesd_path()
+                                .map(|p| p.display().to_string())
+                                .unwrap_or_else(|| "none (previews use latent2rgb)".into()),
+                        );
+                        if ui.button("Choose…").clicked() {
+                            self.pick(|| {
+                                rfd::FileDialog::new()
+                                    .add_filter("safetensors", &["safetensors"])
+                                    .pick_file()
+                                    .map(DialogResult::Taesd)
+                            });
+                        }
+                    });
+                    ui.end_row();
+                });
+            });
+        self.show_settings = open;
+        if changed {
+            self.settings_changed();
+        }
+    }
+}
+
+impl eframe::App for StudioApp {
+    fn ui(&mut self, ui: &mut egui::Ui, _frame: &mut eframe::Frame) {
+        let started = Instant::now();
+        let ctx = ui.ctx().clone();
+        self.drain_events(&ctx);
+        self.update_preview(&ctx);
+        self.handle_drops(&ctx);
+        self.shortcuts(&ctx);
+
+        egui::Panel::top("toolbar").show(ui, |ui| {
+            ui.horizontal(|ui| {
+                ui.strong("Latent Studio");
+                ui.separator();
+                if ui.button("Settings").clicked() {
+                    self.show_settings = !self.show_settings;
+                }
+            });
+        });
+        egui::Panel::bottom("status").show(ui, |ui| {
+            ui.horizontal(|ui| {
+                if let Some(e) = &self.error {
+                    ui.colored_label(Color32::from_rgb(230, 80, 80), format!("Error: {e}"));
+                    if ui.small_button("dismiss").clicked() {
+                        self.error = None;
+                    }
+                } else {
+                    ui.label(&self.status);
+                }
+            });
+            if let Some(n) = self.notices.last().cloned() {
+                ui.horizontal(|ui| {
+                    ui.weak(format!("Note: {n}"));
+                    if ui.small_button("ok").clicked() {
+                        self.notices.pop();
+                    }
+                });
+            }
+        });
+        egui::Panel::left("prompt-panel")
+            .resizable(true)
+            .default_size(340.0)
+            .show(ui, |ui| {
+                egui::ScrollArea::vertical().show(ui, |ui| {
+                    self.model_panel(ui);
+                    ui.separator();
+                    self.prompt_panel(ui);
+                });
+            });
+        egui::Panel::bottom("gallery")
+            .resizable(true)
+            .default_size(140.0)
+            .show(ui, |ui| self.gallery_panel(ui));
+        egui::CentralPanel::default().show(ui, |ui| self.preview_panel(ui));
+        self.settings_window(&ctx);
+
+        if self.frame_times.len() == 240 {
+            self.frame_times.remove(0);
+        }
+        self.frame_times.push(started.elapsed());
+    }
+}
+
+fn engine_config(settings: &Settings) -> EngineConfig {
+    EngineConfig {
+        device: settings.device_choice(),
+        precision: settings.precision_choice(),
+        outputs: settings.outputs_dir.clone(),
+        taesd: settings.taesd_path(),
+        keep_model: settings.model_cache,
+    }
+}
+
+fn color_image(image: &RgbImage) -> ColorImage {
+    ColorImage::from_rgb([image.width, image.height], &image.pixels)
+}
+
+fn random_seed() -> u64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    // splitmix64 of the clock: an even spread over 32 bits, like A1111's seeds.
+    let mut z = nanos.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    (z ^ (z >> 31)) % (1u64 << 32)
+}
+
+/// Writes `image` with parameters (used by tests that drop a PNG onto the window).
+pub fn write_png_with_parameters(
+    path: &Path,
+    image: &RgbImage,
+    p: &Parameters,
+) -> anyhow::Result<()> {
+    let png = encode_png(image, Some(&p.to_a1111()))?;
+    save_atomic(path, &png, true)?;
+    Ok(())
+}

@@ -1,0 +1,144 @@
+//! The prompt panel's values, and how they map to a request and back from PNG parameters.
+
+use latent_engine::parameters::Parameters;
+use latent_engine::pipeline::Txt2ImgRequest;
+use latent_engine::schedulers::{SamplerKind, Schedule};
+
+/// Size presets, all multiples of 8 (SD 1.x native sizes first).
+pub const SIZE_PRESETS: &[(usize, usize)] = &[
+    (512, 512),
+    (512, 768),
+    (768, 512),
+    (768, 768),
+    (640, 448),
+    (448, 640),
+];
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Form {
+    pub prompt: String,
+    pub negative: String,
+    pub seed: u64,
+    /// Locked: the seed stays; unlocked: a new random seed per Generate.
+    pub seed_locked: bool,
+    pub steps: usize,
+    pub cfg: f32,
+    pub sampler: SamplerKind,
+    pub schedule: Schedule,
+    pub width: usize,
+    pub height: usize,
+    pub batch_count: usize,
+}
+
+impl Default for Form {
+    fn default() -> Self {
+        Self {
+            prompt: String::new(),
+            negative: String::new(),
+            seed: 1,
+            seed_locked: false,
+            steps: 20,
+            cfg: 7.0,
+            sampler: SamplerKind::Euler,
+            schedule: Schedule::Normal,
+            width: 512,
+            height: 512,
+            batch_count: 1,
+        }
+    }
+}
+
+impl Form {
+    pub fn request(&self) -> Txt2ImgRequest {
+        Txt2ImgRequest {
+            prompt: self.prompt.clone(),
+            negative_prompt: self.negative.clone(),
+            seed: self.seed,
+            steps: self.steps,
+            cfg_scale: self.cfg,
+            sampler: self.sampler,
+            schedule: self.schedule,
+            width: self.width,
+            height: self.height,
+            batch_count: self.batch_count,
+            clip_skip: 1,
+        }
+    }
+
+    /// Restores what a PNG's parameters say (A1111 or ours). Unknown sampler or schedule names
+    /// leave those fields as they are; the returned list names what could not be applied.
+    pub fn apply(&mut self, p: &Parameters) -> Vec<String> {
+        let mut skipped = Vec::new();
+        self.prompt = p.prompt.clone();
+        self.negative = p.negative_prompt.clone();
+        self.seed = p.seed;
+        self.seed_locked = true; // the point of restoring is to reproduce
+        self.steps = p.steps.clamp(1, 150);
+        self.cfg = p.cfg_scale;
+        match SamplerKind::ALL
+            .iter()
+            .find(|s| s.a1111_name() == p.sampler)
+        {
+            Some(s) => self.sampler = *s,
+            None => skipped.push(format!("sampler `{}`", p.sampler)),
+        }
+        match Schedule::ALL
+            .iter()
+            .find(|s| s.a1111_name().eq_ignore_ascii_case(&p.schedule))
+        {
+            Some(s) => self.schedule = *s,
+            None if p.schedule.is_empty() => {}
+            None => skipped.push(format!("schedule `{}`", p.schedule)),
+        }
+        if p.width % 8 == 0 && p.height % 8 == 0 && p.width > 0 && p.height > 0 {
+            self.width = p.width;
+            self.height = p.height;
+        } else {
+            skipped.push(format!("size {}x{}", p.width, p.height));
+        }
+        skipped
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parameters_restore_the_form() {
+        let text = "a fox\nNegative prompt: blurry\nSteps: 30, Sampler: DPM++ 2M, Schedule type: Karras, CFG scale: 5.5, Seed: 1234, Size: 512x768, Model hash: abcdef0123, Model: x";
+        let p = Parameters::parse_a1111(text).unwrap();
+        let mut form = Form::default();
+        assert!(form.apply(&p).is_empty());
+        assert_eq!(
+            (
+                form.prompt.as_str(),
+                form.negative.as_str(),
+                form.steps,
+                form.cfg,
+                form.seed
+            ),
+            ("a fox", "blurry", 30, 5.5, 1234)
+        );
+        assert_eq!(
+            (form.sampler, form.schedule),
+            (SamplerKind::DpmPp2M, Schedule::Karras)
+        );
+        assert_eq!(
+            (form.width, form.height, form.seed_locked),
+            (512, 768, true)
+        );
+        let req = form.request();
+        assert_eq!((req.seed, req.width, req.height), (1234, 512, 768));
+    }
+
+    #[test]
+    fn unknown_sampler_is_reported_not_guessed() {
+        let text = "x\nSteps: 20, Sampler: LMS, CFG scale: 7, Seed: 1, Size: 512x512";
+        let p = Parameters::parse_a1111(text).unwrap();
+        let mut form = Form::default();
+        let skipped = form.apply(&p);
+        assert_eq!(form.sampler, SamplerKind::Euler);
+        assert_eq!(skipped, ["sampler `LMS`"]);
+    }
+}

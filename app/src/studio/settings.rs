@@ -1,0 +1,222 @@
+//! The studio's settings: a plain struct, persisted as JSON next to the user's other config, written
+//! atomically (temp file + rename) so a crash mid-write never leaves a half file. A corrupt file
+//! falls back to defaults with a notice and is kept aside, never silently lost.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use latent_engine::Precision;
+use latent_engine::device::DeviceChoice;
+use latent_engine::preview::PreviewMethod;
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Settings {
+    /// none, latent2rgb, taesd, full or auto.
+    pub preview_method: String,
+    pub preview_interval: usize,
+    /// Keep models resident between generations.
+    pub model_cache: bool,
+    /// Optimised VAE decode path.
+    pub vae_compile: bool,
+    /// auto, cpu, gpu or gpu:N.
+    pub device: String,
+    /// auto, f32 or f16.
+    pub precision: String,
+    /// Scanned for `.safetensors` checkpoints and diffusers folders.
+    pub models_dir: Option<PathBuf>,
+    pub outputs_dir: PathBuf,
+    /// TAESD decoder file or folder; else `taesd_decoder.safetensors` in the models folder.
+    pub taesd: Option<PathBuf>,
+    /// Reopened at start.
+    pub last_model: Option<PathBuf>,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        let outputs = directories::UserDirs::new()
+            .and_then(|u| u.picture_dir().map(|p| p.join("Latent Studio")))
+            .unwrap_or_else(|| PathBuf::from("outputs"));
+        Self {
+            preview_method: PreviewMethod::Auto.id().into(),
+            preview_interval: 1,
+            model_cache: true,
+            vae_compile: true,
+            device: "auto".into(),
+            precision: "auto".into(),
+            models_dir: None,
+            outputs_dir: outputs,
+            taesd: None,
+            last_model: None,
+        }
+    }
+}
+
+impl Settings {
+    /// `settings.json` in the platform's config folder (`LATENT_STUDIO_CONFIG` overrides).
+    pub fn default_path() -> PathBuf {
+        if let Some(dir) = std::env::var_os("LATENT_STUDIO_CONFIG") {
+            return PathBuf::from(dir).join("settings.json");
+        }
+        directories::ProjectDirs::from("", "", "Latent Studio")
+            .map(|d| d.config_dir().join("settings.json"))
+            .unwrap_or_else(|| PathBuf::from("latent-studio-settings.json"))
+    }
+
+    /// Reads the settings; a missing file gives defaults, a corrupt one gives defaults plus a
+    /// notice (the bad file is renamed to `settings.json.corrupt` so nothing is lost).
+    pub fn load(path: &Path) -> (Self, Option<String>) {
+        let text = match std::fs::read_to_string(path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return (Self::default(), None),
+            Err(e) => {
+                return (
+                    Self::default(),
+                    Some(format!("settings not read ({e}); using defaults")),
+                );
+            }
+        };
+        match serde_json::from_str::<Self>(&text) {
+            Ok(s) => (s.sanitized(), None),
+            Err(e) => {
+                let aside = path.with_extension("json.corrupt");
+                let kept = std::fs::rename(path, &aside).is_ok();
+                let note = if kept {
+                    format!(
+                        "the settings file was damaged ({e}); using defaults (old file kept as {})",
+                        aside.display()
+                    )
+                } else {
+                    format!("the settings file was damaged ({e}); using defaults")
+                };
+                (Self::default(), Some(note))
+            }
+        }
+    }
+
+    /// Writes atomically: a temp file in the same folder, flushed, then renamed over the old one.
+    pub fn save(&self, path: &Path) -> Result<()> {
+        let dir = path.parent().filter(|p| !p.as_os_str().is_empty());
+        if let Some(dir) = dir {
+            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        }
+        let json = serde_json::to_string_pretty(self)?;
+        let tmp = path.with_extension(format!("json.tmp{}", std::process::id()));
+        let write = || -> std::io::Result<()> {
+            let mut f = std::fs::File::create(&tmp)?;
+            f.write_all(json.as_bytes())?;
+            f.sync_all()
+        };
+        if let Err(e) = write() {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(e).with_context(|| format!("writing {}", tmp.display()));
+        }
+        std::fs::rename(&tmp, path).with_context(|| format!("replacing {}", path.display()))
+    }
+
+    /// Values out of range replaced by defaults, so a hand-edited file cannot break the studio.
+    fn sanitized(mut self) -> Self {
+        let d = Self::default();
+        if self.preview_method.parse::<PreviewMethod>().is_err() {
+            self.preview_method = d.preview_method;
+        }
+        if self.preview_interval == 0 {
+            self.preview_interval = 1;
+        }
+        if self.device.parse::<DeviceChoice>().is_err() {
+            self.device = d.device;
+        }
+        if self.precision != "auto" && self.precision.parse::<Precision>().is_err() {
+            self.precision = d.precision;
+        }
+        self
+    }
+
+    pub fn preview(&self) -> PreviewMethod {
+        self.preview_method.parse().unwrap_or(PreviewMethod::Auto)
+    }
+
+    pub fn device_choice(&self) -> DeviceChoice {
+        self.device.parse().unwrap_or_default()
+    }
+
+    pub fn precision_choice(&self) -> Option<Precision> {
+        self.precision.parse().ok()
+    }
+
+    /// The TAESD decoder to use: the chosen one, else the one ComfyUI users keep next to models.
+    pub fn taesd_path(&self) -> Option<PathBuf> {
+        if let Some(p) = &self.taesd {
+            return Some(p.clone());
+        }
+        let dir = self.models_dir.as_ref()?;
+        [
+            "taesd_decoder.safetensors",
+            "vae_approx/taesd_decoder.safetensors",
+        ]
+        .iter()
+        .map(|name| dir.join(name))
+        .find(|p| p.exists())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(name: &str) -> PathBuf {
+        let dir =
+            std::env::temp_dir().join(format!("latent-settings-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    #[test]
+    fn round_trips_and_replaces_atomically() {
+        let dir = scratch("rt");
+        let path = dir.join("settings.json");
+        let mut s = Settings::default();
+        s.preview_method = "full".into();
+        s.preview_interval = 3;
+        s.device = "cpu".into();
+        s.save(&path).unwrap();
+        s.model_cache = false;
+        s.save(&path).unwrap();
+        let (back, note) = Settings::load(&path);
+        assert_eq!((back, note), (s, None));
+        // No temp files left behind.
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn corrupt_or_odd_files_fall_back_with_a_notice() {
+        let dir = scratch("bad");
+        let path = dir.join("settings.json");
+        std::fs::write(&path, b"{\"preview_method\": \"full\", \"device\"").unwrap();
+        let (s, note) = Settings::load(&path);
+        assert_eq!(s, Settings::default());
+        assert!(note.unwrap().contains("damaged"));
+        assert!(
+            dir.join("settings.json.corrupt").exists(),
+            "the bad file is kept aside"
+        );
+
+        std::fs::write(
+            &path,
+            br#"{"preview_method": "vae", "preview_interval": 0, "device": "tpu"}"#,
+        )
+        .unwrap();
+        let (s, note) = Settings::load(&path);
+        assert!(note.is_none());
+        assert_eq!(
+            (s.preview(), s.preview_interval, s.device.as_str()),
+            (PreviewMethod::Auto, 1, "auto")
+        );
+
+        let (s, note) = Settings::load(&dir.join("missing.json"));
+        assert_eq!((s, note), (Settings::default(), None));
+    }
+}

@@ -1,0 +1,284 @@
+//! GPU adapters as wgpu reports them, and which one the studio picks.
+//!
+//! The automatic choice prefers Intel discrete, then other discrete, then Intel integrated, then
+//! other integrated, then virtual, then software (lavapipe, WARP, llvmpipe). The choice is a pure
+//! function over [`AdapterSummary`] lists so it is tested without hardware.
+
+use std::fmt;
+
+use burn::tensor::DeviceKind;
+
+/// PCI vendor ids.
+pub const VENDOR_INTEL: u32 = 0x8086;
+pub const VENDOR_NVIDIA: u32 = 0x10de;
+pub const VENDOR_AMD: u32 = 0x1002;
+pub const VENDOR_APPLE: u32 = 0x106b;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AdapterKind {
+    Discrete,
+    Integrated,
+    Virtual,
+    /// A software rasteriser (lavapipe, llvmpipe, WARP, SwiftShader).
+    Software,
+    Other,
+}
+
+impl fmt::Display for AdapterKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            AdapterKind::Discrete => "discrete",
+            AdapterKind::Integrated => "integrated",
+            AdapterKind::Virtual => "virtual",
+            AdapterKind::Software => "software",
+            AdapterKind::Other => "other",
+        })
+    }
+}
+
+/// What the studio needs to know about one adapter.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AdapterSummary {
+    /// Position in the backend's enumeration order (what `gpu:N` names).
+    pub index: usize,
+    pub name: String,
+    pub vendor: u32,
+    pub kind: AdapterKind,
+    /// Vulkan, Dx12, Metal or Gl.
+    pub backend: String,
+    pub driver: String,
+    pub max_buffer_size: u64,
+    pub max_storage_binding: u64,
+    pub shader_f16: bool,
+}
+
+impl AdapterSummary {
+    pub fn vendor_name(&self) -> &'static str {
+        match self.vendor {
+            VENDOR_INTEL => "Intel",
+            VENDOR_NVIDIA => "NVIDIA",
+            VENDOR_AMD => "AMD",
+            VENDOR_APPLE => "Apple",
+            _ => "other",
+        }
+    }
+
+    /// Lower is preferred.
+    pub fn preference_rank(&self) -> u8 {
+        let intel = self.vendor == VENDOR_INTEL;
+        match (self.kind, intel) {
+            (AdapterKind::Discrete, true) => 0,
+            (AdapterKind::Discrete, false) => 1,
+            (AdapterKind::Integrated, true) => 2,
+            (AdapterKind::Integrated, false) => 3,
+            (AdapterKind::Virtual, _) => 4,
+            (AdapterKind::Other, _) => 5,
+            (AdapterKind::Software, _) => 6,
+        }
+    }
+
+    /// The burn device kind that selects this adapter: cubecl counts each adapter type from zero
+    /// in enumeration order, so the N-th discrete adapter is `DiscreteGpu(N)`.
+    pub fn device_kind(&self, all: &[AdapterSummary]) -> DeviceKind {
+        let nth = all
+            .iter()
+            .filter(|a| a.index < self.index && a.kind == self.kind)
+            .count();
+        match self.kind {
+            AdapterKind::Discrete => DeviceKind::DiscreteGpu(nth),
+            AdapterKind::Integrated => DeviceKind::IntegratedGpu(nth),
+            AdapterKind::Virtual => DeviceKind::VirtualGpu(nth),
+            AdapterKind::Software => DeviceKind::Cpu,
+            AdapterKind::Other => DeviceKind::DefaultDevice,
+        }
+    }
+}
+
+impl fmt::Display for AdapterSummary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "gpu:{} {} ({}, {}, {}) driver {} | max buffer {} MiB, max storage binding {} MiB, f16 {}",
+            self.index,
+            self.name,
+            self.vendor_name(),
+            self.kind,
+            self.backend,
+            if self.driver.is_empty() {
+                "?"
+            } else {
+                &self.driver
+            },
+            self.max_buffer_size >> 20,
+            self.max_storage_binding >> 20,
+            if self.shader_f16 { "yes" } else { "no" },
+        )
+    }
+}
+
+/// The automatic choice: best rank, first in enumeration order among equals.
+pub fn choose_auto(adapters: &[AdapterSummary]) -> Option<&AdapterSummary> {
+    adapters
+        .iter()
+        .min_by_key(|a| (a.preference_rank(), a.index))
+}
+
+/// `gpu:N` → the adapter with that index; any other text → the first adapter whose name contains
+/// it (case-insensitive), e.g. `arc` or `iris`.
+pub fn choose_named<'a>(
+    adapters: &'a [AdapterSummary],
+    wanted: &str,
+) -> Option<&'a AdapterSummary> {
+    if let Some(n) = wanted
+        .strip_prefix("gpu:")
+        .and_then(|n| n.parse::<usize>().ok())
+    {
+        return adapters.iter().find(|a| a.index == n);
+    }
+    let wanted = wanted.to_lowercase();
+    adapters
+        .iter()
+        .find(|a| a.name.to_lowercase().contains(&wanted))
+}
+
+/// Every adapter of the graphics API the engine runs on (Vulkan where present, then Metal, DX12,
+/// GL), in wgpu's enumeration order.
+pub fn enumerate() -> Vec<AdapterSummary> {
+    use burn::backend::wgpu::wgpu;
+    for backend in [
+        wgpu::Backends::VULKAN,
+        wgpu::Backends::METAL,
+        wgpu::Backends::DX12,
+        wgpu::Backends::GL,
+    ] {
+        let instance = wgpu::Instance::new(wgpu::InstanceDescriptor {
+            backends: backend,
+            ..wgpu::InstanceDescriptor::new_without_display_handle()
+        });
+        let adapters = pollster_block_on(instance.enumerate_adapters(backend));
+        if adapters.is_empty() {
+            continue;
+        }
+        return adapters
+            .iter()
+            .enumerate()
+            .map(|(index, adapter)| {
+                let info = adapter.get_info();
+                let limits = adapter.limits();
+                AdapterSummary {
+                    index,
+                    name: info.name.clone(),
+                    vendor: info.vendor,
+                    kind: match info.device_type {
+                        wgpu::DeviceType::DiscreteGpu => AdapterKind::Discrete,
+                        wgpu::DeviceType::IntegratedGpu => AdapterKind::Integrated,
+                        wgpu::DeviceType::VirtualGpu => AdapterKind::Virtual,
+                        wgpu::DeviceType::Cpu => AdapterKind::Software,
+                        wgpu::DeviceType::Other => AdapterKind::Other,
+                    },
+                    backend: format!("{:?}", info.backend),
+                    driver: format!("{} {}", info.driver, info.driver_info)
+                        .trim()
+                        .to_string(),
+                    max_buffer_size: limits.max_buffer_size,
+                    max_storage_binding: limits.max_storage_buffer_binding_size as u64,
+                    shader_f16: adapter.features().contains(wgpu::Features::SHADER_F16),
+                }
+            })
+            .collect();
+    }
+    Vec::new()
+}
+
+/// Drives a wgpu future that completes without a runtime (native enumeration is synchronous).
+fn pollster_block_on<F: std::future::Future>(future: F) -> F::Output {
+    use std::task::{Context, Poll, Wake, Waker};
+    struct Noop;
+    impl Wake for Noop {
+        fn wake(self: std::sync::Arc<Self>) {}
+    }
+    let waker = Waker::from(std::sync::Arc::new(Noop));
+    let mut cx = Context::from_waker(&waker);
+    let mut future = std::pin::pin!(future);
+    loop {
+        if let Poll::Ready(v) = future.as_mut().poll(&mut cx) {
+            return v;
+        }
+        std::thread::yield_now();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn adapter(index: usize, name: &str, vendor: u32, kind: AdapterKind) -> AdapterSummary {
+        AdapterSummary {
+            index,
+            name: name.into(),
+            vendor,
+            kind,
+            backend: "Vulkan".into(),
+            driver: String::new(),
+            max_buffer_size: 1 << 30,
+            max_storage_binding: 1 << 27,
+            shader_f16: true,
+        }
+    }
+
+    #[test]
+    fn intel_discrete_first_then_discrete_then_intel_integrated() {
+        use AdapterKind::*;
+        let laptop = [
+            adapter(0, "llvmpipe (LLVM 15.0.6, 256 bits)", 0x10005, Software),
+            adapter(
+                1,
+                "NVIDIA GeForce RTX 3050 Laptop GPU",
+                VENDOR_NVIDIA,
+                Discrete,
+            ),
+            adapter(2, "Intel(R) Iris(R) Xe Graphics", VENDOR_INTEL, Integrated),
+            adapter(3, "Intel(R) Arc(tm) A770 Graphics", VENDOR_INTEL, Discrete),
+        ];
+        assert_eq!(choose_auto(&laptop).unwrap().index, 3);
+        assert_eq!(choose_auto(&laptop[..3]).unwrap().index, 1);
+        let no_discrete = [laptop[0].clone(), laptop[2].clone()];
+        assert_eq!(choose_auto(&no_discrete).unwrap().index, 2);
+        let amd_igpu = [
+            adapter(0, "AMD Radeon 780M", VENDOR_AMD, Integrated),
+            adapter(1, "Intel(R) Graphics (MTL)", VENDOR_INTEL, Integrated),
+        ];
+        assert_eq!(
+            choose_auto(&amd_igpu).unwrap().index,
+            1,
+            "Intel integrated before others"
+        );
+        assert_eq!(
+            choose_auto(&laptop[..1]).unwrap().kind,
+            Software,
+            "software last, but used"
+        );
+        assert!(choose_auto(&[]).is_none());
+    }
+
+    #[test]
+    fn explicit_choices_and_device_kinds() {
+        use AdapterKind::*;
+        let all = [
+            adapter(0, "NVIDIA H200", VENDOR_NVIDIA, Discrete),
+            adapter(1, "Intel(R) Arc(tm) B580 Graphics", VENDOR_INTEL, Discrete),
+            adapter(2, "Intel(R) Iris(R) Xe Graphics", VENDOR_INTEL, Integrated),
+            adapter(3, "llvmpipe", 0x10005, Software),
+        ];
+        assert_eq!(choose_named(&all, "gpu:2").unwrap().index, 2);
+        assert!(choose_named(&all, "gpu:9").is_none());
+        assert_eq!(choose_named(&all, "ARC").unwrap().index, 1);
+        assert_eq!(choose_named(&all, "iris").unwrap().index, 2);
+        assert!(choose_named(&all, "radeon").is_none());
+        // cubecl counts each kind from zero.
+        assert_eq!(all[1].device_kind(&all), DeviceKind::DiscreteGpu(1));
+        assert_eq!(all[2].device_kind(&all), DeviceKind::IntegratedGpu(0));
+        assert_eq!(all[3].device_kind(&all), DeviceKind::Cpu);
+        assert!(all[1].to_string().contains("Intel, discrete, Vulkan"));
+    }
+}
