@@ -16,10 +16,17 @@ fn demo_dir() -> PathBuf {
         .unwrap_or_else(|| std::env::temp_dir().join("latent-studio-demo"))
 }
 
-/// The demo checkpoint on disk, unpacked (atomically) on first use or when it differs.
+/// The demo checkpoint on disk, unpacked (atomically) on first use or when it differs: in the
+/// user's cache folder, or the temp folder when that cannot be written.
 pub fn demo_model_path() -> Result<PathBuf> {
-    let dir = demo_dir();
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    unpack(&demo_dir()).or_else(|first| {
+        let fallback = std::env::temp_dir().join("latent-studio-demo");
+        unpack(&fallback).with_context(|| format!("{first:#}"))
+    })
+}
+
+fn unpack(dir: &Path) -> Result<PathBuf> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let weights = dir.join(format!("{NAME}.safetensors"));
     let sidecar = dir.join(format!("{NAME}.json"));
     for (path, bytes) in [(&sidecar, SIDECAR), (&weights, WEIGHTS)] {
