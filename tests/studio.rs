@@ -283,3 +283,34 @@ fn settings_window_changes_persist_atomically() {
         .collect();
     assert!(leftovers.is_empty(), "no temp files left");
 }
+
+/// Low-resolution snapshots of the window a new user sees, and of the settings window
+/// (`UPDATE_SNAPSHOTS=1` rewrites them; differences are written as `*.diff.png`).
+#[test]
+fn snapshots_of_the_empty_studio_and_the_settings_window() {
+    let dir = scratch("snapshots");
+    let settings = Settings {
+        device: "cpu".into(),
+        precision: "f32".into(),
+        preview_method: "auto".into(),
+        // Shown in the settings window: a fixed text, not the scratch path.
+        outputs_dir: PathBuf::from("outputs"),
+        ..Settings::default()
+    };
+    let path = dir.join("settings.json");
+    settings.save(&path).unwrap();
+    let mut h = Harness::builder()
+        .with_size([800.0, 520.0])
+        .with_pixels_per_point(1.0)
+        .build_eframe(move |cc| StudioApp::new(&cc.egui_ctx, path).unwrap());
+    h.run_steps(3);
+    // Up to 0.5 % of pixels may differ: llvmpipe's anti-aliasing can vary with the host CPU's
+    // vector width; any layout change moves far more pixels than that.
+    let options = egui_kittest::SnapshotOptions::new()
+        .output_path(concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/snapshots"))
+        .max_failed_pixels(2000);
+    h.snapshot_options("studio_no_model", &options);
+    h.get_by_label("Settings").click();
+    h.run_steps(3);
+    h.snapshot_options("studio_settings", &options);
+}
