@@ -649,10 +649,8 @@ impl StudioApp {
         ui.horizontal(|ui| {
             ui.heading("Gallery");
             if let Some(item) = self.selected.and_then(|i| self.gallery.get(i)) {
-                let source = item.finished.path.clone();
-                let params = item.finished.parameters.to_a1111();
-                let image = color_image(&item.finished.image);
                 if ui.button("Save as…").clicked() {
+                    let source = item.finished.path.clone();
                     let name = source
                         .file_name()
                         .map(|n| n.to_string_lossy().into_owned())
@@ -665,11 +663,12 @@ impl StudioApp {
                             .map(|path| DialogResult::SaveAs { path, source })
                     });
                 }
+                // Built only on click: a full-size copy every frame would cost the UI its budget.
                 if ui.button("Copy image").clicked() {
-                    ui.ctx().copy_image(image);
+                    ui.ctx().copy_image(color_image(&item.finished.image));
                 }
                 if ui.button("Copy parameters").clicked() {
-                    ui.ctx().copy_text(params);
+                    ui.ctx().copy_text(item.finished.parameters.to_a1111());
                 }
             }
         });
