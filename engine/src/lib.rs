@@ -8,6 +8,7 @@ pub mod device;
 pub mod error;
 pub mod image_io;
 pub mod model;
+pub mod model_cache;
 pub mod nn;
 pub mod noise;
 pub mod parameters;
@@ -19,6 +20,7 @@ pub mod taesd;
 pub mod tokenizer;
 pub mod unet;
 pub mod vae;
+pub mod vae_compile;
 
 pub use error::{Error, Result};
 pub use model::{LoadOptions, Precision, StableDiffusion};

@@ -2,11 +2,13 @@
 
 use burn::tensor::{DType, Device};
 
+use crate::checkpoint::weights::Recorder;
 use crate::checkpoint::{Checkpoint, Component, LoadReport, ModelConfig, Weights};
 use crate::clip::ClipTextModel;
 use crate::error::Result;
 use crate::unet::UNet2DConditionModel;
 use crate::vae::AutoencoderKL;
+use crate::vae_compile::VaeCompiler;
 
 /// Float precision of a model's weights and activations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -36,6 +38,9 @@ impl std::str::FromStr for Precision {
     }
 }
 
+/// Name prefixes of each component's tensors in a disk-cache file (text encoder, UNet, VAE).
+pub const CACHE_PREFIXES: [&str; 3] = ["text_encoder.", "unet.", "vae."];
+
 /// What to load besides the always-needed parts.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct LoadOptions {
@@ -53,22 +58,80 @@ pub struct StableDiffusion {
     pub precision: Precision,
     /// Per component: how many tensors were read and which stored keys went unused.
     pub reports: Vec<LoadReport>,
+    /// The VAE compilation setting (off unless turned on) and its verdicts for this model.
+    pub vae_compile: VaeCompiler,
 }
 
 impl StableDiffusion {
     pub fn load(checkpoint: &Checkpoint, device: &Device, options: LoadOptions) -> Result<Self> {
         let dtype = options.precision.dtype();
-        let c = &checkpoint.config;
-        let te = checkpoint.text_encoder_weights(device, dtype);
+        let weights = [
+            checkpoint.text_encoder_weights(device, dtype),
+            checkpoint.unet_weights(device, dtype),
+            checkpoint.vae_weights(device, dtype),
+        ];
+        let prefixes = [
+            checkpoint.stored_prefix(Component::TextEncoder),
+            checkpoint.stored_prefix(Component::Unet),
+            checkpoint.stored_prefix(Component::Vae),
+        ];
+        Self::from_weights(weights, prefixes, &checkpoint.config, device, options)
+    }
+
+    /// [`Self::load`], handing every built tensor to `recorder` with the component's name prefix
+    /// (`text_encoder.`, `unet.`, `vae.`), e.g. to write the disk cache.
+    pub fn load_recorded(
+        checkpoint: &Checkpoint,
+        device: &Device,
+        options: LoadOptions,
+        recorder: Recorder,
+    ) -> Result<Self> {
+        let dtype = options.precision.dtype();
+        let prefixed = |prefix: &'static str| -> Recorder {
+            let inner = recorder.clone();
+            std::rc::Rc::new(std::cell::RefCell::new(
+                move |name: &str, shape: &[usize], dtype, bytes: &[u8]| {
+                    (inner.borrow_mut())(&format!("{prefix}{name}"), shape, dtype, bytes)
+                },
+            ))
+        };
+        let weights = [
+            checkpoint
+                .text_encoder_weights(device, dtype)
+                .recording(prefixed(CACHE_PREFIXES[0])),
+            checkpoint
+                .unet_weights(device, dtype)
+                .recording(prefixed(CACHE_PREFIXES[1])),
+            checkpoint
+                .vae_weights(device, dtype)
+                .recording(prefixed(CACHE_PREFIXES[2])),
+        ];
+        let prefixes = [
+            checkpoint.stored_prefix(Component::TextEncoder),
+            checkpoint.stored_prefix(Component::Unet),
+            checkpoint.stored_prefix(Component::Vae),
+        ];
+        Self::from_weights(weights, prefixes, &checkpoint.config, device, options)
+    }
+
+    /// Builds the model from per-component weights (text encoder, UNet, VAE); `prefixes` are the
+    /// stored-key prefixes unused keys are reported under.
+    pub fn from_weights(
+        weights: [Weights; 3],
+        prefixes: [&str; 3],
+        config: &ModelConfig,
+        device: &Device,
+        options: LoadOptions,
+    ) -> Result<Self> {
+        let c = config;
+        let [te, uw, vw] = weights;
         let text_encoder = ClipTextModel::load(&te, &c.text_encoder)?;
-        let uw = checkpoint.unet_weights(device, dtype);
         let unet = UNet2DConditionModel::load(&uw, &c.unet)?;
-        let vw = checkpoint.vae_weights(device, dtype);
         let vae = AutoencoderKL::load(&vw, &c.vae, options.vae_encoder)?;
         let reports = vec![
-            te.report(checkpoint.stored_prefix(Component::TextEncoder)),
-            uw.report(checkpoint.stored_prefix(Component::Unet)),
-            vw.report(checkpoint.stored_prefix(Component::Vae)),
+            te.report(prefixes[0]),
+            uw.report(prefixes[1]),
+            vw.report(prefixes[2]),
         ];
         for r in &reports {
             if !r.unused.is_empty() {
@@ -89,7 +152,13 @@ impl StableDiffusion {
             device: device.clone(),
             precision: options.precision,
             reports,
+            vae_compile: VaeCompiler::default(),
         })
+    }
+
+    /// Bytes of weights this model was built from.
+    pub fn weight_bytes(&self) -> u64 {
+        self.reports.iter().map(|r| r.bytes).sum()
     }
 
     /// Full-size SD 1.5 with random weights, for benchmarks.
@@ -109,6 +178,7 @@ impl StableDiffusion {
             device: device.clone(),
             precision,
             reports: Vec::new(),
+            vae_compile: VaeCompiler::default(),
         })
     }
 }

@@ -67,6 +67,15 @@ impl Conv2d {
     }
 }
 
+/// Which implementation runs a GroupNorm (and the SiLU after it): burn ops, or our fused WGSL
+/// kernels where the device runs them (see [`crate::shaders::group_norm_fused`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Kernels {
+    #[default]
+    Plain,
+    Fused,
+}
+
 /// `nn.GroupNorm` with affine parameters.
 #[derive(Debug, Clone)]
 pub struct GroupNorm {
@@ -100,6 +109,25 @@ impl GroupNorm {
         let x =
             x * self.weight.clone().reshape([1, c, 1, 1]) + self.bias.clone().reshape([1, c, 1, 1]);
         x.cast(dtype)
+    }
+
+    /// GroupNorm, then SiLU when `silu`, through `kernels`. The fused kernels fall back to burn
+    /// ops where they cannot run.
+    pub fn forward_with(&self, x: Tensor<4>, silu: bool, kernels: Kernels) -> Tensor<4> {
+        if kernels == Kernels::Fused {
+            if let Some(y) = crate::shaders::group_norm_fused(
+                &x,
+                &self.weight,
+                &self.bias,
+                self.groups,
+                self.eps,
+                silu,
+            ) {
+                return y;
+            }
+        }
+        let y = self.forward(x);
+        if silu { activation::silu(y) } else { y }
     }
 }
 

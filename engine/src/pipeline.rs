@@ -77,6 +77,8 @@ pub enum Notice {
         used: &'static str,
         reason: &'static str,
     },
+    /// VAE compilation was abandoned for this model; the plain path decodes from now on.
+    VaeCompileFallback { reason: String },
 }
 
 impl std::fmt::Display for Notice {
@@ -100,6 +102,10 @@ impl std::fmt::Display for Notice {
                     "preview: {wanted} is not available ({reason}); showing {used} instead"
                 )
             }
+            Notice::VaeCompileFallback { reason } => write!(
+                f,
+                "VAE compilation is off for this model: {reason}. Decoding uses the plain path; images are unaffected"
+            ),
         }
     }
 }
@@ -264,7 +270,11 @@ pub fn txt2img(
         }
 
         // 6. Decode.
-        let pixels = model.vae.decode(latents.cast(dtype));
+        let pixels = model
+            .vae_compile
+            .decode(&model.vae, latents.cast(dtype), &mut |n| {
+                observer.notice(&n)
+            });
         out.push(Generated {
             image: to_rgb8(pixels)?,
             seed,

@@ -14,10 +14,58 @@ use crate::error::{Error, Result};
 use crate::preview::Factors;
 
 /// Every WGSL file in `shaders/`, by file name (validated with naga in the tests).
-pub const WGSL_SOURCES: &[(&str, &str)] = &[(
-    "latent2rgb.wgsl",
-    include_str!("../../shaders/latent2rgb.wgsl"),
-)];
+pub const WGSL_SOURCES: &[(&str, &str)] = &[
+    (
+        "latent2rgb.wgsl",
+        include_str!("../../shaders/latent2rgb.wgsl"),
+    ),
+    (
+        "group_norm_stats.wgsl",
+        include_str!("../../shaders/group_norm_stats.wgsl"),
+    ),
+    (
+        "group_norm_apply.wgsl",
+        include_str!("../../shaders/group_norm_apply.wgsl"),
+    ),
+];
+
+/// The element-type line of our typed kernels, and what replaces it for f16 tensors.
+const ELEMENT_F32: &str = "alias T = f32;";
+const ELEMENT_F16: &str = "enable f16;\nalias T = f16;";
+
+/// A typed kernel's source for f16 tensors.
+pub fn wgsl_for_f16(source: &str) -> String {
+    source.replacen(ELEMENT_F32, ELEMENT_F16, 1)
+}
+
+/// Whether [`group_norm_fused`] can run on this device: a wgpu device whose runtime compiles WGSL
+/// (not the CPU backend, not a SPIR-V build).
+pub fn fused_kernels_available(device: &burn::tensor::Device) -> bool {
+    !cfg!(feature = "vulkan") && !crate::device::is_cpu(device)
+}
+
+/// GroupNorm (f32 statistics, affine with f32 `gamma`/`beta`) optionally followed by SiLU, in two
+/// launches of our kernels (`group_norm_stats.wgsl`, `group_norm_apply.wgsl`) instead of burn's
+/// chain of casts, reductions and element-wise ops. `None` where the kernels cannot run (see
+/// [`fused_kernels_available`]) or for dtypes other than f32/f16; the caller then uses burn ops.
+///
+/// # Shapes
+/// x `[b, c, h, w]`, gamma and beta `[c]` -> `[b, c, h, w]`
+pub fn group_norm_fused(
+    x: &Tensor<4>,
+    gamma: &Tensor<1>,
+    beta: &Tensor<1>,
+    groups: usize,
+    eps: f64,
+    silu: bool,
+) -> Option<Tensor<4>> {
+    #[cfg(not(feature = "vulkan"))]
+    if fused_kernels_available(&x.device()) {
+        return wgsl::group_norm(x, gamma, beta, groups, eps, silu);
+    }
+    let _ = (x, gamma, beta, groups, eps, silu);
+    None
+}
 
 /// Set after our WGSL latent2rgb kernel failed once; burn ops are used from then on.
 #[cfg_attr(feature = "vulkan", allow(dead_code))]
@@ -238,6 +286,125 @@ mod wgsl {
             },
         })
     }
+
+    /// Our two GroupNorm kernels, typed by the tensor's element type.
+    struct GroupNormKernel {
+        source: &'static str,
+        f16: bool,
+    }
+
+    impl KernelSource for GroupNormKernel {
+        fn source(&self) -> SourceTemplate {
+            if self.f16 {
+                SourceTemplate::new(super::wgsl_for_f16(self.source))
+            } else {
+                SourceTemplate::new(self.source)
+            }
+        }
+
+        fn id(&self) -> KernelId {
+            KernelId::new::<Self>().info((self.source.len(), self.f16))
+        }
+
+        fn lang(&self) -> &'static str {
+            "wgsl"
+        }
+    }
+
+    const STATS: &str = include_str!("../../shaders/group_norm_stats.wgsl");
+    const APPLY: &str = include_str!("../../shaders/group_norm_apply.wgsl");
+    /// Elements per statistics chunk, and per apply tile (256 lanes x 16, as in the WGSL).
+    const CHUNK: usize = 4096;
+    const TILE: usize = 4096;
+
+    fn resolve(t: Tensor<1>) -> Option<burn::backend::wgpu::CubeTensor> {
+        let fusion = t.try_into_primitive::<Wgpu>().ok()?;
+        let client = fusion.client.clone();
+        Some(into_contiguous(
+            client.resolve_tensor_float::<CubeBackend>(fusion),
+        ))
+    }
+
+    pub(super) fn group_norm(
+        x: &Tensor<4>,
+        gamma: &Tensor<1>,
+        beta: &Tensor<1>,
+        groups: usize,
+        eps: f64,
+        silu: bool,
+    ) -> Option<Tensor<4>> {
+        let dtype = x.dtype();
+        let f16 = match dtype {
+            DType::F32 => false,
+            DType::F16 => true,
+            _ => return None,
+        };
+        let [b, c, h, w] = x.dims();
+        if groups == 0 || c % groups != 0 || b * c * h * w == 0 {
+            return None;
+        }
+        let n = (c / groups) * h * w;
+        let slices = b * groups;
+        let chunks = n.div_ceil(CHUNK);
+        let tiles = n.div_ceil(TILE);
+        if slices > 65_535 || chunks > 65_535 || tiles > 65_535 || b * c * h * w > u32::MAX as usize
+        {
+            return None;
+        }
+        let device = x.device();
+        let xc = resolve(x.clone().reshape([b * c * h * w]))?;
+        let gc = resolve(gamma.clone().cast(DType::F32))?;
+        let bc = resolve(beta.clone().cast(DType::F32))?;
+        // burn allocates the output; our kernel fills the same buffer through a resolved view.
+        let out = Tensor::<4>::empty([b, c, h, w], (&device, dtype));
+        let oc = resolve(out.clone().reshape([b * c * h * w]))?;
+        let client = xc.client.clone();
+
+        let partial = client.empty(slices * chunks * 2 * 4);
+        let stats_params = client.create_from_slice(&to_bytes(
+            &[n as u32, CHUNK as u32, chunks as u32],
+            u32::to_le_bytes,
+        ));
+        let apply_params = client.create_from_slice(&to_bytes(
+            &[
+                n as u32,
+                CHUNK as u32,
+                chunks as u32,
+                (h * w) as u32,
+                (c / groups) as u32,
+                groups as u32,
+                silu as u32,
+                (eps as f32).to_bits(),
+            ],
+            u32::to_le_bytes,
+        ));
+        client.launch(
+            Box::new(SourceKernel::new(
+                GroupNormKernel { source: STATS, f16 },
+                CubeDim::new_1d(GROUP),
+            )),
+            CubeCount::Static(chunks as u32, slices as u32, 1),
+            KernelArguments::new()
+                .with_buffer(xc.handle.clone().binding())
+                .with_buffer(partial.clone().binding())
+                .with_buffer(stats_params.binding()),
+        );
+        client.launch(
+            Box::new(SourceKernel::new(
+                GroupNormKernel { source: APPLY, f16 },
+                CubeDim::new_1d(GROUP),
+            )),
+            CubeCount::Static(tiles as u32, slices as u32, 1),
+            KernelArguments::new()
+                .with_buffer(xc.handle.clone().binding())
+                .with_buffer(oc.handle.clone().binding())
+                .with_buffer(partial.binding())
+                .with_buffer(gc.handle.clone().binding())
+                .with_buffer(bc.handle.clone().binding())
+                .with_buffer(apply_params.binding()),
+        );
+        Some(out)
+    }
 }
 
 #[cfg(test)]
@@ -264,6 +431,20 @@ mod tests {
                 )
                 .validate(&module)
                 .unwrap_or_else(|e| panic!("{}: {e:?}", path.display()));
+            }
+        }
+        // The f16 variants of our typed kernels validate too.
+        for (name, source) in WGSL_SOURCES {
+            if source.contains(ELEMENT_F32) {
+                let f16 = wgsl_for_f16(source);
+                let module = naga::front::wgsl::parse_str(&f16)
+                    .unwrap_or_else(|e| panic!("{name} (f16): {}", e.emit_to_string(&f16)));
+                naga::valid::Validator::new(
+                    naga::valid::ValidationFlags::all(),
+                    naga::valid::Capabilities::SHADER_FLOAT16,
+                )
+                .validate(&module)
+                .unwrap_or_else(|e| panic!("{name} (f16): {e:?}"));
             }
         }
         on_disk.sort();
@@ -324,6 +505,58 @@ mod tests {
                 let mut got = Vec::new();
                 img.read_into(&mut got).unwrap();
                 assert_close_rgba(&got, &want, &format!("{device:?} {c}x{h}x{w}"));
+            }
+        }
+    }
+
+    /// Our fused GroupNorm(+SiLU) kernels against burn's op chain, in f32 and f16, for shapes with
+    /// one partial chunk and with several chunks and tiles per slice, batch > 1 and a nonzero mean.
+    #[test]
+    fn fused_group_norm_matches_burn_ops() {
+        use crate::nn::{GroupNorm, Kernels};
+        let wgpu = burn::tensor::Device::wgpu(burn::tensor::DeviceKind::DefaultDevice);
+        assert!(!fused_kernels_available(&burn::tensor::Device::flex()));
+        if !fused_kernels_available(&wgpu) {
+            return; // SPIR-V build: burn ops only, covered by the plain path's tests
+        }
+        for (b, c, h, w, groups) in [(2, 8, 3, 5, 4), (1, 64, 70, 70, 32)] {
+            let n = b * c * h * w;
+            let values: Vec<f32> = (0..n)
+                .map(|i| 3.0 + ((i * 7919 % 1009) as f32 / 1009.0 - 0.5) * 4.0)
+                .collect();
+            let gamma: Vec<f32> = (0..c).map(|i| 0.5 + i as f32 / c as f32).collect();
+            let beta: Vec<f32> = (0..c).map(|i| (i as f32 - 3.0) / 10.0).collect();
+            let vector = |v: &Vec<f32>| {
+                Tensor::<1>::from_data(TensorData::new(v.clone(), [c]), (&wgpu, DType::F32))
+            };
+            let (gamma_t, beta_t) = (vector(&gamma), vector(&beta));
+            let mut store = std::collections::HashMap::new();
+            store.insert("weight".to_string(), (gamma, vec![c]));
+            store.insert("bias".to_string(), (beta, vec![c]));
+            for dtype in [DType::F32, DType::F16] {
+                let weights = crate::checkpoint::Weights::from_values(store.clone(), &wgpu, dtype);
+                let norm = GroupNorm::load(&weights, groups, c, 1e-6).unwrap();
+                let x = Tensor::<4>::from_data(
+                    TensorData::new(values.clone(), [b, c, h, w]),
+                    (&wgpu, dtype),
+                );
+                for silu in [false, true] {
+                    let read = |t: Tensor<4>| {
+                        assert_eq!(t.dtype(), dtype);
+                        t.cast(DType::F32).into_data().try_to_vec::<f32>().unwrap()
+                    };
+                    let plain = read(norm.forward_with(x.clone(), silu, Kernels::Plain));
+                    let fused = read(
+                        group_norm_fused(&x, &gamma_t, &beta_t, groups, 1e-6, silu)
+                            .expect("the fused kernels run on wgpu"),
+                    );
+                    let rel = crate::vae_compile::relative_difference(&fused, &plain);
+                    let tol = if dtype == DType::F32 { 1e-4 } else { 1e-2 };
+                    assert!(
+                        rel <= tol,
+                        "{b}x{c}x{h}x{w} {dtype:?} silu={silu}: rel {rel}"
+                    );
+                }
             }
         }
     }

@@ -5,7 +5,7 @@ use serde::Deserialize;
 
 use crate::checkpoint::Weights;
 use crate::error::{Error, Result};
-use crate::nn::{Conv2d, GroupNorm, Linear, silu, wide_head_attention};
+use crate::nn::{Conv2d, GroupNorm, Kernels, Linear, silu, wide_head_attention};
 use crate::unet::blocks::{Downsample, Upsample};
 use crate::unet::resnet::{ResnetBlock2D, ResnetSpec};
 
@@ -97,11 +97,11 @@ impl VaeAttention {
         })
     }
 
-    fn forward(&self, x: Tensor<4>) -> Tensor<4> {
+    fn forward(&self, x: Tensor<4>, kernels: Kernels) -> Tensor<4> {
         let [b, c, h, w] = x.dims();
         let t = self
             .group_norm
-            .forward(x.clone())
+            .forward_with(x.clone(), false, kernels)
             .reshape([b, c, h * w])
             .swap_dims(1, 2); // [b, hw, c]
         let (q, k, v) = (
@@ -131,10 +131,10 @@ impl VaeMidBlock {
         })
     }
 
-    fn forward(&self, x: Tensor<4>) -> Tensor<4> {
-        let x = self.resnet_0.forward(x, None);
-        let x = self.attention.forward(x);
-        self.resnet_1.forward(x, None)
+    fn forward(&self, x: Tensor<4>, kernels: Kernels) -> Tensor<4> {
+        let x = self.resnet_0.forward_with(x, None, kernels);
+        let x = self.attention.forward(x, kernels);
+        self.resnet_1.forward_with(x, None, kernels)
     }
 }
 
@@ -211,7 +211,7 @@ impl Encoder {
                 x = down.forward(x.pad((0, 1, 0, 1), burn::tensor::ops::PadMode::Constant(0.0)));
             }
         }
-        let x = self.mid_block.forward(x);
+        let x = self.mid_block.forward(x, Kernels::Plain);
         let x = self.conv_out.forward(silu(self.conv_norm_out.forward(x)));
         self.quant_conv.forward(x)
     }
@@ -268,18 +268,19 @@ impl Decoder {
         })
     }
 
-    fn forward(&self, z: Tensor<4>) -> Tensor<4> {
+    fn forward(&self, z: Tensor<4>, kernels: Kernels) -> Tensor<4> {
         let z = self.post_quant_conv.forward(z);
-        let mut x = self.mid_block.forward(self.conv_in.forward(z));
+        let mut x = self.mid_block.forward(self.conv_in.forward(z), kernels);
         for block in &self.up_blocks {
             for resnet in &block.resnets {
-                x = resnet.forward(x, None);
+                x = resnet.forward_with(x, None, kernels);
             }
             if let Some(up) = &block.upsampler {
                 x = up.forward(x, None);
             }
         }
-        self.conv_out.forward(silu(self.conv_norm_out.forward(x)))
+        self.conv_out
+            .forward(self.conv_norm_out.forward_with(x, true, kernels))
     }
 }
 
@@ -316,7 +317,13 @@ impl AutoencoderKL {
     /// # Shapes
     /// `[b, 4, h/8, w/8] -> [b, 3, h, w]`
     pub fn decode(&self, latents: Tensor<4>) -> Tensor<4> {
-        self.decoder.forward(latents / self.config.scaling_factor)
+        self.decode_with(latents, Kernels::Plain)
+    }
+
+    /// [`Self::decode`] with the decoder's GroupNorm(+SiLU) layers run through `kernels`.
+    pub fn decode_with(&self, latents: Tensor<4>, kernels: Kernels) -> Tensor<4> {
+        self.decoder
+            .forward(latents / self.config.scaling_factor, kernels)
     }
 
     /// Encodes pixels in [-1, 1] to the latent distribution's mean and log-variance, both scaled

@@ -267,6 +267,41 @@ impl Checkpoint {
         Ok(digest.iter().take(5).map(|b| format!("{b:02x}")).collect())
     }
 
+    /// The distinct weight files this checkpoint reads (one for a single file, up to three for a
+    /// diffusers folder).
+    pub fn files(&self) -> Vec<&Path> {
+        let mut files: Vec<&Path> = Vec::new();
+        for f in [&self.text_encoder, &self.unet, &self.vae] {
+            if !files.contains(&f.path()) {
+                files.push(f.path());
+            }
+        }
+        files
+    }
+
+    /// The UNet's weight file (the one A1111's short hash covers).
+    pub fn unet_file(&self) -> &Path {
+        self.unet.path()
+    }
+
+    /// Bytes of all weight tensors stored in the checkpoint's files.
+    pub fn stored_bytes(&self) -> u64 {
+        let mut seen: Vec<&Path> = Vec::new();
+        let mut total = 0u64;
+        for f in [&self.text_encoder, &self.unet, &self.vae] {
+            if seen.contains(&f.path()) {
+                continue;
+            }
+            seen.push(f.path());
+            total += f
+                .entries()
+                .values()
+                .map(|e| e.shape.iter().product::<usize>() as u64 * e.dtype.bitsize() as u64 / 8)
+                .sum::<u64>();
+        }
+        total
+    }
+
     /// The name A1111 shows: the file stem, or the folder name.
     pub fn display_name(&self) -> String {
         let name = if self.layout == Layout::Diffusers {

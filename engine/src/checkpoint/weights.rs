@@ -4,7 +4,7 @@
 //! A random source serves the same requests for full-size benchmarks without a checkpoint.
 
 use std::cell::RefCell;
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::rc::Rc;
 use std::sync::Arc;
 
@@ -12,6 +12,7 @@ use burn::tensor::{DType, Device, Distribution, Tensor, TensorData};
 
 use super::safetensors::{SafetensorsFile, to_f32};
 use crate::error::{Error, Result};
+use safetensors::Dtype;
 
 /// Maps a diffusers-style name (without component prefix) to the key stored in the file.
 pub type KeyMap = Arc<dyn Fn(&str) -> String + Send + Sync>;
@@ -21,8 +22,14 @@ enum Source {
         file: Arc<SafetensorsFile>,
         map: KeyMap,
     },
+    /// Named f32 values with their shapes (tests and small built-in tensors).
+    Values(HashMap<String, (Vec<f32>, Vec<usize>)>),
     Random,
 }
+
+/// Hears every tensor a load builds, exactly as uploaded: its name (as the model asked for it),
+/// shape, dtype and little-endian bytes. The disk cache uses it to write converted weights.
+pub type Recorder = Rc<RefCell<dyn FnMut(&str, &[usize], DType, &[u8])>>;
 
 struct Inner {
     component: &'static str,
@@ -30,6 +37,9 @@ struct Inner {
     device: Device,
     dtype: DType,
     used: RefCell<BTreeSet<String>>,
+    /// Bytes uploaded so far.
+    bytes: std::cell::Cell<u64>,
+    recorder: Option<Recorder>,
 }
 
 /// A cheap, cloneable, prefixed view into one component's weights.
@@ -44,6 +54,8 @@ pub struct Weights {
 pub struct LoadReport {
     pub component: &'static str,
     pub loaded: usize,
+    /// Bytes of weights built from the source (random weights are not counted).
+    pub bytes: u64,
     pub unused: Vec<String>,
 }
 
@@ -56,6 +68,24 @@ impl Weights {
         dtype: DType,
     ) -> Self {
         Self::new(component, Source::File { file, map }, device, dtype)
+    }
+
+    /// Weights from named f32 values (`name -> (values, shape)`).
+    pub fn from_values(
+        values: HashMap<String, (Vec<f32>, Vec<usize>)>,
+        device: &Device,
+        dtype: DType,
+    ) -> Self {
+        Self::new("values", Source::Values(values), device, dtype)
+    }
+
+    /// Sends every tensor this load builds to `recorder` as well (before any view is taken).
+    pub fn recording(mut self, recorder: Recorder) -> Self {
+        match Rc::get_mut(&mut self.inner) {
+            Some(inner) => inner.recorder = Some(recorder),
+            None => tracing::warn!("weights already shared; not recording"),
+        }
+        self
     }
 
     /// Random normal weights (std 0.02, norm scales 1): for timing full-size models.
@@ -71,6 +101,8 @@ impl Weights {
                 device: device.clone(),
                 dtype,
                 used: RefCell::new(BTreeSet::new()),
+                bytes: std::cell::Cell::new(0),
+                recorder: None,
             }),
             prefix: String::new(),
         }
@@ -109,6 +141,7 @@ impl Weights {
     pub fn contains(&self, name: &str) -> bool {
         match &self.inner.source {
             Source::File { file, map } => file.entry(&map(&self.full(name))).is_some(),
+            Source::Values(values) => values.contains_key(&self.full(name)),
             Source::Random => true,
         }
     }
@@ -146,12 +179,52 @@ impl Weights {
                         found: stored.clone(),
                     });
                 }
-                let values = to_f32(&key, entry.dtype, file.bytes(entry))?;
+                let bytes = file.bytes(entry);
+                // Stored in the target dtype already (an f16 checkpoint, or our disk cache): upload
+                // the bytes as they are instead of widening to f32 and narrowing again.
+                let data = match (entry.dtype, inner.dtype) {
+                    (Dtype::F16, DType::F16) | (Dtype::F32, DType::F32) => {
+                        TensorData::from_bytes_vec(bytes.to_vec(), shape, inner.dtype)
+                    }
+                    _ => TensorData::new(to_f32(&key, entry.dtype, bytes)?, shape),
+                };
                 inner.used.borrow_mut().insert(key);
-                let data = TensorData::new(values, shape);
-                Ok(Tensor::from_data(data, (&inner.device, inner.dtype)))
+                Ok(self.upload(&full, data, shape))
+            }
+            Source::Values(values) => {
+                let (v, stored) = values.get(&full).ok_or_else(|| Error::MissingTensor {
+                    component: inner.component,
+                    name: full.clone(),
+                })?;
+                if stored[..] != shape[..] {
+                    return Err(Error::ShapeMismatch {
+                        component: inner.component,
+                        name: full,
+                        expected: shape.to_vec(),
+                        found: stored.clone(),
+                    });
+                }
+                inner.used.borrow_mut().insert(full.clone());
+                Ok(self.upload(&full, TensorData::new(v.clone(), shape), shape))
             }
         }
+    }
+
+    /// Builds the tensor on the device in the target dtype, telling the recorder first.
+    fn upload<const D: usize>(&self, full: &str, data: TensorData, shape: [usize; D]) -> Tensor<D> {
+        let inner = &self.inner;
+        let data = if data.dtype() != inner.dtype {
+            data.convert_dtype(inner.dtype)
+        } else {
+            data
+        };
+        inner
+            .bytes
+            .set(inner.bytes.get() + data.as_bytes().len() as u64);
+        if let Some(recorder) = &inner.recorder {
+            (recorder.borrow_mut())(full, &shape, inner.dtype, data.as_bytes());
+        }
+        Tensor::from_data(data, (&inner.device, inner.dtype))
     }
 
     /// A tensor that may be absent (e.g. a bias).
@@ -178,11 +251,17 @@ impl Weights {
                 .filter(|k| k.starts_with(stored_prefix) && !used.contains(*k))
                 .cloned()
                 .collect(),
+            Source::Values(values) => values
+                .keys()
+                .filter(|k| k.starts_with(stored_prefix) && !used.contains(*k))
+                .cloned()
+                .collect(),
             Source::Random => Vec::new(),
         };
         LoadReport {
             component: inner.component,
             loaded: used.len(),
+            bytes: inner.bytes.get(),
             unused,
         }
     }

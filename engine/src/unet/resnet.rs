@@ -4,7 +4,7 @@ use burn::tensor::Tensor;
 
 use crate::checkpoint::Weights;
 use crate::error::Result;
-use crate::nn::{Conv2d, GroupNorm, Linear, silu};
+use crate::nn::{Conv2d, GroupNorm, Kernels, Linear, silu};
 
 #[derive(Debug, Clone)]
 pub struct ResnetBlock2D {
@@ -47,13 +47,27 @@ impl ResnetBlock2D {
     /// # Shapes
     /// x `[b, c_in, h, w]`, temb `[b, t]` -> `[b, c_out, h, w]`
     pub fn forward(&self, x: Tensor<4>, temb: Option<&Tensor<2>>) -> Tensor<4> {
-        let mut h = self.conv1.forward(silu(self.norm1.forward(x.clone())));
+        self.forward_with(x, temb, Kernels::Plain)
+    }
+
+    /// [`Self::forward`] with its GroupNorm+SiLU pairs run through `kernels`.
+    pub fn forward_with(
+        &self,
+        x: Tensor<4>,
+        temb: Option<&Tensor<2>>,
+        kernels: Kernels,
+    ) -> Tensor<4> {
+        let mut h = self
+            .conv1
+            .forward(self.norm1.forward_with(x.clone(), true, kernels));
         if let (Some(proj), Some(temb)) = (&self.time_emb_proj, temb) {
             let t = proj.forward(silu(temb.clone())); // [b, c_out]
             let [b, c] = t.dims();
             h = h + t.reshape([b, c, 1, 1]);
         }
-        let h = self.conv2.forward(silu(self.norm2.forward(h)));
+        let h = self
+            .conv2
+            .forward(self.norm2.forward_with(h, true, kernels));
         let shortcut = match &self.conv_shortcut {
             Some(conv) => conv.forward(x),
             None => x,

@@ -1,0 +1,197 @@
+//! VAE compilation: the decoder's GroupNorm(+SiLU) layers through our fused WGSL kernels instead of
+//! burn's op chains. It must never change whether, or what, the studio generates: at first use for
+//! each latent shape and dtype the fused path is checked against the plain path on a small crop of
+//! the real latents, and any failure (a kernel that does not compile or launch, numbers beyond
+//! tolerance) switches this model to the plain path for good with one warning.
+
+use std::collections::HashSet;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use burn::tensor::{DType, Tensor};
+
+use crate::nn::Kernels;
+use crate::pipeline::Notice;
+use crate::vae::AutoencoderKL;
+
+/// Side of the latent crop the check decodes (16 latents = 128 pixels in SD).
+const CHECK_SIDE: usize = 16;
+
+/// Largest relative difference (max |fused - plain| / max |plain|) the check accepts.
+pub fn tolerance(dtype: DType) -> f32 {
+    if dtype == DType::F32 { 1e-3 } else { 1e-2 }
+}
+
+#[derive(Default)]
+struct State {
+    verified: HashSet<([usize; 4], DType)>,
+    /// Why the fused path was abandoned, once it was.
+    disabled: Option<String>,
+}
+
+/// The VAE compilation setting of one loaded model and what it has learned.
+#[derive(Default)]
+pub struct VaeCompiler {
+    enabled: AtomicBool,
+    /// Test hook: the check fails as if the kernels had not compiled.
+    force_failure: AtomicBool,
+    state: Mutex<State>,
+}
+
+impl std::fmt::Debug for VaeCompiler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VaeCompiler")
+            .field("enabled", &self.enabled())
+            .field("fallback", &self.fallback_reason())
+            .finish()
+    }
+}
+
+impl VaeCompiler {
+    pub fn new(enabled: bool) -> Self {
+        let c = Self::default();
+        c.set_enabled(enabled);
+        c
+    }
+
+    pub fn enabled(&self) -> bool {
+        self.enabled.load(Ordering::Relaxed)
+    }
+
+    /// Off: the plain path, no compile or check work at all.
+    pub fn set_enabled(&self, on: bool) {
+        self.enabled.store(on, Ordering::Relaxed);
+    }
+
+    /// Makes every check fail, as a kernel that does not compile would (for tests and `--vae-compile`
+    /// fault drills via `LATENT_STUDIO_FAIL_VAE_COMPILE=1`).
+    pub fn force_failure(&self, fail: bool) {
+        self.force_failure.store(fail, Ordering::Relaxed);
+    }
+
+    /// How many (shape, dtype) pairs the fused path has been verified for.
+    pub fn verified_shapes(&self) -> usize {
+        self.lock().verified.len()
+    }
+
+    /// Why the fused path was abandoned, if it was.
+    pub fn fallback_reason(&self) -> Option<String> {
+        self.lock().disabled.clone()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        // A panic while holding the lock cannot leave the state inconsistent: recover it.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Decodes `latents` (as [`AutoencoderKL::decode`]) through the compiled path when it is on,
+    /// available and verified for this shape; otherwise through the plain path. `notice` hears the
+    /// single fallback warning.
+    pub fn decode(
+        &self,
+        vae: &AutoencoderKL,
+        latents: Tensor<4>,
+        notice: &mut dyn FnMut(Notice),
+    ) -> Tensor<4> {
+        if !self.enabled() || !crate::shaders::fused_kernels_available(&latents.device()) {
+            return vae.decode_with(latents, Kernels::Plain);
+        }
+        let key = (latents.dims(), latents.dtype());
+        let verdict = {
+            let state = self.lock();
+            if state.disabled.is_some() {
+                return vae.decode_with(latents, Kernels::Plain);
+            }
+            state.verified.contains(&key)
+        };
+        if !verdict {
+            match self.check(vae, &latents) {
+                Ok(()) => {
+                    self.lock().verified.insert(key);
+                }
+                Err(reason) => {
+                    let mut state = self.lock();
+                    if state.disabled.is_none() {
+                        tracing::warn!("VAE compilation disabled: {reason}");
+                        state.disabled = Some(reason.clone());
+                        drop(state);
+                        notice(Notice::VaeCompileFallback { reason });
+                    }
+                    return vae.decode_with(latents, Kernels::Plain);
+                }
+            }
+        }
+        vae.decode_with(latents, Kernels::Fused)
+    }
+
+    /// Decodes a small crop of the latents both ways and compares.
+    fn check(&self, vae: &AutoencoderKL, latents: &Tensor<4>) -> Result<(), String> {
+        let [_, c, h, w] = latents.dims();
+        let crop = latents
+            .clone()
+            .slice([0..1, 0..c, 0..h.min(CHECK_SIDE), 0..w.min(CHECK_SIDE)]);
+        let read = |t: Tensor<4>| -> Result<Vec<f32>, String> {
+            t.cast(DType::F32)
+                .into_data()
+                .try_to_vec::<f32>()
+                .map_err(|e| format!("reading the check decode failed: {e:?}"))
+        };
+        let plain = read(vae.decode_with(crop.clone(), Kernels::Plain))?;
+        if self.force_failure.load(Ordering::Relaxed) {
+            return Err(
+                "the fused GroupNorm kernels failed to compile (forced by a test hook)".into(),
+            );
+        }
+        let fused = catch_unwind(AssertUnwindSafe(|| {
+            read(vae.decode_with(crop, Kernels::Fused))
+        }))
+        .map_err(|panic| {
+            let what = panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "unknown error".into());
+            format!("the fused GroupNorm kernels failed: {what}")
+        })??;
+        let rel = relative_difference(&fused, &plain);
+        let tol = tolerance(latents.dtype());
+        if rel.is_nan() || rel > tol {
+            return Err(format!(
+                "the fused path differs from the plain path by {rel:.2e} (tolerance {tol:.0e})"
+            ));
+        }
+        tracing::debug!(rel, shape = ?latents.dims(), "VAE compilation verified");
+        Ok(())
+    }
+}
+
+/// max |a - b| / max |b|; NaN when either holds a non-finite value.
+pub fn relative_difference(a: &[f32], b: &[f32]) -> f32 {
+    if a.len() != b.len() {
+        return f32::NAN;
+    }
+    let mut diff = 0.0f32;
+    let mut scale = 0.0f32;
+    for (x, y) in a.iter().zip(b) {
+        if !x.is_finite() || !y.is_finite() {
+            return f32::NAN;
+        }
+        diff = diff.max((x - y).abs());
+        scale = scale.max(y.abs());
+    }
+    diff / scale.max(1e-12)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn relative_difference_flags_mismatch_and_non_finite() {
+        assert_eq!(relative_difference(&[1.0, -2.0], &[1.0, -2.0]), 0.0);
+        assert!((relative_difference(&[1.0, -2.1], &[1.0, -2.0]) - 0.05).abs() < 1e-6);
+        assert!(relative_difference(&[f32::NAN], &[1.0]).is_nan());
+        assert!(relative_difference(&[1.0], &[1.0, 2.0]).is_nan());
+    }
+}
