@@ -294,3 +294,113 @@ fn devices_lists_adapters_and_a_missing_gpu_is_a_clear_error() {
     assert!(stderr.contains("no adapter gpu:99"), "{stderr}");
     assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
 }
+
+fn generate_with(extra: &[&str], out: &Path, envs: &[(&str, &str)]) -> Output {
+    let model = model();
+    let out_s = out.display().to_string();
+    let mut args = vec![
+        "generate",
+        "--model",
+        &model,
+        "--out",
+        &out_s,
+        "--overwrite",
+    ];
+    args.extend_from_slice(CASE0);
+    args.extend_from_slice(extra);
+    Command::new(env!("CARGO_BIN_EXE_latent-studio"))
+        .args(&args)
+        .envs(envs.iter().copied())
+        .output()
+        .expect("run latent-studio")
+}
+
+/// `--model-cache on` writes the disk cache on the first launch and loads from it on the second,
+/// with a byte-identical PNG; `off` writes nothing.
+#[test]
+fn model_cache_flag_uses_the_disk_cache_on_the_next_launch() {
+    let dir = scratch("model-cache");
+    let cache = dir.join("cache");
+    let cache_s = cache.display().to_string();
+    let mut pngs = Vec::new();
+    for (i, expect) in ["from the checkpoint", "from the disk cache"]
+        .iter()
+        .enumerate()
+    {
+        let out = dir.join(format!("{i}.png"));
+        let o = generate_with(
+            &[
+                "--device",
+                "cpu",
+                "--model-cache",
+                "on",
+                "--cache-dir",
+                &cache_s,
+            ],
+            &out,
+            &[],
+        );
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "{err}");
+        assert!(err.contains(expect), "launch {i}: {err}");
+        pngs.push(std::fs::read(&out).unwrap());
+    }
+    assert!(
+        pngs[0] == pngs[1],
+        "the cached launch must give the same file"
+    );
+    let off = dir.join("off-cache");
+    let o = generate_with(
+        &[
+            "--device",
+            "cpu",
+            "--model-cache",
+            "off",
+            "--cache-dir",
+            &off.display().to_string(),
+        ],
+        &dir.join("off.png"),
+        &[],
+    );
+    assert!(o.status.success());
+    assert!(!off.exists(), "cache off writes nothing");
+}
+
+/// A forced VAE compile failure (test hook) on the GPU path prints exactly one warning line and
+/// still writes diffusers' image. (Compile on vs off is compared in the engine's cache matrix test;
+/// each lavapipe process here costs minutes of kernel compilation in a debug build.)
+#[test]
+fn a_forced_vae_compile_failure_warns_once_and_still_writes_the_image() {
+    let dir = scratch("vae-compile");
+    let out = dir.join("forced.png");
+    let o = generate_with(
+        &["--device", "auto", "--vae-compile", "on"],
+        &out,
+        &[("LATENT_STUDIO_FAIL_VAE_COMPILE", "1")],
+    );
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(o.status.success(), "{err}");
+    let warnings = err
+        .lines()
+        .filter(|l| l.contains("VAE compilation"))
+        .count();
+    // The GPU path warns once; the CPU backend (no wgpu adapter at all) has nothing to compile.
+    let on_gpu = !latent_engine::adapters::enumerate().is_empty();
+    assert_eq!(
+        warnings,
+        usize::from(on_gpu),
+        "gpu: {on_gpu}; stderr: {err}"
+    );
+    let (image, _) = decode_png(&std::fs::read(&out).unwrap()).unwrap();
+    let expected =
+        SafetensorsFile::open(&fixtures().join("pipeline-expected.safetensors")).unwrap();
+    let want = expected.bytes(expected.entry("case0.image").unwrap());
+    let worst = image
+        .pixels
+        .iter()
+        .zip(want)
+        .map(|(a, b)| a.abs_diff(*b))
+        .max()
+        .unwrap();
+    assert!(worst <= 1, "pixels differ by {worst}");
+}

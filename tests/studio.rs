@@ -28,6 +28,7 @@ fn studio(dir: &Path, preview: &str) -> Harness<'static, StudioApp> {
         precision: "f32".into(),
         preview_method: preview.into(),
         outputs_dir: dir.join("outputs"),
+        cache_dir: Some(dir.join("cache")),
         ..Settings::default()
     };
     let path = dir.join("settings.json");
@@ -269,12 +270,17 @@ fn settings_window_changes_persist_atomically() {
     h.run_steps(1);
     h.get_by_label("Settings").click();
     h.run_steps(2);
-    h.get_by_label("keep the model loaded between generations")
+    h.get_by_label("keep models loaded and converted weights on disk")
         .click();
     h.run_steps(2);
+    h.get_by_label("fused GPU kernels for the VAE decode")
+        .click();
+    h.run_steps(2);
+    let _ = h.get_by_label("Clear disk cache");
     let (saved, note) = Settings::load(&dir.join("settings.json"));
     assert!(note.is_none());
     assert!(!saved.model_cache, "the change reached the file");
+    assert!(!saved.vae_compile, "the change reached the file");
     assert_eq!(saved.device, "cpu", "the rest is unchanged");
     let leftovers: Vec<_> = std::fs::read_dir(&dir)
         .unwrap()
@@ -295,6 +301,7 @@ fn snapshots_of_the_empty_studio_and_the_settings_window() {
         preview_method: "auto".into(),
         // Shown in the settings window: a fixed text, not the scratch path.
         outputs_dir: PathBuf::from("outputs"),
+        cache_dir: Some(dir.join("cache")),
         ..Settings::default()
     };
     let path = dir.join("settings.json");

@@ -6,9 +6,9 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
-use latent_engine::checkpoint::Checkpoint;
 use latent_engine::device::DeviceChoice;
 use latent_engine::image_io::{RgbImage, encode_png, next_numbered_path, save_atomic};
+use latent_engine::model_cache::{CacheSettings, LoadSource, ModelCache};
 use latent_engine::parameters::Parameters;
 use latent_engine::pipeline::{Notice, Observer, StepState, Txt2ImgRequest, txt2img};
 use latent_engine::preview::{
@@ -17,7 +17,7 @@ use latent_engine::preview::{
 use latent_engine::schedulers::{SamplerKind, Schedule};
 use latent_engine::taesd::TaesdDecoder;
 use latent_engine::tokenizer::ClipTokenizer;
-use latent_engine::{LoadOptions, Precision, StableDiffusion};
+use latent_engine::{LoadOptions, Precision};
 
 #[derive(Args, Debug)]
 pub struct GenerateArgs {
@@ -76,6 +76,26 @@ pub struct GenerateArgs {
     /// Write every published preview there as step_NNN.png.
     #[arg(long)]
     preview_dir: Option<PathBuf>,
+    /// Disk cache of converted weights (keyed by the checkpoint's hash, dtype and format): the
+    /// next launch loads faster. Off by default here so scripts never fill the cache unasked; the
+    /// studio's setting defaults to on.
+    #[arg(long, value_enum, default_value_t = OnOff::Off)]
+    model_cache: OnOff,
+    /// Disk cache folder (default: $LATENT_STUDIO_CACHE, else the platform's cache folder).
+    #[arg(long)]
+    cache_dir: Option<PathBuf>,
+    /// Disk cache size bound in GiB; least recently used entries are deleted first.
+    #[arg(long, default_value_t = 20.0)]
+    cache_limit_gib: f64,
+    /// Fused GPU kernels for the VAE decode, verified against the plain path at first use.
+    #[arg(long, value_enum, default_value_t = OnOff::On)]
+    vae_compile: OnOff,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum OnOff {
+    On,
+    Off,
 }
 
 /// The TAESD decoder for previews, if one is wanted and loads; a failure is a warning, never an
@@ -193,14 +213,44 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     let precision = args
         .precision
         .unwrap_or_else(|| latent_engine::device::preferred_precision(&device));
-    let checkpoint = Checkpoint::open(&args.model)
-        .with_context(|| format!("opening {}", args.model.display()))?;
     let options = LoadOptions {
         precision,
         vae_encoder: false,
     };
-    let model =
-        StableDiffusion::load(&checkpoint, &device, options).context("loading the model")?;
+    let cache_settings = if args.model_cache == OnOff::On {
+        if !(args.cache_limit_gib.is_finite() && args.cache_limit_gib >= 0.0) {
+            bail!("--cache-limit-gib must be a number ≥ 0");
+        }
+        CacheSettings {
+            enabled: true,
+            memory_budget: u64::MAX,
+            disk_dir: Some(
+                args.cache_dir
+                    .clone()
+                    .unwrap_or_else(latent_studio::studio::Settings::default_cache_dir),
+            ),
+            disk_limit: (args.cache_limit_gib * (1u64 << 30) as f64) as u64,
+        }
+    } else {
+        CacheSettings::off()
+    };
+    let mut cache = ModelCache::new(cache_settings);
+    let started = Instant::now();
+    let (model, checkpoint, source) = cache
+        .get(&args.model, &device, options)
+        .with_context(|| format!("loading {}", args.model.display()))?;
+    let from = match source {
+        LoadSource::DiskCache => "the disk cache",
+        _ => "the checkpoint",
+    };
+    eprintln!(
+        "model loaded from {from} in {:.2} s",
+        started.elapsed().as_secs_f64()
+    );
+    model.vae_compile.set_enabled(args.vae_compile == OnOff::On);
+    if std::env::var_os("LATENT_STUDIO_FAIL_VAE_COMPILE").is_some() {
+        model.vae_compile.force_failure(true);
+    }
     latent_engine::pipeline::check_request(&model, &request)?;
     let tokenizer = ClipTokenizer::new()?;
     let cancel = AtomicBool::new(false);
@@ -236,7 +286,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         );
     }
 
-    let model_hash = checkpoint.short_hash().ok();
+    let model_hash = cache.short_hash(&checkpoint);
     for generated in images {
         let params = Parameters::for_request(
             &request,

@@ -113,7 +113,8 @@ impl VaeCompiler {
                 Err(reason) => {
                     let mut state = self.lock();
                     if state.disabled.is_none() {
-                        tracing::warn!("VAE compilation disabled: {reason}");
+                        // The notice is the one warning: the CLI prints it, the studio shows and logs it.
+                        tracing::debug!("VAE compilation disabled: {reason}");
                         state.disabled = Some(reason.clone());
                         drop(state);
                         notice(Notice::VaeCompileFallback { reason });

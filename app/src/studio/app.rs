@@ -20,7 +20,9 @@ use super::demo;
 use super::form::{Form, SIZE_PRESETS};
 use super::models::scan_models;
 use super::settings::Settings;
-use super::worker::{Command, EngineConfig, EngineHandle, Event, Finished};
+use super::worker::{
+    CacheReport, Command, EngineConfig, EngineHandle, Event, Finished, human_bytes,
+};
 
 /// How long the UI may spend draining engine events in one frame.
 const EVENT_BUDGET: Duration = Duration::from_millis(4);
@@ -79,6 +81,8 @@ pub struct StudioApp {
     frame_times: Vec<Duration>,
     /// The engine's adapter list, filled by a background thread (enumeration can take a moment).
     adapters: Arc<std::sync::Mutex<Option<Vec<AdapterSummary>>>>,
+    /// What the model cache holds, as the engine last reported it.
+    cache_report: CacheReport,
 }
 
 impl StudioApp {
@@ -118,6 +122,7 @@ impl StudioApp {
             dialogs: unbounded(),
             frame_times: Vec::new(),
             adapters: Arc::new(std::sync::Mutex::new(None)),
+            cache_report: CacheReport::default(),
         };
         let slot = app.adapters.clone();
         let _ = std::thread::Builder::new()
@@ -284,6 +289,7 @@ impl StudioApp {
                     self.error = Some(message);
                 }
                 Event::Notice(n) => self.notices.push(n),
+                Event::Cache(report) => self.cache_report = report,
             }
         }
         // Dialog answers.
@@ -725,7 +731,64 @@ impl StudioApp {
                     changed |= ui
                         .checkbox(
                             &mut self.settings.model_cache,
-                            "keep the model loaded between generations",
+                            "keep models loaded and converted weights on disk",
+                        )
+                        .changed();
+                    ui.end_row();
+                    let label = ui.label("Cache memory budget (GiB)");
+                    changed |= ui
+                        .add_enabled(
+                            self.settings.model_cache,
+                            egui::DragValue::new(&mut self.settings.cache_memory_gib)
+                                .range(0.0..=256.0)
+                                .speed(0.25),
+                        )
+                        .labelled_by(label.id)
+                        .changed();
+                    ui.end_row();
+                    let label = ui.label("Disk cache limit (GiB)");
+                    changed |= ui
+                        .add_enabled(
+                            self.settings.model_cache,
+                            egui::DragValue::new(&mut self.settings.disk_cache_gib)
+                                .range(0.0..=2048.0)
+                                .speed(0.5),
+                        )
+                        .labelled_by(label.id)
+                        .changed();
+                    ui.end_row();
+                    ui.label("Cached now");
+                    ui.vertical(|ui| {
+                        let r = &self.cache_report;
+                        let resident: Vec<String> = r
+                            .resident
+                            .iter()
+                            .map(|(name, bytes)| format!("{name} ({})", human_bytes(*bytes)))
+                            .collect();
+                        ui.label(if resident.is_empty() {
+                            "in memory: nothing".to_string()
+                        } else {
+                            format!("in memory: {}", resident.join(", "))
+                        });
+                        let disk: u64 = r.disk.iter().map(|(_, b)| *b).sum();
+                        ui.label(format!(
+                            "on disk: {} entries, {}",
+                            r.disk.len(),
+                            human_bytes(disk)
+                        ));
+                        if ui.button("Clear disk cache").clicked() {
+                            self.engine.send(Command::ClearDiskCache);
+                        }
+                    });
+                    ui.end_row();
+                    ui.label("VAE compilation");
+                    changed |= ui
+                        .checkbox(
+                            &mut self.settings.vae_compile,
+                            "fused GPU kernels for the VAE decode",
+                        )
+                        .on_hover_text(
+                            "Checked against the plain path at first use; falls back with one notice if it fails",
                         )
                         .changed();
                     ui.end_row();
@@ -904,7 +967,8 @@ fn engine_config(settings: &Settings) -> EngineConfig {
         precision: settings.precision_choice(),
         outputs: settings.outputs_dir.clone(),
         taesd: settings.taesd_path(),
-        keep_model: settings.model_cache,
+        cache: settings.cache_settings(),
+        vae_compile: settings.vae_compile,
     }
 }
 

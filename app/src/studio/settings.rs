@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use latent_engine::Precision;
 use latent_engine::device::DeviceChoice;
+use latent_engine::model_cache::CacheSettings;
 use latent_engine::preview::PreviewMethod;
 use serde::{Deserialize, Serialize};
 
@@ -17,9 +18,15 @@ pub struct Settings {
     /// none, latent2rgb, taesd, full or auto.
     pub preview_method: String,
     pub preview_interval: usize,
-    /// Keep models resident between generations.
+    /// Keep models resident between generations and converted weights on disk.
     pub model_cache: bool,
-    /// Optimised VAE decode path.
+    /// Resident models' budget, GiB (least recently used out first).
+    pub cache_memory_gib: f64,
+    /// Disk cache size bound, GiB.
+    pub disk_cache_gib: f64,
+    /// Disk cache folder; else the platform's cache folder.
+    pub cache_dir: Option<PathBuf>,
+    /// Fused GPU kernels for the VAE decode (verified against the plain path).
     pub vae_compile: bool,
     /// auto, cpu, gpu or gpu:N.
     pub device: String,
@@ -43,6 +50,9 @@ impl Default for Settings {
             preview_method: PreviewMethod::Auto.id().into(),
             preview_interval: 1,
             model_cache: true,
+            cache_memory_gib: 6.0,
+            disk_cache_gib: 20.0,
+            cache_dir: None,
             vae_compile: true,
             device: "auto".into(),
             precision: "auto".into(),
@@ -131,7 +141,37 @@ impl Settings {
         if self.precision != "auto" && self.precision.parse::<Precision>().is_err() {
             self.precision = d.precision;
         }
+        if !(self.cache_memory_gib.is_finite() && self.cache_memory_gib >= 0.0) {
+            self.cache_memory_gib = d.cache_memory_gib;
+        }
+        if !(self.disk_cache_gib.is_finite() && self.disk_cache_gib >= 0.0) {
+            self.disk_cache_gib = d.disk_cache_gib;
+        }
         self
+    }
+
+    /// The platform's cache folder for converted weights (`LATENT_STUDIO_CACHE` overrides).
+    pub fn default_cache_dir() -> PathBuf {
+        if let Some(dir) = std::env::var_os("LATENT_STUDIO_CACHE") {
+            return PathBuf::from(dir);
+        }
+        directories::ProjectDirs::from("", "", "Latent Studio")
+            .map(|d| d.cache_dir().join("weights"))
+            .unwrap_or_else(|| std::env::temp_dir().join("latent-studio-weights"))
+    }
+
+    pub fn cache_settings(&self) -> CacheSettings {
+        const GIB: f64 = (1u64 << 30) as f64;
+        CacheSettings {
+            enabled: self.model_cache,
+            memory_budget: (self.cache_memory_gib * GIB) as u64,
+            disk_dir: Some(
+                self.cache_dir
+                    .clone()
+                    .unwrap_or_else(Self::default_cache_dir),
+            ),
+            disk_limit: (self.disk_cache_gib * GIB) as u64,
+        }
     }
 
     pub fn preview(&self) -> PreviewMethod {

@@ -14,6 +14,7 @@ use crossbeam_channel::{Receiver, Sender, TrySendError, bounded};
 use latent_engine::checkpoint::Checkpoint;
 use latent_engine::device::DeviceChoice;
 use latent_engine::image_io::{RgbImage, encode_png, next_numbered_path, save_atomic};
+use latent_engine::model_cache::{CacheSettings, LoadSource, ModelCache};
 use latent_engine::parameters::Parameters;
 use latent_engine::pipeline::{Notice, Observer, StepState, Txt2ImgRequest, txt2img};
 use latent_engine::preview::{FrameStore, PreviewMethod, PreviewSettings, Previewer};
@@ -29,9 +30,12 @@ pub struct EngineConfig {
     pub precision: Option<Precision>,
     pub outputs: PathBuf,
     pub taesd: Option<PathBuf>,
-    /// Model cache on: keep the model resident between generations; off: release it after each
-    /// generation and reload it for the next.
-    pub keep_model: bool,
+    /// Model cache on: models stay resident (within the budget) and converted weights go to the
+    /// disk cache; off: the model is released after each generation and reloaded for the next,
+    /// and nothing is written to the cache folder.
+    pub cache: CacheSettings,
+    /// Decode through the fused VAE kernels (verified, with a one-warning fallback).
+    pub vae_compile: bool,
 }
 
 /// GUI → engine.
@@ -40,7 +44,18 @@ pub enum Command {
     LoadModel(PathBuf),
     Generate(Box<Txt2ImgRequest>),
     Configure(EngineConfig),
+    /// Delete every disk-cache entry.
+    ClearDiskCache,
     Shutdown,
+}
+
+/// What the model cache holds, for the settings window.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CacheReport {
+    /// Resident models, least recently used first: (name, bytes).
+    pub resident: Vec<(String, u64)>,
+    /// Disk-cache entries, least recently used first: (name, bytes).
+    pub disk: Vec<(String, u64)>,
 }
 
 /// A finished, saved image.
@@ -72,6 +87,7 @@ pub enum Event {
     Cancelled,
     Failed(String),
     Notice(String),
+    Cache(CacheReport),
 }
 
 /// The GUI's end of the worker.
@@ -96,6 +112,7 @@ impl EngineHandle {
         let cancel = Arc::new(AtomicBool::new(false));
         let frames = FrameStore::new();
         let mut worker = Worker {
+            cache: ModelCache::new(config.cache.clone()),
             config,
             events: events_tx,
             wake,
@@ -104,7 +121,7 @@ impl EngineHandle {
             frames: frames.clone(),
             device: None,
             model: None,
-            released: None,
+            selected: None,
             taesd: None,
             tokenizer: None,
         };
@@ -150,9 +167,8 @@ impl Drop for EngineHandle {
 }
 
 struct Loaded {
-    model: StableDiffusion,
-    checkpoint: Checkpoint,
-    path: PathBuf,
+    model: Arc<StableDiffusion>,
+    checkpoint: Arc<Checkpoint>,
 }
 
 struct Worker {
@@ -163,9 +179,11 @@ struct Worker {
     preview: Arc<PreviewSettings>,
     frames: Arc<FrameStore>,
     device: Option<burn::tensor::Device>,
+    cache: ModelCache,
+    /// The model in use; with the cache off it is released after each generation.
     model: Option<Loaded>,
-    /// The model released by the cache-off setting, reloaded on the next generation.
-    released: Option<PathBuf>,
+    /// The model the artist chose, reloaded when it was released.
+    selected: Option<PathBuf>,
     taesd: Option<(PathBuf, TaesdDecoder)>,
     tokenizer: Option<ClipTokenizer>,
 }
@@ -179,6 +197,7 @@ struct Forward<'a> {
 
 impl Observer for Forward<'_> {
     fn notice(&mut self, notice: &Notice) {
+        tracing::warn!("{notice}");
         let _ = self.events.try_send(Event::Notice(notice.to_string()));
         (self.wake)();
     }
@@ -207,30 +226,49 @@ impl Worker {
             let result = match command {
                 Command::Shutdown => return,
                 Command::Configure(config) => {
-                    if config.device != self.config.device
-                        || config.precision != self.config.precision
-                    {
-                        // A new device or dtype: everything is reloaded on next use.
-                        self.device = None;
+                    let reload = config.device != self.config.device
+                        || config.precision != self.config.precision;
+                    if config.taesd != self.config.taesd || reload {
                         self.taesd = None;
-                        if let Some(path) =
-                            self.model.take().map(|l| l.path).or(self.released.take())
-                        {
-                            self.config = config;
-                            let r = self.load_model(&path);
-                            self.emit(Event::Idle);
-                            r
-                        } else {
-                            self.config = config;
-                            Ok(())
+                    }
+                    if config.cache != self.config.cache {
+                        self.cache.configure(config.cache.clone());
+                        if !config.cache.enabled {
+                            self.model = None;
+                        }
+                    }
+                    self.config = config;
+                    let r = if reload {
+                        // A new device or dtype: everything is reloaded.
+                        self.device = None;
+                        self.model = None;
+                        self.cache.release_all();
+                        match self.selected.clone() {
+                            Some(path) => {
+                                let r = self.load_model(&path);
+                                self.emit(Event::Idle);
+                                r
+                            }
+                            None => Ok(()),
                         }
                     } else {
-                        if config.taesd != self.config.taesd {
-                            self.taesd = None;
-                        }
-                        self.config = config;
                         Ok(())
-                    }
+                    };
+                    self.report_cache();
+                    r
+                }
+                Command::ClearDiskCache => {
+                    let r = match self.cache.disk_cache() {
+                        Some(disk) => disk.clear().map(|freed| {
+                            self.emit(Event::Status(format!(
+                                "disk cache cleared ({})",
+                                human_bytes(freed)
+                            )))
+                        }),
+                        None => Ok(()),
+                    };
+                    self.report_cache();
+                    r.map_err(Into::into)
                 }
                 Command::LoadModel(path) => {
                     let r = self.load_model(&path);
@@ -239,12 +277,12 @@ impl Worker {
                 }
                 Command::Generate(request) => {
                     let r = self.generate(&request);
-                    if !self.config.keep_model {
-                        if let Some(loaded) = self.model.take() {
-                            self.released = Some(loaded.path);
-                            self.taesd = None;
-                        }
+                    if !self.config.cache.enabled {
+                        // Cache off: nothing stays resident between generations.
+                        self.model = None;
+                        self.taesd = None;
                     }
+                    self.report_cache();
                     self.emit(Event::Idle);
                     r
                 }
@@ -275,6 +313,18 @@ impl Worker {
             .unwrap_or_else(|| latent_engine::device::preferred_precision(device))
     }
 
+    fn report_cache(&self) {
+        let disk = self
+            .cache
+            .disk_cache()
+            .map(|d| d.entries().into_iter().map(|e| (e.name, e.bytes)).collect())
+            .unwrap_or_default();
+        self.emit(Event::Cache(CacheReport {
+            resident: self.cache.resident(),
+            disk,
+        }));
+    }
+
     fn load_model(&mut self, path: &Path) -> Result<()> {
         let device = self.device()?;
         let name = path
@@ -283,30 +333,31 @@ impl Worker {
             .unwrap_or_else(|| path.display().to_string());
         self.emit(Event::Status(format!("loading {name}…")));
         let t = Instant::now();
-        // Release the old model first: two full models may not fit.
         self.model = None;
-        self.released = None;
-        let checkpoint =
-            Checkpoint::open(path).with_context(|| format!("opening {}", path.display()))?;
+        self.selected = Some(path.to_path_buf());
         let options = LoadOptions {
             precision: self.precision(&device),
             vae_encoder: false,
         };
-        let model = StableDiffusion::load(&checkpoint, &device, options)
+        let (model, checkpoint, source) = self
+            .cache
+            .get(path, &device, options)
             .with_context(|| format!("loading {name}"))?;
-        self.model = Some(Loaded {
-            model,
-            checkpoint,
-            path: path.to_path_buf(),
-        });
+        self.model = Some(Loaded { model, checkpoint });
+        let from = match source {
+            LoadSource::Memory => "from the model cache",
+            LoadSource::DiskCache => "from the disk cache",
+            LoadSource::Checkpoint => "from the checkpoint",
+        };
         self.emit(Event::Status(format!(
-            "{name} loaded in {:.1} s",
+            "{name} loaded {from} in {:.1} s",
             t.elapsed().as_secs_f64()
         )));
         self.emit(Event::ModelLoaded {
             name,
             path: path.to_path_buf(),
         });
+        self.report_cache();
         Ok(())
     }
 
@@ -338,7 +389,7 @@ impl Worker {
 
     fn generate(&mut self, request: &Txt2ImgRequest) -> Result<()> {
         if self.model.is_none() {
-            match self.released.clone() {
+            match self.selected.clone() {
                 Some(path) => self.load_model(&path)?,
                 None => {
                     return Err(anyhow!(
@@ -357,6 +408,13 @@ impl Worker {
             return Err(anyhow!("no model is loaded"));
         };
         latent_engine::pipeline::check_request(&loaded.model, request)?;
+        loaded
+            .model
+            .vae_compile
+            .set_enabled(self.config.vae_compile);
+        if std::env::var_os("LATENT_STUDIO_FAIL_VAE_COMPILE").is_some() {
+            loaded.model.vae_compile.force_failure(true);
+        }
         let mut forward = Forward {
             events: &self.events,
             wake: self.wake.as_ref(),
@@ -386,7 +444,7 @@ impl Worker {
             }
             Err(e) => return Err(e.into()),
         };
-        let model_hash = loaded.checkpoint.short_hash().ok();
+        let model_hash = self.cache.short_hash(&loaded.checkpoint);
         let model_name = loaded.checkpoint.display_name();
         for generated in images {
             let parameters = Parameters::for_request(
@@ -428,4 +486,20 @@ pub fn save_numbered(dir: &Path, seed: u64, png: &[u8]) -> Result<PathBuf> {
         "could not find a free file name in {}",
         dir.display()
     ))
+}
+
+/// `1.6 GiB`, `350 MiB`, `12 KiB`.
+pub fn human_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 4] = ["B", "KiB", "MiB", "GiB"];
+    let mut v = bytes as f64;
+    let mut unit = 0;
+    while v >= 1024.0 && unit + 1 < UNITS.len() {
+        v /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{v:.1} {}", UNITS[unit])
+    }
 }
