@@ -178,6 +178,15 @@ fn describe(e: &safetensors::SafeTensorError) -> String {
         }
         E::InvalidOffset(name) => format!("the header lies about the offsets of `{name}`"),
         E::TensorInvalidInfo => "a tensor's byte size does not match its shape and dtype".into(),
+        E::HeaderTooLarge => "the header length is over 100 MB (a corrupted file?)".into(),
+        E::InvalidHeader(_) => "the header is not UTF-8 text".into(),
+        E::InvalidHeaderDeserialization(e) => {
+            format!(
+                "the header is not safetensors JSON ({e}): not a safetensors file, or a corrupted one"
+            )
+        }
+        E::ValidationOverflow => "a tensor's shape is impossibly large (its size overflows)".into(),
+        E::MisalignedSlice => "a tensor's shape does not fill a whole number of bytes".into(),
         other => other.to_string(),
     }
 }
