@@ -366,7 +366,10 @@ fn unwritable_outputs_fail_cleanly() {
         let errors: Vec<&str> = stderr.lines().filter(|l| l.starts_with("error:")).collect();
         assert_eq!(errors.len(), 1, "{what}: {stderr}");
         assert_eq!(stderr.trim().lines().last(), Some(errors[0]), "{what}");
-        assert!(errors[0].matches("os error").count() <= 1, "{what}: {stderr}");
+        assert!(
+            errors[0].matches("os error").count() <= 1,
+            "{what}: {stderr}"
+        );
         assert_eq!(files_under(&dir), before, "{what} left files behind");
         assert_eq!(std::fs::read(&keep).unwrap(), b"artist's work", "{what}");
     }
@@ -375,4 +378,51 @@ fn unwritable_outputs_fail_cleanly() {
         dir.join("read-only"),
         std::fs::Permissions::from_mode(0o755),
     );
+}
+
+/// `doctor` runs the demo model on the device and on the CPU backend and prints each component.
+fn doctor_agrees(device: &str) {
+    let o = studio(&["doctor", "--device", device]);
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{device}: {stdout}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    for component in ["text encoder", "UNet step", "VAE decode"] {
+        let line = stdout
+            .lines()
+            .find(|l| l.starts_with(component))
+            .unwrap_or_else(|| panic!("{device}: no {component} line in {stdout}"));
+        assert!(
+            line.contains("max abs diff") && line.contains("rel error") && line.ends_with("ok"),
+            "{device}: {line}"
+        );
+    }
+    assert!(stdout.contains("all components agree"), "{stdout}");
+}
+
+#[test]
+fn doctor_on_cpu() {
+    doctor_agrees("cpu");
+    // A model that is not one is a clear error, not a pass.
+    let o = studio(&[
+        "doctor",
+        "--device",
+        "cpu",
+        "--model",
+        "/nonexistent.safetensors",
+    ]);
+    assert!(!o.status.success());
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("nonexistent"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// `auto` is lavapipe in CI: slow (kernels compile and autotune on first use), so a test of its own.
+#[test]
+fn doctor_on_auto() {
+    doctor_agrees("auto");
 }
