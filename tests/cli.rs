@@ -404,3 +404,135 @@ fn a_forced_vae_compile_failure_warns_once_and_still_writes_the_image() {
         .unwrap();
     assert!(worst <= 1, "pixels differ by {worst}");
 }
+
+/// Every file under `dir`, recursively, as paths relative to it.
+fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                out.push(p.strip_prefix(dir).unwrap().to_path_buf());
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// A folder that cannot be written. Root ignores permission bits, so there it is a path under
+/// a regular file instead, which no one can create.
+fn unwritable_folder(base: &Path) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let ro = base.join("read-only");
+    std::fs::create_dir_all(&ro).unwrap();
+    std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o555)).unwrap();
+    let probe = ro.join("probe");
+    if std::fs::write(&probe, b"x").is_err() {
+        return ro;
+    }
+    let _ = std::fs::remove_file(&probe);
+    std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let file = base.join("a-file");
+    std::fs::write(&file, b"not a folder").unwrap();
+    file.join("outputs")
+}
+
+/// An outputs folder that cannot be written fails with one line, and leaves no partial or
+/// temporary file and every existing file as it was.
+#[test]
+fn unwritable_outputs_fail_cleanly() {
+    let dir = scratch("unwritable");
+    let target = unwritable_folder(&dir);
+    let keep = dir.join("keep.png");
+    std::fs::write(&keep, b"artist's work").unwrap();
+    let before = files_under(&dir);
+    let model = model();
+    let quick = [
+        "--prompt", "x", "--steps", "1", "--width", "64", "--height", "64", "--device", "cpu",
+        "--seed", "1",
+    ];
+    let outputs = target.display().to_string();
+    let out = target.join("x.png").display().to_string();
+    let keep_s = keep.display().to_string();
+    for (what, flags) in [
+        ("--outputs", vec!["--outputs", outputs.as_str()]),
+        ("--out", vec!["--out", out.as_str()]),
+        ("--out existing", vec!["--out", keep_s.as_str()]),
+    ] {
+        let mut args = vec!["generate", "--model", &model];
+        args.extend_from_slice(&flags);
+        args.extend_from_slice(&quick);
+        let o = studio(&args);
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "{what} succeeded");
+        // Progress lines may come first; the error is one line, the last, said once.
+        let errors: Vec<&str> = stderr.lines().filter(|l| l.starts_with("error:")).collect();
+        assert_eq!(errors.len(), 1, "{what}: {stderr}");
+        assert_eq!(stderr.trim().lines().last(), Some(errors[0]), "{what}");
+        assert!(
+            errors[0].matches("os error").count() <= 1,
+            "{what}: {stderr}"
+        );
+        assert_eq!(files_under(&dir), before, "{what} left files behind");
+        assert_eq!(std::fs::read(&keep).unwrap(), b"artist's work", "{what}");
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let _ = std::fs::set_permissions(
+        dir.join("read-only"),
+        std::fs::Permissions::from_mode(0o755),
+    );
+}
+
+/// `doctor` runs the demo model on the device and on the CPU backend and prints each component.
+fn doctor_agrees(device: &str) {
+    let o = studio(&["doctor", "--device", device]);
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{device}: {stdout}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    for component in ["text encoder", "UNet step", "VAE decode"] {
+        let line = stdout
+            .lines()
+            .find(|l| l.starts_with(component))
+            .unwrap_or_else(|| panic!("{device}: no {component} line in {stdout}"));
+        assert!(
+            line.contains("max abs diff") && line.contains("rel error") && line.ends_with("ok"),
+            "{device}: {line}"
+        );
+    }
+    assert!(stdout.contains("all components agree"), "{stdout}");
+}
+
+#[test]
+fn doctor_on_cpu() {
+    doctor_agrees("cpu");
+    // A model that is not one is a clear error, not a pass.
+    let o = studio(&[
+        "doctor",
+        "--device",
+        "cpu",
+        "--model",
+        "/nonexistent.safetensors",
+    ]);
+    assert!(!o.status.success());
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("nonexistent"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// `auto` is lavapipe in CI: slow (kernels compile and autotune on first use), so a test of its own.
+#[test]
+fn doctor_on_auto() {
+    doctor_agrees("auto");
+}

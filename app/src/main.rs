@@ -1,6 +1,7 @@
 //! `latent-studio`: the desktop studio (no subcommand) and its command line.
 
 mod bench;
+mod doctor;
 mod generate;
 
 use latent_studio::studio;
@@ -28,6 +29,8 @@ enum Command {
     Bench(bench::BenchArgs),
     /// List the GPU adapters and which one `--device auto` picks.
     Devices,
+    /// Check that a device computes what the CPU does (demo model: text encoder, UNet, VAE).
+    Doctor(doctor::DoctorArgs),
     /// Open a checkpoint and report what it holds.
     Inspect {
         /// A `.safetensors` file (LDM layout) or a diffusers folder.
@@ -63,6 +66,7 @@ fn main() -> ExitCode {
         Some(Command::Bench(args)) => bench::run(args),
         Some(Command::Inspect { model }) => inspect(&model),
         Some(Command::Devices) => devices(),
+        Some(Command::Doctor(args)) => doctor::run(args),
         None => studio::run(),
     };
     match result {

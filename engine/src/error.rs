@@ -5,12 +5,13 @@ use std::path::PathBuf;
 /// Everything the engine can fail with.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("cannot read {what}: {source} ({path})")]
+    // The OS error is in the message and deliberately not a `source`: `{:#}` chains (anyhow)
+    // would print it twice.
+    #[error("cannot read {what}: {cause} ({path})")]
     Io {
         what: &'static str,
         path: PathBuf,
-        #[source]
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     #[error("not a valid safetensors file: {reason} ({path})")]
     InvalidSafetensors { reason: String, path: PathBuf },
@@ -52,11 +53,11 @@ pub enum Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
-    pub(crate) fn io(what: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+    pub(crate) fn io(what: &'static str, path: impl Into<PathBuf>, cause: std::io::Error) -> Self {
         Error::Io {
             what,
             path: path.into(),
-            source,
+            cause,
         }
     }
 }

@@ -15,6 +15,7 @@ pub mod parameters;
 pub mod pipeline;
 pub mod preview;
 pub mod schedulers;
+pub mod selfcheck;
 pub mod shaders;
 pub mod taesd;
 pub mod tokenizer;

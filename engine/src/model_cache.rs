@@ -517,7 +517,7 @@ impl EntryWriter {
                 Err(Error::Io {
                     what: "disk cache entry",
                     path: final_path,
-                    source: std::io::Error::other(reason),
+                    cause: std::io::Error::other(reason),
                 })
             }
         }

@@ -39,8 +39,10 @@ fn fmt_number(v: f32) -> String {
 }
 
 /// Quotes a value that would break the comma-separated line, as A1111 does (JSON string).
+/// Values with leading or trailing whitespace are quoted too: unquoted values are trimmed when
+/// read back.
 fn quote(v: &str) -> String {
-    if v.contains([',', ':', '\n', '"']) {
+    if v.contains([',', ':', '\n', '"']) || v.trim() != v {
         serde_json::to_string(v).unwrap_or_else(|_| v.replace(',', " "))
     } else {
         v.to_string()
@@ -112,19 +114,22 @@ impl Parameters {
             None if text.starts_with("Steps:") => ("", text),
             _ => return Err("no `Steps:` line: not A1111-style parameters".into()),
         };
+        // `to_a1111` writes exactly one space after the label; taking only that one keeps a
+        // negative prompt that starts with whitespace intact.
+        let after_label = |neg: &'_ str| neg.strip_prefix(' ').unwrap_or(neg).to_string();
         let (prompt, negative) = match body.find("\nNegative prompt:") {
             Some(i) => (
                 &body[..i],
-                body[i + "\nNegative prompt:".len()..].trim_start(),
+                after_label(&body[i + "\nNegative prompt:".len()..]),
             ),
             None => match body.strip_prefix("Negative prompt:") {
-                Some(neg) => ("", neg.trim_start()),
-                None => (body, ""),
+                Some(neg) => ("", after_label(neg)),
+                None => (body, String::new()),
             },
         };
         let mut p = Parameters {
             prompt: prompt.to_string(),
-            negative_prompt: negative.to_string(),
+            negative_prompt: negative,
             steps: 0,
             sampler: String::new(),
             schedule: "Normal".into(),
@@ -173,7 +178,11 @@ fn split_fields(line: &str) -> Result<Vec<(String, String)>, String> {
         let colon = rest
             .find(':')
             .ok_or_else(|| format!("expected `key: value` in `{rest}`"))?;
-        let key = rest[..colon].trim().to_string();
+        // Stray commas around a key are separators, not part of it (`a: 1, , b: 2`); keeping
+        // them would make the key print differently than it was read.
+        let key = rest[..colon]
+            .trim_matches(|c: char| c == ',' || c.is_whitespace())
+            .to_string();
         let after = rest[colon + 1..].trim_start();
         let (value, remaining) = if after.starts_with('"') {
             // A JSON string: find its end by letting serde read exactly one value.
@@ -182,14 +191,13 @@ fn split_fields(line: &str) -> Result<Vec<(String, String)>, String> {
                 .next()
                 .ok_or("unterminated quoted value")?
                 .map_err(|e| format!("bad quoted value: {e}"))?;
+            // Quoted values are kept exactly as written, spaces included.
             (v, &after[de.byte_offset()..])
         } else {
-            match after.find(", ") {
-                Some(i) => (after[..i].to_string(), &after[i..]),
-                None => (after.to_string(), ""),
-            }
+            let end = after.find(", ").unwrap_or(after.len());
+            (after[..end].trim().to_string(), &after[end..])
         };
-        out.push((key, value.trim().to_string()));
+        out.push((key, value));
         rest = remaining.trim_start_matches([',', ' ']);
     }
     Ok(out)
@@ -237,6 +245,31 @@ mod tests {
         p.negative_prompt.clear();
         assert!(!p.to_a1111().contains("Negative prompt"));
         assert_eq!(Parameters::parse_a1111(&p.to_a1111()).unwrap(), p);
+    }
+
+    /// Found by tests/fuzz.rs: whitespace at either end of a value or a negative prompt was
+    /// trimmed away on reading, so restoring an image's parameters changed them.
+    #[test]
+    fn round_trips_surrounding_whitespace() {
+        let mut p = example();
+        p.negative_prompt = "  two leading spaces".into();
+        p.sampler = "Euler a ".into();
+        p.model = Some("\n".into());
+        p.extra.push(("Note".into(), " ".into()));
+        assert_eq!(Parameters::parse_a1111(&p.to_a1111()).unwrap(), p);
+    }
+
+    /// Found by tests/fuzz.rs: after an empty value, the separator's comma was read into the
+    /// next key (`A: , <VT>, B: 2` gave the key `, B`), so printing and reading again changed it.
+    #[test]
+    fn stray_commas_are_not_part_of_keys() {
+        let p = Parameters::parse_a1111("x\nSteps: 1, A: , \u{b}, B: 2").unwrap();
+        assert_eq!(
+            p.extra,
+            vec![("A".into(), "".into()), ("B".into(), "2".into())]
+        );
+        let again = Parameters::parse_a1111(&p.to_a1111()).unwrap();
+        assert_eq!(again, p);
     }
 
     #[test]

@@ -134,6 +134,19 @@ pub fn check_request(model: &StableDiffusion, req: &Txt2ImgRequest) -> Result<()
     if req.steps == 0 {
         return bad("steps must be at least 1".into());
     }
+    // The model was trained on 1000 noise levels; more steps would repeat them (ComfyUI allows
+    // 10,000 and silently does so). Refused here so the GUI can say so before any work.
+    let max_steps = req
+        .sampler
+        .max_steps(req.schedule, &SchedulerConfig::sd15());
+    if req.steps > max_steps {
+        return bad(format!(
+            "{} steps is too many: {} with the {} schedule takes at most {max_steps}",
+            req.steps,
+            req.sampler.a1111_name(),
+            req.schedule.a1111_name()
+        ));
+    }
     if req.width == 0 || req.height == 0 || req.width % scale != 0 || req.height % scale != 0 {
         return bad(format!(
             "width and height must be positive multiples of {scale}, got {}x{}",

@@ -2,7 +2,7 @@
 //! ([`worker`]); the window only talks to it through channels.
 
 mod app;
-mod demo;
+pub mod demo;
 mod form;
 mod models;
 mod settings;

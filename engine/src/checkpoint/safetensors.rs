@@ -57,15 +57,28 @@ impl SafetensorsFile {
             .tensors()
             .into_iter()
             .map(|(name, info)| {
+                let (start, end) = info.data_offsets;
+                // The safetensors crate validates offsets today; checking again here keeps
+                // `bytes` from panicking on a lying header whatever that crate's version does.
+                let range = base
+                    .checked_add(start)
+                    .zip(base.checked_add(end))
+                    .filter(|&(s, e)| s <= e && e <= mmap.len());
+                let Some((start, end)) = range else {
+                    return Err(invalid(
+                        path,
+                        &format!("the header lies about the offsets of `{name}`"),
+                    ));
+                };
                 let entry = TensorEntry {
                     dtype: info.dtype,
                     shape: info.shape.clone(),
-                    start: base + info.data_offsets.0,
-                    end: base + info.data_offsets.1,
+                    start,
+                    end,
                 };
-                (name, entry)
+                Ok((name, entry))
             })
-            .collect();
+            .collect::<Result<_>>()?;
         Ok(Self {
             path: path.to_path_buf(),
             mmap,
@@ -165,6 +178,15 @@ fn describe(e: &safetensors::SafeTensorError) -> String {
         }
         E::InvalidOffset(name) => format!("the header lies about the offsets of `{name}`"),
         E::TensorInvalidInfo => "a tensor's byte size does not match its shape and dtype".into(),
+        E::HeaderTooLarge => "the header length is over 100 MB (a corrupted file?)".into(),
+        E::InvalidHeader(_) => "the header is not UTF-8 text".into(),
+        E::InvalidHeaderDeserialization(e) => {
+            format!(
+                "the header is not safetensors JSON ({e}): not a safetensors file, or a corrupted one"
+            )
+        }
+        E::ValidationOverflow => "a tensor's shape is impossibly large (its size overflows)".into(),
+        E::MisalignedSlice => "a tensor's shape does not fill a whole number of bytes".into(),
         other => other.to_string(),
     }
 }
