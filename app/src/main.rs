@@ -29,6 +29,17 @@ enum Command {
     Bench(bench::BenchArgs),
     /// List the GPU adapters and which one `--device auto` picks.
     Devices,
+    /// Open the studio, generate with the built-in demo model and save a screenshot of the window
+    /// (how docs/screenshot.png is made, under Xvfb).
+    #[command(hide = true)]
+    Screenshot {
+        #[arg(long)]
+        out: std::path::PathBuf,
+        #[arg(long, default_value = "a lighthouse on a cliff at dusk, oil painting")]
+        prompt: String,
+        #[arg(long, default_value_t = 300)]
+        timeout_secs: u64,
+    },
     /// Check that a device computes what the CPU does (demo model: text encoder, UNet, VAE).
     Doctor(doctor::DoctorArgs),
     /// Open a checkpoint and report what it holds.
@@ -66,6 +77,11 @@ fn main() -> ExitCode {
         Some(Command::Bench(args)) => bench::run(args),
         Some(Command::Inspect { model }) => inspect(&model),
         Some(Command::Devices) => devices(),
+        Some(Command::Screenshot {
+            out,
+            prompt,
+            timeout_secs,
+        }) => studio::screenshot(out, prompt, timeout_secs),
         Some(Command::Doctor(args)) => doctor::run(args),
         None => studio::run(),
     };

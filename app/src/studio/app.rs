@@ -140,6 +140,11 @@ impl StudioApp {
     }
 
     /// Durations of the recent UI passes (at most the last 240).
+    /// The prompt panel (for scripted runs such as the documentation screenshot).
+    pub fn form_mut(&mut self) -> &mut Form {
+        &mut self.form
+    }
+
     pub fn frame_times(&self) -> &[Duration] {
         &self.frame_times
     }
