@@ -1,6 +1,8 @@
 //! `latent-studio generate` end to end: the PNG equals diffusers' image, carries A1111 parameters,
 //! never clobbers, and bad input exits non-zero with one line and no file.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -535,4 +537,90 @@ fn doctor_on_cpu() {
 #[test]
 fn doctor_on_auto() {
     doctor_agrees("auto");
+}
+
+/// A copy of the tiny model in `dir` whose VAE `post_quant_conv` is changed by `edit` (on its f32
+/// weight and bias), with the tiny model's config beside it.
+fn crafted_model(dir: &Path, edit: impl Fn(&mut Vec<f32>, &mut Vec<f32>)) -> String {
+    let source = SafetensorsFile::open(&fixtures().join("tiny-sd.safetensors")).unwrap();
+    let prefix = "first_stage_model.post_quant_conv.";
+    let mut weight = source.read_f32(&format!("{prefix}weight")).unwrap();
+    let mut bias = source.read_f32(&format!("{prefix}bias")).unwrap();
+    edit(&mut weight, &mut bias);
+    let f32_bytes = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+    let mut tensors = Vec::new();
+    for (name, entry) in source.entries() {
+        let (dtype, bytes) = if name == &format!("{prefix}weight") {
+            ("F32".to_string(), f32_bytes(&weight))
+        } else if name == &format!("{prefix}bias") {
+            ("F32".to_string(), f32_bytes(&bias))
+        } else {
+            (format!("{:?}", entry.dtype), source.bytes(entry).to_vec())
+        };
+        tensors.push((name.clone(), dtype, entry.shape.clone(), bytes));
+    }
+    let refs: Vec<_> = tensors
+        .iter()
+        .map(|(n, d, s, b)| (n.as_str(), d.as_str(), s.clone(), b.clone()))
+        .collect();
+    let path = dir.join("crafted.safetensors");
+    common::write_safetensors(&path, &refs);
+    std::fs::copy(fixtures().join("tiny-sd.json"), dir.join("crafted.json")).unwrap();
+    path.display().to_string()
+}
+
+/// A VAE that decodes NaN whatever the precision: `generate` exits non-zero with one clear line
+/// and writes no file, temporary or final.
+#[test]
+fn a_vae_that_decodes_nan_fails_cleanly_without_a_file() {
+    let dir = scratch("nan-vae");
+    let model = crafted_model(&dir, |_, bias| bias[0] = f32::NAN);
+    let outputs = dir.join("outputs");
+    std::fs::create_dir_all(&outputs).unwrap();
+    let out = outputs.join("nan.png");
+    let out_s = out.display().to_string();
+    let mut args = vec!["generate", "--model", &model, "--out", &out_s];
+    args.extend_from_slice(CASE0);
+    let o = studio(&args);
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(!o.status.success(), "{err}");
+    let last = err.trim().lines().last().unwrap_or_default();
+    assert!(
+        last.contains("NaN") && last.contains("no image"),
+        "stderr: {err}"
+    );
+    assert!(
+        files_under(&outputs).is_empty(),
+        "{:?}",
+        files_under(&outputs)
+    );
+}
+
+/// A VAE that overflows f16 but not f32: `--precision f16` warns once, retries in f32 and writes
+/// the image.
+#[test]
+fn an_f16_vae_overflow_is_retried_in_f32_with_one_warning() {
+    let dir = scratch("f16-vae");
+    // ~3e4 times the weights: finite in f16, but the activations pass 65504.
+    let model = crafted_model(&dir, |weight, _| weight.iter_mut().for_each(|w| *w *= 3e4));
+    let out = dir.join("retried.png");
+    let out_s = out.display().to_string();
+    let mut args = vec!["generate", "--model", &model, "--out", &out_s];
+    // CASE0 without its last pair, `--precision f32`.
+    args.extend_from_slice(&CASE0[..CASE0.len() - 2]);
+    args.extend_from_slice(&[
+        "--precision",
+        "f16",
+        "--device",
+        "cpu",
+        "--vae-tiling",
+        "on",
+    ]);
+    let o = studio(&args);
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(o.status.success(), "{err}");
+    let warnings = err.lines().filter(|l| l.contains("decoded again in f32"));
+    assert_eq!(warnings.count(), 1, "{err}");
+    let (image, _) = decode_png(&std::fs::read(&out).unwrap()).unwrap();
+    assert_eq!((image.width, image.height), (64, 64));
 }

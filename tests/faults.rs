@@ -478,17 +478,14 @@ fn cancel_at_every_stage() {
         assert_eq!(watch.steps, (1..=k).collect::<Vec<_>>(), "after step {k}");
     }
 
-    // After the last step, before decoding: either cancelled or the finished, correct image;
-    // never a different one.
+    // After the last step, before decoding: cancelled, the decode is not spent.
     let cancel = AtomicBool::new(false);
     let mut watch = Watch::new(&cancel, Some(req.steps));
-    match txt2img(&model, &tok, &req, &cancel, &mut watch) {
-        Err(Error::Cancelled) => {}
-        Ok(out) => assert_eq!(out[0].image, reference[0].image),
-        Err(e) => panic!("after the last step: {e}"),
-    }
+    let e = txt2img(&model, &tok, &req, &cancel, &mut watch).expect_err("cancelled before decode");
+    assert!(matches!(e, Error::Cancelled), "{e}");
+    assert_eq!(watch.steps, (1..=req.steps).collect::<Vec<_>>());
 
-    // In a batch count, after image 1's last step: image 2 never starts.
+    // In a batch count, after image 1's last step: image 1 is not decoded, image 2 never starts.
     let batch = Txt2ImgRequest {
         batch_count: 3,
         ..req.clone()
@@ -499,9 +496,48 @@ fn cancel_at_every_stage() {
     assert!(matches!(e, Error::Cancelled), "{e}");
     assert_eq!(watch.steps, (1..=req.steps).collect::<Vec<_>>());
 
+    // Cancelled during image 2: image 1 is finished and kept (as A1111's Interrupt keeps a
+    // batch's finished images), image 2 is dropped, image 3 never starts.
+    let cancel = AtomicBool::new(false);
+    let mut watch = Watch::new(&cancel, None);
+    let mut during_second = CancelDuring {
+        inner: &mut watch,
+        cancel: &cancel,
+        image: 1,
+    };
+    let kept = txt2img(&model, &tok, &batch, &cancel, &mut during_second).expect("image 1 kept");
+    assert_eq!(kept.len(), 1, "only the finished image");
+    assert_eq!(kept[0].seed, req.seed);
+    assert_eq!(kept[0].image, reference[0].image);
+    assert_eq!(
+        watch.steps,
+        vec![1, 2, 3, 4, 1],
+        "image 2 stopped after its first step"
+    );
+
     // A cancelled run leaves nothing behind: the next one is the reference image.
     let (again, _, _) = run(&model, &tok, &req);
     assert_eq!(again.expect("after cancels")[0].image, reference[0].image);
+}
+
+/// Sets the cancel flag at the first step of batch image `image`.
+struct CancelDuring<'a, 'b> {
+    inner: &'a mut Watch<'b>,
+    cancel: &'a AtomicBool,
+    image: usize,
+}
+
+impl Observer for CancelDuring<'_, '_> {
+    fn notice(&mut self, notice: &Notice) {
+        self.inner.notice(notice);
+    }
+
+    fn step(&mut self, s: &StepState<'_>) {
+        self.inner.step(s);
+        if s.image == self.image {
+            self.cancel.store(true, Ordering::Relaxed);
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

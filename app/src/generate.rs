@@ -17,6 +17,7 @@ use latent_engine::preview::{
 use latent_engine::schedulers::{SamplerKind, Schedule};
 use latent_engine::taesd::TaesdDecoder;
 use latent_engine::tokenizer::ClipTokenizer;
+use latent_engine::vae_tiling::{TilingConfig, TilingMode};
 use latent_engine::{LoadOptions, Precision};
 
 #[derive(Args, Debug)]
@@ -90,6 +91,10 @@ pub struct GenerateArgs {
     /// Fused GPU kernels for the VAE decode, verified against the plain path at first use.
     #[arg(long, value_enum, default_value_t = OnOff::On)]
     vae_compile: OnOff,
+    /// Decode in overlapping 512-pixel tiles: auto (images over 1024x1024 pixels, or when a
+    /// decoder buffer would pass 1 GiB), on, or off.
+    #[arg(long, default_value = "auto")]
+    vae_tiling: TilingMode,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -248,6 +253,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         started.elapsed().as_secs_f64()
     );
     model.vae_compile.set_enabled(args.vae_compile == OnOff::On);
+    model.set_vae_tiling(TilingConfig::with_mode(args.vae_tiling));
     if std::env::var_os("LATENT_STUDIO_FAIL_VAE_COMPILE").is_some() {
         model.vae_compile.force_failure(true);
     }

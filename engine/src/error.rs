@@ -48,6 +48,16 @@ pub enum Error {
     Device(String),
     #[error("generation was cancelled")]
     Cancelled,
+    #[error(
+        "the sampler produced NaN or infinite latents, so there is no image to decode; \
+         try f32 precision or a lower CFG scale"
+    )]
+    NonFiniteLatents,
+    #[error(
+        "the VAE decoded NaN or infinite pixels even in {precision}; no image was made. \
+         The VAE weights may be damaged or unsuited to this model"
+    )]
+    NonFiniteImage { precision: &'static str },
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -22,6 +22,7 @@ pub mod tokenizer;
 pub mod unet;
 pub mod vae;
 pub mod vae_compile;
+pub mod vae_tiling;
 
 pub use error::{Error, Result};
 pub use model::{LoadOptions, Precision, StableDiffusion};

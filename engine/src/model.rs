@@ -1,5 +1,7 @@
 //! A loaded Stable Diffusion model: text encoder, UNet and VAE on one device in one dtype.
 
+use std::sync::{Mutex, OnceLock};
+
 use burn::tensor::{DType, Device};
 
 use crate::checkpoint::weights::Recorder;
@@ -9,6 +11,7 @@ use crate::error::Result;
 use crate::unet::UNet2DConditionModel;
 use crate::vae::AutoencoderKL;
 use crate::vae_compile::VaeCompiler;
+use crate::vae_tiling::TilingConfig;
 
 /// Float precision of a model's weights and activations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -60,6 +63,10 @@ pub struct StableDiffusion {
     pub reports: Vec<LoadReport>,
     /// The VAE compilation setting (off unless turned on) and its verdicts for this model.
     pub vae_compile: VaeCompiler,
+    /// When and how the decode is tiled (a setting, like `vae_compile`).
+    vae_tiling: Mutex<TilingConfig>,
+    /// An f32 copy of the decoder, made the first time an f16 decode is not finite.
+    vae_f32: OnceLock<AutoencoderKL>,
 }
 
 impl StableDiffusion {
@@ -153,7 +160,37 @@ impl StableDiffusion {
             precision: options.precision,
             reports,
             vae_compile: VaeCompiler::default(),
+            vae_tiling: Mutex::default(),
+            vae_f32: OnceLock::new(),
         })
+    }
+
+    /// The VAE tiling setting decodes use.
+    pub fn vae_tiling(&self) -> TilingConfig {
+        *self.vae_tiling.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn set_vae_tiling(&self, config: TilingConfig) {
+        *self.vae_tiling.lock().unwrap_or_else(|e| e.into_inner()) = config;
+    }
+
+    /// The decoder in f32: the model's own when it is f32, else a copy cast once and kept (the
+    /// retry of an f16 decode that overflowed). Returns whether this call made the copy.
+    pub fn vae_f32(&self) -> (&AutoencoderKL, bool) {
+        if self.precision == Precision::F32 {
+            return (&self.vae, false);
+        }
+        let mut made = false;
+        let vae = self.vae_f32.get_or_init(|| {
+            made = true;
+            self.vae.decoder_in(DType::F32)
+        });
+        (vae, made)
+    }
+
+    /// Whether the f32 decoder copy exists, i.e. an f16 decode of this model was not finite.
+    pub fn vae_upcast(&self) -> bool {
+        self.vae_f32.get().is_some()
     }
 
     /// Bytes of weights this model was built from.
@@ -179,6 +216,8 @@ impl StableDiffusion {
             precision,
             reports: Vec::new(),
             vae_compile: VaeCompiler::default(),
+            vae_tiling: Mutex::default(),
+            vae_f32: OnceLock::new(),
         })
     }
 }

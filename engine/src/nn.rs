@@ -31,6 +31,14 @@ impl Linear {
     pub fn forward<const D: usize>(&self, x: Tensor<D>) -> Tensor<D> {
         linear(x, self.weight.clone(), self.bias.clone())
     }
+
+    /// A copy with its weights in `dtype` (e.g. the f32 VAE retry of an f16 model).
+    pub fn cast(&self, dtype: DType) -> Self {
+        Self {
+            weight: self.weight.clone().cast(dtype),
+            bias: self.bias.clone().map(|b| b.cast(dtype)),
+        }
+    }
 }
 
 /// `nn.Conv2d` with square kernel, equal stride and symmetric padding.
@@ -64,6 +72,15 @@ impl Conv2d {
     pub fn forward(&self, x: Tensor<4>) -> Tensor<4> {
         let options = ConvOptions::new([self.stride; 2], [self.padding; 2], [1, 1], 1);
         conv2d(x, self.weight.clone(), self.bias.clone(), options)
+    }
+
+    /// A copy with its weights in `dtype`.
+    pub fn cast(&self, dtype: DType) -> Self {
+        Self {
+            weight: self.weight.clone().cast(dtype),
+            bias: self.bias.clone().map(|b| b.cast(dtype)),
+            ..*self
+        }
     }
 }
 

@@ -79,6 +79,9 @@ pub enum Notice {
     },
     /// VAE compilation was abandoned for this model; the plain path decodes from now on.
     VaeCompileFallback { reason: String },
+    /// The f16 VAE decoded NaN or infinite pixels; the image was decoded again in f32, and this
+    /// model's VAE stays in f32 from now on (A1111's automatic `--no-half-vae`).
+    VaeRetriedInF32,
 }
 
 impl std::fmt::Display for Notice {
@@ -105,6 +108,10 @@ impl std::fmt::Display for Notice {
             Notice::VaeCompileFallback { reason } => write!(
                 f,
                 "VAE compilation is off for this model: {reason}. Decoding uses the plain path; images are unaffected"
+            ),
+            Notice::VaeRetriedInF32 => f.write_str(
+                "the VAE produced NaN in f16, so the image was decoded again in f32; \
+                 this model's VAE stays in f32 from now on (slower, more memory)",
             ),
         }
     }
@@ -171,7 +178,11 @@ pub fn check_request(model: &StableDiffusion, req: &Txt2ImgRequest) -> Result<()
     Ok(())
 }
 
-/// Runs txt2img. `cancel` is checked before every step.
+/// Runs txt2img. `cancel` is checked before every step and before the decode.
+///
+/// A cancelled run returns [`Error::Cancelled`] when no image was finished, and otherwise the
+/// images of the batch count finished before the cancel (fewer than `batch_count`), as A1111's
+/// Interrupt keeps a batch's finished images.
 pub fn txt2img(
     model: &StableDiffusion,
     tokenizer: &ClipTokenizer,
@@ -239,7 +250,7 @@ pub fn txt2img(
         // 5. Denoise.
         for (i, &t) in plan.timesteps.iter().enumerate() {
             if cancel.load(Ordering::Relaxed) {
-                return Err(Error::Cancelled);
+                return cancelled(out);
             }
             let input = (latents.clone() * plan.input_scale[i]).cast(dtype);
             let input = if guided {
@@ -282,18 +293,103 @@ pub fn txt2img(
             prev_x0 = Some(denoised);
         }
 
-        // 6. Decode.
-        let pixels = model
-            .vae_compile
-            .decode(&model.vae, latents.cast(dtype), &mut |n| {
-                observer.notice(&n)
-            });
+        // 6. Decode, unless cancelled after the last step: the decode of a large image takes
+        // seconds the artist asked not to spend.
+        if cancel.load(Ordering::Relaxed) {
+            return cancelled(out);
+        }
         out.push(Generated {
-            image: to_rgb8(pixels)?,
+            image: decode(model, latents, observer)?,
             seed,
         });
     }
     Ok(out)
+}
+
+/// What a cancel returns: the finished images of the batch count, or `Cancelled` when none is.
+fn cancelled(done: Vec<Generated>) -> Result<Vec<Generated>> {
+    if done.is_empty() {
+        Err(Error::Cancelled)
+    } else {
+        Ok(done)
+    }
+}
+
+/// Decodes the sampler's f32 latents `[1, c, h, w]` to an image, tiled when the model's tiling
+/// setting says so, through the VAE compiler. Never returns a black image for NaN: non-finite
+/// latents are [`Error::NonFiniteLatents`]; an f16 decode with non-finite pixels is decoded again
+/// with an f32 copy of the VAE (one [`Notice::VaeRetriedInF32`], and f32 from then on), and pixels
+/// still not finite are [`Error::NonFiniteImage`].
+pub fn decode(
+    model: &StableDiffusion,
+    latents: Tensor<4>,
+    observer: &mut dyn Observer,
+) -> Result<RgbImage> {
+    let latents = latents.cast(DType::F32);
+    if !all_finite(&latents)? {
+        return Err(Error::NonFiniteLatents);
+    }
+    let f32_failure = Error::NonFiniteImage { precision: "f32" };
+    if model.precision == crate::Precision::F32 || model.vae_upcast() {
+        let (vae, _) = model.vae_f32();
+        let pixels = decode_with(model, vae, latents, observer);
+        return if all_finite(&pixels)? {
+            to_rgb8(pixels)
+        } else {
+            Err(f32_failure)
+        };
+    }
+    let pixels = decode_with(
+        model,
+        &model.vae,
+        latents.clone().cast(model.precision.dtype()),
+        observer,
+    );
+    if all_finite(&pixels)? {
+        return to_rgb8(pixels);
+    }
+    let (vae, made) = model.vae_f32();
+    if made {
+        // The notice is the one warning: the CLI prints it, the studio shows and logs it.
+        tracing::debug!("f16 VAE decode was not finite; retrying in f32");
+        observer.notice(&Notice::VaeRetriedInF32);
+    }
+    let pixels = decode_with(model, vae, latents, observer);
+    if all_finite(&pixels)? {
+        to_rgb8(pixels)
+    } else {
+        Err(f32_failure)
+    }
+}
+
+/// One decode with `vae` (the model's, or its f32 copy), tiled or whole as the setting says.
+fn decode_with(
+    model: &StableDiffusion,
+    vae: &crate::vae::AutoencoderKL,
+    latents: Tensor<4>,
+    observer: &mut dyn Observer,
+) -> Tensor<4> {
+    let tiling = model.vae_tiling();
+    let mut decode_one = |t: Tensor<4>| {
+        model
+            .vae_compile
+            .decode(vae, t, &mut |n| observer.notice(&n))
+    };
+    if tiling.should_tile(vae.config(), latents.dims()) {
+        tracing::debug!(dims = ?latents.dims(), ?tiling, "tiled VAE decode");
+        crate::vae_tiling::tiled_decode(latents, vae.config(), &tiling, &mut decode_one)
+    } else {
+        decode_one(latents)
+    }
+}
+
+/// Whether every value is finite: one reduction on the device and a single value read back.
+pub fn all_finite(t: &Tensor<4>) -> Result<bool> {
+    t.clone()
+        .is_finite()
+        .all()
+        .try_into_scalar::<bool>()
+        .map_err(|e| Error::Device(format!("cannot read a finiteness check: {e:?}")))
 }
 
 /// Splits a batch of 2 into its halves.

@@ -1,6 +1,6 @@
 //! `AutoencoderKL`: the VAE that maps latents to pixels (decoder) and pixels to latents (encoder).
 
-use burn::tensor::Tensor;
+use burn::tensor::{DType, Tensor};
 use serde::Deserialize;
 
 use crate::checkpoint::Weights;
@@ -97,6 +97,16 @@ impl VaeAttention {
         })
     }
 
+    fn cast(&self, dtype: DType) -> Self {
+        Self {
+            group_norm: self.group_norm.clone(),
+            to_q: self.to_q.cast(dtype),
+            to_k: self.to_k.cast(dtype),
+            to_v: self.to_v.cast(dtype),
+            to_out: self.to_out.cast(dtype),
+        }
+    }
+
     fn forward(&self, x: Tensor<4>, kernels: Kernels) -> Tensor<4> {
         let [b, c, h, w] = x.dims();
         let t = self
@@ -129,6 +139,14 @@ impl VaeMidBlock {
             attention: VaeAttention::load(&w.pp("attentions.0"), c, config.norm_num_groups)?,
             resnet_1: ResnetBlock2D::load(&w.pp("resnets.1"), config.resnet(c, c))?,
         })
+    }
+
+    fn cast(&self, dtype: DType) -> Self {
+        Self {
+            resnet_0: self.resnet_0.cast(dtype),
+            attention: self.attention.cast(dtype),
+            resnet_1: self.resnet_1.cast(dtype),
+        }
     }
 
     fn forward(&self, x: Tensor<4>, kernels: Kernels) -> Tensor<4> {
@@ -268,6 +286,24 @@ impl Decoder {
         })
     }
 
+    fn cast(&self, dtype: DType) -> Self {
+        Self {
+            post_quant_conv: self.post_quant_conv.cast(dtype),
+            conv_in: self.conv_in.cast(dtype),
+            mid_block: self.mid_block.cast(dtype),
+            up_blocks: self
+                .up_blocks
+                .iter()
+                .map(|b| DecoderBlock {
+                    resnets: b.resnets.iter().map(|r| r.cast(dtype)).collect(),
+                    upsampler: b.upsampler.as_ref().map(|u| u.cast(dtype)),
+                })
+                .collect(),
+            conv_norm_out: self.conv_norm_out.clone(),
+            conv_out: self.conv_out.cast(dtype),
+        }
+    }
+
     fn forward(&self, z: Tensor<4>, kernels: Kernels) -> Tensor<4> {
         let z = self.post_quant_conv.forward(z);
         let mut x = self.mid_block.forward(self.conv_in.forward(z), kernels);
@@ -310,6 +346,17 @@ impl AutoencoderKL {
 
     pub fn config(&self) -> &VaeConfig {
         &self.config
+    }
+
+    /// A decoder-only copy with its weights in `dtype`: the f32 retry of an f16 model whose decode
+    /// overflowed (A1111's automatic `--no-half-vae`). Casting the loaded f16 weights keeps what f16
+    /// already rounded, but the overflow is in the activations, which then compute in f32.
+    pub fn decoder_in(&self, dtype: DType) -> Self {
+        Self {
+            encoder: None,
+            decoder: self.decoder.cast(dtype),
+            config: self.config.clone(),
+        }
     }
 
     /// Decodes scaled latents (as the sampler produces them) to pixels in about [-1, 1].

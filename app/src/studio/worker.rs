@@ -444,6 +444,8 @@ impl Worker {
             }
             Err(e) => return Err(e.into()),
         };
+        // Fewer images than asked: cancelled mid-batch; the finished ones are still saved.
+        let cut_short = images.len() < request.batch_count;
         let model_hash = self.cache.short_hash(&loaded.checkpoint);
         let model_name = loaded.checkpoint.display_name();
         for generated in images {
@@ -467,6 +469,9 @@ impl Worker {
                 parameters,
                 path,
             }));
+        }
+        if cut_short {
+            self.emit(Event::Cancelled);
         }
         Ok(())
     }

@@ -41,6 +41,13 @@ impl Upsample {
         })
     }
 
+    /// A copy with its weights in `dtype`.
+    pub fn cast(&self, dtype: burn::tensor::DType) -> Self {
+        Self {
+            conv: self.conv.cast(dtype),
+        }
+    }
+
     /// Doubles the size, or matches `size` when given: latents whose sides are not multiples of the
     /// UNet's total downscale come back to the skip connection's size (diffusers' `upsample_size`).
     pub fn forward(&self, x: Tensor<4>, size: Option<[usize; 2]>) -> Tensor<4> {

@@ -44,6 +44,18 @@ impl ResnetBlock2D {
         })
     }
 
+    /// A copy with its weights in `dtype` (norms stay f32, as they are loaded).
+    pub fn cast(&self, dtype: burn::tensor::DType) -> Self {
+        Self {
+            norm1: self.norm1.clone(),
+            conv1: self.conv1.cast(dtype),
+            time_emb_proj: self.time_emb_proj.as_ref().map(|l| l.cast(dtype)),
+            norm2: self.norm2.clone(),
+            conv2: self.conv2.cast(dtype),
+            conv_shortcut: self.conv_shortcut.as_ref().map(|c| c.cast(dtype)),
+        }
+    }
+
     /// # Shapes
     /// x `[b, c_in, h, w]`, temb `[b, t]` -> `[b, c_out, h, w]`
     pub fn forward(&self, x: Tensor<4>, temb: Option<&Tensor<2>>) -> Tensor<4> {
