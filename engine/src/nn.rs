@@ -246,16 +246,71 @@ pub fn multi_head_attention(
     out.swap_dims(1, 2).reshape([b, n_q, inner])
 }
 
+/// Largest attention score buffer (bytes, f32) built at once: queries are processed in slices below
+/// it, so a large image never asks for one buffer above an adapter's binding limit (WebGPU's
+/// default is 128 MiB; Arc's single allocations stop at 4 GiB).
+pub const MAX_SCORE_BYTES: usize = 128 << 20;
+
 /// Single-head attention as plain matmuls with an f32 softmax, for the VAE's mid block: one head
 /// as wide as the layer (512 in SD 1.5) is a shape the fused attention kernels are not built for
-/// (on an H200 the first 512² decode did not finish in minutes through them).
+/// (on an H200 the first 512² decode did not finish in minutes through them). Queries go in slices
+/// whose `[b, rows, n]` scores stay under [`MAX_SCORE_BYTES`]; each row's softmax is independent,
+/// so slicing does not change the math.
 ///
 /// # Shapes
 /// q, k, v `[b, n, d]` -> `[b, n, d]`
 pub fn wide_head_attention(q: Tensor<3>, k: Tensor<3>, v: Tensor<3>) -> Tensor<3> {
-    let dtype = q.dtype();
-    let d = q.dims()[2];
-    let scores = q.matmul(k.swap_dims(1, 2)).cast(DType::F32) * (d as f64).powf(-0.5); // [b, n, n]
-    let probs = activation::softmax(scores, 2).cast(dtype);
-    probs.matmul(v)
+    wide_head_attention_sliced(q, k, v, MAX_SCORE_BYTES)
+}
+
+fn wide_head_attention_sliced(
+    q: Tensor<3>,
+    k: Tensor<3>,
+    v: Tensor<3>,
+    max_score_bytes: usize,
+) -> Tensor<3> {
+    let [b, n, d] = q.dims();
+    let n_k = k.dims()[1];
+    let rows = (max_score_bytes / (4 * b.max(1) * n_k.max(1))).max(1);
+    let kt = k.swap_dims(1, 2);
+    let attend = |q: Tensor<3>| {
+        let dtype = q.dtype();
+        let scores = q.matmul(kt.clone()).cast(DType::F32) * (d as f64).powf(-0.5);
+        activation::softmax(scores, 2).cast(dtype).matmul(v.clone())
+    };
+    if rows >= n {
+        return attend(q);
+    }
+    let slices = (0..n)
+        .step_by(rows)
+        .map(|start| attend(q.clone().slice([0..b, start..(start + rows).min(n), 0..d])))
+        .collect();
+    Tensor::cat(slices, 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::tensor::{Device, Distribution};
+
+    /// Slicing the queries (down to a few rows, with a ragged last slice) gives the one-shot result.
+    #[test]
+    fn sliced_wide_head_attention_matches_one_shot() {
+        let device = Device::flex();
+        let t = |n| Tensor::<3>::random([2, n, 8], Distribution::Normal(0.0, 1.0), &device);
+        let (q, k, v) = (t(37), t(37), t(37));
+        let whole = wide_head_attention_sliced(q.clone(), k.clone(), v.clone(), usize::MAX);
+        let sliced = wide_head_attention_sliced(q, k, v, 4 * 2 * 37 * 5); // 5 rows per slice
+        let (a, b) = (
+            whole.into_data().try_to_vec::<f32>().unwrap(),
+            sliced.into_data().try_to_vec::<f32>().unwrap(),
+        );
+        assert_eq!(a.len(), 2 * 37 * 8);
+        let worst = a
+            .iter()
+            .zip(&b)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0.0, f32::max);
+        assert!(worst < 1e-5, "{worst}");
+    }
 }

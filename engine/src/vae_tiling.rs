@@ -103,13 +103,13 @@ impl TilingConfig {
     }
 }
 
-/// Bytes of the decoder's largest buffer for latents of `dims`: the mid block's f32 attention
-/// scores `[b, hw, hw]`, or a full-resolution activation (GroupNorm computes those in f32).
+/// Bytes of the decoder's largest buffer for latents of `dims`: a full-resolution activation
+/// (GroupNorm computes those in f32). The mid block's attention scores are built in slices below
+/// [`crate::nn::MAX_SCORE_BYTES`], so they never are the largest.
 pub fn largest_decoder_buffer_bytes(vae: &VaeConfig, dims: [usize; 4]) -> u64 {
     let [b, _, h, w] = dims.map(|d| d as u64);
     let scale = vae.downscale() as u64;
-    let tokens = h * w;
-    let scores = b * tokens * tokens * 4;
+    let scores = crate::nn::MAX_SCORE_BYTES as u64;
     // The last up block runs at full resolution with block_out_channels[0]; the upsampler before
     // it produces full resolution with block_out_channels[1].
     let c = &vae.block_out_channels;
@@ -308,7 +308,7 @@ mod tests {
         assert!(!auto.should_tile(&vae, [1, 4, 64, 64]));
         assert!(!auto.should_tile(&vae, [1, 4, 128, 128]));
         assert!(auto.should_tile(&vae, [1, 4, 192, 128]));
-        // A small buffer limit tiles 768x768 too (its attention scores are 324 MiB).
+        // A small buffer limit tiles 768x768 too (its full-resolution activations are 576 MiB).
         let small = TilingConfig {
             auto_max_buffer_bytes: 128 << 20,
             ..auto
