@@ -536,3 +536,85 @@ fn doctor_on_cpu() {
 fn doctor_on_auto() {
     doctor_agrees("auto");
 }
+
+/// The first software adapter (lavapipe) wgpu reports here, if any.
+fn software_adapter() -> Option<latent_engine::adapters::AdapterSummary> {
+    latent_engine::adapters::enumerate()
+        .into_iter()
+        .find(|a| a.kind == latent_engine::adapters::AdapterKind::Software)
+}
+
+/// `--device <part of a name>` picks that adapter (case-insensitive); a name that matches none
+/// is one clear line listing the adapters, before any model is loaded.
+#[test]
+fn device_by_name_and_an_unknown_name_is_one_clear_line() {
+    let dir = scratch("named");
+    let out = dir.join("named.png");
+    let o = generate_with(&["--device", "nosuchgpu"], &out, &[]);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(
+        stderr.contains("no adapter name contains `nosuchgpu`"),
+        "{stderr}"
+    );
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    assert!(!out.exists());
+
+    let Some(soft) = software_adapter() else {
+        eprintln!("no software adapter here; the named-adapter run is skipped");
+        return;
+    };
+    // "llvmpipe (LLVM 15.0.6, 256 bits)" → "LLVMPIPE": a substring, in another case.
+    let word = soft
+        .name
+        .split_whitespace()
+        .next()
+        .unwrap_or(&soft.name)
+        .to_uppercase();
+    let o = generate_with(&["--device", &word], &out, &[]);
+    assert!(
+        o.status.success(),
+        "--device {word}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(out.exists());
+}
+
+/// A device whose opening never finishes (injected hang) is a clear error naming the adapter
+/// after `--device-timeout`, not a hung process.
+#[test]
+fn a_hanging_device_times_out_with_a_clear_message() {
+    let dir = scratch("hang");
+    let out = dir.join("hang.png");
+    let started = std::time::Instant::now();
+    let o = generate_with(
+        &["--device-timeout", "2"],
+        &out,
+        &[("LATENT_STUDIO_TEST_HANG_DEVICE", "1")],
+    );
+    let waited = started.elapsed();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{stderr}");
+    assert!(
+        waited < std::time::Duration::from_secs(30),
+        "took {waited:?}"
+    );
+    let auto = latent_engine::adapters::enumerate();
+    let adapter = match latent_engine::adapters::choose_auto(&auto) {
+        Some(a)
+            if latent_engine::device::software_adapters_usable()
+                || a.kind != latent_engine::adapters::AdapterKind::Software =>
+        {
+            a.name.clone()
+        }
+        _ => "CPU backend".into(),
+    };
+    assert!(
+        stderr.contains(&adapter)
+            && stderr.contains("within 2 s")
+            && stderr.contains("--device cpu"),
+        "{stderr}"
+    );
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    assert!(!out.exists());
+}

@@ -45,9 +45,13 @@ pub struct GenerateArgs {
     width: usize,
     #[arg(long, default_value_t = 512)]
     height: usize,
-    /// auto, cpu, gpu or gpu:N.
+    /// auto, cpu, gpu, gpu:N or part of an adapter name (`arc`, `lavapipe`).
     #[arg(long, default_value = "auto")]
     device: DeviceChoice,
+    /// Seconds that opening the device and compiling its first kernels may take before giving
+    /// up with an error (a stuck driver thread is left behind; the process still exits).
+    #[arg(long, default_value_t = 60.0)]
+    device_timeout: f64,
     /// f32 or f16 (default: f16 on a GPU that supports it, else f32).
     #[arg(long)]
     precision: Option<Precision>,
@@ -209,7 +213,12 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     latent_engine::schedulers::plan(args.sampler, args.schedule, args.steps, &Default::default())
         .map_err(|e| anyhow::anyhow!("{e}"))?;
 
-    let device = latent_engine::device::create(args.device).context("creating the device")?;
+    if !(args.device_timeout.is_finite() && args.device_timeout > 0.0) {
+        bail!("--device-timeout must be a number of seconds > 0");
+    }
+    let timeout = std::time::Duration::from_secs_f64(args.device_timeout.min(1e9));
+    let device = latent_engine::device::create_watched(&args.device, timeout)
+        .context("opening the device")?;
     let precision = args
         .precision
         .unwrap_or_else(|| latent_engine::device::preferred_precision(&device));

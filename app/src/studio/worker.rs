@@ -297,11 +297,13 @@ impl Worker {
         if let Some(d) = &self.device {
             return Ok(d.clone());
         }
+        // The opening and first kernel compilation run under a watchdog on their own thread; this
+        // engine thread waits, the UI does not.
         self.emit(Event::Status(format!(
-            "opening device {}…",
+            "opening device {} and compiling kernels…",
             self.config.device
         )));
-        let device = latent_engine::device::create(self.config.device)
+        let device = latent_engine::device::create_watched(&self.config.device, device_timeout())
             .with_context(|| format!("opening device {}", self.config.device))?;
         self.device = Some(device.clone());
         Ok(device)
@@ -470,6 +472,17 @@ impl Worker {
         }
         Ok(())
     }
+}
+
+/// The device watchdog's timeout: `LATENT_STUDIO_DEVICE_TIMEOUT` seconds, else the engine's
+/// default (60 s).
+fn device_timeout() -> Duration {
+    std::env::var("LATENT_STUDIO_DEVICE_TIMEOUT")
+        .ok()
+        .and_then(|s| s.trim().parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s > 0.0)
+        .map(|s| Duration::from_secs_f64(s.min(1e9)))
+        .unwrap_or(latent_engine::device::DEFAULT_TIMEOUT)
 }
 
 /// Saves `png` as the next free `NNNNN-seed.png` in `dir`, never replacing a file.
