@@ -618,3 +618,83 @@ fn a_hanging_device_times_out_with_a_clear_message() {
     assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
     assert!(!out.exists());
 }
+
+/// The adapters `--device auto` may use in this build (lavapipe only without SPIR-V).
+fn auto_candidates() -> Vec<latent_engine::adapters::AdapterSummary> {
+    latent_engine::adapters::enumerate()
+        .into_iter()
+        .filter(|a| {
+            a.kind != latent_engine::adapters::AdapterKind::Software
+                || latent_engine::device::software_adapters_usable()
+        })
+        .collect()
+}
+
+/// A probe child that dies (injected abort, as a driver segfault would) costs the child only:
+/// the verdict is remembered as crashed, `--device auto` falls back to the CPU with one notice
+/// line and writes the image, a later run skips the adapter without probing, and `devices` shows
+/// the verdict.
+#[test]
+fn a_crashing_probe_is_remembered_and_auto_falls_back_to_the_cpu() {
+    let candidates = auto_candidates();
+    if candidates.is_empty() {
+        eprintln!("no GPU adapter here; nothing to probe");
+        return;
+    }
+    let dir = scratch("probe-crash");
+    let config = dir.join("config");
+    let config_s = config.display().to_string();
+    let out = dir.join("fallback.png");
+    let o = generate_with(
+        &["--probe", "on"],
+        &out,
+        &[
+            ("LATENT_STUDIO_CONFIG", &config_s),
+            ("LATENT_STUDIO_TEST_PROBE_CRASH", "1"),
+        ],
+    );
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{stderr}");
+    assert!(out.exists());
+    let warnings: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("warning:"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "{stderr}");
+    assert!(
+        warnings[0].contains("crashed when probed")
+            && warnings[0].contains("using the CPU backend"),
+        "{stderr}"
+    );
+    let saved = std::fs::read_to_string(config.join("probes.json")).expect("verdicts saved");
+    for a in &candidates {
+        assert!(warnings[0].contains(&a.name), "{stderr}");
+        assert!(saved.contains(&a.name), "{saved}");
+    }
+    assert!(saved.contains("\"crashed\""), "{saved}");
+
+    // Remembered: without the crash hook and without probing, the adapter is still skipped.
+    std::fs::remove_file(&out).unwrap();
+    let o = generate_with(&[], &out, &[("LATENT_STUDIO_CONFIG", &config_s)]);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{stderr}");
+    assert!(out.exists());
+    let warnings: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("warning:"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "{stderr}");
+    assert!(warnings[0].contains("using the CPU backend"), "{stderr}");
+
+    let o = Command::new(env!("CARGO_BIN_EXE_latent-studio"))
+        .arg("devices")
+        .env("LATENT_STUDIO_CONFIG", &config_s)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(stdout.contains("probe: crashed"), "{stdout}");
+    assert!(
+        !stdout.contains("* gpu:"),
+        "a crashed adapter is not the automatic choice: {stdout}"
+    );
+}

@@ -52,6 +52,12 @@ pub struct GenerateArgs {
     /// up with an error (a stuck driver thread is left behind; the process still exits).
     #[arg(long, default_value_t = 60.0)]
     device_timeout: f64,
+    /// With `--device auto`, try a GPU adapter not seen before in a child process first, so a
+    /// driver crash or hang costs the child (verdicts are remembered per adapter and driver, and
+    /// adapters whose probe failed are skipped even with `off`). Off by default: a probe compiles
+    /// kernels in a second process.
+    #[arg(long, value_enum, default_value_t = OnOff::Off)]
+    probe: OnOff,
     /// f32 or f16 (default: f16 on a GPU that supports it, else f32).
     #[arg(long)]
     precision: Option<Precision>,
@@ -217,8 +223,20 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         bail!("--device-timeout must be a number of seconds > 0");
     }
     let timeout = std::time::Duration::from_secs_f64(args.device_timeout.min(1e9));
-    let device = latent_engine::device::create_watched(&args.device, timeout)
-        .context("opening the device")?;
+    let probe_exe = (args.probe == OnOff::On && latent_studio::probe::probing_enabled(true))
+        .then(latent_studio::probe::probe_exe)
+        .flatten();
+    let choice = latent_studio::probe::resolve_auto(
+        &args.device,
+        probe_exe.as_deref().map(|exe| (exe, timeout)),
+        &latent_studio::probe::verdict_path(),
+        &mut |note| match note {
+            latent_studio::probe::ResolveNote::Status(s) => eprintln!("{s}"),
+            latent_studio::probe::ResolveNote::Notice(s) => eprintln!("warning: {s}"),
+        },
+    );
+    let device =
+        latent_engine::device::create_watched(&choice, timeout).context("opening the device")?;
     let precision = args
         .precision
         .unwrap_or_else(|| latent_engine::device::preferred_precision(&device));

@@ -299,12 +299,26 @@ impl Worker {
         }
         // The opening and first kernel compilation run under a watchdog on their own thread; this
         // engine thread waits, the UI does not.
+        let timeout = device_timeout();
+        // Probing is on by default here: a driver crash on first use must cost a child process,
+        // not the artist's window.
+        let probe_exe = crate::probe::probing_enabled(true)
+            .then(crate::probe::probe_exe)
+            .flatten();
+        let choice = crate::probe::resolve_auto(
+            &self.config.device,
+            probe_exe.as_deref().map(|exe| (exe, timeout)),
+            &crate::probe::verdict_path(),
+            &mut |note| match note {
+                crate::probe::ResolveNote::Status(s) => self.emit(Event::Status(s)),
+                crate::probe::ResolveNote::Notice(s) => self.emit(Event::Notice(s)),
+            },
+        );
         self.emit(Event::Status(format!(
-            "opening device {} and compiling kernels…",
-            self.config.device
+            "opening device {choice} and compiling kernels…"
         )));
-        let device = latent_engine::device::create_watched(&self.config.device, device_timeout())
-            .with_context(|| format!("opening device {}", self.config.device))?;
+        let device = latent_engine::device::create_watched(&choice, timeout)
+            .with_context(|| format!("opening device {choice}"))?;
         self.device = Some(device.clone());
         Ok(device)
     }
