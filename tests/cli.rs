@@ -698,3 +698,56 @@ fn a_crashing_probe_is_remembered_and_auto_falls_back_to_the_cpu() {
         "a crashed adapter is not the automatic choice: {stdout}"
     );
 }
+
+/// A probe child that never answers is killed after the device timeout and remembered as hung;
+/// `--device auto` goes on without it.
+#[test]
+fn a_hanging_probe_is_killed_and_remembered_as_hung() {
+    if auto_candidates().is_empty() {
+        eprintln!("no GPU adapter here; nothing to probe");
+        return;
+    }
+    let dir = scratch("probe-hang");
+    let config = dir.join("config");
+    let config_s = config.display().to_string();
+    let out = dir.join("fallback.png");
+    let started = std::time::Instant::now();
+    let o = generate_with(
+        &["--probe", "on", "--device-timeout", "2"],
+        &out,
+        &[
+            ("LATENT_STUDIO_CONFIG", &config_s),
+            ("LATENT_STUDIO_TEST_PROBE_HANG", "1"),
+        ],
+    );
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{stderr}");
+    assert!(out.exists());
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(60),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(
+        stderr.contains("hung when probed: no answer within 2 s"),
+        "{stderr}"
+    );
+    let saved = std::fs::read_to_string(config.join("probes.json")).expect("verdicts saved");
+    assert!(saved.contains("\"hung\""), "{saved}");
+}
+
+/// The probe child itself, on the software adapter: one JSON line saying it computed.
+#[test]
+fn probe_child_reports_one_json_line() {
+    let Some(soft) = software_adapter() else {
+        eprintln!("no software adapter here; the probe run is skipped");
+        return;
+    };
+    let o = studio(&["probe", "--adapter", &soft.index.to_string()]);
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let report: latent_engine::probe::ProbeReport =
+        serde_json::from_str(stdout.trim()).expect("one JSON line");
+    assert!(report.ok, "{report:?}");
+    assert_eq!((report.adapter, report.driver), (soft.name, soft.driver));
+}

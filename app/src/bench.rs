@@ -63,7 +63,9 @@ fn time_ms(device: &Device, warmup: usize, runs: usize, mut f: impl FnMut()) -> 
 }
 
 pub fn run(args: BenchArgs) -> Result<()> {
-    let device = latent_engine::device::create(&args.device).context("creating the device")?;
+    let device =
+        latent_engine::device::create_watched(&args.device, latent_engine::device::DEFAULT_TIMEOUT)
+            .context("opening the device")?;
     println!("device: {device:?}");
     let config = ModelConfig::sd15();
     let tokenizer = ClipTokenizer::new()?;

@@ -30,7 +30,9 @@ pub fn run(args: DoctorArgs) -> Result<()> {
         Some(m) => m,
         None => demo::demo_model_path().context("unpacking the demo model")?,
     };
-    let device = latent_engine::device::create(&args.device).context("creating the device")?;
+    let device =
+        latent_engine::device::create_watched(&args.device, latent_engine::device::DEFAULT_TIMEOUT)
+            .context("opening the device")?;
     println!(
         "checking --device {} ({}, {:?}) against the CPU backend (f32)",
         args.device,

@@ -126,6 +126,11 @@ fn probe(adapter: usize) -> anyhow::Result<()> {
         // What a driver segfault looks like to the parent: no report, a signal.
         std::process::abort();
     }
+    if std::env::var_os(latent_studio::probe::TEST_HANG_ENV).is_some() {
+        loop {
+            std::thread::park();
+        }
+    }
     let report = latent_engine::probe::probe_here(adapter);
     println!("{}", serde_json::to_string(&report)?);
     match report.error {
