@@ -200,3 +200,82 @@ pub fn resolve_auto(
     }
     resolved.0
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A stand-in for the probe child: a shell script that answers like `latent-studio probe`
+    /// would (or crashes, or hangs).
+    #[cfg(unix)]
+    fn fake_child(dir: &Path, name: &str, body: &str) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let path = dir.join(name);
+        std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        path
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn probe_outcomes_from_the_child() {
+        let dir = std::env::temp_dir().join(format!("latent-probe-app-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let adapter = AdapterSummary {
+            index: 1,
+            name: "Intel(R) Arc(tm) A770 Graphics".into(),
+            vendor: latent_engine::adapters::VENDOR_INTEL,
+            kind: AdapterKind::Discrete,
+            backend: "Vulkan".into(),
+            driver: "Mesa 24.2".into(),
+            max_buffer_size: 1 << 32,
+            max_storage_binding: 1 << 31,
+            shader_f16: true,
+        };
+        let timeout = Duration::from_secs(20);
+        let ok = fake_child(
+            &dir,
+            "ok",
+            r#"[ "$1 $2 $3" = "probe --adapter 1" ] || exit 3
+echo 'driver noise'
+echo '{"ok":true,"adapter":"Intel(R) Arc(tm) A770 Graphics","driver":"Mesa 24.2","f16":true,"secs":0.5}'"#,
+        );
+        let v = probe_adapter(&ok, &adapter, timeout);
+        assert_eq!((v.outcome, v.f16), (Outcome::Ok, true), "{v:?}");
+
+        let failed = fake_child(
+            &dir,
+            "failed",
+            r#"echo '{"ok":false,"adapter":"x","driver":"","f16":false,"secs":0.1,"error":"device error: no"}'; exit 1"#,
+        );
+        let v = probe_adapter(&failed, &adapter, timeout);
+        assert_eq!(v.outcome, Outcome::Failed);
+        assert_eq!(v.detail, "device error: no");
+
+        let other = fake_child(
+            &dir,
+            "other",
+            r#"echo '{"ok":true,"adapter":"llvmpipe","driver":"","f16":false,"secs":0.1}'"#,
+        );
+        let v = probe_adapter(&other, &adapter, timeout);
+        assert_eq!(v.outcome, Outcome::Failed, "another adapter is no answer");
+
+        let crashed = fake_child(&dir, "crashed", "kill -SEGV $$");
+        let v = probe_adapter(&crashed, &adapter, timeout);
+        assert_eq!(v.outcome, Outcome::Crashed, "{v:?}");
+        assert!(v.detail.contains("signal"), "{}", v.detail);
+
+        let started = Instant::now();
+        let hung = fake_child(&dir, "hung", "exec sleep 600");
+        let v = probe_adapter(&hung, &adapter, Duration::from_millis(300));
+        assert_eq!(v.outcome, Outcome::Hung);
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the child was killed"
+        );
+
+        let v = probe_adapter(&dir.join("missing"), &adapter, timeout);
+        assert_eq!(v.outcome, Outcome::Failed);
+    }
+}
