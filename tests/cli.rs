@@ -624,3 +624,218 @@ fn an_f16_vae_overflow_is_retried_in_f32_with_one_warning() {
     let (image, _) = decode_png(&std::fs::read(&out).unwrap()).unwrap();
     assert_eq!((image.width, image.height), (64, 64));
 }
+
+/// The first software adapter (lavapipe) wgpu reports here, if any.
+fn software_adapter() -> Option<latent_engine::adapters::AdapterSummary> {
+    latent_engine::adapters::enumerate()
+        .into_iter()
+        .find(|a| a.kind == latent_engine::adapters::AdapterKind::Software)
+}
+
+/// `--device <part of a name>` picks that adapter (case-insensitive); a name that matches none
+/// is one clear line listing the adapters, before any model is loaded.
+#[test]
+fn device_by_name_and_an_unknown_name_is_one_clear_line() {
+    let dir = scratch("named");
+    let out = dir.join("named.png");
+    let o = generate_with(&["--device", "nosuchgpu"], &out, &[]);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(
+        stderr.contains("no adapter name contains `nosuchgpu`"),
+        "{stderr}"
+    );
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    assert!(!out.exists());
+
+    let Some(soft) = software_adapter() else {
+        eprintln!("no software adapter here; the named-adapter run is skipped");
+        return;
+    };
+    // "llvmpipe (LLVM 15.0.6, 256 bits)" → "LLVMPIPE": a substring, in another case.
+    let word = soft
+        .name
+        .split_whitespace()
+        .next()
+        .unwrap_or(&soft.name)
+        .to_uppercase();
+    let o = generate_with(&["--device", &word], &out, &[]);
+    assert!(
+        o.status.success(),
+        "--device {word}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(out.exists());
+}
+
+/// A device whose opening never finishes (injected hang) is a clear error naming the adapter
+/// after `--device-timeout`, not a hung process.
+#[test]
+fn a_hanging_device_times_out_with_a_clear_message() {
+    let dir = scratch("hang");
+    let out = dir.join("hang.png");
+    let started = std::time::Instant::now();
+    let o = generate_with(
+        &["--device-timeout", "2"],
+        &out,
+        &[("LATENT_STUDIO_TEST_HANG_DEVICE", "1")],
+    );
+    let waited = started.elapsed();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{stderr}");
+    assert!(
+        waited < std::time::Duration::from_secs(30),
+        "took {waited:?}"
+    );
+    let auto = latent_engine::adapters::enumerate();
+    let adapter = match latent_engine::adapters::choose_auto(&auto) {
+        Some(a)
+            if latent_engine::device::software_adapters_usable()
+                || a.kind != latent_engine::adapters::AdapterKind::Software =>
+        {
+            a.name.clone()
+        }
+        _ => "CPU backend".into(),
+    };
+    assert!(
+        stderr.contains(&adapter)
+            && stderr.contains("within 2 s")
+            && stderr.contains("--device cpu"),
+        "{stderr}"
+    );
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    assert!(!out.exists());
+}
+
+/// The adapters `--device auto` may use in this build (lavapipe only without SPIR-V).
+fn auto_candidates() -> Vec<latent_engine::adapters::AdapterSummary> {
+    latent_engine::adapters::enumerate()
+        .into_iter()
+        .filter(|a| {
+            a.kind != latent_engine::adapters::AdapterKind::Software
+                || latent_engine::device::software_adapters_usable()
+        })
+        .collect()
+}
+
+/// A probe child that dies (injected abort, as a driver segfault would) costs the child only:
+/// the verdict is remembered as crashed, `--device auto` falls back to the CPU with one notice
+/// line and writes the image, a later run skips the adapter without probing, and `devices` shows
+/// the verdict.
+#[test]
+fn a_crashing_probe_is_remembered_and_auto_falls_back_to_the_cpu() {
+    let candidates = auto_candidates();
+    if candidates.is_empty() {
+        eprintln!("no GPU adapter here; nothing to probe");
+        return;
+    }
+    let dir = scratch("probe-crash");
+    let config = dir.join("config");
+    let config_s = config.display().to_string();
+    let out = dir.join("fallback.png");
+    let o = generate_with(
+        &["--probe", "on"],
+        &out,
+        &[
+            ("LATENT_STUDIO_CONFIG", &config_s),
+            ("LATENT_STUDIO_TEST_PROBE_CRASH", "1"),
+        ],
+    );
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{stderr}");
+    assert!(out.exists());
+    let warnings: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("warning:"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "{stderr}");
+    assert!(
+        warnings[0].contains("crashed when probed")
+            && warnings[0].contains("using the CPU backend"),
+        "{stderr}"
+    );
+    let saved = std::fs::read_to_string(config.join("probes.json")).expect("verdicts saved");
+    for a in &candidates {
+        assert!(warnings[0].contains(&a.name), "{stderr}");
+        assert!(saved.contains(&a.name), "{saved}");
+    }
+    assert!(saved.contains("\"crashed\""), "{saved}");
+
+    // Remembered: without the crash hook and without probing, the adapter is still skipped.
+    std::fs::remove_file(&out).unwrap();
+    let o = generate_with(&[], &out, &[("LATENT_STUDIO_CONFIG", &config_s)]);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{stderr}");
+    assert!(out.exists());
+    let warnings: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("warning:"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "{stderr}");
+    assert!(warnings[0].contains("using the CPU backend"), "{stderr}");
+
+    let o = Command::new(env!("CARGO_BIN_EXE_latent-studio"))
+        .arg("devices")
+        .env("LATENT_STUDIO_CONFIG", &config_s)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(stdout.contains("probe: crashed"), "{stdout}");
+    assert!(
+        !stdout.contains("* gpu:"),
+        "a crashed adapter is not the automatic choice: {stdout}"
+    );
+}
+
+/// A probe child that never answers is killed after the device timeout and remembered as hung;
+/// `--device auto` goes on without it.
+#[test]
+fn a_hanging_probe_is_killed_and_remembered_as_hung() {
+    if auto_candidates().is_empty() {
+        eprintln!("no GPU adapter here; nothing to probe");
+        return;
+    }
+    let dir = scratch("probe-hang");
+    let config = dir.join("config");
+    let config_s = config.display().to_string();
+    let out = dir.join("fallback.png");
+    let started = std::time::Instant::now();
+    let o = generate_with(
+        &["--probe", "on", "--device-timeout", "2"],
+        &out,
+        &[
+            ("LATENT_STUDIO_CONFIG", &config_s),
+            ("LATENT_STUDIO_TEST_PROBE_HANG", "1"),
+        ],
+    );
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{stderr}");
+    assert!(out.exists());
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(60),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(
+        stderr.contains("hung when probed: no answer within 2 s"),
+        "{stderr}"
+    );
+    let saved = std::fs::read_to_string(config.join("probes.json")).expect("verdicts saved");
+    assert!(saved.contains("\"hung\""), "{saved}");
+}
+
+/// The probe child itself, on the software adapter: one JSON line saying it computed.
+#[test]
+fn probe_child_reports_one_json_line() {
+    let Some(soft) = software_adapter() else {
+        eprintln!("no software adapter here; the probe run is skipped");
+        return;
+    };
+    let o = studio(&["probe", "--adapter", &soft.index.to_string()]);
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let report: latent_engine::probe::ProbeReport =
+        serde_json::from_str(stdout.trim()).expect("one JSON line");
+    assert!(report.ok, "{report:?}");
+    assert_eq!((report.adapter, report.driver), (soft.name, soft.driver));
+}

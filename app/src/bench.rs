@@ -25,7 +25,7 @@ use latent_engine::{LoadOptions, Precision, StableDiffusion};
 
 #[derive(Args, Debug)]
 pub struct BenchArgs {
-    /// auto, cpu, gpu or gpu:N.
+    /// auto, cpu, gpu, gpu:N or part of an adapter name (`arc`, `lavapipe`).
     #[arg(long, default_value = "auto")]
     device: DeviceChoice,
     /// Precisions to measure, comma separated.
@@ -76,7 +76,9 @@ fn time_ms(device: &Device, warmup: usize, runs: usize, mut f: impl FnMut()) -> 
 }
 
 pub fn run(args: BenchArgs) -> Result<()> {
-    let device = latent_engine::device::create(args.device).context("creating the device")?;
+    let device =
+        latent_engine::device::create_watched(&args.device, latent_engine::device::DEFAULT_TIMEOUT)
+            .context("opening the device")?;
     println!("device: {device:?}");
     let config = ModelConfig::sd15();
     let tokenizer = ClipTokenizer::new()?;

@@ -14,7 +14,7 @@ use latent_studio::studio::demo;
 
 #[derive(Args, Debug)]
 pub struct DoctorArgs {
-    /// auto, cpu, gpu or gpu:N.
+    /// auto, cpu, gpu, gpu:N or part of an adapter name (`arc`, `lavapipe`).
     #[arg(long, default_value = "auto")]
     device: DeviceChoice,
     /// f32 (tolerance: relative error 1e-3) or f16 (2e-2).
@@ -30,11 +30,13 @@ pub fn run(args: DoctorArgs) -> Result<()> {
         Some(m) => m,
         None => demo::demo_model_path().context("unpacking the demo model")?,
     };
-    let device = latent_engine::device::create(args.device).context("creating the device")?;
+    let device =
+        latent_engine::device::create_watched(&args.device, latent_engine::device::DEFAULT_TIMEOUT)
+            .context("opening the device")?;
     println!(
         "checking --device {} ({}, {:?}) against the CPU backend (f32)",
         args.device,
-        describe(args.device, &device),
+        describe(&args.device, &device),
         args.precision
     );
     let report = self_check(&model, &device, args.precision)
@@ -59,16 +61,13 @@ pub fn run(args: DoctorArgs) -> Result<()> {
 }
 
 /// The adapter a choice resolved to, by name, as `latent-studio devices` lists it.
-fn describe(choice: DeviceChoice, device: &burn::tensor::Device) -> String {
-    use latent_engine::adapters::{choose_auto, enumerate};
+fn describe(choice: &DeviceChoice, device: &burn::tensor::Device) -> String {
+    use latent_engine::device::{Target, resolve};
     if latent_engine::device::is_cpu(device) {
         return "burn's CPU backend".into();
     }
-    let all = enumerate();
-    let picked = match choice {
-        DeviceChoice::Auto => choose_auto(&all),
-        DeviceChoice::Gpu(Some(n)) => all.iter().find(|a| a.index == n),
-        DeviceChoice::Gpu(None) | DeviceChoice::Cpu => None,
-    };
-    picked.map_or_else(|| format!("{device:?}"), |a| a.name.clone())
+    match resolve(choice, &latent_engine::adapters::enumerate()) {
+        Ok(Target::Adapter(a)) => a.name,
+        _ => format!("{device:?}"),
+    }
 }

@@ -46,9 +46,19 @@ pub struct GenerateArgs {
     width: usize,
     #[arg(long, default_value_t = 512)]
     height: usize,
-    /// auto, cpu, gpu or gpu:N.
+    /// auto, cpu, gpu, gpu:N or part of an adapter name (`arc`, `lavapipe`).
     #[arg(long, default_value = "auto")]
     device: DeviceChoice,
+    /// Seconds that opening the device and compiling its first kernels may take before giving
+    /// up with an error (a stuck driver thread is left behind; the process still exits).
+    #[arg(long, default_value_t = 60.0)]
+    device_timeout: f64,
+    /// With `--device auto`, try a GPU adapter not seen before in a child process first, so a
+    /// driver crash or hang costs the child (verdicts are remembered per adapter and driver, and
+    /// adapters whose probe failed are skipped even with `off`). Off by default: a probe compiles
+    /// kernels in a second process.
+    #[arg(long, value_enum, default_value_t = OnOff::Off)]
+    probe: OnOff,
     /// f32 or f16 (default: f16 on a GPU that supports it, else f32).
     #[arg(long)]
     precision: Option<Precision>,
@@ -214,7 +224,24 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     latent_engine::schedulers::plan(args.sampler, args.schedule, args.steps, &Default::default())
         .map_err(|e| anyhow::anyhow!("{e}"))?;
 
-    let device = latent_engine::device::create(args.device).context("creating the device")?;
+    if !(args.device_timeout.is_finite() && args.device_timeout > 0.0) {
+        bail!("--device-timeout must be a number of seconds > 0");
+    }
+    let timeout = std::time::Duration::from_secs_f64(args.device_timeout.min(1e9));
+    let probe_exe = (args.probe == OnOff::On && latent_studio::probe::probing_enabled(true))
+        .then(latent_studio::probe::probe_exe)
+        .flatten();
+    let choice = latent_studio::probe::resolve_auto(
+        &args.device,
+        probe_exe.as_deref().map(|exe| (exe, timeout)),
+        &latent_studio::probe::verdict_path(),
+        &mut |note| match note {
+            latent_studio::probe::ResolveNote::Status(s) => eprintln!("{s}"),
+            latent_studio::probe::ResolveNote::Notice(s) => eprintln!("warning: {s}"),
+        },
+    );
+    let device =
+        latent_engine::device::create_watched(&choice, timeout).context("opening the device")?;
     let precision = args
         .precision
         .unwrap_or_else(|| latent_engine::device::preferred_precision(&device));

@@ -1,4 +1,5 @@
 //! Latent Studio's application: the desktop studio ([`studio`]) that the `latent-studio` binary
 //! opens, as a library so tests can drive it.
 
+pub mod probe;
 pub mod studio;

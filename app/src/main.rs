@@ -42,6 +42,14 @@ enum Command {
     },
     /// Check that a device computes what the CPU does (demo model: text encoder, UNet, VAE).
     Doctor(doctor::DoctorArgs),
+    /// Probe one adapter in this process and print one JSON line (the studio runs it as a child,
+    /// so a driver crash or hang costs the child).
+    #[command(hide = true)]
+    Probe {
+        /// The adapter's number in `latent-studio devices`.
+        #[arg(long)]
+        adapter: usize,
+    },
     /// Open a checkpoint and report what it holds.
     Inspect {
         /// A `.safetensors` file (LDM layout) or a diffusers folder.
@@ -83,6 +91,7 @@ fn main() -> ExitCode {
             timeout_secs,
         }) => studio::screenshot(out, prompt, timeout_secs),
         Some(Command::Doctor(args)) => doctor::run(args),
+        Some(Command::Probe { adapter }) => probe(adapter),
         None => studio::run(),
     };
     match result {
@@ -101,15 +110,49 @@ fn devices() -> anyhow::Result<()> {
         println!("no GPU adapter found; `--device auto` uses the CPU backend");
         return Ok(());
     }
-    let auto = latent_engine::adapters::choose_auto(&all).map(|a| a.index);
+    let path = latent_studio::probe::verdict_path();
+    let (verdicts, damaged) = latent_engine::probe::VerdictCache::load(&path);
+    if let Some(d) = damaged {
+        eprintln!("warning: {d}");
+    }
+    // `--device auto` skips adapters whose remembered probe was not ok; so does the mark.
+    let trusted: Vec<_> = all
+        .iter()
+        .filter(|a| verdicts.get(a).is_none_or(|v| v.outcome.usable()))
+        .cloned()
+        .collect();
+    let auto = latent_engine::adapters::choose_auto(&trusted).map(|a| a.index);
     for a in &all {
         let mark = if Some(a.index) == auto { "*" } else { " " };
-        println!("{mark} {a}");
+        let probed = match verdicts.get(a) {
+            Some(v) => format!(" | probe: {v}"),
+            None => String::new(),
+        };
+        println!("{mark} {a}{probed}");
     }
     println!(
-        "* = the automatic choice (Intel discrete, other discrete, Intel integrated, other integrated, software)"
+        "* = the automatic choice (Intel discrete, other discrete, Intel integrated, other integrated, software; adapters whose probe failed are skipped)"
     );
     Ok(())
+}
+
+/// The probe child: one JSON line on stdout, exit status 0 only when the adapter computed.
+fn probe(adapter: usize) -> anyhow::Result<()> {
+    if std::env::var_os(latent_studio::probe::TEST_CRASH_ENV).is_some() {
+        // What a driver segfault looks like to the parent: no report, a signal.
+        std::process::abort();
+    }
+    if std::env::var_os(latent_studio::probe::TEST_HANG_ENV).is_some() {
+        loop {
+            std::thread::park();
+        }
+    }
+    let report = latent_engine::probe::probe_here(adapter);
+    println!("{}", serde_json::to_string(&report)?);
+    match report.error {
+        Some(e) => anyhow::bail!("probe of gpu:{adapter} failed: {e}"),
+        None => Ok(()),
+    }
 }
 
 fn inspect(path: &std::path::Path) -> anyhow::Result<()> {

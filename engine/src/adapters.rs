@@ -123,22 +123,84 @@ pub fn choose_auto(adapters: &[AdapterSummary]) -> Option<&AdapterSummary> {
         .min_by_key(|a| (a.preference_rank(), a.index))
 }
 
-/// `gpu:N` → the adapter with that index; any other text → the first adapter whose name contains
-/// it (case-insensitive), e.g. `arc` or `iris`.
+/// Why an explicit adapter choice (`gpu:N` or a name) matched no single adapter. Each message
+/// lists the adapters, so the artist can pick one without running `latent-studio devices`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ChooseError {
+    #[error("there is no adapter gpu:{index}; adapters: {listing}")]
+    NoSuchIndex { index: usize, listing: String },
+    #[error("no adapter name contains `{wanted}`; adapters: {listing}")]
+    NoMatch { wanted: String, listing: String },
+    #[error(
+        "`{wanted}` matches several adapters ({candidates}); use a longer part of the name or gpu:N"
+    )]
+    Ambiguous { wanted: String, candidates: String },
+}
+
+/// `gpu:0 Intel(R) Arc(tm) A770, gpu:1 llvmpipe`, or a note that there is none.
+fn listing<'a>(adapters: impl IntoIterator<Item = &'a AdapterSummary>) -> String {
+    let names: Vec<String> = adapters
+        .into_iter()
+        .map(|a| format!("gpu:{} {}", a.index, a.name))
+        .collect();
+    if names.is_empty() {
+        "none found (use --device cpu)".into()
+    } else {
+        names.join(", ")
+    }
+}
+
+/// `gpu:N` → the adapter with that index; any other text → the one adapter whose name contains
+/// it (case-insensitive), e.g. `arc` or `iris`. A name equal to a whole adapter name wins over
+/// longer names containing it. `lavapipe` also finds Mesa's software Vulkan, which reports itself
+/// as `llvmpipe (LLVM …)`: artists know it by the driver's name.
 pub fn choose_named<'a>(
     adapters: &'a [AdapterSummary],
     wanted: &str,
-) -> Option<&'a AdapterSummary> {
+) -> Result<&'a AdapterSummary, ChooseError> {
     if let Some(n) = wanted
         .strip_prefix("gpu:")
         .and_then(|n| n.parse::<usize>().ok())
     {
-        return adapters.iter().find(|a| a.index == n);
+        return adapters
+            .iter()
+            .find(|a| a.index == n)
+            .ok_or_else(|| ChooseError::NoSuchIndex {
+                index: n,
+                listing: listing(adapters),
+            });
     }
-    let wanted = wanted.to_lowercase();
-    adapters
-        .iter()
-        .find(|a| a.name.to_lowercase().contains(&wanted))
+    let needle = wanted.trim().to_lowercase();
+    let matching = |needle: &str| -> Vec<&'a AdapterSummary> {
+        adapters
+            .iter()
+            .filter(|a| !needle.is_empty() && a.name.to_lowercase().contains(needle))
+            .collect()
+    };
+    let mut found = matching(&needle);
+    if found.is_empty() && needle == "lavapipe" {
+        found = matching("llvmpipe");
+    }
+    if found.len() > 1 {
+        let exact: Vec<_> = found
+            .iter()
+            .filter(|a| a.name.to_lowercase() == needle)
+            .collect();
+        if let [one] = exact.as_slice() {
+            return Ok(one);
+        }
+    }
+    match found.as_slice() {
+        [one] => Ok(one),
+        [] => Err(ChooseError::NoMatch {
+            wanted: wanted.to_string(),
+            listing: listing(adapters),
+        }),
+        several => Err(ChooseError::Ambiguous {
+            wanted: wanted.to_string(),
+            candidates: listing(several.iter().copied()),
+        }),
+    }
 }
 
 /// Every adapter of the graphics API the engine runs on (Vulkan where present, then Metal, DX12,
@@ -271,14 +333,72 @@ mod tests {
             adapter(3, "llvmpipe", 0x10005, Software),
         ];
         assert_eq!(choose_named(&all, "gpu:2").unwrap().index, 2);
-        assert!(choose_named(&all, "gpu:9").is_none());
         assert_eq!(choose_named(&all, "ARC").unwrap().index, 1);
         assert_eq!(choose_named(&all, "iris").unwrap().index, 2);
-        assert!(choose_named(&all, "radeon").is_none());
+        assert_eq!(choose_named(&all, " Iris ").unwrap().index, 2);
         // cubecl counts each kind from zero.
         assert_eq!(all[1].device_kind(&all), DeviceKind::DiscreteGpu(1));
         assert_eq!(all[2].device_kind(&all), DeviceKind::IntegratedGpu(0));
         assert_eq!(all[3].device_kind(&all), DeviceKind::Cpu);
         assert!(all[1].to_string().contains("Intel, discrete, Vulkan"));
+    }
+
+    #[test]
+    fn names_resolve_to_one_adapter_or_a_clear_error() {
+        use AdapterKind::*;
+        let all = [
+            adapter(0, "NVIDIA H200", VENDOR_NVIDIA, Discrete),
+            adapter(1, "Intel(R) Arc(tm) B580 Graphics", VENDOR_INTEL, Discrete),
+            adapter(2, "Intel(R) Iris(R) Xe Graphics", VENDOR_INTEL, Integrated),
+            adapter(3, "llvmpipe (LLVM 15.0.6, 256 bits)", 0x10005, Software),
+        ];
+        // Mesa's software Vulkan by either of its names.
+        assert_eq!(choose_named(&all, "llvmpipe").unwrap().index, 3);
+        assert_eq!(choose_named(&all, "LavaPipe").unwrap().index, 3);
+
+        let e = choose_named(&all, "radeon").unwrap_err();
+        assert!(matches!(e, ChooseError::NoMatch { .. }), "{e:?}");
+        let text = e.to_string();
+        assert!(text.contains("`radeon`"), "{text}");
+        for a in &all {
+            assert!(text.contains(&a.name), "lists every adapter: {text}");
+        }
+
+        let e = choose_named(&all, "intel").unwrap_err();
+        assert!(matches!(e, ChooseError::Ambiguous { .. }), "{e:?}");
+        let text = e.to_string();
+        assert!(
+            text.contains("gpu:1 Intel(R) Arc") && text.contains("gpu:2 Intel(R) Iris"),
+            "names the candidates: {text}"
+        );
+        assert!(!text.contains("NVIDIA"), "only the candidates: {text}");
+
+        let e = choose_named(&all, "gpu:9").unwrap_err();
+        assert!(e.to_string().contains("no adapter gpu:9"), "{e}");
+        assert!(
+            choose_named(&all, "").is_err(),
+            "an empty name matches nothing"
+        );
+        assert!(
+            choose_named(&[], "arc")
+                .unwrap_err()
+                .to_string()
+                .contains("none found")
+        );
+
+        // Two cards with one name: a whole-name match is still ambiguous, gpu:N is not.
+        let twins = [
+            adapter(0, "Intel(R) Arc(tm) A770 Graphics", VENDOR_INTEL, Discrete),
+            adapter(1, "Intel(R) Arc(tm) A770 Graphics", VENDOR_INTEL, Discrete),
+        ];
+        assert!(choose_named(&twins, "a770").is_err());
+        assert!(choose_named(&twins, "Intel(R) Arc(tm) A770 Graphics").is_err());
+        assert_eq!(choose_named(&twins, "gpu:1").unwrap().index, 1);
+        // A whole name wins over a longer name containing it.
+        let prefix = [
+            adapter(0, "Intel(R) Graphics", VENDOR_INTEL, Integrated),
+            adapter(1, "Intel(R) Graphics (MTL)", VENDOR_INTEL, Integrated),
+        ];
+        assert_eq!(choose_named(&prefix, "intel(r) graphics").unwrap().index, 0);
     }
 }

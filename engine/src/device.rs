@@ -1,30 +1,53 @@
-//! Choosing the burn device the engine runs on.
+//! Choosing the burn device the engine runs on, and opening it under a watchdog.
+//!
+//! burn's devices are lazy: the adapter is opened, and its first kernels JIT-compiled, at the
+//! first tensor operation. On some drivers (Meteor Lake iGPUs without ahead-of-time kernels) that
+//! takes minutes or never ends, so [`create_watched`] runs the opening and a tiny real computation
+//! ([`warm_up`]) on a helper thread and gives up after a timeout with a message naming the adapter.
 
-use burn::tensor::Device;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-use crate::error::Result;
+use burn::tensor::{DType, Device, Tensor, TensorData};
 
-/// What the artist asked for: `auto`, `cpu`, `gpu` or `gpu:N`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+use crate::adapters::{AdapterKind, AdapterSummary};
+use crate::error::{Error, Result};
+
+/// How long opening a device and compiling its first kernels may take by default.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Test hook: when set, the watched section of [`create_watched`] never finishes, as a driver
+/// stuck compiling would.
+pub const TEST_HANG_ENV: &str = "LATENT_STUDIO_TEST_HANG_DEVICE";
+
+/// What the artist asked for: `auto`, `cpu`, `gpu`, `gpu:N`, or part of an adapter's name
+/// (`arc`, `iris`, `lavapipe`), matched case-insensitively.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum DeviceChoice {
     #[default]
     Auto,
     Cpu,
     Gpu(Option<usize>),
+    /// Part of an adapter name, as typed; resolved by [`crate::adapters::choose_named`].
+    Named(String),
 }
 
 impl std::str::FromStr for DeviceChoice {
     type Err = String;
     fn from_str(s: &str) -> std::result::Result<Self, String> {
-        match s {
+        match s.trim() {
             "auto" => Ok(DeviceChoice::Auto),
             "cpu" => Ok(DeviceChoice::Cpu),
             "gpu" => Ok(DeviceChoice::Gpu(None)),
-            other => match other.strip_prefix("gpu:").map(str::parse::<usize>) {
-                Some(Ok(n)) => Ok(DeviceChoice::Gpu(Some(n))),
-                _ => Err(format!(
-                    "unknown device `{other}` (use auto, cpu, gpu or gpu:N)"
-                )),
+            "" => Err("empty device (use auto, cpu, gpu, gpu:N or part of an adapter name)".into()),
+            other => match other.strip_prefix("gpu:") {
+                Some(n) => n
+                    .parse::<usize>()
+                    .map(|n| DeviceChoice::Gpu(Some(n)))
+                    .map_err(|_| {
+                        format!("unknown device `{other}` (gpu:N wants an adapter number)")
+                    }),
+                None => Ok(DeviceChoice::Named(other.to_string())),
             },
         }
     }
@@ -37,51 +60,198 @@ impl std::fmt::Display for DeviceChoice {
             DeviceChoice::Cpu => f.write_str("cpu"),
             DeviceChoice::Gpu(None) => f.write_str("gpu"),
             DeviceChoice::Gpu(Some(n)) => write!(f, "gpu:{n}"),
+            DeviceChoice::Named(name) => f.write_str(name),
         }
     }
 }
 
-/// Makes the burn device for a choice. `Auto` picks by [`crate::adapters::choose_auto`] (Intel
-/// discrete first); `gpu:N` is the N-th adapter `latent-studio devices` lists. Without any adapter,
-/// `Auto` uses burn's CPU backend. Builds with the `vulkan` feature (SPIR-V) route software
-/// adapters to the CPU backend too: lavapipe crashes creating SPIR-V compute pipelines.
-pub fn create(choice: DeviceChoice) -> Result<Device> {
-    use crate::adapters::{AdapterKind, choose_auto, enumerate};
-    use burn::tensor::DeviceKind;
-    Ok(match choice {
-        DeviceChoice::Cpu => Device::flex(),
-        DeviceChoice::Auto => {
-            let all = enumerate();
-            match choose_auto(&all) {
-                None => Device::flex(),
-                Some(a) if a.kind == AdapterKind::Software && cfg!(feature = "vulkan") => {
-                    tracing::warn!(
-                        "only a software adapter ({}); using the CPU backend",
-                        a.name
-                    );
-                    Device::flex()
-                }
-                Some(a) => Device::wgpu(a.device_kind(&all)),
-            }
+/// What a choice resolves to on this machine.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Target {
+    /// burn's CPU backend.
+    Cpu,
+    /// wgpu's own default adapter (`--device gpu`).
+    DefaultGpu,
+    Adapter(AdapterSummary),
+}
+
+impl Target {
+    /// How messages name it.
+    pub fn label(&self) -> String {
+        match self {
+            Target::Cpu => "burn's CPU backend".into(),
+            Target::DefaultGpu => "the default GPU adapter".into(),
+            Target::Adapter(a) => format!("gpu:{} {}", a.index, a.name),
         }
-        DeviceChoice::Gpu(None) => Device::wgpu(DeviceKind::DefaultDevice),
-        DeviceChoice::Gpu(Some(n)) => {
-            let all = enumerate();
-            let Some(a) = all.iter().find(|a| a.index == n) else {
-                return Err(crate::Error::Device(format!(
-                    "there is no adapter gpu:{n} ({} found; see `latent-studio devices`)",
-                    all.len()
-                )));
-            };
-            if a.kind == AdapterKind::Software && cfg!(feature = "vulkan") {
-                return Err(crate::Error::Device(format!(
-                    "{} is a software adapter, which this SPIR-V build cannot drive; use --device cpu",
+    }
+}
+
+/// Whether this build can drive software adapters: builds with the `vulkan` feature (SPIR-V)
+/// cannot, because lavapipe crashes creating SPIR-V compute pipelines.
+pub fn software_adapters_usable() -> bool {
+    !cfg!(feature = "vulkan")
+}
+
+/// Resolves a choice against the adapters `latent-studio devices` lists (pure, for tests).
+/// `Auto` picks by [`crate::adapters::choose_auto`] (Intel discrete first) and falls back to the
+/// CPU backend without any usable adapter; explicit choices that match nothing are errors.
+pub fn resolve(choice: &DeviceChoice, all: &[AdapterSummary]) -> Result<Target> {
+    use crate::adapters::{choose_auto, choose_named};
+    let explicit = |a: &AdapterSummary| {
+        if a.kind == AdapterKind::Software && !software_adapters_usable() {
+            return Err(Error::Device(format!(
+                "{} is a software adapter, which this SPIR-V build cannot drive; use --device cpu",
+                a.name
+            )));
+        }
+        Ok(Target::Adapter(a.clone()))
+    };
+    match choice {
+        DeviceChoice::Cpu => Ok(Target::Cpu),
+        DeviceChoice::Gpu(None) => Ok(Target::DefaultGpu),
+        DeviceChoice::Auto => Ok(match choose_auto(all) {
+            None => Target::Cpu,
+            Some(a) if a.kind == AdapterKind::Software && !software_adapters_usable() => {
+                tracing::warn!(
+                    "only a software adapter ({}); using the CPU backend",
                     a.name
-                )));
+                );
+                Target::Cpu
             }
-            Device::wgpu(a.device_kind(&all))
+            Some(a) => Target::Adapter(a.clone()),
+        }),
+        DeviceChoice::Gpu(Some(n)) => explicit(
+            choose_named(all, &format!("gpu:{n}")).map_err(|e| Error::Device(e.to_string()))?,
+        ),
+        DeviceChoice::Named(name) => {
+            explicit(choose_named(all, name).map_err(|e| Error::Device(e.to_string()))?)
         }
+    }
+}
+
+/// The (lazy) burn device for a resolved target.
+pub fn open(target: &Target, all: &[AdapterSummary]) -> Device {
+    use burn::tensor::DeviceKind;
+    match target {
+        Target::Cpu => Device::flex(),
+        Target::DefaultGpu => Device::wgpu(DeviceKind::DefaultDevice),
+        Target::Adapter(a) => Device::wgpu(a.device_kind(all)),
+    }
+}
+
+/// Makes the burn device for a choice without opening it (see [`create_watched`] for the
+/// opening under a watchdog). `gpu:N` is the N-th adapter `latent-studio devices` lists.
+pub fn create(choice: &DeviceChoice) -> Result<Device> {
+    let all = needs_adapters(choice)
+        .then(crate::adapters::enumerate)
+        .unwrap_or_default();
+    Ok(open(&resolve(choice, &all)?, &all))
+}
+
+/// `cpu` needs no adapter list (enumerating Vulkan costs time and can itself misbehave).
+fn needs_adapters(choice: &DeviceChoice) -> bool {
+    !matches!(choice, DeviceChoice::Cpu | DeviceChoice::Gpu(None))
+}
+
+/// A tiny real computation: a matmul and a 3x3 convolution, read back to the host. It makes a
+/// lazy device open its adapter and JIT-compile (and cache) a few kernels, so a driver that hangs
+/// or fails there does so inside the watched section. Returns one output value.
+pub fn warm_up(device: &Device) -> Result<f32> {
+    use burn::tensor::module::conv2d;
+    use burn::tensor::ops::ConvOptions;
+    let ramp = |n: usize| -> Vec<f32> { (0..n).map(|i| (i % 7) as f32 * 0.25 - 0.5).collect() };
+    let a = Tensor::<2>::from_data(TensorData::new(ramp(64), [8, 8]), (device, DType::F32));
+    let b = Tensor::<2>::from_data(TensorData::new(ramp(64), [8, 8]), (device, DType::F32));
+    let x = a.matmul(b).reshape([1, 1, 8, 8]); // [1, 1, 8, 8]
+    let w = Tensor::<4>::from_data(
+        TensorData::new(ramp(18), [2, 1, 3, 3]),
+        (device, DType::F32),
+    );
+    let y = conv2d(x, w, None, ConvOptions::new([1, 1], [1, 1], [1, 1], 1)); // [1, 2, 8, 8]
+    let v = y
+        .sum()
+        .into_data()
+        .try_to_vec::<f32>()
+        .map_err(|e| Error::Device(format!("cannot read a result back: {e:?}")))?;
+    match v.first() {
+        Some(v) if v.is_finite() => Ok(*v),
+        other => Err(Error::Device(format!(
+            "the first computation returned {other:?} instead of a finite number"
+        ))),
+    }
+}
+
+/// Runs `work` on a named helper thread and waits for it at most `timeout`. `Err(())` means it
+/// did not finish (or panicked). A thread cannot be killed: on timeout it is left running,
+/// detached; it ends with the process. That is the price of never blocking the caller on a stuck
+/// driver call.
+pub fn watchdog<T: Send + 'static>(
+    timeout: Duration,
+    work: impl FnOnce() -> T + Send + 'static,
+) -> std::result::Result<T, WatchdogError> {
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    std::thread::Builder::new()
+        .name("device-watchdog".into())
+        .spawn(move || {
+            // The receiver may be gone after a timeout; nobody wants the result then.
+            let _ = tx.send(work());
+        })
+        .map_err(|e| WatchdogError::Spawn(e.to_string()))?;
+    rx.recv_timeout(timeout).map_err(|e| match e {
+        std::sync::mpsc::RecvTimeoutError::Timeout => WatchdogError::TimedOut,
+        std::sync::mpsc::RecvTimeoutError::Disconnected => WatchdogError::Panicked,
     })
+}
+
+/// Why [`watchdog`] returned no value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WatchdogError {
+    TimedOut,
+    Panicked,
+    Spawn(String),
+}
+
+/// Resolves `choice`, opens the device and runs [`warm_up`] on it, all under [`watchdog`]: an
+/// adapter that does not finish within `timeout` becomes [`Error::DeviceTimeout`] naming it (the
+/// stuck thread stays behind, detached). Enumeration is inside the watched section too: it
+/// talks to the drivers.
+pub fn create_watched(choice: &DeviceChoice, timeout: Duration) -> Result<Device> {
+    // The helper thread names the adapter here once it knows it, for the timeout message.
+    let label = Arc::new(Mutex::new(format!("--device {choice}")));
+    let shared = label.clone();
+    let owned = choice.clone();
+    let result = watchdog(timeout, move || -> Result<Device> {
+        let all = needs_adapters(&owned)
+            .then(crate::adapters::enumerate)
+            .unwrap_or_default();
+        let target = resolve(&owned, &all)?;
+        if let Ok(mut l) = shared.lock() {
+            *l = target.label();
+        }
+        if std::env::var_os(TEST_HANG_ENV).is_some() {
+            loop {
+                std::thread::park();
+            }
+        }
+        let device = open(&target, &all);
+        warm_up(&device)?;
+        Ok(device)
+    });
+    let adapter = || label.lock().map(|l| l.clone()).unwrap_or_default();
+    match result {
+        Ok(r) => r,
+        Err(WatchdogError::TimedOut) => Err(Error::DeviceTimeout {
+            adapter: adapter(),
+            secs: timeout.as_secs_f64(),
+        }),
+        Err(WatchdogError::Panicked) => Err(Error::Device(format!(
+            "{} failed while opening (the driver panicked); try another adapter or --device cpu",
+            adapter()
+        ))),
+        Err(WatchdogError::Spawn(e)) => Err(Error::Device(format!(
+            "cannot start the device thread: {e}"
+        ))),
+    }
 }
 
 /// f16 where the device computes it natively (wgpu with `shader-f16`), f32 on the CPU backend.
@@ -109,8 +279,101 @@ mod tests {
         assert_eq!("cpu".parse(), Ok(DeviceChoice::Cpu));
         assert_eq!("gpu".parse(), Ok(DeviceChoice::Gpu(None)));
         assert_eq!("gpu:2".parse(), Ok(DeviceChoice::Gpu(Some(2))));
+        assert_eq!("arc".parse(), Ok(DeviceChoice::Named("arc".into())));
+        assert_eq!(DeviceChoice::Named("Iris Xe".into()).to_string(), "Iris Xe");
         assert!("gpu:x".parse::<DeviceChoice>().is_err());
-        assert!("tpu".parse::<DeviceChoice>().is_err());
+        assert!("  ".parse::<DeviceChoice>().is_err());
+    }
+
+    #[test]
+    fn choices_resolve_against_adapter_lists() {
+        use crate::adapters::VENDOR_INTEL;
+        let arc = AdapterSummary {
+            index: 0,
+            name: "Intel(R) Arc(tm) A770 Graphics".into(),
+            vendor: VENDOR_INTEL,
+            kind: AdapterKind::Discrete,
+            backend: "Vulkan".into(),
+            driver: "Intel open-source Mesa driver 24.2".into(),
+            max_buffer_size: 1 << 32,
+            max_storage_binding: 1 << 31,
+            shader_f16: true,
+        };
+        let all = [arc.clone()];
+        let named = DeviceChoice::Named("ARC".into());
+        assert_eq!(resolve(&named, &all).unwrap(), Target::Adapter(arc.clone()));
+        assert_eq!(
+            resolve(&DeviceChoice::Auto, &all).unwrap(),
+            Target::Adapter(arc)
+        );
+        assert_eq!(resolve(&DeviceChoice::Auto, &[]).unwrap(), Target::Cpu);
+        let e = resolve(&DeviceChoice::Named("nosuchgpu".into()), &all).unwrap_err();
+        let text = e.to_string();
+        assert!(
+            text.contains("nosuchgpu") && text.contains("gpu:0 Intel(R) Arc"),
+            "{text}"
+        );
+        assert!(resolve(&DeviceChoice::Gpu(Some(3)), &all).is_err());
+    }
+
+    #[test]
+    fn watchdog_returns_the_value_or_times_out() {
+        let t = std::time::Instant::now();
+        assert_eq!(watchdog(Duration::from_secs(10), || 42), Ok(42));
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "no waiting for the timeout"
+        );
+
+        let t = std::time::Instant::now();
+        let stuck = watchdog(Duration::from_millis(200), || {
+            std::thread::sleep(Duration::from_secs(3600));
+        });
+        assert_eq!(stuck, Err(WatchdogError::TimedOut));
+        let waited = t.elapsed();
+        assert!(
+            waited >= Duration::from_millis(200) && waited < Duration::from_secs(5),
+            "{waited:?}"
+        );
+
+        let panicked = watchdog(Duration::from_secs(10), || -> u8 { panic!("driver bug") });
+        assert_eq!(panicked, Err(WatchdogError::Panicked));
+    }
+
+    #[test]
+    fn cpu_warm_up_runs_under_the_watchdog() {
+        let device = create_watched(&DeviceChoice::Cpu, Duration::from_secs(60)).unwrap();
+        assert!(is_cpu(&device));
+        // The same computation on the host: sum(conv3x3(A·B)) with zero padding.
+        let ramp = |n: usize| -> Vec<f32> { (0..n).map(|i| (i % 7) as f32 * 0.25 - 0.5).collect() };
+        let (a, w) = (ramp(64), ramp(18));
+        let mut x = [[0f32; 8]; 8];
+        for i in 0..8 {
+            for j in 0..8 {
+                x[i][j] = (0..8).map(|k| a[i * 8 + k] * a[k * 8 + j]).sum();
+            }
+        }
+        let mut want = 0f32;
+        for o in 0..2 {
+            for i in 0..8i32 {
+                for j in 0..8i32 {
+                    for di in 0..3i32 {
+                        for dj in 0..3i32 {
+                            let (y, z) = (i + di - 1, j + dj - 1);
+                            if (0..8).contains(&y) && (0..8).contains(&z) {
+                                want +=
+                                    w[o * 9 + (di * 3 + dj) as usize] * x[y as usize][z as usize];
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        let got = warm_up(&device).unwrap();
+        assert!(
+            (got - want).abs() <= 1e-3 * want.abs().max(1.0),
+            "{got} vs {want}"
+        );
     }
 
     #[test]

@@ -46,6 +46,11 @@ pub enum Error {
     InvalidInput(String),
     #[error("device error: {0}")]
     Device(String),
+    #[error(
+        "{adapter} did not open and compile its first kernels within {secs:.0} s (the driver may be \
+         stuck); choose another adapter (see `latent-studio devices`, --device gpu:N) or use --device cpu"
+    )]
+    DeviceTimeout { adapter: String, secs: f64 },
     #[error("generation was cancelled")]
     Cancelled,
     #[error(

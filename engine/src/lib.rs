@@ -14,6 +14,7 @@ pub mod noise;
 pub mod parameters;
 pub mod pipeline;
 pub mod preview;
+pub mod probe;
 pub mod schedulers;
 pub mod selfcheck;
 pub mod shaders;

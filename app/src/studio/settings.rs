@@ -28,7 +28,7 @@ pub struct Settings {
     pub cache_dir: Option<PathBuf>,
     /// Fused GPU kernels for the VAE decode (verified against the plain path).
     pub vae_compile: bool,
-    /// auto, cpu, gpu or gpu:N.
+    /// auto, cpu, gpu, gpu:N or part of an adapter name.
     pub device: String,
     /// auto, f32 or f16.
     pub precision: String,
@@ -246,7 +246,7 @@ mod tests {
 
         std::fs::write(
             &path,
-            br#"{"preview_method": "vae", "preview_interval": 0, "device": "tpu"}"#,
+            br#"{"preview_method": "vae", "preview_interval": 0, "device": "gpu:x"}"#,
         )
         .unwrap();
         let (s, note) = Settings::load(&path);

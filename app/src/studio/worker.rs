@@ -297,12 +297,28 @@ impl Worker {
         if let Some(d) = &self.device {
             return Ok(d.clone());
         }
+        // The opening and first kernel compilation run under a watchdog on their own thread; this
+        // engine thread waits, the UI does not.
+        let timeout = device_timeout();
+        // Probing is on by default here: a driver crash on first use must cost a child process,
+        // not the artist's window.
+        let probe_exe = crate::probe::probing_enabled(true)
+            .then(crate::probe::probe_exe)
+            .flatten();
+        let choice = crate::probe::resolve_auto(
+            &self.config.device,
+            probe_exe.as_deref().map(|exe| (exe, timeout)),
+            &crate::probe::verdict_path(),
+            &mut |note| match note {
+                crate::probe::ResolveNote::Status(s) => self.emit(Event::Status(s)),
+                crate::probe::ResolveNote::Notice(s) => self.emit(Event::Notice(s)),
+            },
+        );
         self.emit(Event::Status(format!(
-            "opening device {}…",
-            self.config.device
+            "opening device {choice} and compiling kernels…"
         )));
-        let device = latent_engine::device::create(self.config.device)
-            .with_context(|| format!("opening device {}", self.config.device))?;
+        let device = latent_engine::device::create_watched(&choice, timeout)
+            .with_context(|| format!("opening device {choice}"))?;
         self.device = Some(device.clone());
         Ok(device)
     }
@@ -475,6 +491,17 @@ impl Worker {
         }
         Ok(())
     }
+}
+
+/// The device watchdog's timeout: `LATENT_STUDIO_DEVICE_TIMEOUT` seconds, else the engine's
+/// default (60 s).
+fn device_timeout() -> Duration {
+    std::env::var("LATENT_STUDIO_DEVICE_TIMEOUT")
+        .ok()
+        .and_then(|s| s.trim().parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s > 0.0)
+        .map(|s| Duration::from_secs_f64(s.min(1e9)))
+        .unwrap_or(latent_engine::device::DEFAULT_TIMEOUT)
 }
 
 /// Saves `png` as the next free `NNNNN-seed.png` in `dir`, never replacing a file.
