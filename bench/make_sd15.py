@@ -6,6 +6,8 @@ from diffusers import AutoencoderKL, UNet2DConditionModel
 from transformers import CLIPTextConfig, CLIPTextModel
 
 out = sys.argv[1] if len(sys.argv) > 1 else "/tmp/sd15"
+# fp16 (as the common "-fp16" downloads) or fp32 (as v1-5-pruned-emaonly.safetensors).
+dtype = torch.float32 if len(sys.argv) > 2 and sys.argv[2] == "f32" else torch.float16
 torch.manual_seed(0)
 dev = "cuda" if torch.cuda.is_available() else "cpu"
 with torch.device(dev):
@@ -19,7 +21,7 @@ with torch.device(dev):
                                       num_attention_heads=12, max_position_embeddings=77,
                                       hidden_act="quick_gelu", projection_dim=768))
 for name, m in (("unet", unet), ("vae", vae), ("text_encoder", te)):
-    m.to(torch.float16).save_pretrained(os.path.join(out, name))
+    m.to(dtype).save_pretrained(os.path.join(out, name))
 json.dump({"_class_name": "StableDiffusionPipeline", "_diffusers_version": "0.42.1"},
           open(os.path.join(out, "model_index.json"), "w"))
 print("wrote", out, sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(out) for f in fs) / 2**30, "GiB")

@@ -127,6 +127,8 @@ impl EngineHandle {
         };
         let thread = std::thread::Builder::new()
             .name("engine".into())
+            // Model loading moves large structs by value; unoptimised builds need the room.
+            .stack_size(32 << 20)
             .spawn(move || worker.run(commands))
             .context("starting the engine thread")?;
         Ok(Self {
