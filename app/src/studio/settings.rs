@@ -26,7 +26,8 @@ pub struct Settings {
     pub disk_cache_gib: f64,
     /// Disk cache folder; else the platform's cache folder.
     pub cache_dir: Option<PathBuf>,
-    /// Fused GPU kernels for the VAE decode (verified against the plain path).
+    /// Fused GPU kernels for the VAE decode (verified against the plain path). Off by default:
+    /// on an H200 they made the whole 512² decode only 0.3-0.6 % faster (BENCHMARKS.md).
     pub vae_compile: bool,
     /// auto, cpu, gpu, gpu:N or part of an adapter name.
     pub device: String,
@@ -53,7 +54,7 @@ impl Default for Settings {
             cache_memory_gib: 6.0,
             disk_cache_gib: 20.0,
             cache_dir: None,
-            vae_compile: true,
+            vae_compile: false,
             device: "auto".into(),
             precision: "auto".into(),
             models_dir: None,
