@@ -32,6 +32,21 @@ fn model() -> String {
     fixtures().join("tiny-sd.safetensors").display().to_string()
 }
 
+/// Largest per-channel difference between `image` and diffusers' case0 image.
+fn worst_vs_case0(image: &latent_engine::image_io::RgbImage) -> u8 {
+    let expected =
+        SafetensorsFile::open(&fixtures().join("pipeline-expected.safetensors")).unwrap();
+    let want = expected.bytes(expected.entry("case0.image").unwrap());
+    assert_eq!(image.pixels.len(), want.len());
+    image
+        .pixels
+        .iter()
+        .zip(want)
+        .map(|(a, b)| a.abs_diff(*b))
+        .max()
+        .unwrap()
+}
+
 /// pipeline_cases.json case0: euler/normal, 64x64, seed 42, 6 steps, CFG 7.5.
 const CASE0: &[&str] = &[
     "--prompt",
@@ -87,16 +102,7 @@ fn generate_writes_diffusers_image_with_parameters() {
         );
 
         let (image, text) = decode_png(&std::fs::read(&out).unwrap()).unwrap();
-        let expected =
-            SafetensorsFile::open(&fixtures().join("pipeline-expected.safetensors")).unwrap();
-        let want = expected.bytes(expected.entry("case0.image").unwrap());
-        let worst = image
-            .pixels
-            .iter()
-            .zip(want)
-            .map(|(a, b)| a.abs_diff(*b))
-            .max()
-            .unwrap();
+        let worst = worst_vs_case0(&image);
         assert!(worst <= 1, "{device}: pixels differ by {worst}");
 
         let p = Parameters::parse_a1111(&text.expect("parameters chunk")).unwrap();
@@ -394,16 +400,7 @@ fn a_forced_vae_compile_failure_warns_once_and_still_writes_the_image() {
         "gpu: {on_gpu}; stderr: {err}"
     );
     let (image, _) = decode_png(&std::fs::read(&out).unwrap()).unwrap();
-    let expected =
-        SafetensorsFile::open(&fixtures().join("pipeline-expected.safetensors")).unwrap();
-    let want = expected.bytes(expected.entry("case0.image").unwrap());
-    let worst = image
-        .pixels
-        .iter()
-        .zip(want)
-        .map(|(a, b)| a.abs_diff(*b))
-        .max()
-        .unwrap();
+    let worst = worst_vs_case0(&image);
     assert!(worst <= 1, "pixels differ by {worst}");
 }
 

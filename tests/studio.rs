@@ -305,6 +305,32 @@ fn settings_window_changes_persist_atomically() {
     assert!(leftovers.is_empty(), "no temp files left");
 }
 
+/// "Verify device" in the settings runs the demo model on the engine's device and on the CPU
+/// backend and shows one line per component; the CPU agrees with itself.
+#[test]
+fn verify_device_in_settings_reports_each_component() {
+    let _serial = serial();
+    let dir = scratch("verify");
+    let mut h = studio(&dir, "none");
+    h.run_steps(1);
+    h.get_by_label("Settings").click();
+    h.run_steps(2);
+    h.get_by_label("Verify device").click();
+    h.run_steps(2);
+    run_until(&mut h, "the device check", |a| {
+        a.device_check().is_some() && !a.is_busy()
+    });
+    let (passed, lines) = h.state().device_check().unwrap();
+    assert!(passed, "{lines:?}");
+    let text = lines.join("\n");
+    for component in ["text encoder", "UNet", "VAE"] {
+        assert!(text.contains(component), "{text}");
+    }
+    assert!(text.contains("all components agree"), "{text}");
+    let saved = Settings::load(&dir.join("settings.json")).0;
+    assert_eq!(saved.device_timeout_secs, 60.0);
+}
+
 /// Low-resolution snapshots of the window a new user sees, and of the settings window
 /// (`UPDATE_SNAPSHOTS=1` rewrites them; differences are written as `*.diff.png`).
 #[test]

@@ -83,6 +83,8 @@ pub struct StudioApp {
     adapters: Arc<std::sync::Mutex<Option<Vec<AdapterSummary>>>>,
     /// What the model cache holds, as the engine last reported it.
     cache_report: CacheReport,
+    /// The last "Verify device" result: all agree, and one line per component.
+    device_check: Option<(bool, Vec<String>)>,
 }
 
 impl StudioApp {
@@ -123,6 +125,7 @@ impl StudioApp {
             frame_times: Vec::new(),
             adapters: Arc::new(std::sync::Mutex::new(None)),
             cache_report: CacheReport::default(),
+            device_check: None,
         };
         let slot = app.adapters.clone();
         let _ = std::thread::Builder::new()
@@ -140,6 +143,13 @@ impl StudioApp {
     }
 
     /// Durations of the recent UI passes (at most the last 240).
+    /// The last "Verify device" result: whether all components agreed, and the report lines.
+    pub fn device_check(&self) -> Option<(bool, &[String])> {
+        self.device_check
+            .as_ref()
+            .map(|(passed, lines)| (*passed, lines.as_slice()))
+    }
+
     /// The prompt panel (for scripted runs such as the documentation screenshot).
     pub fn form_mut(&mut self) -> &mut Form {
         &mut self.form
@@ -295,6 +305,7 @@ impl StudioApp {
                 }
                 Event::Notice(n) => self.notices.push(n),
                 Event::Cache(report) => self.cache_report = report,
+                Event::DeviceCheck { passed, lines } => self.device_check = Some((passed, lines)),
             }
         }
         // Dialog answers.
@@ -786,6 +797,44 @@ impl StudioApp {
                         }
                     });
                     ui.end_row();
+                    let label = ui.label("Device timeout (s)");
+                    changed |= ui
+                        .add(
+                            egui::DragValue::new(&mut self.settings.device_timeout_secs)
+                                .range(1.0..=3600.0)
+                                .speed(1.0),
+                        )
+                        .labelled_by(label.id)
+                        .on_hover_text(
+                            "How long opening the device and compiling its first kernels may take",
+                        )
+                        .changed();
+                    ui.end_row();
+                    ui.label("Device check");
+                    ui.vertical(|ui| {
+                        if ui
+                            .add_enabled(!self.busy, egui::Button::new("Verify device"))
+                            .on_hover_text(
+                                "Runs the demo model here and on the CPU backend and compares them",
+                            )
+                            .clicked()
+                        {
+                            self.device_check = None;
+                            self.busy = true;
+                            self.engine.send(Command::VerifyDevice);
+                        }
+                        if let Some((passed, lines)) = &self.device_check {
+                            let color = if *passed {
+                                ui.visuals().text_color()
+                            } else {
+                                ui.visuals().error_fg_color
+                            };
+                            for line in lines {
+                                ui.colored_label(color, line);
+                            }
+                        }
+                    });
+                    ui.end_row();
                     ui.label("VAE compilation");
                     changed |= ui
                         .checkbox(
@@ -974,6 +1023,7 @@ fn engine_config(settings: &Settings) -> EngineConfig {
         taesd: settings.taesd_path(),
         cache: settings.cache_settings(),
         vae_compile: settings.vae_compile,
+        device_timeout: Duration::from_secs_f64(settings.device_timeout_secs.clamp(1.0, 3600.0)),
     }
 }
 

@@ -31,6 +31,8 @@ pub struct Settings {
     pub vae_compile: bool,
     /// auto, cpu, gpu, gpu:N or part of an adapter name.
     pub device: String,
+    /// Seconds to wait for the device to open and compile its first kernels.
+    pub device_timeout_secs: f64,
     /// auto, f32 or f16.
     pub precision: String,
     /// Scanned for `.safetensors` checkpoints and diffusers folders.
@@ -56,6 +58,7 @@ impl Default for Settings {
             cache_dir: None,
             vae_compile: false,
             device: "auto".into(),
+            device_timeout_secs: 60.0,
             precision: "auto".into(),
             models_dir: None,
             outputs_dir: outputs,
@@ -144,6 +147,9 @@ impl Settings {
         }
         if !(self.cache_memory_gib.is_finite() && self.cache_memory_gib >= 0.0) {
             self.cache_memory_gib = d.cache_memory_gib;
+        }
+        if !(self.device_timeout_secs.is_finite() && self.device_timeout_secs >= 1.0) {
+            self.device_timeout_secs = d.device_timeout_secs;
         }
         if !(self.disk_cache_gib.is_finite() && self.disk_cache_gib >= 0.0) {
             self.disk_cache_gib = d.disk_cache_gib;

@@ -36,6 +36,8 @@ pub struct EngineConfig {
     pub cache: CacheSettings,
     /// Decode through the fused VAE kernels (verified, with a one-warning fallback).
     pub vae_compile: bool,
+    /// Watchdog for opening the device and compiling its first kernels.
+    pub device_timeout: Duration,
 }
 
 /// GUI → engine.
@@ -46,6 +48,8 @@ pub enum Command {
     Configure(EngineConfig),
     /// Delete every disk-cache entry.
     ClearDiskCache,
+    /// Run the demo model on the device and on the CPU backend and compare (`doctor`).
+    VerifyDevice,
     Shutdown,
 }
 
@@ -88,6 +92,11 @@ pub enum Event {
     Failed(String),
     Notice(String),
     Cache(CacheReport),
+    /// The result of [`Command::VerifyDevice`]: one line per component, and whether all agree.
+    DeviceCheck {
+        passed: bool,
+        lines: Vec<String>,
+    },
 }
 
 /// The GUI's end of the worker.
@@ -259,6 +268,11 @@ impl Worker {
                     self.report_cache();
                     r
                 }
+                Command::VerifyDevice => {
+                    let r = self.verify_device();
+                    self.emit(Event::Idle);
+                    r
+                }
                 Command::ClearDiskCache => {
                     let r = match self.cache.disk_cache() {
                         Some(disk) => disk.clear().map(|freed| {
@@ -301,7 +315,7 @@ impl Worker {
         }
         // The opening and first kernel compilation run under a watchdog on their own thread; this
         // engine thread waits, the UI does not.
-        let timeout = device_timeout();
+        let timeout = device_timeout().unwrap_or(self.config.device_timeout);
         // Probing is on by default here: a driver crash on first use must cost a child process,
         // not the artist's window.
         let probe_exe = crate::probe::probing_enabled(true)
@@ -329,6 +343,33 @@ impl Worker {
         self.config
             .precision
             .unwrap_or_else(|| latent_engine::device::preferred_precision(device))
+    }
+
+    /// The built-in demo model on the engine's device and on the CPU backend, compared per
+    /// component: a device whose numbers disagree is flagged, not trusted.
+    fn verify_device(&mut self) -> Result<()> {
+        let device = self.device()?;
+        let precision = self.precision(&device);
+        self.emit(Event::Status(
+            "verifying the device against the CPU backend…".into(),
+        ));
+        let path = super::demo::demo_model_path().context("unpacking the demo model")?;
+        let report = latent_engine::selfcheck::self_check(&path, &device, precision)
+            .context("running the device check")?;
+        let mut lines: Vec<String> = report.components.iter().map(|c| c.to_string()).collect();
+        let passed = report.passed();
+        lines.push(if passed {
+            "all components agree with the CPU backend".into()
+        } else {
+            "this device disagrees with the CPU backend: try another adapter or the CPU".into()
+        });
+        self.emit(Event::Status(if passed {
+            "device verified".into()
+        } else {
+            "device check failed".into()
+        }));
+        self.emit(Event::DeviceCheck { passed, lines });
+        Ok(())
     }
 
     fn report_cache(&self) {
@@ -495,15 +536,13 @@ impl Worker {
     }
 }
 
-/// The device watchdog's timeout: `LATENT_STUDIO_DEVICE_TIMEOUT` seconds, else the engine's
-/// default (60 s).
-fn device_timeout() -> Duration {
+/// `LATENT_STUDIO_DEVICE_TIMEOUT` seconds, which overrides the setting (tests, support).
+fn device_timeout() -> Option<Duration> {
     std::env::var("LATENT_STUDIO_DEVICE_TIMEOUT")
         .ok()
         .and_then(|s| s.trim().parse::<f64>().ok())
         .filter(|s| s.is_finite() && *s > 0.0)
         .map(|s| Duration::from_secs_f64(s.min(1e9)))
-        .unwrap_or(latent_engine::device::DEFAULT_TIMEOUT)
 }
 
 /// Saves `png` as the next free `NNNNN-seed.png` in `dir`, never replacing a file.
