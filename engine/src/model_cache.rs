@@ -122,21 +122,6 @@ fn temp_name(path: &Path) -> PathBuf {
     path.with_file_name(name)
 }
 
-/// Writes `bytes` to `path` through a synced temporary file and a rename.
-fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let tmp = temp_name(path);
-    let result = (|| {
-        let mut f = File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        fs::rename(&tmp, path)
-    })();
-    if result.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    result.map_err(io("cache file", path))
-}
-
 fn crc32_file(path: &Path) -> std::io::Result<(u64, u32)> {
     let mut f = File::open(path)?;
     let mut hasher = crc32fast::Hasher::new();
@@ -213,7 +198,7 @@ impl DiskCache {
         self.ensure_dir()?;
         if let Ok(bytes) = serde_json::to_vec_pretty(&index) {
             // The index only saves time: failing to write it costs a re-hash, nothing else.
-            if let Err(e) = write_atomic(&index_path, &bytes) {
+            if let Err(e) = crate::image_io::save_atomic(&index_path, &bytes, true) {
                 tracing::warn!("cannot update the hash index: {e}");
             }
         }
@@ -503,7 +488,7 @@ impl EntryWriter {
             meta.bytes = total;
             meta.crc32 = crc;
             let json = serde_json::to_vec_pretty(&meta).map_err(|e| e.to_string())?;
-            write_atomic(&meta_path, &json).map_err(|e| e.to_string())?;
+            crate::image_io::save_atomic(&meta_path, &json, true).map_err(|e| e.to_string())?;
             Ok(total)
         })();
         let _ = fs::remove_file(&self.data_path);

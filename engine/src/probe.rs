@@ -7,7 +7,6 @@
 //! bad adapter costs one child, once, and is skipped from then on. The spawning lives in the app.
 
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::Path;
 use std::time::Instant;
 
@@ -191,17 +190,7 @@ impl VerdictCache {
         }
         let json = serde_json::to_string_pretty(self)
             .map_err(|e| Error::InvalidInput(format!("probe verdicts: {e}")))?;
-        let tmp = path.with_extension(format!("json.tmp{}", std::process::id()));
-        let write = || -> std::io::Result<()> {
-            let mut f = std::fs::File::create(&tmp)?;
-            f.write_all(json.as_bytes())?;
-            f.sync_all()
-        };
-        if let Err(e) = write() {
-            let _ = std::fs::remove_file(&tmp);
-            return Err(Error::io("the probe verdicts", &tmp, e));
-        }
-        std::fs::rename(&tmp, path).map_err(|e| Error::io("the probe verdicts", path, e))
+        crate::image_io::save_atomic(path, json.as_bytes(), true)
     }
 
     /// Records one verdict: re-reads the file first so a verdict another process saved meanwhile

@@ -2,7 +2,6 @@
 //! atomically (temp file + rename) so a crash mid-write never leaves a half file. A corrupt file
 //! falls back to defaults with a notice and is kept aside, never silently lost.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
@@ -117,17 +116,8 @@ impl Settings {
             std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         }
         let json = serde_json::to_string_pretty(self)?;
-        let tmp = path.with_extension(format!("json.tmp{}", std::process::id()));
-        let write = || -> std::io::Result<()> {
-            let mut f = std::fs::File::create(&tmp)?;
-            f.write_all(json.as_bytes())?;
-            f.sync_all()
-        };
-        if let Err(e) = write() {
-            let _ = std::fs::remove_file(&tmp);
-            return Err(e).with_context(|| format!("writing {}", tmp.display()));
-        }
-        std::fs::rename(&tmp, path).with_context(|| format!("replacing {}", path.display()))
+        latent_engine::image_io::save_atomic(path, json.as_bytes(), true)
+            .with_context(|| format!("writing {}", path.display()))
     }
 
     /// Values out of range replaced by defaults, so a hand-edited file cannot break the studio.
