@@ -363,3 +363,75 @@ fn snapshots_of_the_empty_studio_and_the_settings_window() {
     h.run_steps(3);
     h.snapshot_options("studio_settings", &options);
 }
+
+/// The engine opens the GPU (lavapipe here) before the window, the window's renderer is built
+/// from the same handles (`WgpuSetup::Existing`, as `latent-studio` gives them to eframe), the
+/// engine generates on that device, and the window then renders a frame on it. The image agrees
+/// with the same generation on the CPU backend.
+#[test]
+fn window_and_engine_share_one_wgpu_device() {
+    let _serial = serial();
+    let dir = scratch("shared-device");
+    let settings = Settings {
+        device: "lavapipe".into(),
+        precision: "f32".into(),
+        preview_method: "latent2rgb".into(),
+        outputs_dir: dir.join("outputs"),
+        cache_dir: Some(dir.join("cache")),
+        ..Settings::default()
+    };
+    let path = dir.join("settings.json");
+    settings.save(&path).unwrap();
+    let (shared, notices) = latent_studio::studio::open_window_device(&settings);
+    let shared = shared.unwrap_or_else(|| panic!("lavapipe opened for sharing: {notices:?}"));
+    let label = shared.gpu.label.clone();
+    assert!(label.contains("llvmpipe"), "{label}");
+    let mut h = Harness::builder()
+        .with_size([1100.0, 760.0])
+        .wgpu_setup(shared.wgpu_setup())
+        .build_eframe(move |cc| {
+            StudioApp::with_shared_device(cc, path, Some(shared), notices).unwrap()
+        });
+    load_demo(&mut h);
+    assert_eq!(
+        h.state().engine_device(),
+        Some((label.as_str(), true)),
+        "the engine computes on the window's device"
+    );
+    quick_form(&mut h, 4);
+    h.state_mut().form.prompt = "a glass teapot".into();
+    h.get_by_label("Generate").click();
+    h.run_steps(2);
+    run_until(&mut h, "the image", |a| {
+        !a.is_busy() && !a.gallery_paths().is_empty()
+    });
+    let on_gpu = decode_png(&std::fs::read(&h.state().gallery_paths()[0]).unwrap())
+        .unwrap()
+        .0;
+    // The window draws the result with the same device and queue.
+    let frame = h.render().expect("the window renders on the shared device");
+    assert_eq!((frame.width(), frame.height()), (1100, 760));
+
+    let cpu_dir = scratch("shared-device-cpu");
+    let mut cpu = studio(&cpu_dir, "latent2rgb");
+    load_demo(&mut cpu);
+    assert_eq!(cpu.state().engine_device(), Some(("cpu", false)));
+    quick_form(&mut cpu, 4);
+    cpu.state_mut().form.prompt = "a glass teapot".into();
+    cpu.get_by_label("Generate").click();
+    cpu.run_steps(2);
+    run_until(&mut cpu, "the CPU image", |a| {
+        !a.is_busy() && !a.gallery_paths().is_empty()
+    });
+    let on_cpu = decode_png(&std::fs::read(&cpu.state().gallery_paths()[0]).unwrap())
+        .unwrap()
+        .0;
+    let worst = on_gpu
+        .pixels
+        .iter()
+        .zip(&on_cpu.pixels)
+        .map(|(a, b)| a.abs_diff(*b))
+        .max()
+        .unwrap();
+    assert!(worst <= 2, "shared GPU vs CPU: {worst}/255");
+}

@@ -237,21 +237,127 @@ pub fn create_watched(choice: &DeviceChoice, timeout: Duration) -> Result<Device
         warm_up(&device)?;
         Ok(device)
     });
-    let adapter = || label.lock().map(|l| l.clone()).unwrap_or_default();
+    let adapter = label.lock().map(|l| l.clone()).unwrap_or_default();
+    watched_result(result, &adapter, timeout)
+}
+
+/// Turns a watchdog outcome into the engine's errors, naming the adapter.
+fn watched_result<T>(
+    result: std::result::Result<Result<T>, WatchdogError>,
+    adapter: &str,
+    timeout: Duration,
+) -> Result<T> {
     match result {
         Ok(r) => r,
         Err(WatchdogError::TimedOut) => Err(Error::DeviceTimeout {
-            adapter: adapter(),
+            adapter: adapter.to_string(),
             secs: timeout.as_secs_f64(),
         }),
         Err(WatchdogError::Panicked) => Err(Error::Device(format!(
-            "{} failed while opening (the driver panicked); try another adapter or --device cpu",
-            adapter()
+            "{adapter} failed while opening (the driver panicked); try another adapter or --device cpu"
         ))),
         Err(WatchdogError::Spawn(e)) => Err(Error::Device(format!(
             "cannot start the device thread: {e}"
         ))),
     }
+}
+
+/// Runs [`warm_up`] on an already opened device under [`watchdog`]: the first kernels of a
+/// device opened elsewhere (see [`open_shared`]) are compiled here, and a driver stuck doing so
+/// becomes [`Error::DeviceTimeout`] naming `label`.
+pub fn warm_up_watched(device: &Device, label: &str, timeout: Duration) -> Result<()> {
+    let owned = device.clone();
+    let result = watchdog(timeout, move || {
+        if std::env::var_os(TEST_HANG_ENV).is_some() {
+            loop {
+                std::thread::park();
+            }
+        }
+        warm_up(&owned).map(|_| ())
+    });
+    watched_result(result, label, timeout)
+}
+
+/// A GPU device the engine opened together with its wgpu handles, so that another wgpu user
+/// (the studio's window, through `egui_wgpu::WgpuSetup::Existing`) renders with the same device
+/// and queue instead of opening a second one: one driver context, one memory pool (which matters
+/// on integrated GPUs that share the system's memory), one adapter chosen by the engine's rules.
+#[derive(Clone)]
+pub struct SharedGpu {
+    /// What was opened, as resolved (never `Auto`).
+    pub choice: DeviceChoice,
+    /// How messages name the adapter.
+    pub label: String,
+    pub device: Device,
+    /// The exact handles burn's runtime uses for `device`.
+    pub setup: burn::tensor::wgpu::WgpuSetup,
+}
+
+impl std::fmt::Debug for SharedGpu {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedGpu")
+            .field("choice", &self.choice)
+            .field("label", &self.label)
+            .field("device", &self.device)
+            .field("backend", &self.setup.backend)
+            .finish()
+    }
+}
+
+/// Opens the GPU device for `choice` eagerly and returns it with its wgpu handles for sharing,
+/// under [`watchdog`] (adapter and device creation talk to the driver). `Ok(None)` when the
+/// choice resolves to the CPU backend: there is nothing to share. A runtime registers a device
+/// kind once per process, so opening the same adapter again returns the first registration.
+/// The first kernels are not compiled here: see [`warm_up_watched`].
+pub fn open_shared(choice: &DeviceChoice, timeout: Duration) -> Result<Option<SharedGpu>> {
+    use burn::tensor::DeviceKind;
+    static OPENED: Mutex<Vec<(String, SharedGpu)>> = Mutex::new(Vec::new());
+    let label = Arc::new(Mutex::new(format!("--device {choice}")));
+    let shared_label = label.clone();
+    let owned = choice.clone();
+    let result = watchdog(timeout, move || -> Result<Option<SharedGpu>> {
+        let all = needs_adapters(&owned)
+            .then(crate::adapters::enumerate)
+            .unwrap_or_default();
+        let target = resolve(&owned, &all)?;
+        if let Ok(mut l) = shared_label.lock() {
+            *l = target.label();
+        }
+        let kind = match &target {
+            Target::Cpu => return Ok(None),
+            Target::DefaultGpu => DeviceKind::DefaultDevice,
+            Target::Adapter(a) => a.device_kind(&all),
+        };
+        let key = format!("{kind:?}");
+        let mut opened = OPENED
+            .lock()
+            .map_err(|_| Error::Device("the shared device registry is poisoned".into()))?;
+        if let Some((_, gpu)) = opened.iter().find(|(k, _)| *k == key) {
+            return Ok(Some(gpu.clone()));
+        }
+        if std::env::var_os(TEST_HANG_ENV).is_some() {
+            loop {
+                std::thread::park();
+            }
+        }
+        let (device, setup) = Device::wgpu_options()
+            .device_kind(kind)
+            .init_with_setup()
+            .map_err(|e| Error::Device(format!("cannot open {}: {e}", target.label())))?;
+        let gpu = SharedGpu {
+            choice: match &target {
+                Target::Adapter(a) => DeviceChoice::Gpu(Some(a.index)),
+                _ => DeviceChoice::Gpu(None),
+            },
+            label: target.label(),
+            device,
+            setup,
+        };
+        opened.push((key, gpu.clone()));
+        Ok(Some(gpu))
+    });
+    let adapter = label.lock().map(|l| l.clone()).unwrap_or_default();
+    watched_result(result, &adapter, timeout)
 }
 
 /// f16 where the device computes it natively (wgpu with `shader-f16`), f32 on the CPU backend.

@@ -21,7 +21,7 @@ use super::form::{Form, SIZE_PRESETS};
 use super::models::scan_models;
 use super::settings::Settings;
 use super::worker::{
-    CacheReport, Command, EngineConfig, EngineHandle, Event, Finished, human_bytes,
+    CacheReport, Command, EngineConfig, EngineHandle, Event, Finished, SharedDevice, human_bytes,
 };
 
 /// How long the UI may spend draining engine events in one frame.
@@ -85,18 +85,59 @@ pub struct StudioApp {
     cache_report: CacheReport,
     /// The last "Verify device" result: all agree, and one line per component.
     device_check: Option<(bool, Vec<String>)>,
+    /// The engine's open device: its name, and whether it is the one shared with the window.
+    engine_device: Option<(String, bool)>,
+    /// The window renders with the device handed to the engine.
+    window_shares_device: bool,
 }
 
 impl StudioApp {
-    /// Opens the studio with settings from `settings_path`; `wake` repaints the window.
+    /// Opens the studio with settings from `settings_path`; the engine opens its own device.
     pub fn new(ctx: &egui::Context, settings_path: PathBuf) -> anyhow::Result<Self> {
+        Self::build(ctx, settings_path, None, false, Vec::new())
+    }
+
+    /// Opens the studio in eframe's creation context with the engine's device opened before the
+    /// window ([`super::open_window_device`]): the engine computes on it, and the window renders
+    /// with it when eframe (or kittest) was given its handles. `notices` are shown at start.
+    pub fn with_shared_device(
+        cc: &eframe::CreationContext<'_>,
+        settings_path: PathBuf,
+        shared: Option<SharedDevice>,
+        notices: Vec<String>,
+    ) -> anyhow::Result<Self> {
+        let renders_with_it = match (&shared, &cc.wgpu_render_state) {
+            (Some(s), Some(rs)) => rs.device == s.gpu.setup.device,
+            _ => false,
+        };
+        if shared.is_some() && !renders_with_it {
+            tracing::warn!("the window did not take the engine's device; each uses its own");
+        }
+        Self::build(
+            &cc.egui_ctx,
+            settings_path,
+            shared,
+            renders_with_it,
+            notices,
+        )
+    }
+
+    fn build(
+        ctx: &egui::Context,
+        settings_path: PathBuf,
+        shared: Option<SharedDevice>,
+        window_shares_device: bool,
+        mut notices: Vec<String>,
+    ) -> anyhow::Result<Self> {
         let (settings, notice) = Settings::load(&settings_path);
+        notices.extend(notice);
         let preview = PreviewSettings::new(settings.preview(), settings.preview_interval);
         let repaint = ctx.clone();
         let engine = EngineHandle::spawn(
             engine_config(&settings),
             preview,
             Arc::new(move || repaint.request_repaint()),
+            shared,
         )?;
         let mut app = Self {
             form: Form::default(),
@@ -116,7 +157,9 @@ impl StudioApp {
             progress: None,
             status: "Choose a checkpoint, or try the demo model.".into(),
             error: None,
-            notices: notice.into_iter().collect(),
+            notices,
+            engine_device: None,
+            window_shares_device,
             preview: None,
             gallery: Vec::new(),
             selected: None,
@@ -142,7 +185,6 @@ impl StudioApp {
         Ok(app)
     }
 
-    /// Durations of the recent UI passes (at most the last 240).
     /// The last "Verify device" result: whether all components agreed, and the report lines.
     pub fn device_check(&self) -> Option<(bool, &[String])> {
         self.device_check
@@ -150,11 +192,19 @@ impl StudioApp {
             .map(|(passed, lines)| (*passed, lines.as_slice()))
     }
 
+    /// The engine's device once open, and whether the window renders with that same wgpu device.
+    pub fn engine_device(&self) -> Option<(&str, bool)> {
+        self.engine_device
+            .as_ref()
+            .map(|(label, shared)| (label.as_str(), *shared && self.window_shares_device))
+    }
+
     /// The prompt panel (for scripted runs such as the documentation screenshot).
     pub fn form_mut(&mut self) -> &mut Form {
         &mut self.form
     }
 
+    /// Durations of the recent UI passes (at most the last 240).
     pub fn frame_times(&self) -> &[Duration] {
         &self.frame_times
     }
@@ -306,6 +356,7 @@ impl StudioApp {
                 Event::Notice(n) => self.notices.push(n),
                 Event::Cache(report) => self.cache_report = report,
                 Event::DeviceCheck { passed, lines } => self.device_check = Some((passed, lines)),
+                Event::DeviceReady { label, shared } => self.engine_device = Some((label, shared)),
             }
         }
         // Dialog answers.
@@ -797,44 +848,6 @@ impl StudioApp {
                         }
                     });
                     ui.end_row();
-                    let label = ui.label("Device timeout (s)");
-                    changed |= ui
-                        .add(
-                            egui::DragValue::new(&mut self.settings.device_timeout_secs)
-                                .range(1.0..=3600.0)
-                                .speed(1.0),
-                        )
-                        .labelled_by(label.id)
-                        .on_hover_text(
-                            "How long opening the device and compiling its first kernels may take",
-                        )
-                        .changed();
-                    ui.end_row();
-                    ui.label("Device check");
-                    ui.vertical(|ui| {
-                        if ui
-                            .add_enabled(!self.busy, egui::Button::new("Verify device"))
-                            .on_hover_text(
-                                "Runs the demo model here and on the CPU backend and compares them",
-                            )
-                            .clicked()
-                        {
-                            self.device_check = None;
-                            self.busy = true;
-                            self.engine.send(Command::VerifyDevice);
-                        }
-                        if let Some((passed, lines)) = &self.device_check {
-                            let color = if *passed {
-                                ui.visuals().text_color()
-                            } else {
-                                ui.visuals().error_fg_color
-                            };
-                            for line in lines {
-                                ui.colored_label(color, line);
-                            }
-                        }
-                    });
-                    ui.end_row();
                     ui.label("VAE compilation");
                     changed |= ui
                         .checkbox(
@@ -878,6 +891,53 @@ impl StudioApp {
                         })
                         .response
                         .labelled_by(label.id);
+                    ui.end_row();
+                    ui.label("Device in use");
+                    ui.label(match &self.engine_device {
+                        Some((label, true)) if self.window_shares_device => {
+                            format!("{label}, shared with this window")
+                        }
+                        Some((label, _)) => label.clone(),
+                        None => "not opened yet".into(),
+                    });
+                    ui.end_row();
+                    let label = ui.label("Device timeout (s)");
+                    changed |= ui
+                        .add(
+                            egui::DragValue::new(&mut self.settings.device_timeout_secs)
+                                .range(1.0..=3600.0)
+                                .speed(1.0),
+                        )
+                        .labelled_by(label.id)
+                        .on_hover_text(
+                            "How long opening the device and compiling its first kernels may take",
+                        )
+                        .changed();
+                    ui.end_row();
+                    ui.label("Device check");
+                    ui.vertical(|ui| {
+                        if ui
+                            .add_enabled(!self.busy, egui::Button::new("Verify device"))
+                            .on_hover_text(
+                                "Runs the demo model here and on the CPU backend and compares them",
+                            )
+                            .clicked()
+                        {
+                            self.device_check = None;
+                            self.busy = true;
+                            self.engine.send(Command::VerifyDevice);
+                        }
+                        if let Some((passed, lines)) = &self.device_check {
+                            let color = if *passed {
+                                ui.visuals().text_color()
+                            } else {
+                                ui.visuals().error_fg_color
+                            };
+                            for line in lines {
+                                ui.colored_label(color, line);
+                            }
+                        }
+                    });
                     ui.end_row();
                     let label = ui.label("Precision");
                     egui::ComboBox::from_id_salt("precision")
@@ -1015,7 +1075,7 @@ impl eframe::App for StudioApp {
     }
 }
 
-fn engine_config(settings: &Settings) -> EngineConfig {
+pub(super) fn engine_config(settings: &Settings) -> EngineConfig {
     EngineConfig {
         device: settings.device_choice(),
         precision: settings.precision_choice(),

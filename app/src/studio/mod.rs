@@ -11,14 +11,43 @@ mod worker;
 pub use app::{StudioApp, write_png_with_parameters};
 pub use form::Form;
 pub use settings::Settings;
+pub use worker::SharedDevice;
 
 use anyhow::Result;
 use eframe::egui;
 
+/// Opens the device the settings name before the window, so that the window renders with the
+/// engine's wgpu device and queue (`WgpuSetup::Existing`) instead of opening a second one. Not
+/// fatal: on failure both open their own devices and the returned notice says why.
+pub fn open_window_device(settings: &Settings) -> (Option<SharedDevice>, Vec<String>) {
+    let mut notices = Vec::new();
+    let config = app::engine_config(settings);
+    match worker::open_for_window(&config, &mut |n| notices.push(n)) {
+        Ok(shared) => {
+            if let Some(s) = &shared {
+                tracing::info!(
+                    "the window renders with the engine's device: {}",
+                    s.gpu.label
+                );
+            }
+            (shared, notices)
+        }
+        Err(e) => {
+            tracing::warn!("{e:#}");
+            notices.push(format!(
+                "the window could not share the engine's device ({e:#}); each opens its own"
+            ));
+            (None, notices)
+        }
+    }
+}
+
 /// Opens the studio window and runs until it is closed.
 pub fn run() -> Result<()> {
     let settings_path = Settings::default_path();
-    let options = eframe::NativeOptions {
+    let (settings, _) = Settings::load(&settings_path);
+    let (shared, notices) = open_window_device(&settings);
+    let mut options = eframe::NativeOptions {
         viewport: egui::ViewportBuilder::default()
             .with_title("Latent Studio")
             .with_inner_size([1280.0, 820.0])
@@ -27,10 +56,20 @@ pub fn run() -> Result<()> {
         renderer: eframe::Renderer::Wgpu,
         ..Default::default()
     };
+    if let Some(s) = &shared {
+        options.wgpu_options.wgpu_setup = s.wgpu_setup();
+    }
     eframe::run_native(
         "Latent Studio",
         options,
-        Box::new(move |cc| Ok(Box::new(StudioApp::new(&cc.egui_ctx, settings_path)?))),
+        Box::new(move |cc| {
+            Ok(Box::new(StudioApp::with_shared_device(
+                cc,
+                settings_path,
+                shared,
+                notices,
+            )?))
+        }),
     )
     .map_err(|e| anyhow::anyhow!("the window could not open: {e}"))
 }

@@ -40,6 +40,61 @@ pub struct EngineConfig {
     pub device_timeout: Duration,
 }
 
+/// The engine's GPU device, opened before the window so the window renders with the same wgpu
+/// device and queue ([`open_for_window`]). The engine uses it while the device setting is the one
+/// it was opened for; another setting opens a device of its own.
+#[derive(Debug, Clone)]
+pub struct SharedDevice {
+    /// The device setting it was opened for (may be `auto`).
+    pub requested: DeviceChoice,
+    pub gpu: latent_engine::device::SharedGpu,
+}
+
+impl SharedDevice {
+    /// The handles for eframe / egui_kittest (`WgpuSetup::Existing`).
+    pub fn wgpu_setup(&self) -> eframe::egui_wgpu::WgpuSetup {
+        let s = &self.gpu.setup;
+        eframe::egui_wgpu::WgpuSetup::Existing(eframe::egui_wgpu::WgpuSetupExisting {
+            instance: s.instance.clone(),
+            adapter: s.adapter.clone(),
+            device: s.device.clone(),
+            queue: s.queue.clone(),
+        })
+    }
+}
+
+/// Opens the device the settings name before the window exists, so that both can share it.
+/// `Ok(None)` for the CPU backend. Auto resolves as the engine does (probe verdicts; an adapter
+/// seen for the first time is probed in a child process). Creation runs under the watchdog; the
+/// first kernels are compiled later, on the engine thread.
+pub fn open_for_window(
+    config: &EngineConfig,
+    note: &mut dyn FnMut(String),
+) -> Result<Option<SharedDevice>> {
+    if config.device == DeviceChoice::Cpu {
+        return Ok(None);
+    }
+    let timeout = device_timeout().unwrap_or(config.device_timeout);
+    let probe_exe = crate::probe::probing_enabled(true)
+        .then(crate::probe::probe_exe)
+        .flatten();
+    let choice = crate::probe::resolve_auto(
+        &config.device,
+        probe_exe.as_deref().map(|exe| (exe, timeout)),
+        &crate::probe::verdict_path(),
+        &mut |n| match n {
+            crate::probe::ResolveNote::Status(s) => tracing::info!("{s}"),
+            crate::probe::ResolveNote::Notice(s) => note(s),
+        },
+    );
+    let gpu = latent_engine::device::open_shared(&choice, timeout)
+        .with_context(|| format!("opening device {choice}"))?;
+    Ok(gpu.map(|gpu| SharedDevice {
+        requested: config.device.clone(),
+        gpu,
+    }))
+}
+
 /// GUI → engine.
 #[derive(Debug)]
 pub enum Command {
@@ -92,6 +147,12 @@ pub enum Event {
     Failed(String),
     Notice(String),
     Cache(CacheReport),
+    /// The engine's device is open and its first kernels compiled.
+    DeviceReady {
+        label: String,
+        /// It is the [`SharedDevice`] the window renders with.
+        shared: bool,
+    },
     /// The result of [`Command::VerifyDevice`]: one line per component, and whether all agree.
     DeviceCheck {
         passed: bool,
@@ -115,6 +176,7 @@ impl EngineHandle {
         config: EngineConfig,
         preview: Arc<PreviewSettings>,
         wake: Arc<dyn Fn() + Send + Sync>,
+        shared: Option<SharedDevice>,
     ) -> Result<Self> {
         let (tx, commands) = bounded::<Command>(64);
         let (events_tx, events) = bounded::<Event>(1024);
@@ -129,6 +191,7 @@ impl EngineHandle {
             preview: preview.clone(),
             frames: frames.clone(),
             device: None,
+            shared,
             model: None,
             selected: None,
             taesd: None,
@@ -190,6 +253,8 @@ struct Worker {
     preview: Arc<PreviewSettings>,
     frames: Arc<FrameStore>,
     device: Option<burn::tensor::Device>,
+    /// Opened before the window, which renders with it.
+    shared: Option<SharedDevice>,
     cache: ModelCache,
     /// The model in use; with the cache off it is released after each generation.
     model: Option<Loaded>,
@@ -316,6 +381,24 @@ impl Worker {
         // The opening and first kernel compilation run under a watchdog on their own thread; this
         // engine thread waits, the UI does not.
         let timeout = device_timeout().unwrap_or(self.config.device_timeout);
+        if let Some(shared) = self
+            .shared
+            .as_ref()
+            .filter(|s| s.requested == self.config.device)
+        {
+            let (device, label) = (shared.gpu.device.clone(), shared.gpu.label.clone());
+            self.emit(Event::Status(format!(
+                "{label} (shared with the window): compiling kernels…"
+            )));
+            latent_engine::device::warm_up_watched(&device, &label, timeout)
+                .with_context(|| format!("opening device {label}"))?;
+            self.device = Some(device.clone());
+            self.emit(Event::DeviceReady {
+                label,
+                shared: true,
+            });
+            return Ok(device);
+        }
         // Probing is on by default here: a driver crash on first use must cost a child process,
         // not the artist's window.
         let probe_exe = crate::probe::probing_enabled(true)
@@ -336,6 +419,10 @@ impl Worker {
         let device = latent_engine::device::create_watched(&choice, timeout)
             .with_context(|| format!("opening device {choice}"))?;
         self.device = Some(device.clone());
+        self.emit(Event::DeviceReady {
+            label: choice.to_string(),
+            shared: false,
+        });
         Ok(device)
     }
 
