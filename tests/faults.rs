@@ -520,6 +520,105 @@ fn cancel_at_every_stage() {
     assert_eq!(again.expect("after cancels")[0].image, reference[0].image);
 }
 
+/// Cancel during loading: a flag set before the load stops it before any tensor; one set part
+/// way (from the progress callback) stops it within a tensor. Through the model cache with a
+/// disk cache, a cancelled load leaves no entry or temporary file, and the next load of the same
+/// checkpoint works and generates the reference image.
+#[test]
+fn cancel_during_loading() {
+    use latent_engine::checkpoint::controlled;
+    use latent_engine::model_cache::{CacheSettings, LoadSource, ModelCache};
+    use std::cell::Cell;
+    use std::rc::Rc;
+    use std::sync::Arc;
+    let _serial = serial();
+    let path = fixtures().join("tiny-sd.safetensors");
+    let ckpt = Checkpoint::open(&path).expect("tiny model");
+    let device = Device::flex();
+
+    // Uncancelled: the progress callback hears every uploaded byte.
+    let heard = Rc::new(Cell::new(0u64));
+    let h = heard.clone();
+    let model = controlled(
+        Arc::new(AtomicBool::new(false)),
+        move |b| h.set(h.get() + b),
+        || StableDiffusion::load(&ckpt, &device, LoadOptions::default()),
+    )
+    .expect("loads");
+    let total = heard.get();
+    assert_eq!(total, model.weight_bytes(), "progress covers the weights");
+
+    // Cancelled before the load: no tensor is built.
+    let heard = Rc::new(Cell::new(0u64));
+    let h = heard.clone();
+    let e = controlled(
+        Arc::new(AtomicBool::new(true)),
+        move |b| h.set(h.get() + b),
+        || StableDiffusion::load(&ckpt, &device, LoadOptions::default()),
+    )
+    .err()
+    .expect("cancelled");
+    assert!(matches!(e, Error::Cancelled), "{e}");
+    assert_eq!(heard.get(), 0);
+
+    // Cancelled a third of the way, through the cache with a disk cache: the load stops within
+    // a tensor and the cache folder holds nothing.
+    let dir = scratch_dir("cancel-loading");
+    let mut cache = ModelCache::new(CacheSettings {
+        enabled: true,
+        memory_budget: 1 << 30,
+        disk_dir: Some(dir.clone()),
+        disk_limit: 1 << 30,
+    });
+    let cancel = Arc::new(AtomicBool::new(false));
+    let (flag, heard) = (cancel.clone(), Rc::new(Cell::new(0u64)));
+    let h = heard.clone();
+    let e = controlled(
+        cancel.clone(),
+        move |b| {
+            h.set(h.get() + b);
+            if h.get() * 3 >= total {
+                flag.store(true, Ordering::Relaxed);
+            }
+        },
+        || cache.get(&path, &device, LoadOptions::default()),
+    )
+    .err()
+    .expect("cancelled part way");
+    assert!(matches!(e, Error::Cancelled), "{e}");
+    assert!(
+        heard.get() * 3 >= total && heard.get() < total,
+        "stopped part way: {} of {total} bytes",
+        heard.get()
+    );
+    let left: Vec<_> = std::fs::read_dir(&dir)
+        .map(|d| d.flatten().map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert!(
+        left.iter()
+            .all(|n| !n.to_string_lossy().ends_with(".safetensors")
+                && !n.to_string_lossy().contains(".tmp-")),
+        "no entry or temporary file after a cancelled load: {left:?}"
+    );
+    assert!(cache.resident().is_empty());
+
+    // The next load works and makes the reference image.
+    let (again, _, source) = controlled(
+        Arc::new(AtomicBool::new(false)),
+        |_| {},
+        || cache.get(&path, &device, LoadOptions::default()),
+    )
+    .expect("loads after a cancelled load");
+    assert_eq!(source, LoadSource::Checkpoint);
+    let tok = ClipTokenizer::new().expect("tokenizer");
+    let (reference, _, _) = run(&model, &tok, &quick());
+    let (after, _, _) = run(&again, &tok, &quick());
+    assert_eq!(
+        after.expect("image")[0].image,
+        reference.expect("reference")[0].image
+    );
+}
+
 /// Sets the cancel flag at the first step of batch image `image`.
 struct CancelDuring<'a, 'b> {
     inner: &'a mut Watch<'b>,

@@ -51,7 +51,7 @@ pub enum Error {
          stuck); choose another adapter (see `latent-studio devices`, --device gpu:N) or use --device cpu"
     )]
     DeviceTimeout { adapter: String, secs: f64 },
-    #[error("generation was cancelled")]
+    #[error("cancelled")]
     Cancelled,
     #[error(
         "the sampler produced NaN or infinite latents, so there is no image to decode; \

@@ -272,8 +272,9 @@ impl StudioApp {
             .send(Command::Generate(Box::new(self.form.request())));
     }
 
+    /// Stops the running generation at the next step, or a model load at the next tensor.
     pub fn cancel(&mut self) {
-        if self.busy {
+        if self.busy || self.loading {
             self.engine.cancel();
             self.status = "cancelling…".into();
         }
@@ -637,7 +638,7 @@ impl StudioApp {
                 self.generate();
             }
             if ui
-                .add_enabled(self.busy, egui::Button::new("Cancel"))
+                .add_enabled(self.busy || self.loading, egui::Button::new("Cancel"))
                 .on_hover_text("Esc")
                 .clicked()
             {

@@ -214,7 +214,7 @@ impl EngineHandle {
     }
 
     pub fn send(&self, command: Command) {
-        if let Command::Generate(_) = command {
+        if let Command::Generate(_) | Command::LoadModel(_) = command {
             self.cancel.store(false, Ordering::SeqCst);
         }
         match self.tx.try_send(command) {
@@ -352,7 +352,14 @@ impl Worker {
                     r.map_err(Into::into)
                 }
                 Command::LoadModel(path) => {
-                    let r = self.load_model(&path);
+                    let r = match self.load_model(&path) {
+                        Err(e) if is_cancelled(&e) => {
+                            self.emit(Event::Status("loading cancelled".into()));
+                            self.emit(Event::Cancelled);
+                            Ok(())
+                        }
+                        r => r,
+                    };
                     self.emit(Event::Idle);
                     r
                 }
@@ -480,15 +487,39 @@ impl Worker {
         self.emit(Event::Status(format!("loading {name}…")));
         let t = Instant::now();
         self.model = None;
-        self.selected = Some(path.to_path_buf());
+        // A failed or cancelled load keeps the previous choice (reloaded when next needed).
+        let previous = self.selected.replace(path.to_path_buf());
         let options = LoadOptions {
             precision: self.precision(&device),
             vae_encoder: false,
         };
-        let (model, checkpoint, source) = self
-            .cache
-            .get(path, &device, options)
-            .with_context(|| format!("loading {name}"))?;
+        // Progress in bytes uploaded, at most ten times a second; Cancel stops within a tensor.
+        let (events, wake) = (self.events.clone(), self.wake.clone());
+        let (mut so_far, mut shown) = (0u64, Instant::now());
+        let label = name.clone();
+        let progress = move |bytes: u64| {
+            so_far += bytes;
+            if shown.elapsed() >= Duration::from_millis(100) {
+                shown = Instant::now();
+                let _ = events.try_send(Event::Status(format!(
+                    "loading {label}… {}",
+                    human_bytes(so_far)
+                )));
+                wake();
+            }
+        };
+        let cache = &mut self.cache;
+        let loaded = latent_engine::checkpoint::controlled(self.cancel.clone(), progress, || {
+            cache.get(path, &device, options)
+        })
+        .with_context(|| format!("loading {name}"));
+        let (model, checkpoint, source) = match loaded {
+            Ok(l) => l,
+            Err(e) => {
+                self.selected = previous;
+                return Err(e);
+            }
+        };
         self.model = Some(Loaded { model, checkpoint });
         let from = match source {
             LoadSource::Memory => "from the model cache",
@@ -632,6 +663,16 @@ fn device_timeout() -> Option<Duration> {
         .map(|s| Duration::from_secs_f64(s.min(1e9)))
 }
 
+/// Whether an error is the artist's Cancel (through any context).
+fn is_cancelled(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        matches!(
+            c.downcast_ref::<latent_engine::Error>(),
+            Some(latent_engine::Error::Cancelled)
+        )
+    })
+}
+
 /// Saves `png` as the next free `NNNNN-seed.png` in `dir`, never replacing a file.
 pub fn save_numbered(dir: &Path, seed: u64, png: &[u8]) -> Result<PathBuf> {
     for _ in 0..8 {
@@ -661,5 +702,22 @@ pub fn human_bytes(bytes: u64) -> String {
         format!("{bytes} B")
     } else {
         format!("{v:.1} {}", UNITS[unit])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cancel_is_recognised_through_context() {
+        let cancelled = Err::<(), _>(latent_engine::Error::Cancelled)
+            .context("loading model.safetensors")
+            .unwrap_err();
+        assert!(is_cancelled(&cancelled));
+        let failed = Err::<(), _>(latent_engine::Error::InvalidInput("bad".into()))
+            .context("loading model.safetensors")
+            .unwrap_err();
+        assert!(!is_cancelled(&failed));
     }
 }

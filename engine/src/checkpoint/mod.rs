@@ -19,7 +19,7 @@ use crate::unet::UNetConfig;
 use crate::vae::VaeConfig;
 pub use family::Family;
 pub use safetensors::SafetensorsFile;
-pub use weights::{KeyMap, LoadReport, Weights};
+pub use weights::{KeyMap, LoadReport, Weights, controlled};
 
 /// The three configs of an SD model.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]

@@ -7,12 +7,66 @@ use std::cell::RefCell;
 use std::collections::{BTreeSet, HashMap};
 use std::rc::Rc;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use burn::tensor::{DType, Device, Distribution, Tensor, TensorData};
 
 use super::safetensors::{SafetensorsFile, to_f32};
 use crate::error::{Error, Result};
 use safetensors::Dtype;
+
+/// Cancel and progress for the loads this thread runs (see [`controlled`]).
+struct LoadControl {
+    cancel: Arc<AtomicBool>,
+    progress: Box<dyn FnMut(u64)>,
+}
+
+thread_local! {
+    static CONTROL: RefCell<Option<LoadControl>> = const { RefCell::new(None) };
+}
+
+/// Runs `load` with a cancel flag and a progress callback for every checkpoint tensor it builds on
+/// this thread: the flag is checked before each tensor (a set flag ends the load with
+/// [`Error::Cancelled`], so a multi-gigabyte load stops within one tensor), and `progress` hears
+/// each tensor's bytes once uploaded. A thread-local keeps the models' loaders free of plumbing;
+/// loads run on the caller's thread. The previous control, if any, is restored afterwards.
+pub fn controlled<T>(
+    cancel: Arc<AtomicBool>,
+    progress: impl FnMut(u64) + 'static,
+    load: impl FnOnce() -> T,
+) -> T {
+    struct Restore(Option<LoadControl>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let previous = self.0.take();
+            CONTROL.with(|c| *c.borrow_mut() = previous);
+        }
+    }
+    let previous = CONTROL.with(|c| {
+        c.borrow_mut().replace(LoadControl {
+            cancel,
+            progress: Box::new(progress),
+        })
+    });
+    let _restore = Restore(previous);
+    load()
+}
+
+/// `Err(Cancelled)` when this thread's load was cancelled.
+fn check_cancel() -> Result<()> {
+    CONTROL.with(|c| match &*c.borrow() {
+        Some(control) if control.cancel.load(Ordering::Relaxed) => Err(Error::Cancelled),
+        _ => Ok(()),
+    })
+}
+
+fn report_progress(bytes: u64) {
+    CONTROL.with(|c| {
+        if let Some(control) = c.borrow_mut().as_mut() {
+            (control.progress)(bytes);
+        }
+    });
+}
 
 /// Maps a diffusers-style name (without component prefix) to the key stored in the file.
 pub type KeyMap = Arc<dyn Fn(&str) -> String + Send + Sync>;
@@ -148,6 +202,7 @@ impl Weights {
 
     /// A required tensor of the given shape.
     pub fn tensor<const D: usize>(&self, name: &str, shape: [usize; D]) -> Result<Tensor<D>> {
+        check_cancel()?;
         let full = self.full(name);
         let inner = &self.inner;
         match &inner.source {
@@ -224,7 +279,10 @@ impl Weights {
         if let Some(recorder) = &inner.recorder {
             (recorder.borrow_mut())(full, &shape, inner.dtype, data.as_bytes());
         }
-        Tensor::from_data(data, (&inner.device, inner.dtype))
+        let bytes = data.as_bytes().len() as u64;
+        let tensor = Tensor::from_data(data, (&inner.device, inner.dtype));
+        report_progress(bytes);
+        tensor
     }
 
     /// A tensor that may be absent (e.g. a bias).
