@@ -704,6 +704,73 @@ fn a_hanging_device_times_out_with_a_clear_message() {
     assert!(!out.exists());
 }
 
+/// A device that stops making progress after it opened (the test hook parks the engine after
+/// image 2's first step, as a kernel compile that never finishes would): after twice the device
+/// timeout the run says so in one warning, and image 1, finished before, is already saved.
+#[test]
+fn a_device_stalled_mid_batch_is_reported_and_the_finished_image_is_saved() {
+    use std::io::BufRead;
+    let dir = scratch("stall");
+    let model = model();
+    let outputs = dir.join("outputs");
+    std::fs::create_dir_all(&outputs).unwrap();
+    let outputs_s = outputs.display().to_string();
+    let mut args = vec!["generate", "--model", &model, "--outputs", &outputs_s];
+    args.extend_from_slice(CASE0);
+    args.extend_from_slice(&[
+        "--device",
+        "cpu",
+        "--batch-count",
+        "2",
+        "--device-timeout",
+        "2",
+    ]);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_latent-studio"))
+        .args(&args)
+        .env(latent_studio::stall::TEST_STALL_ENV, "2:1")
+        .stderr(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("run latent-studio");
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = tx.send(line);
+        }
+    });
+    let started = std::time::Instant::now();
+    let mut seen = Vec::new();
+    let warning = loop {
+        let left = std::time::Duration::from_secs(120).saturating_sub(started.elapsed());
+        match rx.recv_timeout(left) {
+            Ok(line) if line.contains("no progress for") => break line,
+            Ok(line) => seen.push(line),
+            Err(_) => {
+                let _ = child.kill();
+                panic!("no stall warning: {seen:#?}");
+            }
+        }
+    };
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        warning.starts_with("warning: no progress for") && warning.contains(" s on cpu"),
+        "{warning}"
+    );
+    assert!(
+        seen.iter().any(|l| l.starts_with("image 2 step 1/")),
+        "stalled in image 2: {seen:#?}"
+    );
+    let saved = files_under(&outputs);
+    assert_eq!(saved.len(), 1, "image 1 is saved: {saved:?}");
+    let (image, _) = decode_png(&std::fs::read(outputs.join(&saved[0])).unwrap()).unwrap();
+    assert!(worst_vs_case0(&image) <= 1, "image 1 is case0");
+}
+
 /// The adapters `--device auto` may use in this build (lavapipe only without SPIR-V).
 fn auto_candidates() -> Vec<latent_engine::adapters::AdapterSummary> {
     latent_engine::adapters::enumerate()

@@ -435,3 +435,78 @@ fn window_and_engine_share_one_wgpu_device() {
         .unwrap();
     assert!(worst <= 2, "shared GPU vs CPU: {worst}/255");
 }
+
+/// A device that stops making progress after it opened (here: the test hook parks the engine
+/// thread after step 2, as a driver stuck compiling a kernel would): after the device timeout the
+/// window says so while staying responsive, and "Restart on the CPU" leaves the stuck engine
+/// behind, reloads the model on a new CPU engine and generates.
+#[test]
+fn a_stalled_device_is_reported_and_the_engine_restarts_on_the_cpu() {
+    let _serial = serial();
+    let dir = scratch("stall");
+    let settings = Settings {
+        device: "cpu".into(),
+        precision: "f32".into(),
+        preview_method: "latent2rgb".into(),
+        outputs_dir: dir.join("outputs"),
+        cache_dir: Some(dir.join("cache")),
+        device_timeout_secs: 2.0,
+        ..Settings::default()
+    };
+    let path = dir.join("settings.json");
+    settings.save(&path).unwrap();
+    let mut h = Harness::builder()
+        .with_size([1100.0, 760.0])
+        .build_eframe(move |cc| StudioApp::new(&cc.egui_ctx, path).unwrap());
+    load_demo(&mut h);
+    quick_form(&mut h, 4);
+    // SAFETY: the studio tests run one at a time (serial()); no other thread reads the
+    // environment while it changes.
+    unsafe { std::env::set_var(latent_studio::stall::TEST_STALL_ENV, "1:2") };
+    h.get_by_label("Generate").click();
+    h.run_steps(2);
+    h.state_mut().reset_frame_times();
+    let start = Instant::now();
+    while h.query_by_label_contains("No progress for").is_none() {
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "no stall warning"
+        );
+        h.step();
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(h.state().stalled().is_some());
+    assert_responsive(&h, "while the engine is stuck");
+    if std::env::var_os("DEBUG_STALL_SNAPSHOT").is_some() {
+        let img = h.render().unwrap();
+        img.save("/tmp/stall.png").unwrap();
+        eprintln!(
+            "restart node: {:?}",
+            h.get_by_label("Restart on the CPU").rect()
+        );
+    }
+    unsafe { std::env::remove_var(latent_studio::stall::TEST_STALL_ENV) };
+    if std::env::var_os("DEBUG_DIRECT").is_some() {
+        h.state_mut().restart_engine_on_cpu();
+    } else {
+        h.get_by_label("Restart on the CPU").click();
+    }
+    h.run_steps(2);
+    eprintln!(
+        "after restart: stalled {:?} busy {} model {:?} status {:?}",
+        h.state().stalled(),
+        h.state().is_busy(),
+        h.state().model_name(),
+        h.state().last_error()
+    );
+    assert_eq!(h.state().settings().device, "cpu");
+    run_until(&mut h, "the model on the new engine", |a| {
+        a.model_name().is_some() && !a.is_busy()
+    });
+    h.get_by_label("Generate").click();
+    h.run_steps(2);
+    run_until(&mut h, "an image from the new engine", |a| {
+        !a.is_busy() && a.gallery_paths().len() == 1
+    });
+    assert!(h.state().stalled().is_none());
+}

@@ -10,7 +10,7 @@ use latent_engine::device::DeviceChoice;
 use latent_engine::image_io::{RgbImage, encode_png, next_numbered_path, save_atomic};
 use latent_engine::model_cache::{CacheSettings, LoadSource, ModelCache};
 use latent_engine::parameters::Parameters;
-use latent_engine::pipeline::{Notice, Observer, StepState, Txt2ImgRequest, txt2img};
+use latent_engine::pipeline::{Generated, Notice, Observer, StepState, Txt2ImgRequest, txt2img};
 use latent_engine::preview::{
     Frame, FrameSink, FrameStore, PreviewMethod, PreviewSettings, Previewer,
 };
@@ -19,6 +19,7 @@ use latent_engine::taesd::TaesdDecoder;
 use latent_engine::tokenizer::ClipTokenizer;
 use latent_engine::vae_tiling::{TilingConfig, TilingMode};
 use latent_engine::{LoadOptions, Precision};
+use latent_studio::stall::StallWatch;
 
 #[derive(Args, Debug)]
 pub struct GenerateArgs {
@@ -169,14 +170,48 @@ fn preview_writer(dir: PathBuf) -> FrameSink {
     })
 }
 
-/// Prints `step n/N, it/s` on stderr.
-struct Progress {
-    last: Instant,
+/// Prints `step n/N, it/s` on stderr, saves each image as soon as it is finished (a later
+/// failure or a stuck device never costs the finished ones), and beats the stall watch.
+struct Progress<'a> {
+    watch: Option<StallWatch>,
+    request: &'a Txt2ImgRequest,
+    model_hash: Option<String>,
+    model_name: String,
+    args: &'a GenerateArgs,
+    cancel: &'a AtomicBool,
+    saved: Vec<PathBuf>,
+    /// A save that failed: the run stops at the next step and reports it.
+    error: Option<anyhow::Error>,
 }
 
-impl Observer for Progress {
+impl Progress<'_> {
+    fn beat(&self) {
+        if let Some(w) = &self.watch {
+            w.beat();
+        }
+    }
+
+    fn save(&self, generated: &Generated) -> Result<PathBuf> {
+        let params = Parameters::for_request(
+            self.request,
+            generated.seed,
+            self.model_hash.clone(),
+            Some(self.model_name.clone()),
+        );
+        let png = encode_png(&generated.image, Some(&params.to_a1111()))?;
+        let path = match &self.args.out {
+            Some(p) => p.clone(),
+            None => next_numbered_path(&self.args.outputs, generated.seed)?,
+        };
+        save_atomic(&path, &png, self.args.overwrite)?;
+        Ok(path)
+    }
+}
+
+impl Observer for Progress<'_> {
     fn notice(&mut self, notice: &Notice) {
         eprintln!("warning: {notice}");
+        self.beat();
     }
 
     fn step(&mut self, s: &StepState<'_>) {
@@ -188,7 +223,26 @@ impl Observer for Progress {
             s.total,
             s.step as f64 / secs
         );
-        self.last = Instant::now();
+        self.beat();
+        latent_studio::stall::stall_here_for_tests(s.image, s.step);
+    }
+
+    fn image(&mut self, generated: &Generated) {
+        self.beat();
+        if self.error.is_some() {
+            return;
+        }
+        match self.save(generated) {
+            Ok(path) => {
+                println!("{}", path.display());
+                self.saved.push(path);
+            }
+            Err(e) => {
+                self.error = Some(e);
+                self.cancel
+                    .store(true, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
     }
 }
 
@@ -288,8 +342,34 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     latent_engine::pipeline::check_request(&model, &request)?;
     let tokenizer = ClipTokenizer::new()?;
     let cancel = AtomicBool::new(false);
+    // A device that stops making progress (a kernel compiled at first use that never finishes)
+    // is reported once after twice the device timeout. Only reported: a first use that is merely
+    // slow looks the same (lavapipe under load took over 120 s for a first UNet step), and
+    // killing it would be worse than waiting. Finished images are saved by then. The CPU backend
+    // cannot hang in a driver and may be slow on large images: unwatched.
+    let watch = (!latent_engine::device::is_cpu(&device) || latent_studio::stall::test_stall_set())
+        .then(|| {
+            let limit = timeout.saturating_mul(2);
+            let label = choice.to_string();
+            StallWatch::start(limit, move |since| {
+                eprintln!(
+                    "warning: no progress for {:.0} s on {label}: the driver may be stuck \
+                     compiling kernels or hung (new sizes compile new kernels, slow on software \
+                     adapters). Finished images are saved. Ctrl+C stops; --device cpu avoids \
+                     this adapter.",
+                    since.as_secs_f64()
+                );
+            })
+        });
     let mut progress = Progress {
-        last: Instant::now(),
+        watch,
+        request: &request,
+        model_hash: cache.short_hash(&checkpoint),
+        model_name: checkpoint.display_name(),
+        args: &args,
+        cancel: &cancel,
+        saved: Vec::new(),
+        error: None,
     };
     let settings = PreviewSettings::new(args.preview, args.preview_interval);
     let store = FrameStore::new();
@@ -310,8 +390,12 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         sink,
         &mut progress,
     )?;
-    let images = txt2img(&model, &tokenizer, &request, &cancel, &mut previewer)?;
+    let result = txt2img(&model, &tokenizer, &request, &cancel, &mut previewer);
     previewer.finish();
+    if let Some(e) = progress.error.take() {
+        return Err(e);
+    }
+    let images = result?;
     let last = store.latest();
     if last.step > 0 {
         eprintln!(
@@ -319,23 +403,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
             last.step, last.total, last.width, last.height
         );
     }
-
-    let model_hash = cache.short_hash(&checkpoint);
-    for generated in images {
-        let params = Parameters::for_request(
-            &request,
-            generated.seed,
-            model_hash.clone(),
-            Some(checkpoint.display_name()),
-        );
-        let png = encode_png(&generated.image, Some(&params.to_a1111()))?;
-        let path = match &args.out {
-            Some(p) => p.clone(),
-            None => next_numbered_path(&args.outputs, generated.seed)?,
-        };
-        save_atomic(&path, &png, args.overwrite)?;
-        println!("{}", path.display());
-    }
+    debug_assert_eq!(images.len(), progress.saved.len());
     Ok(())
 }
 

@@ -2,4 +2,5 @@
 //! opens, as a library so tests can drive it.
 
 pub mod probe;
+pub mod stall;
 pub mod studio;

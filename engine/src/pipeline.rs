@@ -121,6 +121,9 @@ impl std::fmt::Display for Notice {
 pub trait Observer {
     fn notice(&mut self, _notice: &Notice) {}
     fn step(&mut self, _state: &StepState<'_>) {}
+    /// An image of the batch count is finished (decoded), before the next one starts: save it
+    /// now, so that a later failure or a stuck device never costs the finished ones.
+    fn image(&mut self, _generated: &Generated) {}
 }
 
 /// An observer that ignores everything.
@@ -298,10 +301,12 @@ pub fn txt2img(
         if cancel.load(Ordering::Relaxed) {
             return cancelled(out);
         }
-        out.push(Generated {
+        let generated = Generated {
             image: decode(model, latents, observer)?,
             seed,
-        });
+        };
+        observer.image(&generated);
+        out.push(generated);
     }
     Ok(out)
 }

@@ -435,6 +435,10 @@ impl Observer for Previewer<'_> {
         }
         self.inner.step(state);
     }
+
+    fn image(&mut self, generated: &crate::pipeline::Generated) {
+        self.inner.image(generated);
+    }
 }
 
 #[cfg(test)]

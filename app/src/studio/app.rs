@@ -89,6 +89,11 @@ pub struct StudioApp {
     engine_device: Option<(String, bool)>,
     /// The window renders with the device handed to the engine.
     window_shares_device: bool,
+    /// When the engine last said anything (or was given work): a busy engine silent for longer
+    /// than the device timeout may be stuck in the driver (see [`crate::stall`]).
+    last_event: Instant,
+    /// Repaints the window; handed to every engine this studio starts.
+    wake: Arc<dyn Fn() + Send + Sync>,
 }
 
 impl StudioApp {
@@ -133,12 +138,8 @@ impl StudioApp {
         notices.extend(notice);
         let preview = PreviewSettings::new(settings.preview(), settings.preview_interval);
         let repaint = ctx.clone();
-        let engine = EngineHandle::spawn(
-            engine_config(&settings),
-            preview,
-            Arc::new(move || repaint.request_repaint()),
-            shared,
-        )?;
+        let wake: Arc<dyn Fn() + Send + Sync> = Arc::new(move || repaint.request_repaint());
+        let engine = EngineHandle::spawn(engine_config(&settings), preview, wake.clone(), shared)?;
         let mut app = Self {
             form: Form::default(),
             models: settings
@@ -160,6 +161,8 @@ impl StudioApp {
             notices,
             engine_device: None,
             window_shares_device,
+            last_event: Instant::now(),
+            wake,
             preview: None,
             gallery: Vec::new(),
             selected: None,
@@ -197,6 +200,48 @@ impl StudioApp {
         self.engine_device
             .as_ref()
             .map(|(label, shared)| (label.as_str(), *shared && self.window_shares_device))
+    }
+
+    /// How long a busy engine has been silent, once that is longer than the device timeout.
+    pub fn stalled(&self) -> Option<Duration> {
+        let silent = self.last_event.elapsed();
+        let limit = Duration::from_secs_f64(self.settings.device_timeout_secs.clamp(1.0, 3600.0));
+        ((self.busy || self.loading) && silent > limit).then_some(silent)
+    }
+
+    /// Leaves a stuck engine behind (its thread cannot be interrupted inside a driver call; it is
+    /// detached and ends with the process) and starts a new one on the CPU backend, reloading the
+    /// current model. The device setting becomes `cpu`, so the next start does not hang either.
+    pub fn restart_engine_on_cpu(&mut self) {
+        self.settings.device = "cpu".into();
+        if let Err(e) = self.settings.save(&self.settings_path) {
+            self.error = Some(format!("settings not saved: {e:#}"));
+        }
+        let engine = match EngineHandle::spawn(
+            engine_config(&self.settings),
+            self.engine.preview.clone(),
+            self.wake.clone(),
+            None,
+        ) {
+            Ok(e) => e,
+            Err(e) => {
+                self.error = Some(format!("the engine could not restart: {e:#}"));
+                return;
+            }
+        };
+        std::mem::replace(&mut self.engine, engine).abandon();
+        (self.busy, self.loading, self.progress) = (false, false, None);
+        (self.engine_device, self.window_shares_device) = (None, false);
+        self.last_event = Instant::now();
+        self.notices.push(
+            "the engine was restarted on the CPU backend; the stuck device is left alone until \
+             the studio closes"
+                .into(),
+        );
+        self.status = "engine restarted on the CPU".into();
+        if let Some((_, path)) = self.model.take() {
+            self.load_model(path);
+        }
     }
 
     /// The prompt panel (for scripted runs such as the documentation screenshot).
@@ -244,6 +289,7 @@ impl StudioApp {
         self.loading = true;
         self.error = None;
         self.status = format!("loading {}…", path.display());
+        self.last_event = Instant::now();
         self.engine.send(Command::LoadModel(path));
     }
 
@@ -268,6 +314,7 @@ impl StudioApp {
         self.busy = true;
         self.error = None;
         self.progress = None;
+        self.last_event = Instant::now();
         self.engine
             .send(Command::Generate(Box::new(self.form.request())));
     }
@@ -306,6 +353,7 @@ impl StudioApp {
             let Ok(event) = self.engine.events.try_recv() else {
                 break;
             };
+            self.last_event = Instant::now();
             match event {
                 Event::Status(s) => self.status = s,
                 Event::ModelLoaded { name, path } => {
@@ -658,6 +706,23 @@ impl StudioApp {
                 p.total
             )));
         }
+        if let Some(silent) = self.stalled() {
+            ui.colored_label(
+                ui.visuals().warn_fg_color,
+                format!(
+                    "No progress for {:.0} s: the device may be stuck compiling kernels or hung.",
+                    silent.as_secs_f64()
+                ),
+            );
+            ui.horizontal(|ui| {
+                if ui.button("Keep waiting").clicked() {
+                    self.last_event = Instant::now();
+                }
+                if ui.button("Restart on the CPU").clicked() {
+                    self.restart_engine_on_cpu();
+                }
+            });
+        }
     }
 
     fn token_count(&mut self) -> usize {
@@ -926,6 +991,7 @@ impl StudioApp {
                         {
                             self.device_check = None;
                             self.busy = true;
+                            self.last_event = Instant::now();
                             self.engine.send(Command::VerifyDevice);
                         }
                         if let Some((passed, lines)) = &self.device_check {
@@ -1032,6 +1098,10 @@ impl eframe::App for StudioApp {
                 }
             });
         });
+        if self.busy || self.loading {
+            // Without events a stuck engine sends no repaints: look again every second.
+            ctx.request_repaint_after(Duration::from_secs(1));
+        }
         egui::Panel::bottom("status").show(ui, |ui| {
             ui.horizontal(|ui| {
                 if let Some(e) = &self.error {

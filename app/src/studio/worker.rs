@@ -74,7 +74,11 @@ pub fn open_for_window(
     if config.device == DeviceChoice::Cpu {
         return Ok(None);
     }
-    let timeout = device_timeout().unwrap_or(config.device_timeout);
+    // The window waits for this: creating a device takes well under a second on a healthy
+    // driver, so a stuck one costs at most 20 s before the window opens on its own device.
+    let timeout = device_timeout()
+        .unwrap_or(config.device_timeout)
+        .min(Duration::from_secs(20));
     let probe_exe = crate::probe::probing_enabled(true)
         .then(crate::probe::probe_exe)
         .flatten();
@@ -224,6 +228,14 @@ impl EngineHandle {
         }
     }
 
+    /// Gives up on a worker stuck inside a driver call: asks it to stop, and detaches its thread
+    /// instead of joining it (joining would hang the UI with it).
+    pub fn abandon(mut self) {
+        self.cancel.store(true, Ordering::SeqCst);
+        let _ = self.tx.try_send(Command::Shutdown);
+        drop(self.thread.take());
+    }
+
     /// Stops the running generation at the next step.
     pub fn cancel(&self) {
         self.cancel.store(true, Ordering::SeqCst);
@@ -235,7 +247,17 @@ impl Drop for EngineHandle {
         self.cancel.store(true, Ordering::SeqCst);
         let _ = self.tx.try_send(Command::Shutdown);
         if let Some(t) = self.thread.take() {
-            let _ = t.join();
+            // A worker stuck in a driver call never finishes: closing the window must not hang
+            // with it. A healthy one stops at its next step.
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while !t.is_finished() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            if t.is_finished() {
+                let _ = t.join();
+            } else {
+                tracing::warn!("the engine thread did not stop within 10 s; leaving it behind");
+            }
         }
     }
 }
@@ -264,11 +286,42 @@ struct Worker {
     tokenizer: Option<ClipTokenizer>,
 }
 
-/// Forwards pipeline progress to the GUI.
+/// Forwards pipeline progress to the GUI and saves each image as soon as it is finished, so a
+/// later failure, a cancel or a stuck device never costs the finished ones.
 struct Forward<'a> {
     events: &'a Sender<Event>,
     wake: &'a (dyn Fn() + Send + Sync),
     images: usize,
+    request: &'a Txt2ImgRequest,
+    model_hash: Option<String>,
+    model_name: String,
+    outputs: &'a Path,
+    cancel: &'a AtomicBool,
+    /// How many images were saved.
+    saved: usize,
+    /// A save that failed: the run stops at the next step and reports it.
+    error: Option<anyhow::Error>,
+}
+
+impl Forward<'_> {
+    fn save(&self, generated: &latent_engine::pipeline::Generated) -> Result<Finished> {
+        let parameters = Parameters::for_request(
+            self.request,
+            generated.seed,
+            self.model_hash.clone(),
+            Some(self.model_name.clone()),
+        );
+        let png = encode_png(&generated.image, Some(&parameters.to_a1111()))?;
+        std::fs::create_dir_all(self.outputs)
+            .with_context(|| format!("creating the outputs folder {}", self.outputs.display()))?;
+        // Numbered and never overwriting: a race with another writer picks the next number.
+        let path = save_numbered(self.outputs, generated.seed, &png)?;
+        Ok(Finished {
+            image: Arc::new(generated.image.clone()),
+            parameters,
+            path,
+        })
+    }
 }
 
 impl Observer for Forward<'_> {
@@ -287,6 +340,24 @@ impl Observer for Forward<'_> {
             elapsed: s.elapsed,
         });
         (self.wake)();
+        crate::stall::stall_here_for_tests(s.image, s.step);
+    }
+
+    fn image(&mut self, generated: &latent_engine::pipeline::Generated) {
+        if self.error.is_some() {
+            return;
+        }
+        match self.save(generated) {
+            Ok(finished) => {
+                self.saved += 1;
+                let _ = self.events.try_send(Event::Finished(finished));
+                (self.wake)();
+            }
+            Err(e) => {
+                self.error = Some(e);
+                self.cancel.store(true, Ordering::SeqCst);
+            }
+        }
     }
 }
 
@@ -596,6 +667,13 @@ impl Worker {
             events: &self.events,
             wake: self.wake.as_ref(),
             images: request.batch_count,
+            request,
+            model_hash: self.cache.short_hash(&loaded.checkpoint),
+            model_name: loaded.checkpoint.display_name(),
+            outputs: &self.config.outputs,
+            cancel: &self.cancel,
+            saved: 0,
+            error: None,
         };
         let mut previewer = Previewer::with(
             &loaded.model,
@@ -613,43 +691,19 @@ impl Worker {
             &mut previewer,
         );
         previewer.finish();
-        let images = match result {
-            Ok(images) => images,
-            Err(latent_engine::Error::Cancelled) => {
+        if let Some(e) = forward.error.take() {
+            return Err(e);
+        }
+        match result {
+            Ok(images) if images.len() < request.batch_count => {
+                // Cancelled mid-batch: the finished images were saved as they came.
                 self.emit(Event::Cancelled);
-                return Ok(());
             }
+            Ok(_) => {}
+            Err(latent_engine::Error::Cancelled) => self.emit(Event::Cancelled),
             Err(e) => return Err(e.into()),
-        };
-        // Fewer images than asked: cancelled mid-batch; the finished ones are still saved.
-        let cut_short = images.len() < request.batch_count;
-        let model_hash = self.cache.short_hash(&loaded.checkpoint);
-        let model_name = loaded.checkpoint.display_name();
-        for generated in images {
-            let parameters = Parameters::for_request(
-                &request,
-                generated.seed,
-                model_hash.clone(),
-                Some(model_name.clone()),
-            );
-            let png = encode_png(&generated.image, Some(&parameters.to_a1111()))?;
-            std::fs::create_dir_all(&self.config.outputs).with_context(|| {
-                format!(
-                    "creating the outputs folder {}",
-                    self.config.outputs.display()
-                )
-            })?;
-            // Numbered and never overwriting: a race with another writer picks the next number.
-            let path = save_numbered(&self.config.outputs, generated.seed, &png)?;
-            self.emit(Event::Finished(Finished {
-                image: Arc::new(generated.image),
-                parameters,
-                path,
-            }));
         }
-        if cut_short {
-            self.emit(Event::Cancelled);
-        }
+        tracing::debug!(saved = forward.saved, "generation finished");
         Ok(())
     }
 }
