@@ -102,8 +102,8 @@ pub struct GenerateArgs {
     /// default: measured no faster than the plain path for a whole decode, see BENCHMARKS.md).
     #[arg(long, value_enum, default_value_t = OnOff::Off)]
     vae_compile: OnOff,
-    /// Decode in overlapping 512-pixel tiles: auto (images over 1024x1024 pixels, or when a
-    /// decoder buffer would pass 1 GiB), on, or off.
+    /// Decode in 512-pixel tiles (same image as untiled, smaller GPU buffers): auto (images over
+    /// 1024x1024 pixels, or when a decoder buffer would pass 1 GiB), on, or off.
     #[arg(long, default_value = "auto")]
     vae_tiling: TilingMode,
 }

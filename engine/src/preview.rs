@@ -435,6 +435,10 @@ impl Observer for Previewer<'_> {
         }
         self.inner.step(state);
     }
+
+    fn decoding(&mut self, tiles: usize) {
+        self.inner.decoding(tiles);
+    }
 }
 
 #[cfg(test)]
