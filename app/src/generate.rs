@@ -103,8 +103,8 @@ pub struct GenerateArgs {
     /// default: measured no faster than the plain path for a whole decode, see BENCHMARKS.md).
     #[arg(long, value_enum, default_value_t = OnOff::Off)]
     vae_compile: OnOff,
-    /// Decode in overlapping 512-pixel tiles: auto (images over 1024x1024 pixels, or when a
-    /// decoder buffer would pass 1 GiB), on, or off.
+    /// Decode in 512-pixel tiles (same image as untiled, smaller GPU buffers): auto (images over
+    /// 1024x1024 pixels, or when a decoder buffer would pass 1 GiB), on, or off.
     #[arg(long, default_value = "auto")]
     vae_tiling: TilingMode,
 }
@@ -225,6 +225,10 @@ impl Observer for Progress<'_> {
         );
         self.beat();
         latent_studio::stall::stall_here_for_tests(s.image, s.step);
+    }
+
+    fn decoding(&mut self, _tiles: usize) {
+        self.beat();
     }
 
     fn image(&mut self, generated: &Generated) {

@@ -5,7 +5,7 @@
 use burn::tensor::activation;
 use burn::tensor::module::{attention, conv2d, embedding, layer_norm, linear};
 use burn::tensor::ops::{AttentionModuleOptions, ConvOptions};
-use burn::tensor::{DType, Int, Tensor};
+use burn::tensor::{DType, Int, Tensor, TensorData};
 
 use crate::checkpoint::Weights;
 use crate::error::Result;
@@ -116,11 +116,71 @@ impl GroupNorm {
     /// `[b, c, h, w] -> [b, c, h, w]`
     pub fn forward(&self, x: Tensor<4>) -> Tensor<4> {
         let dtype = x.dtype();
-        let [b, c, h, w] = x.dims();
-        let x = x
-            .cast(DType::F32)
-            .reshape([b, self.groups, (c / self.groups) * h * w]);
+        let dims = x.dims();
+        let x = self.grouped(x);
         let (var, mean) = x.clone().var_mean_bias(2);
+        self.normalize(x, mean, var, dims, dtype)
+    }
+
+    /// The statistics of `x` (all of it), to pool with those of other parts of one activation.
+    ///
+    /// # Shapes
+    /// `[b, c, h, w]` -> moments of `[b, groups]`
+    pub fn moments(&self, x: Tensor<4>) -> GroupMoments {
+        let [b, c, h, w] = x.dims();
+        if c * h * w == 0 {
+            // burn's reshape reads a 0 as "keep this dimension": no grouping of nothing.
+            let zeros = || Tensor::zeros([b, self.groups, 1], (&x.device(), DType::F32));
+            return GroupMoments {
+                count: 0.0,
+                mean: zeros(),
+                m2: zeros(),
+            };
+        }
+        let x = self.grouped(x);
+        let mean = x.clone().mean_dim(2);
+        // Deviations from the part's own mean: no cancellation, unlike a sum of squares.
+        let deviation = x - mean.clone();
+        let m2 = (deviation.clone() * deviation).sum_dim(2);
+        GroupMoments {
+            count: ((c / self.groups) * h * w) as f64,
+            mean,
+            m2,
+        }
+    }
+
+    /// GroupNorm of `x` with statistics given rather than computed from `x` (a tile normalised
+    /// with the statistics of the whole activation), then SiLU when `silu`. Burn ops only.
+    pub fn forward_with_moments(
+        &self,
+        x: Tensor<4>,
+        moments: &GroupMoments,
+        silu: bool,
+    ) -> Tensor<4> {
+        let dtype = x.dtype();
+        let dims = x.dims();
+        let x = self.grouped(x);
+        let var = moments.m2.clone() / moments.count.max(1.0);
+        let y = self.normalize(x, moments.mean.clone(), var, dims, dtype);
+        if silu { activation::silu(y) } else { y }
+    }
+
+    /// `[b, c, h, w]` -> f32 `[b, groups, c/groups·h·w]`.
+    fn grouped(&self, x: Tensor<4>) -> Tensor<3> {
+        let [b, c, h, w] = x.dims();
+        x.cast(DType::F32)
+            .reshape([b, self.groups, (c / self.groups) * h * w])
+    }
+
+    /// `(x - mean) / sqrt(var + eps)`, affine, back to `[b, c, h, w]` in `dtype`.
+    fn normalize(
+        &self,
+        x: Tensor<3>,
+        mean: Tensor<3>,
+        var: Tensor<3>,
+        [b, c, h, w]: [usize; 4],
+        dtype: DType,
+    ) -> Tensor<4> {
         let x = (x - mean) / (var + self.eps).sqrt();
         let x = x.reshape([b, c, h, w]);
         let x =
@@ -145,6 +205,57 @@ impl GroupNorm {
         }
         let y = self.forward(x);
         if silu { activation::silu(y) } else { y }
+    }
+}
+
+/// A GroupNorm's input statistics per (batch, group), in f32: the element count, the mean and M2
+/// (the sum of squared deviations from the mean). The statistics of disjoint parts of an activation
+/// pool into those of their union exactly ([`GroupMoments::pool`]), so tiles that partition an
+/// image can be normalised as the whole image would be.
+#[derive(Debug, Clone)]
+pub struct GroupMoments {
+    /// Elements per (batch, group); the same for every group.
+    count: f64,
+    /// `[b, groups, 1]`
+    mean: Tensor<3>,
+    /// `[b, groups, 1]`
+    m2: Tensor<3>,
+}
+
+impl GroupMoments {
+    /// The statistics of all `parts` (disjoint parts of one activation) together, by the k-way
+    /// form of Chan, Golub and LeVeque's formula: `mean = Σ nᵢ·meanᵢ / n` and
+    /// `M2 = Σ M2ᵢ + Σ nᵢ·(meanᵢ − mean)²`. Only deviations are squared, so nothing cancels
+    /// catastrophically, and it is a few tensor ops however many parts there are. `None` when
+    /// no part holds an element.
+    pub fn pool(parts: Vec<GroupMoments>) -> Option<GroupMoments> {
+        let mut parts: Vec<_> = parts.into_iter().filter(|p| p.count > 0.0).collect();
+        if parts.len() <= 1 {
+            return parts.pop();
+        }
+        let count: f64 = parts.iter().map(|p| p.count).sum();
+        let dims = parts[0].mean.dims();
+        let device = parts[0].mean.device();
+        let shares: Vec<f32> = parts.iter().map(|p| (p.count / count) as f32).collect();
+        let shares = Tensor::<4>::from_data(
+            TensorData::new(shares, [parts.len(), 1, 1, 1]),
+            (&device, DType::F32),
+        );
+        let (means, m2s): (Vec<_>, Vec<_>) = parts.into_iter().map(|p| (p.mean, p.m2)).unzip();
+        let means = Tensor::stack::<4>(means, 0); // [parts, b, groups, 1]
+        let mean = (means.clone() * shares.clone()).sum_dim(0); // [1, b, groups, 1]
+        let deviation = means - mean.clone();
+        let between = (deviation.clone() * deviation * shares).sum_dim(0) * count;
+        let m2 = Tensor::stack::<4>(m2s, 0).sum_dim(0) + between;
+        Some(GroupMoments {
+            count,
+            mean: mean.reshape(dims),
+            m2: m2.reshape(dims),
+        })
+    }
+
+    pub fn count(&self) -> f64 {
+        self.count
     }
 }
 
@@ -292,6 +403,36 @@ fn wide_head_attention_sliced(
 mod tests {
     use super::*;
     use burn::tensor::{Device, Distribution};
+
+    /// A GroupNorm with statistics pooled from parts (uneven column strips, one empty) of an
+    /// activation with a large mean, in f32 and f16, normalises as the plain GroupNorm does.
+    #[test]
+    fn pooled_group_moments_normalise_as_the_whole() {
+        let device = Device::flex();
+        let (b, c, h, w) = (2, 8, 5, 13);
+        let norm = GroupNorm {
+            weight: Tensor::random([c], Distribution::Normal(1.0, 0.5), &device),
+            bias: Tensor::random([c], Distribution::Normal(0.0, 0.5), &device),
+            groups: 4,
+            eps: 1e-6,
+        };
+        // An offset of 100 makes a sum-of-squares variance lose most of its digits in f32.
+        let x = Tensor::<4>::random([b, c, h, w], Distribution::Normal(100.0, 2.0), &device);
+        for dtype in [DType::F32, DType::F16] {
+            let x = x.clone().cast(dtype);
+            let parts = [0..0, 0..1, 1..7, 7..13]
+                .map(|cols| norm.moments(x.clone().slice([0..b, 0..c, 0..h, cols])));
+            let pooled = GroupMoments::pool(parts.to_vec()).expect("non-empty parts");
+            assert_eq!(pooled.count(), (c / 4 * h * w) as f64);
+            let read = |t: Tensor<4>| t.cast(DType::F32).into_data().try_to_vec::<f32>().unwrap();
+            let shared = read(norm.forward_with_moments(x.clone(), &pooled, true));
+            let plain = read(activation::silu(norm.forward(x)));
+            let rel = crate::vae_compile::relative_difference(&shared, &plain);
+            let tol = if dtype == DType::F32 { 1e-5 } else { 1e-3 };
+            assert!(rel < tol, "{dtype:?}: {rel}");
+        }
+        assert!(GroupMoments::pool(Vec::new()).is_none());
+    }
 
     /// Slicing the queries (down to a few rows, with a ragged last slice) gives the one-shot result.
     #[test]

@@ -124,6 +124,9 @@ pub trait Observer {
     /// An image of the batch count is finished (decoded), before the next one starts: save it
     /// now, so that a later failure or a stuck device never costs the finished ones.
     fn image(&mut self, _generated: &Generated) {}
+    /// A VAE decode starts, in `tiles` tiles (1: the whole latent at once). A tiled decode gives
+    /// the untiled image, so this is the one sign of it.
+    fn decoding(&mut self, _tiles: usize) {}
 }
 
 /// An observer that ignores everything.
@@ -367,7 +370,8 @@ pub fn decode(
     }
 }
 
-/// One decode with `vae` (the model's, or its f32 copy), tiled or whole as the setting says.
+/// One decode with `vae` (the model's, or its f32 copy), tiled or whole as the setting says,
+/// with the kernels VAE compilation chose.
 fn decode_with(
     model: &StableDiffusion,
     vae: &crate::vae::AutoencoderKL,
@@ -375,16 +379,17 @@ fn decode_with(
     observer: &mut dyn Observer,
 ) -> Tensor<4> {
     let tiling = model.vae_tiling();
-    let mut decode_one = |t: Tensor<4>| {
-        model
-            .vae_compile
-            .decode(vae, t, &mut |n| observer.notice(&n))
-    };
-    if tiling.should_tile(vae.config(), latents.dims()) {
-        tracing::debug!(dims = ?latents.dims(), ?tiling, "tiled VAE decode");
-        crate::vae_tiling::tiled_decode(latents, vae.config(), &tiling, &mut decode_one)
+    let dims = latents.dims();
+    let kernels = model
+        .vae_compile
+        .kernels(vae, &latents, &mut |n| observer.notice(&n));
+    if tiling.should_tile(vae.config(), dims) {
+        tracing::debug!(?dims, ?tiling, "tiled VAE decode");
+        observer.decoding(tiling.tile_count(dims));
+        crate::vae_tiling::tiled_decode(vae, latents, &tiling, kernels)
     } else {
-        decode_one(latents)
+        observer.decoding(1);
+        vae.decode_with(latents, kernels)
     }
 }
 

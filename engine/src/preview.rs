@@ -439,6 +439,10 @@ impl Observer for Previewer<'_> {
     fn image(&mut self, generated: &crate::pipeline::Generated) {
         self.inner.image(generated);
     }
+
+    fn decoding(&mut self, tiles: usize) {
+        self.inner.decoding(tiles);
+    }
 }
 
 #[cfg(test)]

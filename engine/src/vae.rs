@@ -305,8 +305,7 @@ impl Decoder {
     }
 
     fn forward(&self, z: Tensor<4>, kernels: Kernels) -> Tensor<4> {
-        let z = self.post_quant_conv.forward(z);
-        let mut x = self.mid_block.forward(self.conv_in.forward(z), kernels);
+        let mut x = self.head(z, kernels);
         for block in &self.up_blocks {
             for resnet in &block.resnets {
                 x = resnet.forward_with(x, None, kernels);
@@ -318,6 +317,33 @@ impl Decoder {
         self.conv_out
             .forward(self.conv_norm_out.forward_with(x, true, kernels))
     }
+
+    /// The layers at latent resolution: `post_quant_conv`, `conv_in` and the mid block.
+    fn head(&self, z: Tensor<4>, kernels: Kernels) -> Tensor<4> {
+        let z = self.post_quant_conv.forward(z);
+        self.mid_block.forward(self.conv_in.forward(z), kernels)
+    }
+
+    fn tail(&self) -> DecoderTail<'_> {
+        DecoderTail {
+            blocks: self
+                .up_blocks
+                .iter()
+                .map(|b| (b.resnets.as_slice(), b.upsampler.as_ref()))
+                .collect(),
+            norm_out: &self.conv_norm_out,
+            conv_out: &self.conv_out,
+        }
+    }
+}
+
+/// The decoder's layers after the mid block, in order: per up block its resnets, then its
+/// upsampler (×2 nearest, 3x3 conv) if any; then `norm_out`, SiLU and `conv_out` (3x3).
+#[derive(Debug, Clone)]
+pub struct DecoderTail<'a> {
+    pub blocks: Vec<(&'a [ResnetBlock2D], Option<&'a Upsample>)>,
+    pub norm_out: &'a GroupNorm,
+    pub conv_out: &'a Conv2d,
 }
 
 /// `AutoencoderKL`. The encoder is optional: txt2img never needs it, so it is loaded on request.
@@ -371,6 +397,22 @@ impl AutoencoderKL {
     pub fn decode_with(&self, latents: Tensor<4>, kernels: Kernels) -> Tensor<4> {
         self.decoder
             .forward(latents / self.config.scaling_factor, kernels)
+    }
+
+    /// The first part of [`Self::decode_with`]: the layers at latent resolution (up to and
+    /// including the mid block, whose attention spans the whole latent). [`Self::decoder_tail`]
+    /// holds the rest; `crate::vae_tiling` runs it in tiles.
+    ///
+    /// # Shapes
+    /// `[b, 4, h, w] -> [b, block_out_channels.last(), h, w]`
+    pub fn decode_head(&self, latents: Tensor<4>, kernels: Kernels) -> Tensor<4> {
+        self.decoder
+            .head(latents / self.config.scaling_factor, kernels)
+    }
+
+    /// The decoder's layers after [`Self::decode_head`].
+    pub fn decoder_tail(&self) -> DecoderTail<'_> {
+        self.decoder.tail()
     }
 
     /// Encodes pixels in [-1, 1] to the latent distribution's mean and log-variance, both scaled

@@ -94,38 +94,52 @@ impl VaeCompiler {
         latents: Tensor<4>,
         notice: &mut dyn FnMut(Notice),
     ) -> Tensor<4> {
+        let kernels = self.kernels(vae, &latents, notice);
+        vae.decode_with(latents, kernels)
+    }
+
+    /// Which kernels a decode of `latents` uses: `Fused` when compilation is on, available and
+    /// verified for this shape and dtype (verifying it now if it was not), else `Plain`. The tiled
+    /// decode runs its whole-latent layers through these (`crate::vae_tiling`).
+    pub fn kernels(
+        &self,
+        vae: &AutoencoderKL,
+        latents: &Tensor<4>,
+        notice: &mut dyn FnMut(Notice),
+    ) -> Kernels {
         if !self.enabled() || !crate::shaders::fused_kernels_available(&latents.device()) {
-            return vae.decode_with(latents, Kernels::Plain);
+            return Kernels::Plain;
         }
         let key = (latents.dims(), latents.dtype());
         let verdict = {
             let state = self.lock();
             if state.disabled.is_some() {
-                return vae.decode_with(latents, Kernels::Plain);
+                return Kernels::Plain;
             }
             state.verified.contains(&key)
         };
-        if !verdict {
-            match self.check(vae, &latents) {
-                Ok(true) => {
-                    self.lock().verified.insert(key);
+        if verdict {
+            return Kernels::Fused;
+        }
+        match self.check(vae, latents) {
+            Ok(true) => {
+                self.lock().verified.insert(key);
+                Kernels::Fused
+            }
+            // Nothing to compare against: decode plain, judge the kernels another time.
+            Ok(false) => Kernels::Plain,
+            Err(reason) => {
+                let mut state = self.lock();
+                if state.disabled.is_none() {
+                    // The notice is the one warning: the CLI prints it, the studio shows and logs it.
+                    tracing::debug!("VAE compilation disabled: {reason}");
+                    state.disabled = Some(reason.clone());
+                    drop(state);
+                    notice(Notice::VaeCompileFallback { reason });
                 }
-                // Nothing to compare against: decode plain, judge the kernels another time.
-                Ok(false) => return vae.decode_with(latents, Kernels::Plain),
-                Err(reason) => {
-                    let mut state = self.lock();
-                    if state.disabled.is_none() {
-                        // The notice is the one warning: the CLI prints it, the studio shows and logs it.
-                        tracing::debug!("VAE compilation disabled: {reason}");
-                        state.disabled = Some(reason.clone());
-                        drop(state);
-                        notice(Notice::VaeCompileFallback { reason });
-                    }
-                    return vae.decode_with(latents, Kernels::Plain);
-                }
+                Kernels::Plain
             }
         }
-        vae.decode_with(latents, Kernels::Fused)
     }
 
     /// Decodes a small crop of the latents both ways and compares. `Ok(false)`: inconclusive, the

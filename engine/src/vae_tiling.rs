@@ -1,18 +1,47 @@
-//! VAE tiling: decoding large latents in overlapping tiles so no decoder buffer grows with the
-//! whole image (the mid block's attention alone is `(h·w)²` floats). The idea is diffusers'
-//! `AutoencoderKL.tiled_decode`: tiles overlap and the seams are cross-faded linearly. Here the
-//! tiles of each axis are spread evenly over the image, and every pixel's blend weights sum to
-//! exactly one, so an image of flat colour stays flat across seams.
+//! VAE tiling: decoding large latents so that no decoder buffer holds the whole image at full
+//! resolution, with the result of an untiled decode (up to float rounding).
 //!
-//! The result differs a little from an untiled decode: the decoder's attention sees one tile, not
-//! the whole image, and convolutions near a tile's edge see padding instead of neighbours. The
-//! overlap hides both (tests/vae_tiling.rs: within 2/255 on the tiny model).
+//! The layers at latent resolution (`conv_in` and the mid block, whose attention must see every
+//! latent) run on the whole latent: they are cheap, at 1/64 of the image's area in SD. The rest of
+//! the decoder (the up blocks, `norm_out`, SiLU, `conv_out`) runs over tiles **in lockstep**, one
+//! layer over every tile before the next, each tile's activation a tensor of its own:
+//!
+//! - The tiles' *cores* partition the image. Each tile's activation also holds a *halo* around its
+//!   core, as many pixels as the 3x3 convolutions still to come reach beyond it (one per
+//!   convolution at its resolution; a ×2 upsampling halves what it needs, rounded up; see
+//!   [`block_halos`]). Halos stop at the image border, where the convolutions' zero padding is
+//!   what the untiled decode sees too. After a convolution, the outermost ring of each side that
+//!   is not on the border saw padding instead of the neighbouring tile; it is cut off, and the
+//!   halo left is still what the remaining layers need. So each core pixel is computed from the
+//!   values the untiled decode uses.
+//! - Each GroupNorm first gathers per-group statistics over the cores only (they partition the
+//!   image: these are the statistics of the whole activation), pooled across tiles in f32 with
+//!   Chan's formula ([`crate::nn::GroupMoments`]), then normalises every tile, halo included,
+//!   with them. Those norms run as burn ops; VAE compilation's fused kernels, which compute their
+//!   own statistics, serve only the whole-latent layers here.
+//! - In the end each tile holds exactly its core, and the cores are joined.
+//!
+//! The halo is the full receptive field, nothing is approximated: in SD 1.x, 13 latents at latent
+//! resolution, 7 pixels at full resolution. Most of the decoder's work is at full resolution,
+//! where halos are thin: with 64-latent tiles the convolutions do 9 % (2x2 tiles) to 19 % (a
+//! tile with neighbours on all sides) more work than untiled.
+//!
+//! What tiling bounds is the largest single buffer, not the total memory: all tiles are alive at
+//! once, so a tiled decode needs about the memory of an untiled one plus the halos. Its largest
+//! buffers are one tile's activations (SD, 64-latent tiles: 528² pixels × 256 channels in f32,
+//! 272 MiB) and the whole-latent layers' (512 channels at latent resolution in f32: 128 MiB for a
+//! 2048² image, 1 GiB for a 5792² one), where an untiled 2048² decode has 4 GiB buffers. That is
+//! what adapters whose storage bindings stop at 1–4 GiB need (see
+//! [`TilingConfig::auto_max_buffer_bytes`]).
 
 use std::ops::Range;
 
-use burn::tensor::{DType, Tensor, TensorData};
+use burn::tensor::Tensor;
 
-use crate::vae::VaeConfig;
+use crate::nn::{GroupMoments, GroupNorm, Kernels};
+use crate::unet::blocks::Upsample;
+use crate::unet::resnet::ResnetBlock2D;
+use crate::vae::{AutoencoderKL, VaeConfig};
 
 /// When the decode is tiled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -53,10 +82,9 @@ impl std::fmt::Display for TilingMode {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct TilingConfig {
     pub mode: TilingMode,
-    /// Side of a tile: 64 latents = 512 pixels in SD, the size the VAE was trained at.
+    /// Largest side of a tile's core: 64 latents = 512 pixels in SD, the size the VAE was trained
+    /// at. Each tile also computes a halo around its core (see the module docs).
     pub tile_latents: usize,
-    /// Latents neighbouring tiles share, cross-faded (diffusers' default overlap is 25 %).
-    pub overlap_latents: usize,
     /// `Auto` tiles images with more pixels than this.
     pub auto_max_pixels: usize,
     /// `Auto` also tiles when the decoder's largest buffer would be larger than this many bytes.
@@ -70,7 +98,6 @@ impl Default for TilingConfig {
         Self {
             mode: TilingMode::Auto,
             tile_latents: 64,
-            overlap_latents: 16,
             auto_max_pixels: 1024 * 1024,
             auto_max_buffer_bytes: 1 << 30,
         }
@@ -101,11 +128,28 @@ impl TilingConfig {
             }
         }
     }
+
+    /// The tiles' cores for latents of `dims` (`[b, c, h, w]`): row spans and column spans, each
+    /// tile one row span × one column span.
+    pub fn grid(&self, dims: [usize; 4]) -> (Vec<Range<usize>>, Vec<Range<usize>>) {
+        let [_, _, h, w] = dims;
+        (
+            core_spans(h, self.tile_latents),
+            core_spans(w, self.tile_latents),
+        )
+    }
+
+    /// How many tiles a tiled decode of latents of `dims` runs in.
+    pub fn tile_count(&self, dims: [usize; 4]) -> usize {
+        let (rows, cols) = self.grid(dims);
+        rows.len() * cols.len()
+    }
 }
 
-/// Bytes of the decoder's largest buffer for latents of `dims`: a full-resolution activation
-/// (GroupNorm computes those in f32). The mid block's attention scores are built in slices below
-/// [`crate::nn::MAX_SCORE_BYTES`], so they never are the largest.
+/// Bytes of the largest buffer of an untiled decode of latents of `dims`: a full-resolution
+/// activation (GroupNorm computes those in f32). The mid block's attention scores are built in
+/// slices below [`crate::nn::MAX_SCORE_BYTES`], so they never are the largest. (A tiled decode's
+/// largest buffers are a tile's activations and the whole-latent layers'; see the module docs.)
 pub fn largest_decoder_buffer_bytes(vae: &VaeConfig, dims: [usize; 4]) -> u64 {
     let [b, _, h, w] = dims.map(|d| d as u64);
     let scale = vae.downscale() as u64;
@@ -118,182 +162,456 @@ pub fn largest_decoder_buffer_bytes(vae: &VaeConfig, dims: [usize; 4]) -> u64 {
     scores.max(full)
 }
 
-/// Tiles of one axis of `len` latents: each `tile` long (or the whole axis when it is shorter),
-/// spread evenly from 0 to `len` so that neighbours share at least `overlap` latents. Together
-/// they cover `0..len`.
-pub fn tile_spans(len: usize, tile: usize, overlap: usize) -> Vec<Range<usize>> {
-    let tile = tile.max(1);
-    if len <= tile {
-        return vec![0..len];
-    }
-    // At least one latent of progress per tile, whatever the overlap asked.
-    let step = tile - overlap.min(tile - 1);
-    let travel = len - tile;
-    let gaps = travel.div_ceil(step); // tiles - 1
-    // Evenly spread starts: consecutive starts differ by at most ceil(travel / gaps) ≤ step.
-    (0..=gaps)
-        .map(|k| {
-            let start = k * travel / gaps;
-            start..start + tile
+/// The cores of one axis of `len` latents: as few spans of at most `tile` latents as cover it,
+/// as even as can be (lengths differ by at most one), in order. They partition `0..len`.
+pub fn core_spans(len: usize, tile: usize) -> Vec<Range<usize>> {
+    let count = len.div_ceil(tile.max(1)).max(1);
+    (0..count)
+        .map(|k| k * len / count..(k + 1) * len / count)
+        .collect()
+}
+
+/// One up block of the decoder, as far as halos are concerned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlockConvs {
+    /// 3x3 convolutions at the block's resolution (two per resnet).
+    pub convs: usize,
+    /// Whether the block ends with an upsampler: ×2 nearest, then a 3x3 convolution at the new
+    /// resolution.
+    pub upsample: bool,
+}
+
+/// The up blocks of a decoder with `vae`'s config (diffusers' `Decoder`: `layers_per_block + 1`
+/// resnets per block, an upsampler after every block but the last).
+pub fn decoder_blocks(vae: &VaeConfig) -> Vec<BlockConvs> {
+    let n = vae.block_out_channels.len();
+    (0..n)
+        .map(|i| BlockConvs {
+            convs: 2 * (vae.layers_per_block + 1),
+            upsample: i + 1 < n,
         })
         .collect()
 }
 
-/// Blend weights along one axis, in pixels: for each span (in latents, times `scale`), the weight
-/// of each of its pixels. Inside an overlap a tile's weight ramps linearly towards the tile's
-/// edge; the weights of all tiles at any pixel sum to one.
-pub fn blend_weights(spans: &[Range<usize>], scale: usize) -> Vec<Vec<f32>> {
-    let px = |r: &Range<usize>| r.start * scale..r.end * scale;
-    let ramps: Vec<Vec<f32>> = spans
-        .iter()
-        .enumerate()
-        .map(|(k, span)| {
-            let span = px(span);
-            // Overlaps with the previous and next tile, in pixels.
-            let before = (k > 0).then(|| span.start..px(&spans[k - 1]).end.min(span.end));
-            let after = spans
-                .get(k + 1)
-                .map(|next| px(next).start.max(span.start)..span.end);
-            span.map(|p| {
-                let centre = p as f32 + 0.5;
-                let up = before.as_ref().map_or(1.0, |r| {
-                    ((centre - r.start as f32) / r.len().max(1) as f32).min(1.0)
-                });
-                let down = after.as_ref().map_or(1.0, |r| {
-                    ((r.end as f32 - centre) / r.len().max(1) as f32).min(1.0)
-                });
-                up.min(down).max(0.0)
-            })
-            .collect()
-        })
-        .collect();
-    // Normalise so every pixel's weights sum to one (three tiles can meet where spans crowd).
-    let len = spans.last().map_or(0, |s| s.end * scale);
-    let mut sum = vec![0.0f32; len];
-    for (span, ramp) in spans.iter().zip(&ramps) {
-        for (p, w) in px(span).zip(ramp) {
-            sum[p] += w;
+/// The halo each up block's input needs, in pixels at that block's resolution, for `blocks`
+/// followed by `conv_out` (one 3x3 convolution). Walking back from the output: a 3x3 convolution
+/// needs one more pixel around what it produces; a ×2 nearest upsampling needs half of what its
+/// output needs, rounded up (output pixel `p` reads input pixel `p / 2`).
+pub fn block_halos(blocks: &[BlockConvs]) -> Vec<usize> {
+    let mut need: usize = 1; // conv_out
+    let mut halos = vec![0; blocks.len()];
+    for (halo, block) in halos.iter_mut().zip(blocks).rev() {
+        if block.upsample {
+            need = (need + 1).div_ceil(2); // its convolution, then the ×2
         }
+        need += block.convs;
+        *halo = need;
     }
-    spans
-        .iter()
-        .zip(ramps)
-        .map(|(span, ramp)| {
-            px(span)
-                .zip(ramp)
-                .map(|(p, w)| if sum[p] > 0.0 { w / sum[p] } else { 0.0 })
-                .collect()
-        })
-        .collect()
+    halos
 }
 
-/// Decodes `latents` tile by tile with `decode_tile` (which maps `[b, c, th, tw]` latents to
-/// `[b, out, th·scale, tw·scale]` pixels, e.g. through the VAE compiler) and blends the tiles into
-/// one f32 image.
+/// The halo, in latents, a tile of `vae`'s decoder needs after the mid block: 13 in SD 1.x.
+pub fn halo_latents(vae: &VaeConfig) -> usize {
+    block_halos(&decoder_blocks(vae))
+        .first()
+        .copied()
+        .unwrap_or(1)
+}
+
+/// Decodes `latents` as [`AutoencoderKL::decode_with`] does, with the layers after the mid block
+/// run in tiles of at most `config.tile_latents` latents (see the module docs). `kernels` runs the
+/// whole-latent layers' GroupNorms (e.g. [`crate::vae_compile::VaeCompiler::kernels`]); the
+/// tiles' GroupNorms share statistics and run as burn ops.
 ///
 /// # Shapes
 /// `[b, c, h, w] -> [b, out_channels, h·scale, w·scale]`
 pub fn tiled_decode(
+    vae: &AutoencoderKL,
     latents: Tensor<4>,
-    vae: &VaeConfig,
     config: &TilingConfig,
-    decode_tile: &mut dyn FnMut(Tensor<4>) -> Tensor<4>,
+    kernels: Kernels,
 ) -> Tensor<4> {
-    let [b, c, h, w] = latents.dims();
-    let scale = vae.downscale();
-    let device = latents.device();
-    let rows = tile_spans(h, config.tile_latents, config.overlap_latents);
-    let cols = tile_spans(w, config.tile_latents, config.overlap_latents);
-    let row_weights = blend_weights(&rows, scale);
-    let col_weights = blend_weights(&cols, scale);
-    let mut out = Tensor::<4>::zeros(
-        [b, vae.out_channels, h * scale, w * scale],
-        (&device, DType::F32),
-    );
-    for (r, wr) in rows.iter().zip(&row_weights) {
-        let wy = Tensor::<4>::from_data(
-            TensorData::new(wr.clone(), [1, 1, wr.len(), 1]),
-            (&device, DType::F32),
-        );
-        for (col, wc) in cols.iter().zip(&col_weights) {
-            let wx = Tensor::<4>::from_data(
-                TensorData::new(wc.clone(), [1, 1, 1, wc.len()]),
-                (&device, DType::F32),
-            );
-            let tile = latents.clone().slice([0..b, 0..c, r.clone(), col.clone()]);
-            let pixels = decode_tile(tile).cast(DType::F32); // [b, out, th·s, tw·s]
-            let region = [
-                0..b,
-                0..vae.out_channels,
-                r.start * scale..r.end * scale,
-                col.start * scale..col.end * scale,
-            ];
-            let blended = out.clone().slice(region.clone()) + pixels * wy.clone() * wx;
-            out = out.slice_assign(region, blended);
+    let dims = latents.dims();
+    if dims.contains(&0) {
+        return vae.decode_with(latents, kernels); // nothing to cut
+    }
+    let (rows, cols) = config.grid(dims);
+    let tail = vae.decoder_tail();
+    let blocks: Vec<BlockConvs> = tail
+        .blocks
+        .iter()
+        .map(|(resnets, up)| BlockConvs {
+            convs: 2 * resnets.len(),
+            upsample: up.is_some(),
+        })
+        .collect();
+    let halos = block_halos(&blocks);
+    let x = vae.decode_head(latents, kernels);
+    let mut tiles = Tiles::cut(x, &rows, &cols, halos.first().copied().unwrap_or(1));
+    for ((resnets, upsampler), halo) in tail.blocks.iter().zip(halos) {
+        tiles.crop(halo); // what the last block's upsampling left beyond the need
+        for resnet in resnets.iter() {
+            tiles.resnet(resnet);
+        }
+        if let Some(up) = upsampler {
+            tiles.upsample(up);
         }
     }
-    out
+    tiles.crop(1);
+    tiles.group_norm(tail.norm_out, true);
+    tiles.conv3x3(|x| tail.conv_out.forward(x));
+    tiles.join(cols.len())
+}
+
+/// Rows × columns of the image, at the resolution of the activation in question.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Rect {
+    rows: Range<usize>,
+    cols: Range<usize>,
+}
+
+impl Rect {
+    /// Grown by `by` on every side, clipped to an image of `size` (rows, columns).
+    fn grown(&self, by: usize, size: [usize; 2]) -> Rect {
+        let grow = |r: &Range<usize>, len: usize| r.start.saturating_sub(by)..(r.end + by).min(len);
+        Rect {
+            rows: grow(&self.rows, size[0]),
+            cols: grow(&self.cols, size[1]),
+        }
+    }
+
+    /// What stays valid after a 3x3 convolution with zero padding: one less on every side that is
+    /// not on the border of an image of `size` (there the padding is the image's own).
+    fn after_conv3x3(&self, size: [usize; 2]) -> Rect {
+        let shrink = |r: &Range<usize>, len: usize| {
+            let start = r.start + usize::from(r.start > 0);
+            let end = r.end.saturating_sub(usize::from(r.end < len));
+            start..end.max(start)
+        };
+        Rect {
+            rows: shrink(&self.rows, size[0]),
+            cols: shrink(&self.cols, size[1]),
+        }
+    }
+
+    fn scaled(&self, k: usize) -> Rect {
+        Rect {
+            rows: self.rows.start * k..self.rows.end * k,
+            cols: self.cols.start * k..self.cols.end * k,
+        }
+    }
+
+    fn contains(&self, other: &Rect) -> bool {
+        let within = |o: &Range<usize>, r: &Range<usize>| r.start <= o.start && o.end <= r.end;
+        within(&other.rows, &self.rows) && within(&other.cols, &self.cols)
+    }
+
+    /// Where `inner` (which `self` contains) lies within `self`, as tensor index ranges.
+    fn locate(&self, inner: &Rect) -> [Range<usize>; 2] {
+        [
+            inner.rows.start - self.rows.start..inner.rows.end - self.rows.start,
+            inner.cols.start - self.cols.start..inner.cols.end - self.cols.start,
+        ]
+    }
+}
+
+/// One tile's activation `[b, c, held rows, held columns]`: its core plus a halo.
+struct Tile {
+    x: Tensor<4>,
+    held: Rect,
+    core: Rect,
+}
+
+/// `x`, which holds `held`, cut down to `region`.
+fn crop(x: Tensor<4>, held: &Rect, region: &Rect) -> Tensor<4> {
+    debug_assert!(held.contains(region), "{region:?} is not within {held:?}");
+    if held == region {
+        return x;
+    }
+    let [b, c, _, _] = x.dims();
+    let [rows, cols] = held.locate(region);
+    x.slice([0..b, 0..c, rows, cols])
+}
+
+/// ×2 nearest-neighbour upsampling, as [`Upsample::forward`] does it, by broadcasting: the same
+/// values (it only copies), but as a copy kernel that does not depend on the shape. burn's
+/// interpolation kernel is compiled for each input shape, and tiles come in many shapes: on
+/// lavapipe that was 19 more kernel compilations (~6 s) for the tiny model's 12 tiles.
+fn nearest_x2(x: Tensor<4>) -> Tensor<4> {
+    let [b, c, h, w] = x.dims();
+    x.reshape([b, c, h, 1, w, 1])
+        .expand([b, c, h, 2, w, 2])
+        .reshape([b, c, 2 * h, 2 * w])
+}
+
+/// Every tile of one activation, in row-major order, and the size (rows, columns) of the whole
+/// image at the activation's resolution.
+struct Tiles {
+    tiles: Vec<Tile>,
+    size: [usize; 2],
+}
+
+impl Tiles {
+    /// Cuts `whole` into tiles whose cores are `rows` × `cols`, each with `halo` around its core.
+    fn cut(whole: Tensor<4>, rows: &[Range<usize>], cols: &[Range<usize>], halo: usize) -> Self {
+        let [_, _, h, w] = whole.dims();
+        let size = [h, w];
+        let everything = Rect {
+            rows: 0..h,
+            cols: 0..w,
+        };
+        let tiles = rows
+            .iter()
+            .flat_map(|r| cols.iter().map(move |c| (r.clone(), c.clone())))
+            .map(|(rows, cols)| {
+                let core = Rect { rows, cols };
+                let held = core.grown(halo, size);
+                Tile {
+                    x: crop(whole.clone(), &everything, &held),
+                    held,
+                    core,
+                }
+            })
+            .collect();
+        Self { tiles, size }
+    }
+
+    /// Cuts every tile down to its core plus `halo` (a tile never holds less than that).
+    fn crop(&mut self, halo: usize) {
+        for tile in &mut self.tiles {
+            let want = tile.core.grown(halo, self.size);
+            tile.x = crop(tile.x.clone(), &tile.held, &want);
+            tile.held = want;
+        }
+    }
+
+    /// Applies a 3x3 convolution (padding 1) to every tile and drops the ring it got wrong.
+    fn conv3x3(&mut self, conv: impl Fn(Tensor<4>) -> Tensor<4>) {
+        for tile in &mut self.tiles {
+            let valid = tile.held.after_conv3x3(self.size);
+            debug_assert!(valid.contains(&tile.core), "halo used up: {valid:?}");
+            tile.x = crop(conv(tile.x.clone()), &tile.held, &valid);
+            tile.held = valid;
+        }
+    }
+
+    /// ×2 nearest, then the upsampler's 3x3 convolution. Nearest upsampling of a crop is the crop
+    /// of the upsampled image, so only the convolution costs halo.
+    fn upsample(&mut self, up: &Upsample) {
+        let size = self.size.map(|s| 2 * s);
+        for tile in &mut self.tiles {
+            let held = tile.held.scaled(2);
+            let valid = held.after_conv3x3(size);
+            let x = up.conv().forward(nearest_x2(tile.x.clone()));
+            tile.x = crop(x, &held, &valid);
+            tile.held = valid;
+            tile.core = tile.core.scaled(2);
+        }
+        self.size = size;
+    }
+
+    /// GroupNorm (then SiLU when `silu`) of every tile with the statistics of the whole activation:
+    /// the pooled statistics of the cores, which partition it.
+    fn group_norm(&mut self, norm: &GroupNorm, silu: bool) {
+        let parts = self
+            .tiles
+            .iter()
+            .map(|t| norm.moments(crop(t.x.clone(), &t.held, &t.core)))
+            .collect();
+        let Some(moments) = GroupMoments::pool(parts) else {
+            return; // no tiles, or empty ones: nothing to normalise
+        };
+        for tile in &mut self.tiles {
+            tile.x = norm.forward_with_moments(tile.x.clone(), &moments, silu);
+        }
+    }
+
+    /// `ResnetBlock2D` without a time embedding, as its `forward_with`, layer by layer over all
+    /// tiles; the shortcut is cropped to what the convolutions left.
+    fn resnet(&mut self, resnet: &ResnetBlock2D) {
+        let layers = resnet.layers();
+        debug_assert!(
+            layers.time_emb_proj.is_none(),
+            "the VAE has no time embedding"
+        );
+        let inputs: Vec<(Tensor<4>, Rect)> = self
+            .tiles
+            .iter()
+            .map(|t| (t.x.clone(), t.held.clone()))
+            .collect();
+        self.group_norm(layers.norm1, true);
+        self.conv3x3(|x| layers.conv1.forward(x));
+        self.group_norm(layers.norm2, true);
+        self.conv3x3(|x| layers.conv2.forward(x));
+        for (tile, (x, held)) in self.tiles.iter_mut().zip(inputs) {
+            let x = crop(x, &held, &tile.held);
+            let shortcut = match layers.conv_shortcut {
+                Some(conv) => conv.forward(x), // 1x1: per pixel, so cropping first is exact
+                None => x,
+            };
+            tile.x = shortcut + tile.x.clone();
+        }
+    }
+
+    /// Joins the tiles, each cropped to exactly its core by now, into one image.
+    fn join(self, columns: usize) -> Tensor<4> {
+        let mut rows = Vec::new();
+        let mut row = Vec::with_capacity(columns);
+        for tile in self.tiles {
+            row.push(crop(tile.x, &tile.held, &tile.core));
+            if row.len() == columns.max(1) {
+                rows.push(Tensor::cat(std::mem::take(&mut row), 3));
+            }
+        }
+        Tensor::cat(rows, 2)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// Every latent of every axis length is covered, tiles have the asked size (or the whole axis),
-    /// stay in bounds, neighbours overlap by at least the asked overlap, and the blend weights of
-    /// every pixel sum to one, for many lengths: multiples of the step and not, shorter than a tile.
+    /// Cores partition every axis: in order, no gap or overlap, from 0 to `len`, each at most a
+    /// tile, as few as can be, lengths within one of each other.
     #[test]
-    fn tiles_cover_every_pixel_exactly_once_in_weight() {
-        for tile in [1, 2, 3, 4, 7, 8, 16, 64] {
-            for overlap in [0, 1, 2, 3, 4, 16, 100] {
-                for len in 1..=3 * tile + 17 {
-                    let spans = tile_spans(len, tile, overlap);
-                    let what = format!("len {len}, tile {tile}, overlap {overlap}");
-                    assert_eq!(spans[0].start, 0, "{what}");
-                    assert_eq!(spans.last().map(|s| s.end), Some(len), "{what}");
-                    for s in &spans {
-                        assert_eq!(s.len(), tile.min(len), "{what}: {s:?}");
-                        assert!(s.end <= len, "{what}");
-                    }
-                    let want_overlap = overlap.min(tile - 1).min(len);
-                    for pair in spans.windows(2) {
-                        assert!(pair[1].start > pair[0].start, "{what}: {spans:?}");
-                        let shared = pair[0].end.saturating_sub(pair[1].start);
-                        assert!(shared >= want_overlap, "{what}: {spans:?}");
-                    }
-                    for scale in [1, 8] {
-                        let weights = blend_weights(&spans, scale);
-                        let mut sum = vec![0.0f64; len * scale];
-                        let mut hits = vec![0usize; len * scale];
-                        for (span, ws) in spans.iter().zip(&weights) {
-                            assert_eq!(ws.len(), span.len() * scale, "{what}");
-                            for (p, w) in (span.start * scale..span.end * scale).zip(ws) {
-                                assert!(w.is_finite() && *w >= 0.0, "{what}");
-                                sum[p] += *w as f64;
-                                hits[p] += 1;
-                            }
-                        }
-                        for p in 0..len * scale {
-                            assert!(hits[p] >= 1, "{what}: pixel {p} not covered");
-                            assert!(
-                                (sum[p] - 1.0).abs() < 1e-5,
-                                "{what}, scale {scale}: pixel {p} weighs {}",
-                                sum[p]
-                            );
-                        }
-                    }
+    fn cores_partition_every_axis() {
+        for tile in [1, 2, 3, 4, 6, 7, 8, 16, 64] {
+            for len in 0..=5 * tile + 17 {
+                let spans = core_spans(len, tile);
+                let what = format!("len {len}, tile {tile}: {spans:?}");
+                assert_eq!(spans.len(), len.div_ceil(tile).max(1), "{what}");
+                assert_eq!(spans[0].start, 0, "{what}");
+                assert_eq!(spans.last().map(|s| s.end), Some(len), "{what}");
+                for pair in spans.windows(2) {
+                    assert_eq!(pair[0].end, pair[1].start, "{what}");
                 }
+                let lens: Vec<usize> = spans.iter().map(|s| s.len()).collect();
+                let (min, max) = (lens.iter().min(), lens.iter().max());
+                assert!(max <= Some(&tile), "{what}");
+                assert!(max.zip(min).is_some_and(|(a, b)| a - b <= 1), "{what}");
+            }
+        }
+        assert_eq!(core_spans(20, 6), vec![0..5, 5..10, 10..15, 15..20]);
+        assert_eq!(core_spans(16, 6), vec![0..5, 5..10, 10..16]);
+        assert_eq!(core_spans(5, 64), vec![0..5]);
+    }
+
+    /// The halo a core needs beyond its edges at the input of `blocks[first]`, found by walking
+    /// one output pixel's dependencies back through every layer, for every output pixel of cores
+    /// at several alignments.
+    fn brute_force_halo(blocks: &[BlockConvs], first: usize) -> usize {
+        // The layers from blocks[first] on, then conv_out; `true` is a ×2 upsampling.
+        let mut steps = Vec::new();
+        for block in &blocks[first..] {
+            steps.extend(std::iter::repeat_n(false, block.convs));
+            if block.upsample {
+                steps.extend([true, false]);
+            }
+        }
+        steps.push(false);
+        let scale = 1i64 << steps.iter().filter(|up| **up).count();
+        let mut worst = 0;
+        for start in 20..24i64 {
+            for len in 1..4 {
+                let core = start..start + len;
+                for p in core.start * scale..core.end * scale {
+                    let (mut lo, mut hi) = (p, p); // inclusive, at the current resolution
+                    for up in steps.iter().rev() {
+                        (lo, hi) = if *up {
+                            (lo.div_euclid(2), hi.div_euclid(2))
+                        } else {
+                            (lo - 1, hi + 1)
+                        };
+                    }
+                    worst = worst.max(core.start - lo).max(hi - (core.end - 1));
+                }
+            }
+        }
+        worst as usize
+    }
+
+    /// The halos are the receptive field exactly: enough, and no more, at every block.
+    #[test]
+    fn halos_are_the_receptive_field() {
+        let sd = decoder_blocks(&VaeConfig::sd15());
+        assert_eq!(block_halos(&sd), vec![13, 12, 10, 7]);
+        assert_eq!(halo_latents(&VaeConfig::sd15()), 13);
+        let tiny = VaeConfig {
+            block_out_channels: vec![16, 32, 32, 32],
+            layers_per_block: 1,
+            norm_num_groups: 8,
+            ..VaeConfig::sd15()
+        };
+        assert_eq!(halo_latents(&tiny), 9);
+        let odd = vec![
+            BlockConvs {
+                convs: 1,
+                upsample: true,
+            },
+            BlockConvs {
+                convs: 0,
+                upsample: true,
+            },
+            BlockConvs {
+                convs: 3,
+                upsample: true,
+            },
+            BlockConvs {
+                convs: 2,
+                upsample: false,
+            },
+        ];
+        for blocks in [sd, decoder_blocks(&tiny), odd] {
+            let halos = block_halos(&blocks);
+            for (i, halo) in halos.iter().enumerate() {
+                assert_eq!(*halo, brute_force_halo(&blocks, i), "{blocks:?}, block {i}");
             }
         }
     }
 
+    /// Halos grow and clip at the border; a convolution costs a ring only where it is not at the
+    /// border.
     #[test]
-    fn a_short_axis_is_one_tile() {
-        assert_eq!(tile_spans(5, 8, 2), vec![0..5]);
-        assert_eq!(tile_spans(8, 8, 2), vec![0..8]);
-        assert_eq!(tile_spans(0, 8, 2), vec![0..0]);
-        // 20 latents, tiles of 8 with step 6: three tiles spread evenly.
-        assert_eq!(tile_spans(20, 8, 2), vec![0..8, 6..14, 12..20]);
+    fn rects_grow_clip_and_lose_a_ring_per_convolution() {
+        let size = [16, 20];
+        let core = Rect {
+            rows: 0..5,
+            cols: 10..15,
+        };
+        let held = core.grown(3, size);
+        assert_eq!(
+            held,
+            Rect {
+                rows: 0..8,
+                cols: 7..18
+            }
+        );
+        assert_eq!(
+            held.after_conv3x3(size),
+            Rect {
+                rows: 0..7,
+                cols: 8..17
+            }
+        );
+        let whole = Rect {
+            rows: 0..16,
+            cols: 0..20,
+        };
+        assert_eq!(core.grown(99, size), whole);
+        assert_eq!(
+            whole.after_conv3x3(size),
+            whole,
+            "the border keeps its zero padding"
+        );
+        assert!(held.contains(&core) && !core.contains(&held));
+        assert_eq!(held.locate(&core), [0..5, 3..8]);
+        assert_eq!(
+            core.scaled(2),
+            Rect {
+                rows: 0..10,
+                cols: 20..30
+            }
+        );
     }
 
     #[test]
@@ -308,6 +626,7 @@ mod tests {
         assert!(!auto.should_tile(&vae, [1, 4, 64, 64]));
         assert!(!auto.should_tile(&vae, [1, 4, 128, 128]));
         assert!(auto.should_tile(&vae, [1, 4, 192, 128]));
+        assert_eq!(auto.tile_count([1, 4, 192, 128]), 6);
         // A small buffer limit tiles 768x768 too (its full-resolution activations are 576 MiB).
         let small = TilingConfig {
             auto_max_buffer_bytes: 128 << 20,

@@ -343,6 +343,16 @@ impl Observer for Forward<'_> {
         crate::stall::stall_here_for_tests(s.image, s.step);
     }
 
+    fn decoding(&mut self, tiles: usize) {
+        let what = if tiles > 1 {
+            format!("decoding in {tiles} tiles…")
+        } else {
+            "decoding…".into()
+        };
+        let _ = self.events.try_send(Event::Status(what));
+        (self.wake)();
+    }
+
     fn image(&mut self, generated: &latent_engine::pipeline::Generated) {
         if self.error.is_some() {
             return;

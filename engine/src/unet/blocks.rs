@@ -48,6 +48,11 @@ impl Upsample {
         }
     }
 
+    /// The 3x3 convolution after the ×2 nearest upsampling.
+    pub fn conv(&self) -> &Conv2d {
+        &self.conv
+    }
+
     /// Doubles the size, or matches `size` when given: latents whose sides are not multiples of the
     /// UNet's total downscale come back to the skip connection's size (diffusers' `upsample_size`).
     pub fn forward(&self, x: Tensor<4>, size: Option<[usize; 2]>) -> Tensor<4> {

@@ -27,7 +27,34 @@ pub struct ResnetSpec {
     pub eps: f64,
 }
 
+/// A resnet's layers, for callers that run them in their own order: the tiled VAE decode runs
+/// each layer over every tile before the next (`crate::vae_tiling`).
+#[derive(Debug, Clone, Copy)]
+pub struct ResnetLayers<'a> {
+    pub norm1: &'a GroupNorm,
+    /// 3x3, padding 1.
+    pub conv1: &'a Conv2d,
+    pub norm2: &'a GroupNorm,
+    /// 3x3, padding 1.
+    pub conv2: &'a Conv2d,
+    /// 1x1, where the channel count changes.
+    pub conv_shortcut: Option<&'a Conv2d>,
+    /// The UNet's time embedding projection; `None` in the VAE.
+    pub time_emb_proj: Option<&'a Linear>,
+}
+
 impl ResnetBlock2D {
+    pub fn layers(&self) -> ResnetLayers<'_> {
+        ResnetLayers {
+            norm1: &self.norm1,
+            conv1: &self.conv1,
+            norm2: &self.norm2,
+            conv2: &self.conv2,
+            conv_shortcut: self.conv_shortcut.as_ref(),
+            time_emb_proj: self.time_emb_proj.as_ref(),
+        }
+    }
+
     pub fn load(w: &Weights, s: ResnetSpec) -> Result<Self> {
         Ok(Self {
             norm1: GroupNorm::load(&w.pp("norm1"), s.groups, s.c_in, s.eps)?,
