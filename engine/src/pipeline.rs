@@ -369,13 +369,17 @@ fn decode_with(
     latents: Tensor<4>,
     observer: &mut dyn Observer,
 ) -> Tensor<4> {
-    let tiling = model.vae_tiling();
+    let dims = latents.dims();
+    let limit = crate::limits::DeviceLimits::of(&model.device).max_tensor_bytes();
+    let tiling = model.vae_tiling().fit_to(vae.config(), dims[0], limit);
+    // The device's limit wins over "never": a decode that cannot fit would fail.
+    let too_large = crate::vae_tiling::largest_decoder_buffer_bytes(vae.config(), dims) > limit;
     let mut decode_one = |t: Tensor<4>| {
         model
             .vae_compile
             .decode(vae, t, &mut |n| observer.notice(&n))
     };
-    if tiling.should_tile(vae.config(), latents.dims()) {
+    if tiling.should_tile(vae.config(), dims) || too_large {
         tracing::debug!(dims = ?latents.dims(), ?tiling, "tiled VAE decode");
         crate::vae_tiling::tiled_decode(latents, vae.config(), &tiling, &mut decode_one)
     } else {

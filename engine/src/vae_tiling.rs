@@ -60,8 +60,8 @@ pub struct TilingConfig {
     /// `Auto` tiles images with more pixels than this.
     pub auto_max_pixels: usize,
     /// `Auto` also tiles when the decoder's largest buffer would be larger than this many bytes.
-    /// 1 GiB sits under the 2–4 GiB storage-binding limits of desktop Vulkan/DX12 drivers; set
-    /// it to an adapter's `max_storage_binding` (see `latent-studio devices`) to follow that.
+    /// 1 GiB sits under the 2–4 GiB storage-binding limits of desktop Vulkan/DX12 drivers; a
+    /// device with a lower limit lowers it further (see [`TilingConfig::fit_to`]).
     pub auto_max_buffer_bytes: u64,
 }
 
@@ -85,6 +85,29 @@ impl TilingConfig {
         }
     }
 
+    /// This setting on a device whose largest tensor is `limit` bytes (see
+    /// [`crate::limits::DeviceLimits`]): `Auto` also tiles where a decoder buffer would exceed
+    /// the limit, and tiles shrink (keeping their share of overlap) until one tile's buffers fit.
+    /// A tile too small to hold even one latent's buffers is left at one latent.
+    pub fn fit_to(self, vae: &VaeConfig, batch: usize, limit: u64) -> Self {
+        let fits = |t: usize| largest_decoder_buffer_bytes(vae, [batch, 4, t, t]) <= limit;
+        let mut tile = self.tile_latents.max(1);
+        while tile > 1 && !fits(tile) {
+            tile -= 1;
+        }
+        let overlap = if tile < self.tile_latents {
+            self.overlap_latents * tile / self.tile_latents.max(1)
+        } else {
+            self.overlap_latents
+        };
+        Self {
+            tile_latents: tile,
+            overlap_latents: overlap,
+            auto_max_buffer_bytes: self.auto_max_buffer_bytes.min(limit),
+            ..self
+        }
+    }
+
     /// Whether decoding latents of `dims` (`[b, c, h, w]`) should be tiled.
     pub fn should_tile(&self, vae: &VaeConfig, dims: [usize; 4]) -> bool {
         let [_, _, h, w] = dims;
@@ -103,19 +126,23 @@ impl TilingConfig {
     }
 }
 
-/// Bytes of the decoder's largest buffer for latents of `dims`: a full-resolution activation
-/// (GroupNorm computes those in f32). The mid block's attention scores are built in slices below
-/// [`crate::nn::MAX_SCORE_BYTES`], so they never are the largest.
+/// Bytes of the decoder's largest buffer for latents of `dims`: the largest activation, in f32
+/// (GroupNorm computes in f32). Level `i` of the decoder runs at `1 / 2^i` of the full resolution
+/// with `block_out_channels[i]` channels, after the upsampler that fed it made `[i + 1]` of them
+/// (in SD 1.5: 256 channels at full resolution). The mid block's attention scores are built in
+/// slices that fit the device ([`crate::attention`]), so they never are the largest.
 pub fn largest_decoder_buffer_bytes(vae: &VaeConfig, dims: [usize; 4]) -> u64 {
     let [b, _, h, w] = dims.map(|d| d as u64);
     let scale = vae.downscale() as u64;
-    let scores = crate::nn::MAX_SCORE_BYTES as u64;
-    // The last up block runs at full resolution with block_out_channels[0]; the upsampler before
-    // it produces full resolution with block_out_channels[1].
     let c = &vae.block_out_channels;
-    let channels = c.iter().take(2).copied().max().unwrap_or(0) as u64;
-    let full = b * channels * h * scale * w * scale * 4;
-    scores.max(full)
+    (0..c.len())
+        .map(|i| {
+            let channels = c[i].max(c.get(i + 1).copied().unwrap_or(0)) as u64;
+            let (ph, pw) = ((h * scale) >> i, (w * scale) >> i);
+            b * channels * ph * pw * 4
+        })
+        .max()
+        .unwrap_or(0)
 }
 
 /// Tiles of one axis of `len` latents: each `tile` long (or the whole axis when it is shorter),
@@ -294,6 +321,25 @@ mod tests {
         assert_eq!(tile_spans(0, 8, 2), vec![0..0]);
         // 20 latents, tiles of 8 with step 6: three tiles spread evenly.
         assert_eq!(tile_spans(20, 8, 2), vec![0..8, 6..14, 12..20]);
+    }
+
+    /// SD 1.5's largest decoder buffer is 256 channels at full resolution (256 MiB at 512²), so
+    /// under WebGPU's 128 MiB a 512² decode tiles, in tiles of 45 latents; without a limit the
+    /// setting is unchanged.
+    #[test]
+    fn tiles_shrink_to_fit_the_device() {
+        let vae = VaeConfig::sd15();
+        assert_eq!(
+            largest_decoder_buffer_bytes(&vae, [1, 4, 64, 64]),
+            256 << 20
+        );
+        let fitted = TilingConfig::default().fit_to(&vae, 1, 128 << 20);
+        assert_eq!((fitted.tile_latents, fitted.overlap_latents), (45, 11));
+        assert_eq!(fitted.auto_max_buffer_bytes, 128 << 20);
+        assert!(largest_decoder_buffer_bytes(&vae, [1, 4, 45, 45]) <= 128 << 20);
+        assert!(fitted.should_tile(&vae, [1, 4, 64, 64]));
+        let host = TilingConfig::default().fit_to(&vae, 1, u64::MAX);
+        assert_eq!(host, TilingConfig::default());
     }
 
     #[test]
