@@ -252,8 +252,36 @@ pub fn enumerate() -> Vec<AdapterSummary> {
     Vec::new()
 }
 
+/// The wgpu instance and adapter behind a summary [`enumerate`] made (same backend, same index),
+/// for opening a device of our own on it (see [`crate::device::open_limited`]).
+pub(crate) fn wgpu_adapter(
+    summary: &AdapterSummary,
+) -> Option<(
+    burn::backend::wgpu::wgpu::Instance,
+    burn::backend::wgpu::wgpu::Adapter,
+)> {
+    use burn::backend::wgpu::wgpu;
+    let backend = [
+        wgpu::Backend::Vulkan,
+        wgpu::Backend::Metal,
+        wgpu::Backend::Dx12,
+        wgpu::Backend::Gl,
+    ]
+    .into_iter()
+    .find(|b| format!("{b:?}") == summary.backend)?;
+    let backend = wgpu::Backends::from(backend);
+    let instance = wgpu::Instance::new(wgpu::InstanceDescriptor {
+        backends: backend,
+        ..wgpu::InstanceDescriptor::new_without_display_handle()
+    });
+    let adapter = pollster_block_on(instance.enumerate_adapters(backend))
+        .into_iter()
+        .nth(summary.index)?;
+    (adapter.get_info().name == summary.name).then_some((instance, adapter))
+}
+
 /// Drives a wgpu future that completes without a runtime (native enumeration is synchronous).
-fn pollster_block_on<F: std::future::Future>(future: F) -> F::Output {
+pub(crate) fn pollster_block_on<F: std::future::Future>(future: F) -> F::Output {
     use std::task::{Context, Poll, Wake, Waker};
     struct Noop;
     impl Wake for Noop {

@@ -1,6 +1,6 @@
 //! CLIP text encoder (transformers' `CLIPTextModel`), the prompt encoder of SD 1.x.
 
-use burn::tensor::{Int, Tensor, TensorData};
+use burn::tensor::Tensor;
 use serde::Deserialize;
 
 use crate::checkpoint::Weights;
@@ -162,6 +162,12 @@ impl ClipTextModel {
         &self.config
     }
 
+    /// How many tensors hold the token embedding (more than one where the whole table is larger
+    /// than the device allows in one buffer).
+    pub fn token_embedding_chunks(&self) -> usize {
+        self.token_embedding.chunks()
+    }
+
     /// Encodes token ids. `clip_skip` follows A1111: 1 = last layer, 2 = penultimate, … The final
     /// layer norm is applied in every case, as A1111, ComfyUI and diffusers' `clip_skip` do.
     ///
@@ -196,11 +202,10 @@ impl ClipTextModel {
                 "clip skip {skip} exceeds the {layers} text encoder layers"
             )));
         }
-        let device = self.token_embedding.weight().device();
-        let flat: Vec<i64> = ids.iter().flatten().map(|&id| id as i64).collect();
-        let ids = Tensor::<2, Int>::from_data(TensorData::new(flat, [b, n]), &device);
-        let positions = Tensor::<1, Int>::arange(0..n as i64, &device).reshape([1, n]);
-        let mut x = self.token_embedding.forward(ids) + self.position_embedding.forward(positions); // [b, n, d]
+        let flat: Vec<usize> = ids.iter().flatten().map(|&id| id as usize).collect();
+        let positions: Vec<usize> = (0..n).collect();
+        let mut x = self.token_embedding.forward(&flat, b, n)?
+            + self.position_embedding.forward(&positions, 1, n)?; // [b, n, d]
         for layer in &self.layers[..layers + 1 - skip] {
             x = layer.forward(x);
         }

@@ -12,6 +12,7 @@ use burn::tensor::{DType, Device, Tensor, TensorData};
 
 use crate::adapters::{AdapterKind, AdapterSummary};
 use crate::error::{Error, Result};
+use crate::limits::DeviceLimits;
 
 /// How long opening a device and compiling its first kernels may take by default.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
@@ -138,6 +139,73 @@ pub fn open(target: &Target, all: &[AdapterSummary]) -> Device {
         Target::Adapter(a) => Device::wgpu(a.device_kind(all)),
     }
 }
+
+/// Opens `adapter` as a wgpu device whose buffer and storage-binding limits are lowered to
+/// `limits` (never raised above the adapter's), registers it with burn and remembers its limits
+/// for [`DeviceLimits::of`]. It behaves like a device with smaller limits would: wgpu refuses any
+/// buffer above them. Tests use it to check the engine stays under WebGPU's defaults.
+///
+/// The device asks for the features cubecl's WGSL runtime asks for. Builds with the `vulkan`
+/// feature cannot use it: cubecl's SPIR-V runtime creates its Vulkan device itself, with
+/// extensions an imported device would lack.
+pub fn open_limited(adapter: &AdapterSummary, limits: DeviceLimits) -> Result<Device> {
+    if cfg!(feature = "vulkan") {
+        return Err(Error::Device(
+            "a device with lowered limits needs the WGSL build (without the `vulkan` feature)"
+                .into(),
+        ));
+    }
+    use burn::tensor::wgpu::{MemoryConfiguration, WgpuSetup, wgpu};
+    let (instance, wgpu_adapter) = crate::adapters::wgpu_adapter(adapter)
+        .ok_or_else(|| Error::Device(format!("adapter gpu:{} is gone", adapter.index)))?;
+    let mut required = wgpu_adapter.limits();
+    required.max_buffer_size = required.max_buffer_size.min(limits.max_buffer_bytes);
+    required.max_storage_buffer_binding_size = required
+        .max_storage_buffer_binding_size
+        .min(limits.max_binding_bytes);
+    let granted = DeviceLimits {
+        max_buffer_bytes: required.max_buffer_size,
+        max_binding_bytes: required.max_storage_buffer_binding_size,
+    };
+    let descriptor = wgpu::DeviceDescriptor {
+        label: Some("latent-studio (lowered limits)"),
+        // As cubecl's WGSL runtime: everything but mappable primary buffers.
+        required_features: wgpu_adapter
+            .features()
+            .difference(wgpu::Features::MAPPABLE_PRIMARY_BUFFERS),
+        required_limits: required,
+        memory_hints: wgpu::MemoryHints::MemoryUsage,
+        trace: wgpu::Trace::Off,
+        experimental_features: wgpu::ExperimentalFeatures::disabled(),
+    };
+    let (device, queue) =
+        crate::adapters::pollster_block_on(wgpu_adapter.request_device(&descriptor))
+            .map_err(|e| Error::Device(format!("{}: {e}", adapter.name)))?;
+    let backend = wgpu_adapter.get_info().backend;
+    let options = Device::wgpu_options().setup(WgpuSetup {
+        instance,
+        adapter: wgpu_adapter,
+        device,
+        queue,
+        backend,
+    });
+    // cubecl's default layout keeps small allocations on a fixed 8 MiB page whatever the
+    // device's limits; below that, one page per allocation is the layout that fits.
+    let options = if granted.max_buffer_bytes < CUBECL_SMALL_PAGE {
+        options.memory_config(MemoryConfiguration::ExclusivePages)
+    } else {
+        options
+    };
+    let device = options
+        .init()
+        .map_err(|e| Error::Device(format!("{}: {e}", adapter.name)))?;
+    DeviceLimits::remember(&device, granted);
+    Ok(device)
+}
+
+/// The page cubecl's adaptive memory layout puts small allocations on (cubecl-server's
+/// `SMALL_PAGE`), whatever the device's largest buffer.
+const CUBECL_SMALL_PAGE: u64 = 8 << 20;
 
 /// Makes the burn device for a choice without opening it (see [`create_watched`] for the
 /// opening under a watchdog). `gpu:N` is the N-th adapter `latent-studio devices` lists.

@@ -36,6 +36,16 @@ pub enum Error {
         expected: Vec<usize>,
         found: Vec<usize>,
     },
+    #[error(
+        "tensor `{name}` takes {}, more than the {} this device allows in one buffer; \
+         use f16, a device with larger limits, or --device cpu",
+        mib(*.bytes), mib(*.limit)
+    )]
+    TensorTooLarge {
+        name: String,
+        bytes: u64,
+        limit: u64,
+    },
     #[error("tensor `{name}` has dtype {dtype}, which cannot be used as a weight")]
     UnsupportedDtype { name: String, dtype: String },
     #[error("invalid model config: {reason} ({path})")]
@@ -63,6 +73,11 @@ pub enum Error {
          The VAE weights may be damaged or unsuited to this model"
     )]
     NonFiniteImage { precision: &'static str },
+}
+
+/// Bytes as MiB for messages.
+fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / (1u64 << 20) as f64)
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

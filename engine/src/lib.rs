@@ -2,11 +2,13 @@
 //! noise, with one code path for every burn device (wgpu and CPU) and dtype (f32 and f16).
 
 pub mod adapters;
+pub mod attention;
 pub mod checkpoint;
 pub mod clip;
 pub mod device;
 pub mod error;
 pub mod image_io;
+pub mod limits;
 pub mod model;
 pub mod model_cache;
 pub mod nn;

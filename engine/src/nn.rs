@@ -3,12 +3,14 @@
 //! of values lose too much in f16 (diffusers' CUDA kernels accumulate in f32 too).
 
 use burn::tensor::activation;
-use burn::tensor::module::{attention, conv2d, embedding, layer_norm, linear};
-use burn::tensor::ops::{AttentionModuleOptions, ConvOptions};
+use burn::tensor::module::{conv2d, embedding, layer_norm, linear};
+use burn::tensor::ops::ConvOptions;
 use burn::tensor::{DType, Int, Tensor, TensorData};
 
 use crate::checkpoint::Weights;
-use crate::error::Result;
+use crate::error::{Error, Result};
+
+pub use crate::attention::{MAX_SCORE_BYTES, multi_head_attention, wide_head_attention};
 
 /// `nn.Linear`; the weight is kept as `[in, out]`.
 #[derive(Debug, Clone)]
@@ -288,27 +290,93 @@ impl LayerNorm {
     }
 }
 
-/// `nn.Embedding`.
+/// `nn.Embedding`, its table in row chunks that each fit one buffer of the device (see
+/// [`Weights::tensor_rows`]; one chunk unless the table is larger than the device allows).
 #[derive(Debug, Clone)]
 pub struct Embedding {
-    weight: Tensor<2>,
+    chunks: Vec<Tensor<2>>,
+    /// Rows of every chunk but the last.
+    rows_per_chunk: usize,
+    count: usize,
+    dim: usize,
 }
 
 impl Embedding {
     pub fn load(w: &Weights, count: usize, dim: usize) -> Result<Self> {
+        let chunks = w.tensor_rows("weight", [count, dim])?;
+        let rows_per_chunk = chunks.first().map_or(count, |c| c.dims()[0]).max(1);
         Ok(Self {
-            weight: w.tensor("weight", [count, dim])?,
+            chunks,
+            rows_per_chunk,
+            count,
+            dim,
         })
     }
 
+    /// Looks up `ids` (`b` rows of `n`, row-major). Ids come from the host, so a table in chunks
+    /// needs no device-side search: each chunk gathers the rows it holds, and one more gather puts
+    /// them back in token order. Gathers copy, so the result equals a lookup in one table.
+    ///
     /// # Shapes
-    /// `[b, n] -> [b, n, dim]`
-    pub fn forward(&self, ids: Tensor<2, Int>) -> Tensor<3> {
-        embedding(self.weight.clone(), ids)
+    /// ids `b·n` -> `[b, n, dim]`
+    pub fn forward(&self, ids: &[usize], b: usize, n: usize) -> Result<Tensor<3>> {
+        if ids.len() != b * n {
+            return Err(Error::InvalidInput(format!(
+                "{} ids for a {b} x {n} lookup",
+                ids.len()
+            )));
+        }
+        if let Some(bad) = ids.iter().find(|&&id| id >= self.count) {
+            return Err(Error::InvalidInput(format!(
+                "id {bad} is outside the {}-row embedding",
+                self.count
+            )));
+        }
+        let device = self.device();
+        let index = |values: Vec<i64>| {
+            let len = values.len();
+            Tensor::<1, Int>::from_data(TensorData::new(values, [len]), &device)
+        };
+        let to_i64 = |v: usize| i64::try_from(v).unwrap_or(i64::MAX);
+        if let [table] = self.chunks.as_slice() {
+            let ids = index(ids.iter().map(|&id| to_i64(id)).collect()).reshape([b, n]);
+            return Ok(embedding(table.clone(), ids));
+        }
+        let mut parts = Vec::new();
+        // Token positions in the order the chunks gathered them.
+        let mut gathered = Vec::with_capacity(ids.len());
+        for (c, table) in self.chunks.iter().enumerate() {
+            let first = c * self.rows_per_chunk;
+            let (positions, local): (Vec<usize>, Vec<i64>) = ids
+                .iter()
+                .enumerate()
+                .filter(|&(_, &id)| id / self.rows_per_chunk == c)
+                .map(|(p, &id)| (p, to_i64(id - first)))
+                .unzip();
+            if !local.is_empty() {
+                parts.push(table.clone().select(0, index(local)));
+                gathered.extend(positions);
+            }
+        }
+        let mut slot = vec![0i64; ids.len()];
+        for (s, &p) in gathered.iter().enumerate() {
+            slot[p] = to_i64(s);
+        }
+        Ok(Tensor::cat(parts, 0)
+            .select(0, index(slot))
+            .reshape([b, n, self.dim]))
     }
 
-    pub fn weight(&self) -> &Tensor<2> {
-        &self.weight
+    pub fn device(&self) -> burn::tensor::Device {
+        match self.chunks.first() {
+            Some(t) => t.device(),
+            None => burn::tensor::Device::flex(),
+        }
+    }
+
+    /// How many tensors hold the table.
+    pub fn chunks(&self) -> usize {
+        self.chunks.len()
     }
 }
 
@@ -324,79 +392,6 @@ pub fn gelu<const D: usize>(x: Tensor<D>) -> Tensor<D> {
 /// CLIP's `quick_gelu`: `x * sigmoid(1.702 x)`.
 pub fn quick_gelu<const D: usize>(x: Tensor<D>) -> Tensor<D> {
     x.clone() * activation::sigmoid(x * 1.702)
-}
-
-/// Multi-head scaled dot-product attention on `[b, n, heads * d]` projections.
-///
-/// # Shapes
-/// q `[b, n_q, h*d]`, k and v `[b, n_k, h*d]` -> `[b, n_q, h*d]`
-pub fn multi_head_attention(
-    q: Tensor<3>,
-    k: Tensor<3>,
-    v: Tensor<3>,
-    heads: usize,
-    causal: bool,
-) -> Tensor<3> {
-    let [b, n_q, inner] = q.dims();
-    let n_k = k.dims()[1];
-    let d = inner / heads;
-    let split = |t: Tensor<3>, n: usize| t.reshape([b, n, heads, d]).swap_dims(1, 2);
-    let options = AttentionModuleOptions {
-        scale: None,
-        softcap: None,
-        is_causal: causal,
-    };
-    let out = attention(
-        split(q, n_q),
-        split(k, n_k),
-        split(v, n_k),
-        None,
-        None,
-        options,
-    );
-    out.swap_dims(1, 2).reshape([b, n_q, inner])
-}
-
-/// Largest attention score buffer (bytes, f32) built at once: queries are processed in slices below
-/// it, so a large image never asks for one buffer above an adapter's binding limit (WebGPU's
-/// default is 128 MiB; Arc's single allocations stop at 4 GiB).
-pub const MAX_SCORE_BYTES: usize = 128 << 20;
-
-/// Single-head attention as plain matmuls with an f32 softmax, for the VAE's mid block: one head
-/// as wide as the layer (512 in SD 1.5) is a shape the fused attention kernels are not built for
-/// (on an H200 the first 512² decode did not finish in minutes through them). Queries go in slices
-/// whose `[b, rows, n]` scores stay under [`MAX_SCORE_BYTES`]; each row's softmax is independent,
-/// so slicing does not change the math.
-///
-/// # Shapes
-/// q, k, v `[b, n, d]` -> `[b, n, d]`
-pub fn wide_head_attention(q: Tensor<3>, k: Tensor<3>, v: Tensor<3>) -> Tensor<3> {
-    wide_head_attention_sliced(q, k, v, MAX_SCORE_BYTES)
-}
-
-fn wide_head_attention_sliced(
-    q: Tensor<3>,
-    k: Tensor<3>,
-    v: Tensor<3>,
-    max_score_bytes: usize,
-) -> Tensor<3> {
-    let [b, n, d] = q.dims();
-    let n_k = k.dims()[1];
-    let rows = (max_score_bytes / (4 * b.max(1) * n_k.max(1))).max(1);
-    let kt = k.swap_dims(1, 2);
-    let attend = |q: Tensor<3>| {
-        let dtype = q.dtype();
-        let scores = q.matmul(kt.clone()).cast(DType::F32) * (d as f64).powf(-0.5);
-        activation::softmax(scores, 2).cast(dtype).matmul(v.clone())
-    };
-    if rows >= n {
-        return attend(q);
-    }
-    let slices = (0..n)
-        .step_by(rows)
-        .map(|start| attend(q.clone().slice([0..b, start..(start + rows).min(n), 0..d])))
-        .collect();
-    Tensor::cat(slices, 1)
 }
 
 #[cfg(test)]
@@ -434,24 +429,43 @@ mod tests {
         assert!(GroupMoments::pool(Vec::new()).is_none());
     }
 
-    /// Slicing the queries (down to a few rows, with a ragged last slice) gives the one-shot result.
+    /// A table in chunks of 3 rows (ragged last chunk) looks up exactly what the whole table
+    /// does, ids in any order and repeated.
     #[test]
-    fn sliced_wide_head_attention_matches_one_shot() {
+    fn chunked_embedding_equals_one_table() {
         let device = Device::flex();
-        let t = |n| Tensor::<3>::random([2, n, 8], Distribution::Normal(0.0, 1.0), &device);
-        let (q, k, v) = (t(37), t(37), t(37));
-        let whole = wide_head_attention_sliced(q.clone(), k.clone(), v.clone(), usize::MAX);
-        let sliced = wide_head_attention_sliced(q, k, v, 4 * 2 * 37 * 5); // 5 rows per slice
-        let (a, b) = (
-            whole.into_data().try_to_vec::<f32>().unwrap(),
-            sliced.into_data().try_to_vec::<f32>().unwrap(),
+        let (count, dim) = (10, 4);
+        let table = Tensor::<2>::random([count, dim], Distribution::Normal(0.0, 1.0), &device);
+        let chunks = (0..count)
+            .step_by(3)
+            .map(|s| table.clone().slice([s..(s + 3).min(count), 0..dim]))
+            .collect();
+        let whole = Embedding {
+            chunks: vec![table],
+            rows_per_chunk: count,
+            count,
+            dim,
+        };
+        let split = Embedding {
+            chunks,
+            rows_per_chunk: 3,
+            count,
+            dim,
+        };
+        assert_eq!(split.chunks(), 4);
+        let ids = [9, 0, 4, 4, 3, 2, 8, 1];
+        let values = |e: &Embedding| {
+            e.forward(&ids, 2, 4)
+                .unwrap()
+                .into_data()
+                .try_to_vec::<f32>()
+                .unwrap()
+        };
+        assert_eq!(values(&split), values(&whole));
+        assert!(split.forward(&[10], 1, 1).is_err(), "id outside the table");
+        assert!(
+            split.forward(&[1, 2], 1, 1).is_err(),
+            "ids and shape disagree"
         );
-        assert_eq!(a.len(), 2 * 37 * 8);
-        let worst = a
-            .iter()
-            .zip(&b)
-            .map(|(x, y)| (x - y).abs())
-            .fold(0.0, f32::max);
-        assert!(worst < 1e-5, "{worst}");
     }
 }

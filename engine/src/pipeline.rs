@@ -378,12 +378,15 @@ fn decode_with(
     latents: Tensor<4>,
     observer: &mut dyn Observer,
 ) -> Tensor<4> {
-    let tiling = model.vae_tiling();
     let dims = latents.dims();
+    let limit = crate::limits::DeviceLimits::of(&model.device).max_tensor_bytes();
+    let tiling = model.vae_tiling().fit_to(vae.config(), dims[0], limit);
+    // The device's limit wins over "never": a decode that cannot fit would fail.
+    let too_large = crate::vae_tiling::largest_decoder_buffer_bytes(vae.config(), dims) > limit;
     let kernels = model
         .vae_compile
         .kernels(vae, &latents, &mut |n| observer.notice(&n));
-    if tiling.should_tile(vae.config(), dims) {
+    if tiling.should_tile(vae.config(), dims) || too_large {
         tracing::debug!(?dims, ?tiling, "tiled VAE decode");
         observer.decoding(tiling.tile_count(dims));
         crate::vae_tiling::tiled_decode(vae, latents, &tiling, kernels)

@@ -88,8 +88,8 @@ pub struct TilingConfig {
     /// `Auto` tiles images with more pixels than this.
     pub auto_max_pixels: usize,
     /// `Auto` also tiles when the decoder's largest buffer would be larger than this many bytes.
-    /// 1 GiB sits under the 2–4 GiB storage-binding limits of desktop Vulkan/DX12 drivers; set
-    /// it to an adapter's `max_storage_binding` (see `latent-studio devices`) to follow that.
+    /// 1 GiB sits under the 2–4 GiB storage-binding limits of desktop Vulkan/DX12 drivers; a
+    /// device with a lower limit lowers it further (see [`TilingConfig::fit_to`]).
     pub auto_max_buffer_bytes: u64,
 }
 
@@ -109,6 +109,24 @@ impl TilingConfig {
         Self {
             mode,
             ..Self::default()
+        }
+    }
+
+    /// This setting on a device whose largest tensor is `limit` bytes (see
+    /// [`crate::limits::DeviceLimits`]): `Auto` also tiles where a decoder buffer would exceed
+    /// the limit, and tiles shrink until one tile's buffers, halo included
+    /// ([`tile_buffer_bytes`]), fit. A tile too small to hold even one latent's buffers is left at
+    /// one latent.
+    pub fn fit_to(self, vae: &VaeConfig, batch: usize, limit: u64) -> Self {
+        let fits = |t: usize| tile_buffer_bytes(vae, batch, t) <= limit;
+        let mut tile = self.tile_latents.max(1);
+        while tile > 1 && !fits(tile) {
+            tile -= 1;
+        }
+        Self {
+            tile_latents: tile,
+            auto_max_buffer_bytes: self.auto_max_buffer_bytes.min(limit),
+            ..self
         }
     }
 
@@ -146,20 +164,45 @@ impl TilingConfig {
     }
 }
 
-/// Bytes of the largest buffer of an untiled decode of latents of `dims`: a full-resolution
-/// activation (GroupNorm computes those in f32). The mid block's attention scores are built in
-/// slices below [`crate::nn::MAX_SCORE_BYTES`], so they never are the largest. (A tiled decode's
-/// largest buffers are a tile's activations and the whole-latent layers'; see the module docs.)
+/// Bytes of the largest buffer of an untiled decode of latents of `dims`: the largest
+/// activation, in f32 (GroupNorm computes in f32). Level `i` of the decoder runs at `1 / 2^i` of the
+/// full resolution with `block_out_channels[i]` channels, after the upsampler that fed it made
+/// `[i + 1]` of them (in SD 1.5: 256 channels at full resolution). The mid block's attention scores
+/// are built in slices that fit the device ([`crate::attention`]), so they never are the largest.
+/// A tiled decode's largest buffers are a tile's (core plus halo) and the whole-latent layers'.
 pub fn largest_decoder_buffer_bytes(vae: &VaeConfig, dims: [usize; 4]) -> u64 {
     let [b, _, h, w] = dims.map(|d| d as u64);
     let scale = vae.downscale() as u64;
-    let scores = crate::nn::MAX_SCORE_BYTES as u64;
-    // The last up block runs at full resolution with block_out_channels[0]; the upsampler before
-    // it produces full resolution with block_out_channels[1].
     let c = &vae.block_out_channels;
-    let channels = c.iter().take(2).copied().max().unwrap_or(0) as u64;
-    let full = b * channels * h * scale * w * scale * 4;
-    scores.max(full)
+    (0..c.len())
+        .map(|i| {
+            let channels = c[i].max(c.get(i + 1).copied().unwrap_or(0)) as u64;
+            let (ph, pw) = ((h * scale) >> i, (w * scale) >> i);
+            b * channels * ph * pw * 4
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+/// Bytes of the largest buffer one tile of a tiled decode holds, for cores of `tile` latents: an
+/// interior tile's activation at each level, its core plus the halo on both sides (the halo the
+/// level's block needs, or twice what the block before it kept, after its ×2 upsampling), in f32.
+pub fn tile_buffer_bytes(vae: &VaeConfig, batch: usize, tile: usize) -> u64 {
+    let c = &vae.block_out_channels;
+    let n = c.len();
+    let halos = block_halos(&decoder_blocks(vae));
+    let scale = vae.downscale();
+    (0..n)
+        .map(|i| {
+            let k = n - 1 - i; // the up block working at level i (level 0: full resolution)
+            let own = halos.get(k).copied().unwrap_or(1);
+            let fed = if k > 0 { 2 * halos[k - 1] } else { 0 };
+            let side = ((tile * scale) >> i) + 2 * own.max(fed);
+            let channels = c[i].max(c.get(i + 1).copied().unwrap_or(0));
+            (batch * channels * side * side * 4) as u64
+        })
+        .max()
+        .unwrap_or(0)
 }
 
 /// The cores of one axis of `len` latents: as few spans of at most `tile` latents as cover it,
@@ -612,6 +655,27 @@ mod tests {
                 cols: 20..30
             }
         );
+    }
+
+    /// SD 1.5's largest decoder buffer is 256 channels at full resolution (256 MiB at 512²), so
+    /// under WebGPU's 128 MiB a 512² decode tiles, in tiles of 40 latents (a 320-pixel core plus
+    /// 20-pixel halos: 362² × 256 channels in f32 is just under 128 MiB); without a limit the
+    /// setting is unchanged.
+    #[test]
+    fn tiles_shrink_to_fit_the_device() {
+        let vae = VaeConfig::sd15();
+        assert_eq!(
+            largest_decoder_buffer_bytes(&vae, [1, 4, 64, 64]),
+            256 << 20
+        );
+        let fitted = TilingConfig::default().fit_to(&vae, 1, 128 << 20);
+        assert_eq!(fitted.tile_latents, 40);
+        assert_eq!(fitted.auto_max_buffer_bytes, 128 << 20);
+        assert!(tile_buffer_bytes(&vae, 1, 40) <= 128 << 20);
+        assert!(tile_buffer_bytes(&vae, 1, 41) > 128 << 20);
+        assert!(fitted.should_tile(&vae, [1, 4, 64, 64]));
+        let host = TilingConfig::default().fit_to(&vae, 1, u64::MAX);
+        assert_eq!(host, TilingConfig::default());
     }
 
     #[test]

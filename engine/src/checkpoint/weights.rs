@@ -13,6 +13,7 @@ use burn::tensor::{DType, Device, Distribution, Tensor, TensorData};
 
 use super::safetensors::{SafetensorsFile, to_f32};
 use crate::error::{Error, Result};
+use crate::limits::DeviceLimits;
 use safetensors::Dtype;
 
 /// Cancel and progress for the loads this thread runs (see [`controlled`]).
@@ -94,6 +95,8 @@ struct Inner {
     /// Bytes uploaded so far.
     bytes: std::cell::Cell<u64>,
     recorder: Option<Recorder>,
+    /// The device's limits, asked at the first tensor (asking opens a lazy device).
+    limits: std::cell::OnceCell<DeviceLimits>,
 }
 
 /// A cheap, cloneable, prefixed view into one component's weights.
@@ -157,6 +160,7 @@ impl Weights {
                 used: RefCell::new(BTreeSet::new()),
                 bytes: std::cell::Cell::new(0),
                 recorder: None,
+                limits: std::cell::OnceCell::new(),
             }),
             prefix: String::new(),
         }
@@ -202,19 +206,85 @@ impl Weights {
 
     /// A required tensor of the given shape.
     pub fn tensor<const D: usize>(&self, name: &str, shape: [usize; D]) -> Result<Tensor<D>> {
+        let full = self.full(name);
+        self.check_fits(&full, &shape)?;
+        let options = (&self.inner.device, self.inner.dtype);
+        Ok(match self.host(name, &shape)? {
+            Some(data) => Tensor::from_data(data, options),
+            None => random(name, shape, options),
+        })
+    }
+
+    /// A required `[rows, cols]` tensor as row chunks in order, each within the device's largest
+    /// tensor ([`DeviceLimits::max_tensor_bytes`]); one chunk where the whole fits. For the token
+    /// embedding: SD 1.5's (49408 × 768 in f32, 145 MiB) is above WebGPU's 128 MiB binding limit.
+    /// The recorder hears the whole tensor once, so cache files do not depend on the device.
+    pub fn tensor_rows(&self, name: &str, shape: [usize; 2]) -> Result<Vec<Tensor<2>>> {
+        let [rows, cols] = shape;
+        let row_bytes = (cols * self.inner.dtype.size()) as u64;
+        let per_chunk = self.limits().rows_per_tensor(row_bytes);
+        if per_chunk >= rows {
+            return Ok(vec![self.tensor(name, shape)?]);
+        }
+        self.check_fits(&self.full(name), &[1, cols])?;
+        let options = (&self.inner.device, self.inner.dtype);
+        let starts = (0..rows).step_by(per_chunk);
+        let chunk_rows = |start: usize| per_chunk.min(rows - start);
+        Ok(match self.host(name, &shape)? {
+            Some(data) => {
+                let bytes = data.as_bytes();
+                let row_len = row_bytes as usize;
+                starts
+                    .map(|start| {
+                        let n = chunk_rows(start);
+                        let part = bytes[start * row_len..(start + n) * row_len].to_vec();
+                        let part = TensorData::from_bytes_vec(part, [n, cols], self.inner.dtype);
+                        Tensor::from_data(part, options)
+                    })
+                    .collect()
+            }
+            None => starts
+                .map(|start| random(name, [chunk_rows(start), cols], options))
+                .collect(),
+        })
+    }
+
+    /// The device's limits, asked once per load.
+    fn limits(&self) -> DeviceLimits {
+        *self
+            .inner
+            .limits
+            .get_or_init(|| DeviceLimits::of(&self.inner.device))
+    }
+
+    /// A tensor of `shape` fits in one buffer of the device, or [`Error::TensorTooLarge`]: wgpu
+    /// would only fail later, at the first read, with a message naming no tensor.
+    fn check_fits(&self, full: &str, shape: &[usize]) -> Result<()> {
+        let bytes = shape
+            .iter()
+            .try_fold(self.inner.dtype.size() as u64, |acc, &d| {
+                acc.checked_mul(d as u64)
+            })
+            .unwrap_or(u64::MAX);
+        let limit = self.limits().max_tensor_bytes();
+        if bytes > limit {
+            return Err(Error::TensorTooLarge {
+                name: full.to_string(),
+                bytes,
+                limit,
+            });
+        }
+        Ok(())
+    }
+
+    /// The stored tensor's data on the host in the target dtype, counted and told to the recorder;
+    /// `None` for random weights.
+    fn host(&self, name: &str, shape: &[usize]) -> Result<Option<TensorData>> {
         check_cancel()?;
         let full = self.full(name);
         let inner = &self.inner;
-        match &inner.source {
-            Source::Random => {
-                let options = (&inner.device, inner.dtype);
-                let is_norm_scale = D == 1 && name == "weight";
-                Ok(if is_norm_scale {
-                    Tensor::ones(shape, options)
-                } else {
-                    Tensor::random(shape, Distribution::Normal(0.0, 0.02), options)
-                })
-            }
+        let data = match &inner.source {
+            Source::Random => return Ok(None),
             Source::File { file, map } => {
                 let key = map(&full);
                 let entry = file.entry(&key).ok_or_else(|| Error::MissingTensor {
@@ -223,9 +293,10 @@ impl Weights {
                 })?;
                 // LDM files store some linear layers as 1x1 convolutions: accept trailing 1s.
                 let stored = &entry.shape;
-                let compatible = stored.len() >= D
-                    && stored[..D] == shape[..]
-                    && stored[D..].iter().all(|&d| d == 1);
+                let d = shape.len();
+                let compatible = stored.len() >= d
+                    && stored[..d] == shape[..]
+                    && stored[d..].iter().all(|&n| n == 1);
                 if !compatible {
                     return Err(Error::ShapeMismatch {
                         component: inner.component,
@@ -239,12 +310,12 @@ impl Weights {
                 // the bytes as they are instead of widening to f32 and narrowing again.
                 let data = match (entry.dtype, inner.dtype) {
                     (Dtype::F16, DType::F16) | (Dtype::F32, DType::F32) => {
-                        TensorData::from_bytes_vec(bytes.to_vec(), shape, inner.dtype)
+                        TensorData::from_bytes_vec(bytes.to_vec(), shape.to_vec(), inner.dtype)
                     }
-                    _ => TensorData::new(to_f32(&key, entry.dtype, bytes)?, shape),
+                    _ => TensorData::new(to_f32(&key, entry.dtype, bytes)?, shape.to_vec()),
                 };
                 inner.used.borrow_mut().insert(key);
-                Ok(self.upload(&full, data, shape))
+                data
             }
             Source::Values(values) => {
                 let (v, stored) = values.get(&full).ok_or_else(|| Error::MissingTensor {
@@ -260,14 +331,9 @@ impl Weights {
                     });
                 }
                 inner.used.borrow_mut().insert(full.clone());
-                Ok(self.upload(&full, TensorData::new(v.clone(), shape), shape))
+                TensorData::new(v.clone(), shape.to_vec())
             }
-        }
-    }
-
-    /// Builds the tensor on the device in the target dtype, telling the recorder first.
-    fn upload<const D: usize>(&self, full: &str, data: TensorData, shape: [usize; D]) -> Tensor<D> {
-        let inner = &self.inner;
+        };
         let data = if data.dtype() != inner.dtype {
             data.convert_dtype(inner.dtype)
         } else {
@@ -277,12 +343,10 @@ impl Weights {
             .bytes
             .set(inner.bytes.get() + data.as_bytes().len() as u64);
         if let Some(recorder) = &inner.recorder {
-            (recorder.borrow_mut())(full, &shape, inner.dtype, data.as_bytes());
+            (recorder.borrow_mut())(&full, shape, inner.dtype, data.as_bytes());
         }
-        let bytes = data.as_bytes().len() as u64;
-        let tensor = Tensor::from_data(data, (&inner.device, inner.dtype));
-        report_progress(bytes);
-        tensor
+        report_progress(data.as_bytes().len() as u64);
+        Ok(Some(data))
     }
 
     /// A tensor that may be absent (e.g. a bias).
@@ -322,5 +386,14 @@ impl Weights {
             bytes: inner.bytes.get(),
             unused,
         }
+    }
+}
+
+/// Random normal weights (std 0.02); a 1-D `weight` is a norm scale and is ones.
+fn random<const D: usize>(name: &str, shape: [usize; D], options: (&Device, DType)) -> Tensor<D> {
+    if D == 1 && name == "weight" {
+        Tensor::ones(shape, options)
+    } else {
+        Tensor::random(shape, Distribution::Normal(0.0, 0.02), options)
     }
 }
