@@ -515,6 +515,19 @@ fn cancel_at_every_stage() {
         "image 2 stopped after its first step"
     );
 
+    // Cancelled while image 1 decodes: the decode finishes and image 1 is kept, correct; image 2
+    // never starts.
+    let cancel = AtomicBool::new(false);
+    let mut watch = Watch::new(&cancel, None);
+    let mut during_decode = CancelDuringDecode {
+        inner: &mut watch,
+        cancel: &cancel,
+    };
+    let kept = txt2img(&model, &tok, &batch, &cancel, &mut during_decode).expect("image 1 kept");
+    assert_eq!(kept.len(), 1, "only the image whose decode was running");
+    assert_eq!(kept[0].image, reference[0].image);
+    assert_eq!(watch.steps, (1..=req.steps).collect::<Vec<_>>());
+
     // A cancelled run leaves nothing behind: the next one is the reference image.
     let (again, _, _) = run(&model, &tok, &req);
     assert_eq!(again.expect("after cancels")[0].image, reference[0].image);
@@ -617,6 +630,26 @@ fn cancel_during_loading() {
         after.expect("image")[0].image,
         reference.expect("reference")[0].image
     );
+}
+
+/// Sets the cancel flag when a decode starts.
+struct CancelDuringDecode<'a, 'b> {
+    inner: &'a mut Watch<'b>,
+    cancel: &'a AtomicBool,
+}
+
+impl Observer for CancelDuringDecode<'_, '_> {
+    fn notice(&mut self, notice: &Notice) {
+        self.inner.notice(notice);
+    }
+
+    fn step(&mut self, s: &StepState<'_>) {
+        self.inner.step(s);
+    }
+
+    fn decoding(&mut self, _tiles: usize) {
+        self.cancel.store(true, Ordering::Relaxed);
+    }
 }
 
 /// Sets the cancel flag at the first step of batch image `image`.
