@@ -97,9 +97,20 @@ pub fn software_adapters_usable() -> bool {
 /// `Auto` picks by [`crate::adapters::choose_auto`] (Intel discrete first) and falls back to the
 /// CPU backend without any usable adapter; explicit choices that match nothing are errors.
 pub fn resolve(choice: &DeviceChoice, all: &[AdapterSummary]) -> Result<Target> {
+    resolve_for_build(choice, all, software_adapters_usable())
+}
+
+/// [`resolve`] for a build that can (`software_ok`) or cannot drive software adapters, so that
+/// the SPIR-V routing is tested in every build: there Auto takes the CPU backend instead of a
+/// software adapter, and naming one is a clear error instead of a crash in the driver.
+fn resolve_for_build(
+    choice: &DeviceChoice,
+    all: &[AdapterSummary],
+    software_ok: bool,
+) -> Result<Target> {
     use crate::adapters::{choose_auto, choose_named};
     let explicit = |a: &AdapterSummary| {
-        if a.kind == AdapterKind::Software && !software_adapters_usable() {
+        if a.kind == AdapterKind::Software && !software_ok {
             return Err(Error::Device(format!(
                 "{} is a software adapter, which this SPIR-V build cannot drive; use --device cpu",
                 a.name
@@ -112,7 +123,7 @@ pub fn resolve(choice: &DeviceChoice, all: &[AdapterSummary]) -> Result<Target> 
         DeviceChoice::Gpu(None) => Ok(Target::DefaultGpu),
         DeviceChoice::Auto => Ok(match choose_auto(all) {
             None => Target::Cpu,
-            Some(a) if a.kind == AdapterKind::Software && !software_adapters_usable() => {
+            Some(a) if a.kind == AdapterKind::Software && !software_ok => {
                 tracing::warn!(
                     "only a software adapter ({}); using the CPU backend",
                     a.name
@@ -488,6 +499,58 @@ mod tests {
             "{text}"
         );
         assert!(resolve(&DeviceChoice::Gpu(Some(3)), &all).is_err());
+    }
+
+    #[test]
+    fn spirv_builds_route_software_adapters_to_the_cpu() {
+        let lavapipe = AdapterSummary {
+            index: 0,
+            name: "llvmpipe (LLVM 15.0.6, 256 bits)".into(),
+            vendor: 0x10005,
+            kind: AdapterKind::Software,
+            backend: "Vulkan".into(),
+            driver: "Mesa 22.3.6".into(),
+            max_buffer_size: 1 << 31,
+            max_storage_binding: 1 << 27,
+            shader_f16: true,
+        };
+        let only_software = [lavapipe.clone()];
+        // A WGSL build drives lavapipe.
+        assert_eq!(
+            resolve_for_build(&DeviceChoice::Auto, &only_software, true).unwrap(),
+            Target::Adapter(lavapipe.clone())
+        );
+        // A SPIR-V build would crash in it: Auto takes the CPU backend, a named choice is an error.
+        assert_eq!(
+            resolve_for_build(&DeviceChoice::Auto, &only_software, false).unwrap(),
+            Target::Cpu
+        );
+        for named in [
+            DeviceChoice::Named("lavapipe".into()),
+            DeviceChoice::Gpu(Some(0)),
+        ] {
+            let e = resolve_for_build(&named, &only_software, false).unwrap_err();
+            let text = e.to_string();
+            assert!(
+                text.contains("llvmpipe") && text.contains("--device cpu"),
+                "{text}"
+            );
+        }
+        // With a real GPU beside it, Auto takes the GPU in either build.
+        let arc = AdapterSummary {
+            index: 1,
+            name: "Intel(R) Arc(tm) A770 Graphics".into(),
+            vendor: crate::adapters::VENDOR_INTEL,
+            kind: AdapterKind::Discrete,
+            ..lavapipe.clone()
+        };
+        let both = [lavapipe, arc.clone()];
+        for software_ok in [true, false] {
+            assert_eq!(
+                resolve_for_build(&DeviceChoice::Auto, &both, software_ok).unwrap(),
+                Target::Adapter(arc.clone())
+            );
+        }
     }
 
     #[test]
