@@ -129,7 +129,24 @@ fn devices() -> anyhow::Result<()> {
             None => String::new(),
         };
         println!("{mark} {a}{probed}");
+        let compiler = latent_engine::compiler::for_adapter(a);
+        let shapes = latent_engine::compiler::cooperative_matrices(a);
+        let cmma = match (compiler, shapes.is_empty()) {
+            (_, true) => "no cooperative matrices (SIMT kernels)".to_string(),
+            (latent_engine::compiler::ShaderCompiler::SpirV, false) => {
+                format!("cooperative matrices used: {}", shapes.join(", "))
+            }
+            (latent_engine::compiler::ShaderCompiler::Wgsl, false) => format!(
+                "cooperative matrices not used under WGSL (driver has {})",
+                shapes.join(", ")
+            ),
+        };
+        println!("      shader compiler {compiler}, {cmma}");
     }
+    println!(
+        "shader compiler: SPIR-V on hardware Vulkan adapters, WGSL elsewhere ({}=wgsl forces WGSL)",
+        latent_engine::compiler::COMPILER_ENV
+    );
     println!(
         "* = the automatic choice (Intel discrete, other discrete, Intel integrated, other integrated, software; adapters whose probe failed are skipped)"
     );

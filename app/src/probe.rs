@@ -13,7 +13,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use latent_engine::adapters::{AdapterKind, AdapterSummary};
-use latent_engine::device::{DeviceChoice, software_adapters_usable};
+use latent_engine::device::DeviceChoice;
 use latent_engine::probe::{Outcome, ProbeReport, Verdict, VerdictCache};
 
 /// Test hook: makes the `probe` subcommand abort at once, as a driver crash would.
@@ -142,10 +142,7 @@ pub fn resolve_auto(
         return choice.clone();
     }
     let all = latent_engine::adapters::enumerate();
-    let mut candidates: Vec<&AdapterSummary> = all
-        .iter()
-        .filter(|a| a.kind != AdapterKind::Software || software_adapters_usable())
-        .collect();
+    let mut candidates: Vec<&AdapterSummary> = all.iter().collect();
     candidates.sort_by_key(|a| (a.preference_rank(), a.index));
     let (mut cache, damaged) = VerdictCache::load(verdicts);
     if let Some(d) = damaged {

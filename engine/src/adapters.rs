@@ -24,6 +24,20 @@ pub enum AdapterKind {
     Other,
 }
 
+impl AdapterKind {
+    /// The kind wgpu reports.
+    pub fn from_wgpu(device_type: burn::backend::wgpu::wgpu::DeviceType) -> Self {
+        use burn::backend::wgpu::wgpu::DeviceType;
+        match device_type {
+            DeviceType::DiscreteGpu => AdapterKind::Discrete,
+            DeviceType::IntegratedGpu => AdapterKind::Integrated,
+            DeviceType::VirtualGpu => AdapterKind::Virtual,
+            DeviceType::Cpu => AdapterKind::Software,
+            DeviceType::Other => AdapterKind::Other,
+        }
+    }
+}
+
 impl fmt::Display for AdapterKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
@@ -207,6 +221,7 @@ pub fn choose_named<'a>(
 /// GL), in wgpu's enumeration order.
 pub fn enumerate() -> Vec<AdapterSummary> {
     use burn::backend::wgpu::wgpu;
+    crate::compiler::install();
     for backend in [
         wgpu::Backends::VULKAN,
         wgpu::Backends::METAL,
@@ -231,13 +246,7 @@ pub fn enumerate() -> Vec<AdapterSummary> {
                     index,
                     name: info.name.clone(),
                     vendor: info.vendor,
-                    kind: match info.device_type {
-                        wgpu::DeviceType::DiscreteGpu => AdapterKind::Discrete,
-                        wgpu::DeviceType::IntegratedGpu => AdapterKind::Integrated,
-                        wgpu::DeviceType::VirtualGpu => AdapterKind::Virtual,
-                        wgpu::DeviceType::Cpu => AdapterKind::Software,
-                        wgpu::DeviceType::Other => AdapterKind::Other,
-                    },
+                    kind: AdapterKind::from_wgpu(info.device_type),
                     backend: format!("{:?}", info.backend),
                     driver: format!("{} {}", info.driver, info.driver_info)
                         .trim()

@@ -84,6 +84,13 @@ fn attend(q: Tensor<3>, k: Tensor<3>, v: Tensor<3>, heads: usize, causal: bool) 
     let [b, n_q, inner] = q.dims();
     let n_k = k.dims()[1];
     let d = inner / heads;
+    crate::profile::record(|| crate::profile::OpShape::Attention {
+        b,
+        heads,
+        n_q,
+        n_k,
+        d,
+    });
     let split = |t: Tensor<3>, n: usize| t.reshape([b, n, heads, d]).swap_dims(1, 2);
     let options = AttentionModuleOptions {
         scale: None,

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use burn::tensor::{DType, Device, Tensor, TensorData};
 
-use crate::adapters::{AdapterKind, AdapterSummary};
+use crate::adapters::AdapterSummary;
 use crate::error::{Error, Result};
 use crate::limits::DeviceLimits;
 
@@ -87,63 +87,29 @@ impl Target {
     }
 }
 
-/// Whether this build can drive software adapters: builds with the `vulkan` feature (SPIR-V)
-/// cannot, because lavapipe crashes creating SPIR-V compute pipelines.
-pub fn software_adapters_usable() -> bool {
-    !cfg!(feature = "vulkan")
-}
-
 /// Resolves a choice against the adapters `latent-studio devices` lists (pure, for tests).
 /// `Auto` picks by [`crate::adapters::choose_auto`] (Intel discrete first) and falls back to the
 /// CPU backend without any usable adapter; explicit choices that match nothing are errors.
+/// Software adapters are usable: they get WGSL ([`crate::compiler::choose`]).
 pub fn resolve(choice: &DeviceChoice, all: &[AdapterSummary]) -> Result<Target> {
-    resolve_for_build(choice, all, software_adapters_usable())
-}
-
-/// [`resolve`] for a build that can (`software_ok`) or cannot drive software adapters, so that
-/// the SPIR-V routing is tested in every build: there Auto takes the CPU backend instead of a
-/// software adapter, and naming one is a clear error instead of a crash in the driver.
-fn resolve_for_build(
-    choice: &DeviceChoice,
-    all: &[AdapterSummary],
-    software_ok: bool,
-) -> Result<Target> {
     use crate::adapters::{choose_auto, choose_named};
-    let explicit = |a: &AdapterSummary| {
-        if a.kind == AdapterKind::Software && !software_ok {
-            return Err(Error::Device(format!(
-                "{} is a software adapter, which this SPIR-V build cannot drive; use --device cpu",
-                a.name
-            )));
-        }
-        Ok(Target::Adapter(a.clone()))
-    };
     match choice {
         DeviceChoice::Cpu => Ok(Target::Cpu),
         DeviceChoice::Gpu(None) => Ok(Target::DefaultGpu),
-        DeviceChoice::Auto => Ok(match choose_auto(all) {
-            None => Target::Cpu,
-            Some(a) if a.kind == AdapterKind::Software && !software_ok => {
-                tracing::warn!(
-                    "only a software adapter ({}); using the CPU backend",
-                    a.name
-                );
-                Target::Cpu
-            }
-            Some(a) => Target::Adapter(a.clone()),
-        }),
-        DeviceChoice::Gpu(Some(n)) => explicit(
-            choose_named(all, &format!("gpu:{n}")).map_err(|e| Error::Device(e.to_string()))?,
-        ),
-        DeviceChoice::Named(name) => {
-            explicit(choose_named(all, name).map_err(|e| Error::Device(e.to_string()))?)
-        }
+        DeviceChoice::Auto => Ok(choose_auto(all).map_or(Target::Cpu, |a| Target::Adapter(a.clone()))),
+        DeviceChoice::Gpu(Some(n)) => choose_named(all, &format!("gpu:{n}"))
+            .map(|a| Target::Adapter(a.clone()))
+            .map_err(|e| Error::Device(e.to_string())),
+        DeviceChoice::Named(name) => choose_named(all, name)
+            .map(|a| Target::Adapter(a.clone()))
+            .map_err(|e| Error::Device(e.to_string())),
     }
 }
 
 /// The (lazy) burn device for a resolved target.
 pub fn open(target: &Target, all: &[AdapterSummary]) -> Device {
     use burn::tensor::DeviceKind;
+    crate::compiler::install();
     match target {
         Target::Cpu => Device::flex(),
         Target::DefaultGpu => Device::wgpu(DeviceKind::DefaultDevice),
@@ -156,15 +122,18 @@ pub fn open(target: &Target, all: &[AdapterSummary]) -> Device {
 /// for [`DeviceLimits::of`]. It behaves like a device with smaller limits would: wgpu refuses any
 /// buffer above them. Tests use it to check the engine stays under WebGPU's defaults.
 ///
-/// The device asks for the features cubecl's WGSL runtime asks for. Builds with the `vulkan`
-/// feature cannot use it: cubecl's SPIR-V runtime creates its Vulkan device itself, with
+/// The device asks for the features cubecl's WGSL runtime asks for, so only adapters that get
+/// WGSL can be opened this way: cubecl's SPIR-V runtime creates its Vulkan device itself, with
 /// extensions an imported device would lack.
 pub fn open_limited(adapter: &AdapterSummary, limits: DeviceLimits) -> Result<Device> {
-    if cfg!(feature = "vulkan") {
-        return Err(Error::Device(
-            "a device with lowered limits needs the WGSL build (without the `vulkan` feature)"
-                .into(),
-        ));
+    crate::compiler::install();
+    if crate::compiler::for_adapter(adapter) != crate::compiler::ShaderCompiler::Wgsl {
+        return Err(Error::Device(format!(
+            "{} compiles SPIR-V; a device with lowered limits needs a WGSL adapter \
+             (set {}=wgsl)",
+            adapter.name,
+            crate::compiler::COMPILER_ENV
+        )));
     }
     use burn::tensor::wgpu::{MemoryConfiguration, WgpuSetup, wgpu};
     let (instance, wgpu_adapter) = crate::adapters::wgpu_adapter(adapter)
@@ -394,6 +363,7 @@ pub fn open_shared(choice: &DeviceChoice, timeout: Duration) -> Result<Option<Sh
     let label = Arc::new(Mutex::new(format!("--device {choice}")));
     let shared_label = label.clone();
     let owned = choice.clone();
+    crate::compiler::install();
     let result = watchdog(timeout, move || -> Result<Option<SharedGpu>> {
         let all = needs_adapters(&owned)
             .then(crate::adapters::enumerate)
@@ -457,6 +427,7 @@ pub fn is_cpu(device: &Device) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::adapters::AdapterKind;
 
     #[test]
     fn parses_choices() {
@@ -502,7 +473,8 @@ mod tests {
     }
 
     #[test]
-    fn spirv_builds_route_software_adapters_to_the_cpu() {
+    fn software_adapters_are_driven_through_wgsl() {
+        use crate::compiler::{ShaderCompiler, for_adapter};
         let lavapipe = AdapterSummary {
             index: 0,
             name: "llvmpipe (LLVM 15.0.6, 256 bits)".into(),
@@ -515,28 +487,13 @@ mod tests {
             shader_f16: true,
         };
         let only_software = [lavapipe.clone()];
-        // A WGSL build drives lavapipe.
+        // Auto takes lavapipe (one binary: it gets WGSL, where SPIR-V would crash it).
         assert_eq!(
-            resolve_for_build(&DeviceChoice::Auto, &only_software, true).unwrap(),
+            resolve(&DeviceChoice::Auto, &only_software).unwrap(),
             Target::Adapter(lavapipe.clone())
         );
-        // A SPIR-V build would crash in it: Auto takes the CPU backend, a named choice is an error.
-        assert_eq!(
-            resolve_for_build(&DeviceChoice::Auto, &only_software, false).unwrap(),
-            Target::Cpu
-        );
-        for named in [
-            DeviceChoice::Named("lavapipe".into()),
-            DeviceChoice::Gpu(Some(0)),
-        ] {
-            let e = resolve_for_build(&named, &only_software, false).unwrap_err();
-            let text = e.to_string();
-            assert!(
-                text.contains("llvmpipe") && text.contains("--device cpu"),
-                "{text}"
-            );
-        }
-        // With a real GPU beside it, Auto takes the GPU in either build.
+        assert_eq!(for_adapter(&lavapipe), ShaderCompiler::Wgsl);
+        // With a real GPU beside it, Auto takes the GPU.
         let arc = AdapterSummary {
             index: 1,
             name: "Intel(R) Arc(tm) A770 Graphics".into(),
@@ -545,12 +502,10 @@ mod tests {
             ..lavapipe.clone()
         };
         let both = [lavapipe, arc.clone()];
-        for software_ok in [true, false] {
-            assert_eq!(
-                resolve_for_build(&DeviceChoice::Auto, &both, software_ok).unwrap(),
-                Target::Adapter(arc.clone())
-            );
-        }
+        assert_eq!(
+            resolve(&DeviceChoice::Auto, &both).unwrap(),
+            Target::Adapter(arc)
+        );
     }
 
     #[test]

@@ -14,7 +14,7 @@ use crate::vae_compile::VaeCompiler;
 use crate::vae_tiling::TilingConfig;
 
 /// Float precision of a model's weights and activations.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum Precision {
     #[default]
     F32,

@@ -30,7 +30,22 @@ impl Linear {
         Ok(Self { weight, bias })
     }
 
+    /// From a `[in, out]` weight and an optional bias (benchmarks, tests).
+    pub fn from_tensors(weight: Tensor<2>, bias: Option<Tensor<1>>) -> Self {
+        Self { weight, bias }
+    }
+
     pub fn forward<const D: usize>(&self, x: Tensor<D>) -> Tensor<D> {
+        crate::profile::record(|| {
+            let dims = x.dims();
+            let [d_in, d_out] = self.weight.dims();
+            crate::profile::OpShape::Linear {
+                rows: dims[..D - 1].iter().product(),
+                d_in,
+                d_out,
+                bias: self.bias.is_some(),
+            }
+        });
         linear(x, self.weight.clone(), self.bias.clone())
     }
 
@@ -69,11 +84,54 @@ impl Conv2d {
         })
     }
 
+    /// From an OIHW weight and an optional bias (benchmarks, tests).
+    pub fn from_tensors(
+        weight: Tensor<4>,
+        bias: Option<Tensor<1>>,
+        stride: usize,
+        padding: usize,
+    ) -> Self {
+        Self {
+            weight,
+            bias,
+            stride,
+            padding,
+        }
+    }
+
     /// # Shapes
     /// `[b, c_in, h, w] -> [b, c_out, h', w']`
+    ///
+    /// The bias is added after the convolution, not passed to it: in burn 0.22 / CubeCL 0.11 a
+    /// bias adds a full-tile accumulator stage to the implicit-GEMM (cooperative-matrix) kernels,
+    /// which then pass the 48 KiB workgroup-memory limit on most SD shapes and drop out of
+    /// autotune, leaving the direct kernel (10x slower per UNet step on an H200). The add is
+    /// fused with what follows.
     pub fn forward(&self, x: Tensor<4>) -> Tensor<4> {
+        crate::profile::record(|| {
+            let [b, c_in, h, w] = x.dims();
+            let [c_out, _, k, _] = self.weight.dims();
+            crate::profile::OpShape::Conv {
+                b,
+                c_in,
+                c_out,
+                h,
+                w,
+                k,
+                stride: self.stride,
+                padding: self.padding,
+                bias: self.bias.is_some(),
+            }
+        });
         let options = ConvOptions::new([self.stride; 2], [self.padding; 2], [1, 1], 1);
-        conv2d(x, self.weight.clone(), self.bias.clone(), options)
+        let y = conv2d(x, self.weight.clone(), None, options);
+        match &self.bias {
+            Some(b) => {
+                let c = b.dims()[0];
+                y + b.clone().reshape([1, c, 1, 1])
+            }
+            None => y,
+        }
     }
 
     /// A copy with its weights in `dtype`.
@@ -114,11 +172,32 @@ impl GroupNorm {
         })
     }
 
+    /// From f32 affine parameters (benchmarks, tests).
+    pub fn from_tensors(weight: Tensor<1>, bias: Tensor<1>, groups: usize, eps: f64) -> Self {
+        Self {
+            weight,
+            bias,
+            groups,
+            eps,
+        }
+    }
+
     /// # Shapes
     /// `[b, c, h, w] -> [b, c, h, w]`
     pub fn forward(&self, x: Tensor<4>) -> Tensor<4> {
         let dtype = x.dtype();
         let dims = x.dims();
+        crate::profile::record(|| {
+            let [b, c, h, w] = dims;
+            crate::profile::OpShape::GroupNorm {
+                b,
+                c,
+                h,
+                w,
+                groups: self.groups,
+                silu: false,
+            }
+        });
         let x = self.grouped(x);
         let (var, mean) = x.clone().var_mean_bias(2);
         self.normalize(x, mean, var, dims, dtype)
@@ -278,7 +357,19 @@ impl LayerNorm {
         })
     }
 
+    /// From f32 affine parameters (benchmarks, tests).
+    pub fn from_tensors(weight: Tensor<1>, bias: Tensor<1>, eps: f64) -> Self {
+        Self { weight, bias, eps }
+    }
+
     pub fn forward<const D: usize>(&self, x: Tensor<D>) -> Tensor<D> {
+        crate::profile::record(|| {
+            let dims = x.dims();
+            crate::profile::OpShape::LayerNorm {
+                rows: dims[..D - 1].iter().product(),
+                dim: dims[D - 1],
+            }
+        });
         let dtype = x.dtype();
         layer_norm(
             x.cast(DType::F32),

@@ -1,11 +1,11 @@
 //! Our own WGSL kernels (`shaders/`) launched on burn's wgpu device, with their host reference
 //! twins, and the packed-RGBA8 image type the preview readback moves.
 //!
-//! A WGSL kernel runs where the wgpu runtime compiles WGSL. A build with the `vulkan` feature
-//! compiles everything to SPIR-V and cannot load WGSL text, so there (and on the CPU backend) the
-//! same packed result comes from burn ops; a kernel that fails once is not tried again.
+//! A WGSL kernel runs where the wgpu runtime compiles WGSL (software adapters, non-Vulkan APIs,
+//! `LATENT_STUDIO_COMPILER=wgsl`). A device that compiles SPIR-V cannot load WGSL text, so there
+//! (and on the CPU backend) the same packed result comes from burn ops; a kernel that fails once
+//! is not tried again.
 
-#[cfg_attr(feature = "vulkan", allow(unused_imports))]
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use burn::tensor::{DType, Int, Tensor, TensorData};
@@ -39,9 +39,28 @@ pub fn wgsl_for_f16(source: &str) -> String {
 }
 
 /// Whether [`group_norm_fused`] can run on this device: a wgpu device whose runtime compiles WGSL
-/// (not the CPU backend, not a SPIR-V build).
+/// (not the CPU backend, not a device that compiles SPIR-V). Remembered per device.
 pub fn fused_kernels_available(device: &burn::tensor::Device) -> bool {
-    !cfg!(feature = "vulkan") && !crate::device::is_cpu(device)
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+    static KNOWN: Mutex<Option<HashMap<String, bool>>> = Mutex::new(None);
+    if crate::device::is_cpu(device) {
+        return false;
+    }
+    let key = format!("{device:?}");
+    if let Some(known) = KNOWN
+        .lock()
+        .ok()
+        .and_then(|m| m.as_ref().and_then(|m| m.get(&key).copied()))
+    {
+        return known;
+    }
+    let wgsl = crate::compiler::of_device(device)
+        .is_some_and(|c| c.compiler() == crate::compiler::ShaderCompiler::Wgsl);
+    if let Ok(mut m) = KNOWN.lock() {
+        m.get_or_insert_with(HashMap::new).insert(key, wgsl);
+    }
+    wgsl
 }
 
 /// GroupNorm (f32 statistics, affine with f32 `gamma`/`beta`) optionally followed by SiLU, in two
@@ -59,16 +78,13 @@ pub fn group_norm_fused(
     eps: f64,
     silu: bool,
 ) -> Option<Tensor<4>> {
-    #[cfg(not(feature = "vulkan"))]
     if fused_kernels_available(&x.device()) {
         return wgsl::group_norm(x, gamma, beta, groups, eps, silu);
     }
-    let _ = (x, gamma, beta, groups, eps, silu);
     None
 }
 
 /// Set after our WGSL latent2rgb kernel failed once; burn ops are used from then on.
-#[cfg_attr(feature = "vulkan", allow(dead_code))]
 static LATENT2RGB_KERNEL_FAILED: AtomicBool = AtomicBool::new(false);
 
 /// Which implementation produced a packed image (for benchmarks and tests).
@@ -84,7 +100,6 @@ enum Pixels {
     /// `[h * w]` integers `r | g << 8 | b << 16`; alpha is added on the host.
     Tensor(Tensor<1, Int>),
     /// `h * w` little-endian `u32` RGBA8 words written by a kernel of ours.
-    #[cfg(not(feature = "vulkan"))]
     Buffer {
         client: burn::cubecl::client::Client,
         handle: burn::cubecl::server::Handle,
@@ -102,7 +117,6 @@ impl PackedImage {
     pub fn packed_by(&self) -> PackedBy {
         match self.pixels {
             Pixels::Tensor(_) => PackedBy::BurnOps,
-            #[cfg(not(feature = "vulkan"))]
             Pixels::Buffer { .. } => PackedBy::Kernel,
         }
     }
@@ -128,7 +142,6 @@ impl PackedImage {
                     out.extend_from_slice(&w.to_le_bytes());
                 }
             }
-            #[cfg(not(feature = "vulkan"))]
             Pixels::Buffer { client, handle } => match client.read_one(handle) {
                 Ok(bytes) => out.extend_from_slice(&bytes[..n * 4]),
                 Err(e) => {
@@ -173,8 +186,7 @@ pub fn pack_rgb(rgb: Tensor<3>) -> PackedImage {
 /// where the device runs WGSL, burn ops elsewhere. Both round half to even after
 /// `clamp((x0ᵀ·F + bias + 1) / 2, 0, 1) · 255`.
 pub fn latent2rgb_packed(x0: &Tensor<4>, factors: &Factors) -> PackedImage {
-    #[cfg(not(feature = "vulkan"))]
-    if !crate::device::is_cpu(&x0.device()) && !LATENT2RGB_KERNEL_FAILED.load(Ordering::Relaxed) {
+    if fused_kernels_available(&x0.device()) && !LATENT2RGB_KERNEL_FAILED.load(Ordering::Relaxed) {
         if let Some(img) = wgsl::latent2rgb(x0, factors) {
             return img;
         }
@@ -207,7 +219,6 @@ pub fn latent2rgb_reference_rgba8(
     out
 }
 
-#[cfg(not(feature = "vulkan"))]
 mod wgsl {
     use burn::backend::Wgpu;
     use burn::backend::wgpu::{
@@ -487,10 +498,13 @@ mod tests {
                 (burn::tensor::Device::flex(), PackedBy::BurnOps),
                 (
                     burn::tensor::Device::wgpu(burn::tensor::DeviceKind::DefaultDevice),
-                    if cfg!(feature = "vulkan") {
-                        PackedBy::BurnOps
-                    } else {
+                    // lavapipe (CI) compiles WGSL; a SPIR-V GPU packs with burn ops.
+                    if fused_kernels_available(&burn::tensor::Device::wgpu(
+                        burn::tensor::DeviceKind::DefaultDevice,
+                    )) {
                         PackedBy::Kernel
+                    } else {
+                        PackedBy::BurnOps
                     },
                 ),
             ] {
@@ -517,7 +531,7 @@ mod tests {
         let wgpu = burn::tensor::Device::wgpu(burn::tensor::DeviceKind::DefaultDevice);
         assert!(!fused_kernels_available(&burn::tensor::Device::flex()));
         if !fused_kernels_available(&wgpu) {
-            return; // SPIR-V build: burn ops only, covered by the plain path's tests
+            return; // a SPIR-V device: burn ops only, covered by the plain path's tests
         }
         for (b, c, h, w, groups) in [(2, 8, 3, 5, 4), (1, 64, 70, 70, 32)] {
             let n = b * c * h * w;

@@ -200,6 +200,7 @@ impl EngineHandle {
             selected: None,
             taesd: None,
             tokenizer: None,
+            tuned: Default::default(),
         };
         let thread = std::thread::Builder::new()
             .name("engine".into())
@@ -284,6 +285,9 @@ struct Worker {
     selected: Option<PathBuf>,
     taesd: Option<(PathBuf, TaesdDecoder)>,
     tokenizer: Option<ClipTokenizer>,
+    /// Sizes and precisions generated at on the current device since launch: the first run at a
+    /// new one compiles and autotunes kernels (minutes on a fresh GPU), which the status says.
+    tuned: std::collections::HashSet<(usize, usize, Precision)>,
 }
 
 /// Forwards pipeline progress to the GUI and saves each image as soon as it is finished, so a
@@ -666,6 +670,16 @@ impl Worker {
             return Err(anyhow!("no model is loaded"));
         };
         latent_engine::pipeline::check_request(&loaded.model, request)?;
+        if !latent_engine::device::is_cpu(&device)
+            && self
+                .tuned
+                .insert((request.width, request.height, precision))
+        {
+            self.emit(Event::Status(format!(
+                "first run at {}×{} since launch: compiling and tuning kernels…",
+                request.width, request.height
+            )));
+        }
         loaded
             .model
             .vae_compile

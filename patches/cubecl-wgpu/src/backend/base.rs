@@ -394,7 +394,7 @@ pub async fn try_request_device(
 async fn request_vulkan_device(
     adapter: &Adapter,
 ) -> Result<Option<(Device, Queue)>, crate::WgpuInitError> {
-    if is_vulkan(adapter) {
+    if is_vulkan(adapter) && spirv_allowed(adapter) {
         vulkan::try_request_vulkan_device(adapter).await
     } else {
         Ok(None)
@@ -446,7 +446,7 @@ pub fn register_vulkan_features(
     props: &mut DeviceProperties,
     comp_options: &mut WgpuCompilationOptions,
 ) -> bool {
-    if is_vulkan(adapter) {
+    if is_vulkan(adapter) && spirv_allowed(adapter) {
         vulkan::register_vulkan_features(adapter, props, comp_options)
     } else {
         false
@@ -513,6 +513,28 @@ pub fn physical_device(adapter: &Adapter, info: &wgpu::AdapterInfo) -> Option<Ph
 }
 
 #[cfg(feature = "spirv")]
+// Latent Studio patch: the application chooses, per adapter, whether a Vulkan adapter gets the
+// SPIR-V compiler (and the natively created device it needs) or WGSL. Upstream picks SPIR-V for
+// every qualifying Vulkan adapter, software ones included, where pipeline creation crashes.
+static SPIRV_POLICY: std::sync::OnceLock<fn(&wgpu::AdapterInfo) -> bool> =
+    std::sync::OnceLock::new();
+
+/// Sets, once per process and before the first device is created, which Vulkan adapters use the
+/// SPIR-V compiler; the others use WGSL. Returns `false` when a policy was already set. Without
+/// a policy, every qualifying Vulkan adapter but software ones (`DeviceType::Cpu`) uses SPIR-V.
+pub fn set_spirv_policy(policy: fn(&wgpu::AdapterInfo) -> bool) -> bool {
+    SPIRV_POLICY.set(policy).is_ok()
+}
+
+#[cfg_attr(not(feature = "spirv"), allow(dead_code))]
+fn spirv_allowed(adapter: &Adapter) -> bool {
+    let info = adapter.get_info();
+    match SPIRV_POLICY.get() {
+        Some(policy) => policy(&info),
+        None => info.device_type != wgpu::DeviceType::Cpu,
+    }
+}
+
 fn is_vulkan(adapter: &Adapter) -> bool {
     unsafe { adapter.as_hal::<wgpu::hal::api::Vulkan>().is_some() }
 }

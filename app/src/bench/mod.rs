@@ -23,6 +23,8 @@ use latent_engine::taesd::{TaesdConfig, TaesdDecoder};
 use latent_engine::tokenizer::ClipTokenizer;
 use latent_engine::{LoadOptions, Precision, StableDiffusion};
 
+mod kernels;
+
 #[derive(Args, Debug)]
 pub struct BenchArgs {
     /// auto, cpu, gpu, gpu:N or part of an adapter name (`arc`, `lavapipe`).
@@ -40,6 +42,9 @@ pub struct BenchArgs {
     /// Skip the end-to-end txt2img run.
     #[arg(long)]
     no_pipeline: bool,
+    /// Only the end-to-end txt2img (for measuring a process's peak device memory from outside).
+    #[arg(long)]
+    pipeline_only: bool,
     /// Instead of the random-weight model: time the model cache with this checkpoint (load from
     /// the checkpoint, from the disk cache, resident; second-generation start with cache on/off).
     #[arg(long)]
@@ -50,6 +55,9 @@ pub struct BenchArgs {
     /// Disk cache folder for `--cache-model` (emptied first).
     #[arg(long)]
     cache_dir: Option<std::path::PathBuf>,
+    /// Where cubecl writes its autotune decisions (JSON lines; default: a temporary file).
+    #[arg(long)]
+    decisions: Option<std::path::PathBuf>,
 }
 
 fn sync(device: &Device) -> Result<()> {
@@ -76,10 +84,23 @@ fn time_ms(device: &Device, warmup: usize, runs: usize, mut f: impl FnMut()) -> 
 }
 
 pub fn run(args: BenchArgs) -> Result<()> {
+    // Before anything reads cubecl's configuration: where autotune writes its decisions.
+    let decisions_path = args
+        .decisions
+        .clone()
+        .unwrap_or_else(|| std::env::temp_dir().join("latent-studio-autotune-decisions.jsonl"));
+    let mut decisions = kernels::DecisionLog::install(&decisions_path);
+    if decisions.is_none() {
+        eprintln!("warning: autotune decisions are not logged; kernels will not be named");
+    }
     let device =
         latent_engine::device::create_watched(&args.device, latent_engine::device::DEFAULT_TIMEOUT)
             .context("opening the device")?;
     println!("device: {device:?}");
+    match latent_engine::compiler::of_device(&device) {
+        Some(c) => println!("shader compiler: {c} (runtime {})", c.runtime),
+        None => println!("shader compiler: none (burn's CPU backend)"),
+    }
     let config = ModelConfig::sd15();
     let tokenizer = ClipTokenizer::new()?;
     if let Some(path) = &args.cache_model {
@@ -99,6 +120,25 @@ pub fn run(args: BenchArgs) -> Result<()> {
             vae_bench(&model, &device, precision, args.runs)?;
             continue;
         }
+        if args.pipeline_only {
+            let req = Txt2ImgRequest {
+                prompt: "a photograph of an astronaut riding a horse".into(),
+                steps: args.steps,
+                cfg_scale: 7.5,
+                sampler: SamplerKind::Euler,
+                schedule: Schedule::Normal,
+                ..Default::default()
+            };
+            let cancel = AtomicBool::new(false);
+            let total = time_ms(&device, 1, args.runs, || {
+                let _ = txt2img(&model, &tokenizer, &req, &cancel, &mut Quiet);
+            })?;
+            println!(
+                "[{precision:?}] txt2img 512x512, {} Euler steps, CFG 7.5: median {total:.0} ms",
+                args.steps
+            );
+            continue;
+        }
         let ids = vec![
             tokenizer
                 .encode_padded("a photograph of an astronaut riding a horse")
@@ -110,7 +150,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         })?;
         println!("[{precision:?}] CLIP encode (1x77): median {clip:.2} ms");
 
-        ops_breakdown(&device, precision, args.runs)?;
+        kernels::unet_report(&model, &device, precision, args.runs, decisions.as_mut())?;
 
         let x = Tensor::<4>::random(
             [2, 4, 64, 64],
@@ -229,71 +269,6 @@ pub fn run(args: BenchArgs) -> Result<()> {
         drop(model);
         device.memory_cleanup();
     }
-    Ok(())
-}
-
-/// Single ops at SD 1.5's first-level shapes (CFG batch 2, 64x64 latents): where a UNet step's time
-/// goes, op by op, with achieved TFLOP/s.
-fn ops_breakdown(device: &Device, precision: Precision, runs: usize) -> Result<()> {
-    use burn::tensor::module::{attention, conv2d};
-    use burn::tensor::ops::{AttentionModuleOptions, ConvOptions};
-    let dtype = precision.dtype();
-    let normal = Distribution::Normal(0.0, 1.0);
-    let report = |name: &str, ms: f64, flop: f64| {
-        println!(
-            "[{precision:?}]   {name:<44} median {ms:8.3} ms  {:7.2} TFLOP/s",
-            flop / (ms * 1e-3) / 1e12
-        );
-    };
-
-    let x = Tensor::<4>::random([2, 320, 64, 64], normal, (device, dtype));
-    let w = Tensor::<4>::random([320, 320, 3, 3], normal, (device, dtype));
-    let ms = time_ms(device, 3, runs, || {
-        let _ = conv2d(
-            x.clone(),
-            w.clone(),
-            None,
-            ConvOptions::new([1, 1], [1, 1], [1, 1], 1),
-        );
-    })?;
-    report(
-        "conv3x3 320->320 @64x64, b2",
-        ms,
-        2.0 * 2.0 * 320.0 * 320.0 * 9.0 * 64.0 * 64.0,
-    );
-
-    let q = Tensor::<4>::random([2, 8, 4096, 40], normal, (device, dtype));
-    let ms = time_ms(device, 3, runs, || {
-        let opts = AttentionModuleOptions {
-            scale: None,
-            softcap: None,
-            is_causal: false,
-        };
-        let _ = attention(q.clone(), q.clone(), q.clone(), None, None, opts);
-    })?;
-    report(
-        "self-attention 2x8x4096x40",
-        ms,
-        4.0 * 2.0 * 8.0 * 4096.0 * 4096.0 * 40.0,
-    );
-
-    let a = Tensor::<2>::random([8192, 320], normal, (device, dtype));
-    let b = Tensor::<2>::random([320, 2560], normal, (device, dtype));
-    let ms = time_ms(device, 3, runs, || {
-        let _ = a.clone().matmul(b.clone());
-    })?;
-    report(
-        "GEGLU proj matmul 8192x320x2560",
-        ms,
-        2.0 * 8192.0 * 320.0 * 2560.0,
-    );
-
-    let gn = latent_engine::checkpoint::Weights::random("bench", device, dtype);
-    let norm = latent_engine::nn::GroupNorm::load(&gn, 32, 320, 1e-5)?;
-    let ms = time_ms(device, 3, runs, || {
-        let _ = norm.forward(x.clone());
-    })?;
-    report("GroupNorm(32) 2x320x64x64 (memory-bound)", ms, 0.0);
     Ok(())
 }
 

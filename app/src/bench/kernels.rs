@@ -1,0 +1,243 @@
+//! Every op shape of one UNet step, timed alone through the engine's layer code, with the kernel
+//! autotune chose for it (read from cubecl's decision log), so no fallback to a slow kernel can
+//! hide inside a block total.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Result;
+use burn::tensor::{Device, Distribution, Tensor};
+use latent_engine::profile::{IsolatedOp, OpShape, Recording};
+use latent_engine::{Precision, StableDiffusion};
+use serde_json::Value;
+
+use super::time_ms;
+
+/// One autotune decision: the key as cubecl wrote it, the winner and its measured time.
+#[derive(Debug, Clone)]
+struct Decision {
+    key: Value,
+    kernel: String,
+    ms: f64,
+}
+
+/// cubecl's decision sink, pointed at a file of ours before the first kernel is tuned.
+pub struct DecisionLog {
+    path: PathBuf,
+    consumed: usize,
+}
+
+impl DecisionLog {
+    /// Points cubecl's decisions at `path` (emptied). `None` when cubecl's configuration was
+    /// already read (too late to change) or the file cannot be made.
+    pub fn install(path: &Path) -> Option<Self> {
+        use burn::cubecl::config::{CubeClRuntimeConfig, RuntimeConfig};
+        std::fs::write(path, b"").ok()?;
+        let mut config = CubeClRuntimeConfig::default();
+        config.autotune.decisions.file = Some(path.to_path_buf());
+        config.autotune.decisions.append = true;
+        CubeClRuntimeConfig::try_set(config).then(|| Self {
+            path: path.to_path_buf(),
+            consumed: 0,
+        })
+    }
+
+    /// Decisions written since the last call.
+    fn take_new(&mut self) -> Vec<Decision> {
+        let text = std::fs::read_to_string(&self.path).unwrap_or_default();
+        let fresh = text.get(self.consumed..).unwrap_or_default();
+        // Only whole lines: a line being written is read next time.
+        let end = fresh.rfind('\n').map_or(0, |i| i + 1);
+        self.consumed += end;
+        fresh[..end].lines().filter_map(parse_decision).collect()
+    }
+}
+
+fn parse_decision(line: &str) -> Option<Decision> {
+    let v: Value = serde_json::from_str(line).ok()?;
+    let winner = v.get("results")?.get(0)?.get("outcome")?.get("Ok")?;
+    let kernel = winner.get("name")?.as_str()?.to_string();
+    let time = v.get("fastest_time")?;
+    let ms = time
+        .get("secs")
+        .and_then(Value::as_f64)
+        .zip(time.get("nanos").and_then(Value::as_f64))
+        .map_or(f64::NAN, |(s, n)| s * 1e3 + n / 1e6);
+    Some(Decision {
+        key: v.get("key")?.clone(),
+        kernel: short_name(&kernel),
+        ms,
+    })
+}
+
+/// The tunable's name without its module path.
+fn short_name(name: &str) -> String {
+    let base = name.split('<').next().unwrap_or(name);
+    base.rsplit("::").next().unwrap_or(base).to_string()
+}
+
+/// cubecl's anchor at the default autotune level: the next power of two.
+fn anchor(x: usize) -> u64 {
+    (x.max(1) as u64).next_power_of_two()
+}
+
+/// The first object inside `v` that has a field `field`.
+fn find_object<'a>(v: &'a Value, field: &str) -> Option<&'a serde_json::Map<String, Value>> {
+    match v {
+        Value::Object(map) if map.contains_key(field) => Some(map),
+        Value::Object(map) => map.values().find_map(|x| find_object(x, field)),
+        Value::Array(items) => items.iter().find_map(|x| find_object(x, field)),
+        _ => None,
+    }
+}
+
+fn numbers(v: Option<&Value>) -> Vec<u64> {
+    match v {
+        Some(Value::Array(items)) => items.iter().filter_map(Value::as_u64).collect(),
+        Some(Value::Number(n)) => n.as_u64().into_iter().collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// Whether a decision's key is burn's convolution key for this op (same kernel, stride and
+/// anchored channels, batch and spatial size).
+fn conv_key_matches(key: &Value, op: &OpShape) -> bool {
+    let OpShape::Conv {
+        b,
+        c_in,
+        c_out,
+        h,
+        w,
+        k,
+        stride,
+        ..
+    } = *op
+    else {
+        return false;
+    };
+    let Some(conv) = find_object(key, "kernel_size") else {
+        return false;
+    };
+    let n = |f: &str| numbers(conv.get(f));
+    n("kernel_size") == [k as u64, k as u64]
+        && n("stride") == [stride as u64, stride as u64]
+        && n("in_channels") == [anchor(c_in)]
+        && n("out_channels") == [anchor(c_out)]
+        && n("batch_size") == [anchor(b)]
+        && n("shape") == [anchor(h), anchor(w)]
+}
+
+/// A key in one line: its variant and fields, without the alignment details.
+fn key_summary(key: &Value) -> String {
+    let mut text = key.to_string();
+    text.retain(|c| c != '"');
+    if text.len() > 150 {
+        let cut = (0..=150).rev().find(|&i| text.is_char_boundary(i)).unwrap_or(0);
+        text.truncate(cut);
+        text.push('…');
+    }
+    text
+}
+
+/// Records the op shapes of one UNet step (batch 2, 64×64 latents), then times each alone and
+/// prints kernel, time, share of the step and TFLOP/s (or GB/s for the norms). The recording pass
+/// is the first forward at this precision, so the decisions it writes are this step's.
+pub fn unet_report(
+    model: &StableDiffusion,
+    device: &Device,
+    precision: Precision,
+    runs: usize,
+    mut log: Option<&mut DecisionLog>,
+) -> Result<()> {
+    let dtype = precision.dtype();
+    let normal = Distribution::Normal(0.0, 1.0);
+    let x = Tensor::<4>::random([2, 4, 64, 64], normal, (device, dtype));
+    let ctx = Tensor::<3>::random([2, 77, 768], normal, (device, dtype));
+    let recording = Recording::start();
+    let _ = model.unet.forward(x, &[500.0], &ctx);
+    let ops = recording.finish();
+    super::sync(device)?;
+    let decisions = log.as_mut().map(|l| l.take_new()).unwrap_or_default();
+
+    let element = dtype.size();
+    println!(
+        "[{precision:?}] UNet step op by op ({} shapes, {} ops; each alone, median of {runs}):",
+        ops.len(),
+        ops.iter().map(|(_, n)| n).sum::<usize>()
+    );
+    let mut rows = Vec::new();
+    let mut total = 0.0;
+    for (op, count) in &ops {
+        let isolated = IsolatedOp::new(*op, device, dtype);
+        let ms = time_ms(device, 2, runs, || isolated.run())?;
+        total += ms * *count as f64;
+        rows.push((*op, *count, ms));
+    }
+    for (op, count, ms) in &rows {
+        let rate = if op.flops() > 0.0 {
+            format!("{:7.1} TFLOP/s", op.flops() / (ms * 1e-3) / 1e12)
+        } else {
+            format!("{:7.0} GB/s   ", op.min_bytes(element) / (ms * 1e-3) / 1e9)
+        };
+        let kernel = match op {
+            OpShape::Conv { .. } => decisions
+                .iter()
+                .find(|d| conv_key_matches(&d.key, op))
+                .map_or_else(
+                    || "(no conv decision matched)".to_string(),
+                    |d| d.kernel.clone(),
+                ),
+            _ => String::new(),
+        };
+        println!(
+            "[{precision:?}]   {:<40} x{count:<3} {ms:8.3} ms  {:5.1}%  {rate}  {kernel}",
+            op.to_string(),
+            100.0 * ms * *count as f64 / total,
+        );
+    }
+    println!("[{precision:?}]   sum of ops run alone: {total:.2} ms");
+    if !decisions.is_empty() {
+        println!(
+            "[{precision:?}] autotune decisions of that step ({}):",
+            decisions.len()
+        );
+        for d in &decisions {
+            println!(
+                "[{precision:?}]   {:<34} {:8.3} ms  {}",
+                d.kernel,
+                d.ms,
+                key_summary(&d.key)
+            );
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decisions_parse_and_match_conv_ops() {
+        let line = r#"{"key":{"Conv":{"kernel_size":[3,3],"stride":[1,1],"padding":[[1,1],[1,1]],"dilation":[1,1],"groups":1,"in_channels":1024,"out_channels":1024,"shape":[32,32],"batch_size":2,"has_bias":false,"dtype":"F16"}},"fastest_index":2,"fastest_time":{"secs":0,"nanos":250000},"results":[{"outcome":{"Ok":{"name":"burn_cubecl::kernel::conv::SimpleSyncCmma<f16>","index":2}}}]}"#;
+        let d = parse_decision(line).unwrap();
+        assert_eq!(d.kernel, "SimpleSyncCmma");
+        assert!((d.ms - 0.25).abs() < 1e-9);
+        let op = |c_in, h| OpShape::Conv {
+            b: 2,
+            c_in,
+            c_out: 640,
+            h,
+            w: h,
+            k: 3,
+            stride: 1,
+            padding: 1,
+            bias: true,
+        };
+        // 640 and 960 input channels both anchor to 1024: one decision serves both.
+        assert!(conv_key_matches(&d.key, &op(640, 32)));
+        assert!(conv_key_matches(&d.key, &op(960, 32)));
+        assert!(!conv_key_matches(&d.key, &op(1280, 32)));
+        assert!(!conv_key_matches(&d.key, &op(640, 64)));
+        assert!(parse_decision("{\"error\": \"x\"}").is_none());
+    }
+}

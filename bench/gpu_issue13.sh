@@ -1,0 +1,47 @@
+#!/bin/bash
+# Issue 13 on a lent GPU, one part per device call (each call may run 10 minutes):
+#   PART=a  PyTorch anchor (fp16 UNet, VAE, CLIP, TAESD, 20-step txt2img, torch.compile UNet) and
+#           our default build's f16 bench (op-by-op kernel report, UNet, VAE, txt2img, previews)
+#   PART=b  PyTorch fp32 UNet (TF32 off) and ours in f32; then peak device memory of one 20-step
+#           f16 txt2img process each, sampled by nvidia-smi every 50 ms
+#   PART=c  ours on the WGSL/SIMT path of the same GPU (LATENT_STUDIO_COMPILER=wgsl), f16
+# Carry .gl (Vulkan loader), .whl (diffusers) and .gpu/latent-studio.gz (stripped release build).
+for f in .gl/*.deb; do dpkg -x $f / >/dev/null 2>&1; done; ldconfig
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
+if ! ls /usr/share/vulkan/icd.d/*.json /etc/vulkan/icd.d/*.json >/dev/null 2>&1; then
+  export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+fi
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee -a $OUT/gpu.txt
+gunzip -c .gpu/latent-studio.gz > /tmp/ls && chmod +x /tmp/ls
+export RUST_LOG=warn PYTHONUNBUFFERED=1
+cd /tmp
+/tmp/ls devices 2>&1 | tee -a $OUT/devices.txt
+
+# Peak device memory of a command: nvidia-smi's memory.used, sampled, minus the idle reading.
+peak() {
+  local name=$1; shift
+  local idle; idle=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | head -1)
+  nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 50 > /tmp/mem-$name.txt &
+  local sampler=$!
+  "$@" 2>&1 | tee -a $OUT/$name.txt
+  kill $sampler
+  local max; max=$(sort -n /tmp/mem-$name.txt | tail -1)
+  echo "$name: peak device memory $((max - idle)) MiB above idle ($idle MiB idle, $max MiB peak)" | tee -a $OUT/memory.txt
+}
+
+case ${PART:-a} in
+a)
+  PARTS=unet16,vae,taesd,clip,e2e,compile timeout 200 python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_a.txt
+  cp torch_anchor.json $OUT/torch_a.json 2>/dev/null
+  timeout 370 /tmp/ls bench --device gpu --precision f16 --runs 9 --steps 20 --decisions $OUT/decisions_f16.jsonl 2>&1 | tee $OUT/ours_f16.txt
+  ;;
+b)
+  PARTS=unet32 timeout 120 python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_b.txt
+  timeout 250 /tmp/ls bench --device gpu --precision f32 --runs 7 --no-pipeline --decisions $OUT/decisions_f32.jsonl 2>&1 | tee $OUT/ours_f32.txt
+  peak torch_mem timeout 90 python3 $OLDPWD/bench/torch_txt2img_mem.py
+  peak ours_mem timeout 150 /tmp/ls bench --device gpu --precision f16 --runs 3 --steps 20 --pipeline-only
+  ;;
+c)
+  LATENT_STUDIO_COMPILER=wgsl timeout 560 /tmp/ls bench --device gpu --precision f16 --runs 3 --no-pipeline --decisions $OUT/decisions_wgsl.jsonl 2>&1 | tee $OUT/ours_wgsl.txt
+  ;;
+esac

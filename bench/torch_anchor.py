@@ -1,0 +1,165 @@
+"""PyTorch/diffusers anchor timings for SD components on one GPU (random weights, same shapes).
+
+Prints a table of median milliseconds (CUDA events) and peak memory for:
+SD1.5 UNet (batch 2 = CFG, 64x64 latent), SD1.5 VAE decode 512^2, TAESD decode 512^2,
+CLIP ViT-L text encoder, a 20-step Euler loop (UNet only), a whole 20-step txt2img (CLIP + Euler CFG loop +
+VAE decode + uint8 image), the UNet in fp32 with TF32 off, SDXL UNet (batch 2, 128x128).
+fp16 with SDPA attention (diffusers default), then torch.compile for the SD1.5 UNet.
+"""
+import json, os, sys, time
+import torch
+from diffusers import UNet2DConditionModel, AutoencoderKL, AutoencoderTiny
+from transformers import CLIPTextConfig, CLIPTextModel
+
+# PARTS (comma separated) picks sections; unset runs them all: unet16, euler20, vae, taesd, clip,
+# e2e, unet32, compile, sdxl. (Latent Studio's copy: the shared script plus this switch.)
+PARTS = set(p for p in os.environ.get("PARTS", "").split(",") if p)
+
+
+def want(part):
+    return not PARTS or part in PARTS
+
+
+dev = "cuda"
+dt = torch.float16
+torch.backends.cuda.matmul.allow_tf32 = True
+torch.backends.cudnn.allow_tf32 = True
+results = {}
+
+
+def bench(name, fn, iters=30, warm=5):
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    for _ in range(warm):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(iters):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record(); fn(); e.record(); torch.cuda.synchronize()
+        times.append(s.elapsed_time(e))
+    times.sort()
+    med = times[len(times) // 2]
+    peak = torch.cuda.max_memory_allocated() / 2**30
+    results[name] = {"median_ms": med, "min_ms": times[0], "max_ms": times[-1], "peak_gib": peak}
+    print(f"{name:40s} median {med:9.3f} ms  min {times[0]:9.3f}  max {times[-1]:9.3f}  peak {peak:6.2f} GiB", flush=True)
+
+
+@torch.inference_mode()
+def main():
+    print(torch.__version__, torch.cuda.get_device_name(0), flush=True)
+    unet = UNet2DConditionModel(sample_size=64, cross_attention_dim=768, attention_head_dim=8).to(dev, dt).eval()
+    print("sd15 unet params", sum(p.numel() for p in unet.parameters()) / 1e6, flush=True)
+    x = torch.randn(2, 4, 64, 64, device=dev, dtype=dt)
+    ctx = torch.randn(2, 77, 768, device=dev, dtype=dt)
+    t = torch.tensor([500.0, 500.0], device=dev)
+    if want("unet16"):
+        bench("sd15_unet_b2_64x64_fp16", lambda: unet(x, t, ctx).sample)
+
+    def euler20():
+        lat = torch.randn(1, 4, 64, 64, device=dev, dtype=dt)
+        for i in range(20):
+            inp = torch.cat([lat, lat])
+            eps = unet(inp, t, ctx).sample
+            u, c = eps.chunk(2)
+            lat = lat + 0.01 * (u + 7.5 * (c - u))
+        return lat
+    if want("euler20"):
+        bench("sd15_euler20_loop_fp16", euler20, iters=5, warm=1)
+
+    vae = AutoencoderKL(block_out_channels=(128, 256, 512, 512),
+                        down_block_types=("DownEncoderBlock2D",) * 4,
+                        up_block_types=("UpDecoderBlock2D",) * 4,
+                        layers_per_block=2, latent_channels=4, sample_size=512).to(dev, dt).eval()
+    z = torch.randn(1, 4, 64, 64, device=dev, dtype=dt)
+    if want("vae"):
+        bench("sd15_vae_decode_512_fp16", lambda: vae.decode(z).sample, iters=20)
+        vae32 = vae.to(torch.float32)
+        z32 = z.float()
+        bench("sd15_vae_decode_512_fp32", lambda: vae32.decode(z32).sample, iters=10)
+        del vae32
+    del vae
+
+    taesd = AutoencoderTiny().to(dev, dt).eval()
+    if want("taesd"):
+        bench("taesd_decode_512_fp16", lambda: taesd.decode(z).sample, iters=50)
+    del taesd
+
+    cfg = CLIPTextConfig(vocab_size=49408, hidden_size=768, intermediate_size=3072, num_attention_heads=12,
+                         num_hidden_layers=12, max_position_embeddings=77, hidden_act="quick_gelu", projection_dim=768)
+    te = CLIPTextModel(cfg).to(dev, dt).eval()
+    ids = torch.randint(0, 49407, (2, 77), device=dev)
+    if want("clip"):
+        bench("clip_l_text_b2_fp16", lambda: te(ids).last_hidden_state, iters=50)
+    del te
+
+    # The whole 20-step txt2img as a pipeline runs it (tokenizing aside): CLIP on (uncond, cond),
+    # Euler with CFG 7.5 over the UNet at batch 2, VAE decode, uint8 image on the host.
+    from diffusers import EulerDiscreteScheduler
+    te = CLIPTextModel(cfg).to(dev, dt).eval()
+    vae = AutoencoderKL(block_out_channels=(128, 256, 512, 512), down_block_types=("DownEncoderBlock2D",) * 4,
+                        up_block_types=("UpDecoderBlock2D",) * 4, layers_per_block=2, latent_channels=4,
+                        sample_size=512).to(dev, dt).eval()
+    sched = EulerDiscreteScheduler(beta_start=0.00085, beta_end=0.012, beta_schedule="scaled_linear",
+                                   steps_offset=1, timestep_spacing="leading")
+
+    def txt2img20():
+        emb = te(ids).last_hidden_state
+        sched.set_timesteps(20, device=dev)
+        lat = torch.randn(1, 4, 64, 64, device=dev, dtype=dt) * sched.init_noise_sigma
+        for ts in sched.timesteps:
+            inp = sched.scale_model_input(torch.cat([lat, lat]), ts)
+            u, c = unet(inp, ts, emb).sample.chunk(2)
+            lat = sched.step(u + 7.5 * (c - u), ts, lat).prev_sample
+        img = vae.decode(lat / 0.18215).sample
+        return (img / 2 + 0.5).clamp(0, 1).mul(255).round().to(torch.uint8).cpu()
+    if want("e2e"):
+        bench("sd15_txt2img_512_20steps_e2e_fp16", txt2img20, iters=5, warm=1)
+    del te, vae
+
+    # fp32 UNet with TF32 off (true fp32 on both sides).
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    unet32 = UNet2DConditionModel(sample_size=64, cross_attention_dim=768, attention_head_dim=8).to(dev).eval()
+    if want("unet32"):
+        bench("sd15_unet_b2_64x64_fp32_notf32", lambda: unet32(x.float(), t, ctx.float()).sample, iters=10)
+    del unet32
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
+    torch.cuda.empty_cache()
+
+    if want("compile") and os.environ.get("SKIP_COMPILE") != "1":
+        t0 = time.time()
+        cunet = torch.compile(unet)
+        cunet(x, t, ctx)
+        print(f"compile took {time.time()-t0:.1f}s", flush=True)
+        bench("sd15_unet_b2_64x64_fp16_compiled", lambda: cunet(x, t, ctx).sample)
+    del unet
+    torch.cuda.empty_cache()
+
+    if want("sdxl"):
+        sdxl(t)
+
+    out = os.environ.get("OUT", ".")
+    with open(os.path.join(out, "torch_anchor.json"), "w") as f:
+        json.dump({"torch": torch.__version__, "device": torch.cuda.get_device_name(0), "results": results}, f, indent=1)
+
+
+@torch.inference_mode()
+def sdxl(t):
+    xl = UNet2DConditionModel(sample_size=128, block_out_channels=(320, 640, 1280),
+                              down_block_types=("DownBlock2D", "CrossAttnDownBlock2D", "CrossAttnDownBlock2D"),
+                              up_block_types=("CrossAttnUpBlock2D", "CrossAttnUpBlock2D", "UpBlock2D"),
+                              transformer_layers_per_block=(1, 2, 10), attention_head_dim=(5, 10, 20),
+                              cross_attention_dim=2048, addition_embed_type="text_time", addition_time_embed_dim=256,
+                              projection_class_embeddings_input_dim=2816, use_linear_projection=True,
+                              layers_per_block=2).to(dev, dt).eval()
+    print("sdxl unet params", sum(p.numel() for p in xl.parameters()) / 1e6, flush=True)
+    xx = torch.randn(2, 4, 128, 128, device=dev, dtype=dt)
+    cx = torch.randn(2, 77, 2048, device=dev, dtype=dt)
+    add = {"text_embeds": torch.randn(2, 1280, device=dev, dtype=dt), "time_ids": torch.randn(2, 6, device=dev, dtype=dt)}
+    bench("sdxl_unet_b2_128x128_fp16", lambda: xl(xx, t, cx, added_cond_kwargs=add).sample, iters=20)
+
+
+if __name__ == "__main__":
+    main()
