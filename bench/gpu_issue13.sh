@@ -31,17 +31,18 @@ peak() {
 
 case ${PART:-a} in
 a)
-  PARTS=unet16,vae,taesd,clip,e2e,compile timeout 200 python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_a.txt
-  cp torch_anchor.json $OUT/torch_a.json 2>/dev/null
-  timeout 370 /tmp/ls bench --device gpu --precision f16 --runs 9 --steps 20 --decisions $OUT/decisions_f16.jsonl 2>&1 | tee $OUT/ours_f16.txt
+  PARTS=${TORCH_PARTS:-unet16,vae,taesd,clip,e2e,compile} timeout 200 python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_a.txt
+  timeout ${OURS_TIMEOUT:-370} /tmp/ls bench --device gpu --precision f16 --runs 7 --steps 20 --no-previews --decisions $OUT/decisions_f16.jsonl 2>&1 | grep -v "^\[F16\]   [a-z_]*  *[0-9.]* ms  {" | tee $OUT/ours_f16.txt
   ;;
 b)
   PARTS=unet32 timeout 120 python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_b.txt
-  timeout 250 /tmp/ls bench --device gpu --precision f32 --runs 7 --no-pipeline --decisions $OUT/decisions_f32.jsonl 2>&1 | tee $OUT/ours_f32.txt
+  timeout 250 /tmp/ls bench --device gpu --precision f32 --runs 7 --no-pipeline --no-ops 2>&1 | tee $OUT/ours_f32.txt
   peak torch_mem timeout 90 python3 $OLDPWD/bench/torch_txt2img_mem.py
-  peak ours_mem timeout 150 /tmp/ls bench --device gpu --precision f16 --runs 3 --steps 20 --pipeline-only
+  peak ours_mem timeout 240 /tmp/ls bench --device gpu --precision f16 --runs 5 --steps 20 --no-ops --no-previews
   ;;
 c)
-  LATENT_STUDIO_COMPILER=wgsl timeout 560 /tmp/ls bench --device gpu --precision f16 --runs 3 --no-pipeline --decisions $OUT/decisions_wgsl.jsonl 2>&1 | tee $OUT/ours_wgsl.txt
+  peak torch_mem timeout 90 python3 $OLDPWD/bench/torch_txt2img_mem.py
+  peak ours_mem timeout 240 /tmp/ls bench --device gpu --precision f16 --runs 2 --steps 20 --pipeline-only
+  LATENT_STUDIO_COMPILER=wgsl timeout ${WGSL_TIMEOUT:-560} /tmp/ls bench --device gpu --precision f16 --runs 3 --no-pipeline --no-ops 2>&1 | tee $OUT/ours_wgsl.txt
   ;;
 esac

@@ -12,6 +12,9 @@ use serde_json::Value;
 
 use super::time_ms;
 
+/// Launches of an op per timed sample.
+const REPS: usize = 10;
+
 /// One autotune decision: the key as cubecl wrote it, the winner and its measured time.
 #[derive(Debug, Clone)]
 struct Decision {
@@ -168,7 +171,12 @@ pub fn unet_report(
     let mut total = 0.0;
     for (op, count) in &ops {
         let isolated = IsolatedOp::new(*op, device, dtype);
-        let ms = time_ms(device, 2, runs, || isolated.run())?;
+        // REPS launches between two syncs, so a sync's latency (~0.4 ms) does not swamp small ops.
+        let ms = time_ms(device, 1, runs, || {
+            for _ in 0..REPS {
+                isolated.run();
+            }
+        })? / REPS as f64;
         total += ms * *count as f64;
         rows.push((*op, *count, ms));
     }
@@ -195,6 +203,39 @@ pub fn unet_report(
         );
     }
     println!("[{precision:?}]   sum of ops run alone: {total:.2} ms");
+    // burn's attention alone on contiguous [b, heads, n, d] inputs: what our [b, n, heads·d]
+    // layout costs around it.
+    for (op, _) in &ops {
+        if let OpShape::Attention {
+            b,
+            heads,
+            n_q,
+            n_k,
+            d,
+        } = *op
+        {
+            use burn::tensor::module::attention;
+            use burn::tensor::ops::AttentionModuleOptions;
+            let q = Tensor::<4>::random([b, heads, n_q, d], normal, (device, dtype));
+            let k = Tensor::<4>::random([b, heads, n_k, d], normal, (device, dtype));
+            let v = Tensor::<4>::random([b, heads, n_k, d], normal, (device, dtype));
+            let options = AttentionModuleOptions {
+                scale: None,
+                softcap: None,
+                is_causal: false,
+            };
+            let ms = time_ms(device, 1, runs, || {
+                for _ in 0..REPS {
+                    let _ = attention(q.clone(), k.clone(), v.clone(), None, None, options);
+                }
+            })? / REPS as f64;
+            println!(
+                "[{precision:?}]   {:<40} burn attention on [b,h,n,d] alone: {ms:8.3} ms  {:7.1} TFLOP/s",
+                op.to_string(),
+                op.flops() / (ms * 1e-3) / 1e12
+            );
+        }
+    }
     if !decisions.is_empty() {
         println!(
             "[{precision:?}] autotune decisions of that step ({}):",

@@ -45,6 +45,12 @@ pub struct BenchArgs {
     /// Only the end-to-end txt2img (for measuring a process's peak device memory from outside).
     #[arg(long)]
     pipeline_only: bool,
+    /// Skip the preview-overhead runs after the end-to-end txt2img.
+    #[arg(long)]
+    no_previews: bool,
+    /// Skip the op-by-op kernel report.
+    #[arg(long)]
+    no_ops: bool,
     /// Instead of the random-weight model: time the model cache with this checkpoint (load from
     /// the checkpoint, from the disk cache, resident; second-generation start with cache on/off).
     #[arg(long)]
@@ -150,7 +156,9 @@ pub fn run(args: BenchArgs) -> Result<()> {
         })?;
         println!("[{precision:?}] CLIP encode (1x77): median {clip:.2} ms");
 
-        kernels::unet_report(&model, &device, precision, args.runs, decisions.as_mut())?;
+        if !args.no_ops {
+            kernels::unet_report(&model, &device, precision, args.runs, decisions.as_mut())?;
+        }
 
         let x = Tensor::<4>::random(
             [2, 4, 64, 64],
@@ -166,6 +174,20 @@ pub fn run(args: BenchArgs) -> Result<()> {
             let _ = model.unet.forward(x.clone(), &[500.0], &ctx);
         })?;
         println!("[{precision:?}] UNet step, batch 2 (CFG), 64x64 latents: median {unet:.2} ms");
+        // Host-bound or device-bound: how long enqueueing one step takes on this thread, against
+        // the step with its sync. Enqueue close to the whole means the GPU waits on the host.
+        let mut enqueue = Vec::new();
+        for _ in 0..args.runs.max(1) {
+            let t = Instant::now();
+            let _ = model.unet.forward(x.clone(), &[500.0], &ctx);
+            enqueue.push(t.elapsed().as_secs_f64() * 1e3);
+            sync(&device)?;
+        }
+        enqueue.sort_by(f64::total_cmp);
+        println!(
+            "[{precision:?}]   host time to enqueue one step (no sync): median {:.2} ms",
+            enqueue[enqueue.len() / 2]
+        );
         let dev = device.clone();
         let profile = model.unet.forward_profiled(x.clone(), &[500.0], &ctx, &|| {
             let _ = dev.sync();
@@ -215,11 +237,16 @@ pub fn run(args: BenchArgs) -> Result<()> {
             println!(
                 "[{precision:?}] TAESD decode 64x64 latents -> 512x512: median {decode:.2} ms"
             );
-            for method in [
-                PreviewMethod::Latent2Rgb,
-                PreviewMethod::Taesd,
-                PreviewMethod::Full,
-            ] {
+            let methods: &[PreviewMethod] = if args.no_previews {
+                &[]
+            } else {
+                &[
+                    PreviewMethod::Latent2Rgb,
+                    PreviewMethod::Taesd,
+                    PreviewMethod::Full,
+                ]
+            };
+            for &method in methods {
                 let store = FrameStore::new();
                 let latencies = Arc::new(Mutex::new(Vec::new()));
                 let with = time_ms(&device, 1, 3, || {
