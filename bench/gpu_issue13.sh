@@ -4,7 +4,9 @@
 #           our default build's f16 bench (op-by-op kernel report, UNet, VAE, txt2img, previews)
 #   PART=b  PyTorch fp32 UNet (TF32 off) and ours in f32; then peak device memory of one 20-step
 #           f16 txt2img process each, sampled by nvidia-smi every 50 ms
-#   PART=c  ours on the WGSL/SIMT path of the same GPU (LATENT_STUDIO_COMPILER=wgsl), f16
+#   PART=c  peak memory again (torch, ours), then ours on the WGSL/SIMT path of the same GPU
+#           (LATENT_STUDIO_COMPILER=wgsl), f16
+#   PART=d  the UNet step with cubecl-wgpu batching 32 (default) or more kernels per submission
 # Carry .gl (Vulkan loader), .whl (diffusers) and .gpu/latent-studio.gz (stripped release build).
 for f in .gl/*.deb; do dpkg -x $f / >/dev/null 2>&1; done; ldconfig
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
@@ -44,5 +46,11 @@ c)
   peak torch_mem timeout 90 python3 $OLDPWD/bench/torch_txt2img_mem.py
   peak ours_mem timeout 240 /tmp/ls bench --device gpu --precision f16 --runs 2 --steps 20 --pipeline-only
   LATENT_STUDIO_COMPILER=wgsl timeout ${WGSL_TIMEOUT:-560} /tmp/ls bench --device gpu --precision f16 --runs 3 --no-pipeline --no-ops 2>&1 | tee $OUT/ours_wgsl.txt
+  ;;
+d)
+  # How many kernels cubecl's wgpu runtime batches per queue submission (default 32).
+  for t in ${TASKS:-32 256}; do
+    CUBECL_WGPU_MAX_TASKS=$t timeout 170 /tmp/ls bench --device gpu --precision f16 --runs 9 --no-ops --unet-only 2>&1 | grep "UNet step\|enqueue" | sed "s/^/max_tasks=$t /" | tee -a $OUT/tasks.txt
+  done
   ;;
 esac

@@ -1,6 +1,6 @@
 //! Bad checkpoints become clear `engine::Error`s, never panics or silently random weights.
 
-mod common;
+use crate::common;
 
 use burn::tensor::Device;
 use common::{f32_bytes, fixtures, scratch_dir, write_safetensors};

@@ -26,7 +26,7 @@
 //! Cost: each device compiles every kernel it runs, about two minutes on two cores; the two tests
 //! run in parallel (about 2.7 minutes together here).
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::AtomicBool;
 

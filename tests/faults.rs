@@ -7,7 +7,7 @@
 //! (bad_checkpoints.rs); cancelling at step 2 and batch seeds (pipeline_parity.rs); bad CLI
 //! flags, unwritable and existing outputs (cli.rs).
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;

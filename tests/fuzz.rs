@@ -7,7 +7,7 @@
 //! tests/fixtures/make_fuzz_corpus.py, which says what each file is).
 //! Failures proptest finds are saved in tests/fuzz.proptest-regressions and replayed first.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -4,7 +4,7 @@
 //! entry is rebuilt, never used; the disk cache keeps its size bound; a forced compile failure
 //! gives one warning and a correct image.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;

@@ -2,7 +2,7 @@
 //! (tests/fixtures/make_model_fixtures.py), on burn's CPU (flex) and wgpu backends, f32 and f16,
 //! from both file layouts.
 
-mod common;
+use crate::common;
 
 use burn::tensor::Device;
 use common::{Expected, assert_close, devices, fixtures, to_vec};

@@ -4,7 +4,7 @@
 //!   through the automatic f32 retry to the f32 model's image (±2 levels), with one notice;
 //! - latents even f32 overflows on, and NaN latents, are clear errors.
 
-mod common;
+use crate::common;
 
 use burn::tensor::{DType, Device, Tensor, TensorData};
 use common::fixtures;

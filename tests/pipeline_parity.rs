@@ -2,7 +2,7 @@
 //! (tests/fixtures/make_pipeline_fixtures.py): every sampler × schedule, square and non-square,
 //! CFG 1 and > 1, a >77-token prompt; per-step latents within 1e-3, images within ±1 per channel.
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::AtomicBool;
 

@@ -1,6 +1,6 @@
 //! Previews never change the image, switch method mid-run, and publish only complete frames.
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::AtomicBool;
 

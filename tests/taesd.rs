@@ -2,7 +2,7 @@
 //! model (tests/fixtures/make_taesd_fixtures.py), from madebyollin's and diffusers' layouts, on
 //! burn's CPU (flex) and wgpu backends.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 

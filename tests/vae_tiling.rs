@@ -4,7 +4,7 @@
 //! whole decode on CPU and wgpu (lavapipe); the pipeline follows the setting; Auto switches at its
 //! threshold. The tile grid and halo arithmetic are unit-tested in engine/src/vae_tiling.rs.
 
-mod common;
+use crate::common;
 
 use burn::tensor::{DType, Device, DeviceKind, Tensor, TensorData};
 use common::fixtures;

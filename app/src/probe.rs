@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use latent_engine::adapters::{AdapterKind, AdapterSummary};
+use latent_engine::adapters::AdapterSummary;
 use latent_engine::device::DeviceChoice;
 use latent_engine::probe::{Outcome, ProbeReport, Verdict, VerdictCache};
 
@@ -201,6 +201,7 @@ pub fn resolve_auto(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use latent_engine::adapters::AdapterKind;
 
     /// A stand-in for the probe child: a shell script that answers like `latent-studio probe`
     /// would (or crashes, or hangs).

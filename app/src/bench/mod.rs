@@ -51,6 +51,9 @@ pub struct BenchArgs {
     /// Skip the op-by-op kernel report.
     #[arg(long)]
     no_ops: bool,
+    /// Only the UNet step (and its host enqueue time).
+    #[arg(long)]
+    unet_only: bool,
     /// Instead of the random-weight model: time the model cache with this checkpoint (load from
     /// the checkpoint, from the disk cache, resident; second-generation start with cache on/off).
     #[arg(long)]
@@ -188,6 +191,9 @@ pub fn run(args: BenchArgs) -> Result<()> {
             "[{precision:?}]   host time to enqueue one step (no sync): median {:.2} ms",
             enqueue[enqueue.len() / 2]
         );
+        if args.unet_only {
+            continue;
+        }
         let dev = device.clone();
         let profile = model.unet.forward_profiled(x.clone(), &[500.0], &ctx, &|| {
             let _ = dev.sync();

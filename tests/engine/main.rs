@@ -1,0 +1,29 @@
+//! The engine's integration tests, one module per file beside this folder, linked into one test
+//! binary: one link instead of eleven, and one kernel-compilation cache for all of them (lavapipe
+//! JIT-compiles each kernel once per process).
+
+#[path = "../common/mod.rs"]
+mod common;
+
+#[path = "../bad_checkpoints.rs"]
+mod bad_checkpoints;
+#[path = "../model_parity.rs"]
+mod model_parity;
+#[path = "../pipeline_parity.rs"]
+mod pipeline_parity;
+#[path = "../preview.rs"]
+mod preview;
+#[path = "../taesd.rs"]
+mod taesd;
+#[path = "../model_cache.rs"]
+mod model_cache;
+#[path = "../fuzz.rs"]
+mod fuzz;
+#[path = "../faults.rs"]
+mod faults;
+#[path = "../vae_tiling.rs"]
+mod vae_tiling;
+#[path = "../nan_guard.rs"]
+mod nan_guard;
+#[path = "../device_limits.rs"]
+mod device_limits;
