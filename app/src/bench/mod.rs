@@ -69,6 +69,18 @@ pub struct BenchArgs {
     decisions: Option<std::path::PathBuf>,
 }
 
+/// The benchmarked txt2img: 512², Euler, CFG 7.5, as the PyTorch anchor runs it.
+fn bench_request(steps: usize) -> Txt2ImgRequest {
+    Txt2ImgRequest {
+        prompt: "a photograph of an astronaut riding a horse".into(),
+        steps,
+        cfg_scale: 7.5,
+        sampler: SamplerKind::Euler,
+        schedule: Schedule::Normal,
+        ..Default::default()
+    }
+}
+
 fn sync(device: &Device) -> Result<()> {
     device
         .sync()
@@ -130,14 +142,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
             continue;
         }
         if args.pipeline_only {
-            let req = Txt2ImgRequest {
-                prompt: "a photograph of an astronaut riding a horse".into(),
-                steps: args.steps,
-                cfg_scale: 7.5,
-                sampler: SamplerKind::Euler,
-                schedule: Schedule::Normal,
-                ..Default::default()
-            };
+            let req = bench_request(args.steps);
             let cancel = AtomicBool::new(false);
             let total = time_ms(&device, 1, args.runs, || {
                 let _ = txt2img(&model, &tokenizer, &req, &cancel, &mut Quiet);
@@ -212,14 +217,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
             (&device, dtype),
         );
         if !args.no_pipeline {
-            let req = Txt2ImgRequest {
-                prompt: "a photograph of an astronaut riding a horse".into(),
-                steps: args.steps,
-                cfg_scale: 7.5,
-                sampler: SamplerKind::Euler,
-                schedule: Schedule::Normal,
-                ..Default::default()
-            };
+            let req = bench_request(args.steps);
             let cancel = AtomicBool::new(false);
             let total = time_ms(&device, 1, 3, || {
                 let _ = txt2img(&model, &tokenizer, &req, &cancel, &mut Quiet);
