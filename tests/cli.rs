@@ -509,6 +509,20 @@ fn doctor_agrees(device: &str) {
         );
     }
     assert!(stdout.contains("all components agree"), "{stdout}");
+    // Which compiler the device really got: none on the CPU backend, WGSL on lavapipe (CI),
+    // SPIR-V on a hardware Vulkan adapter.
+    let compiler = stdout
+        .lines()
+        .find(|l| l.starts_with("shader compiler: "))
+        .unwrap_or_else(|| panic!("{device}: no shader compiler line in {stdout}"));
+    if device == "cpu" {
+        assert!(compiler.contains("CPU backend"), "{compiler}");
+    } else {
+        assert!(
+            compiler.contains("WGSL") || compiler.contains("SPIR-V"),
+            "{compiler}"
+        );
+    }
 }
 
 #[test]

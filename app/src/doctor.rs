@@ -39,6 +39,10 @@ pub fn run(args: DoctorArgs) -> Result<()> {
         describe(&args.device, &device),
         args.precision
     );
+    match latent_engine::compiler::of_device(&device) {
+        Some(c) => println!("shader compiler: {c}"),
+        None => println!("shader compiler: none (burn's CPU backend)"),
+    }
     let report = self_check(&model, &device, args.precision)
         .with_context(|| format!("running the self-check with {}", model.display()))?;
     for c in &report.components {
