@@ -67,9 +67,14 @@ impl CompilerOverride {
 /// Names software rasterisers report even where the device type says otherwise.
 fn software_by_name(name: &str) -> bool {
     let name = name.to_ascii_lowercase();
-    ["llvmpipe", "lavapipe", "swiftshader", "microsoft basic render"]
-        .iter()
-        .any(|s| name.contains(s))
+    [
+        "llvmpipe",
+        "lavapipe",
+        "swiftshader",
+        "microsoft basic render",
+    ]
+    .iter()
+    .any(|s| name.contains(s))
 }
 
 /// The choice (pure): SPIR-V for a hardware adapter on Vulkan unless WGSL is forced, WGSL
@@ -196,13 +201,7 @@ pub fn of_device(device: &burn::tensor::Device) -> Option<DeviceCompiler> {
         .matmul
         .cmma
         .iter()
-        .map(|c| {
-            format!(
-                "{}x{}x{} {:?}->{:?}",
-                c.m, c.n, c.k, c.a_type, c.cd_type
-            )
-            .to_lowercase()
-        })
+        .map(|c| format!("{}x{}x{} {:?}->{:?}", c.m, c.n, c.k, c.a_type, c.cd_type).to_lowercase())
         .collect();
     cmma.sort();
     cmma.dedup();
@@ -232,8 +231,14 @@ mod tests {
         );
         // Software adapters, by type or by name whatever type they claim.
         let lavapipe = "llvmpipe (LLVM 15.0.6, 256 bits)";
-        assert_eq!(choose("Vulkan", Software, lavapipe, Auto), ShaderCompiler::Wgsl);
-        assert_eq!(choose("Vulkan", Other, lavapipe, Auto), ShaderCompiler::Wgsl);
+        assert_eq!(
+            choose("Vulkan", Software, lavapipe, Auto),
+            ShaderCompiler::Wgsl
+        );
+        assert_eq!(
+            choose("Vulkan", Other, lavapipe, Auto),
+            ShaderCompiler::Wgsl
+        );
         assert_eq!(
             choose("Vulkan", Other, "SwiftShader Device (Subzero)", Auto),
             ShaderCompiler::Wgsl
@@ -251,8 +256,14 @@ mod tests {
 
     #[test]
     fn override_values_parse() {
-        assert_eq!(CompilerOverride::parse("WGSL"), Some(CompilerOverride::Wgsl));
-        assert_eq!(CompilerOverride::parse(" auto "), Some(CompilerOverride::Auto));
+        assert_eq!(
+            CompilerOverride::parse("WGSL"),
+            Some(CompilerOverride::Wgsl)
+        );
+        assert_eq!(
+            CompilerOverride::parse(" auto "),
+            Some(CompilerOverride::Auto)
+        );
         assert_eq!(CompilerOverride::parse(""), Some(CompilerOverride::Auto));
         assert_eq!(CompilerOverride::parse("spirv"), None);
     }

@@ -96,7 +96,9 @@ pub fn resolve(choice: &DeviceChoice, all: &[AdapterSummary]) -> Result<Target> 
     match choice {
         DeviceChoice::Cpu => Ok(Target::Cpu),
         DeviceChoice::Gpu(None) => Ok(Target::DefaultGpu),
-        DeviceChoice::Auto => Ok(choose_auto(all).map_or(Target::Cpu, |a| Target::Adapter(a.clone()))),
+        DeviceChoice::Auto => {
+            Ok(choose_auto(all).map_or(Target::Cpu, |a| Target::Adapter(a.clone())))
+        }
         DeviceChoice::Gpu(Some(n)) => choose_named(all, &format!("gpu:{n}"))
             .map(|a| Target::Adapter(a.clone()))
             .map_err(|e| Error::Device(e.to_string())),

@@ -9,6 +9,7 @@ pub mod compiler;
 pub mod device;
 pub mod error;
 pub mod image_io;
+pub mod kernels;
 pub mod limits;
 pub mod model;
 pub mod model_cache;

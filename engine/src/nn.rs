@@ -144,8 +144,8 @@ impl Conv2d {
     }
 }
 
-/// Which implementation runs a GroupNorm (and the SiLU after it): burn ops, or our fused WGSL
-/// kernels where the device runs them (see [`crate::shaders::group_norm_fused`]).
+/// Which implementation runs a GroupNorm (and the SiLU after it): burn ops, or our kernels where
+/// the device runs them (see [`crate::kernels::group_norm`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Kernels {
     #[default]
@@ -182,22 +182,32 @@ impl GroupNorm {
         }
     }
 
+    /// Burn ops: the twin of our kernels (see [`Self::forward_with`]), and what the CPU backend runs.
+    ///
     /// # Shapes
     /// `[b, c, h, w] -> [b, c, h, w]`
     pub fn forward(&self, x: Tensor<4>) -> Tensor<4> {
-        let dtype = x.dtype();
-        let dims = x.dims();
+        self.record(&x, false);
+        self.forward_plain(x)
+    }
+
+    fn record(&self, x: &Tensor<4>, silu: bool) {
         crate::profile::record(|| {
-            let [b, c, h, w] = dims;
+            let [b, c, h, w] = x.dims();
             crate::profile::OpShape::GroupNorm {
                 b,
                 c,
                 h,
                 w,
                 groups: self.groups,
-                silu: false,
+                silu,
             }
         });
+    }
+
+    fn forward_plain(&self, x: Tensor<4>) -> Tensor<4> {
+        let dtype = x.dtype();
+        let dims = x.dims();
         let x = self.grouped(x);
         let (var, mean) = x.clone().var_mean_bias(2);
         self.normalize(x, mean, var, dims, dtype)
@@ -269,11 +279,12 @@ impl GroupNorm {
         x.cast(dtype)
     }
 
-    /// GroupNorm, then SiLU when `silu`, through `kernels`. The fused kernels fall back to burn
-    /// ops where they cannot run.
+    /// GroupNorm, then SiLU when `silu`, through `kernels`. Our kernels
+    /// ([`crate::kernels::group_norm`]) fall back to burn ops where they cannot run.
     pub fn forward_with(&self, x: Tensor<4>, silu: bool, kernels: Kernels) -> Tensor<4> {
+        self.record(&x, silu);
         if kernels == Kernels::Fused {
-            if let Some(y) = crate::shaders::group_norm_fused(
+            if let Some(y) = crate::kernels::group_norm::group_norm(
                 &x,
                 &self.weight,
                 &self.bias,
@@ -284,7 +295,7 @@ impl GroupNorm {
                 return y;
             }
         }
-        let y = self.forward(x);
+        let y = self.forward_plain(x);
         if silu { activation::silu(y) } else { y }
     }
 }
@@ -362,6 +373,8 @@ impl LayerNorm {
         Self { weight, bias, eps }
     }
 
+    /// Our one-launch kernel ([`crate::kernels::layer_norm`]) where it runs, else
+    /// [`Self::forward_plain`].
     pub fn forward<const D: usize>(&self, x: Tensor<D>) -> Tensor<D> {
         crate::profile::record(|| {
             let dims = x.dims();
@@ -370,6 +383,16 @@ impl LayerNorm {
                 dim: dims[D - 1],
             }
         });
+        if let Some(y) =
+            crate::kernels::layer_norm::layer_norm(&x, &self.weight, &self.bias, self.eps)
+        {
+            return y;
+        }
+        self.forward_plain(x)
+    }
+
+    /// burn's `layer_norm` in f32: the kernel's twin, and what the CPU backend runs.
+    pub fn forward_plain<const D: usize>(&self, x: Tensor<D>) -> Tensor<D> {
         let dtype = x.dtype();
         layer_norm(
             x.cast(DType::F32),

@@ -302,7 +302,7 @@ impl IsolatedOp {
                 );
                 let x = t4([b, c, h, w]);
                 Box::new(move || {
-                    let _ = norm.forward_with(x.clone(), silu, Kernels::Plain);
+                    let _ = norm.forward_with(x.clone(), silu, Kernels::Fused);
                 })
             }
             OpShape::LayerNorm { rows, dim } => {
@@ -343,7 +343,10 @@ mod tests {
             padding: 1,
             bias: true,
         };
-        assert_eq!(conv.flops(), 2.0 * (2usize * 320 * 64 * 64 * 320 * 9) as f64);
+        assert_eq!(
+            conv.flops(),
+            2.0 * (2usize * 320 * 64 * 64 * 320 * 9) as f64
+        );
         assert_eq!(conv.to_string(), "conv3x3 320->320 @64x64 b2");
         let down = OpShape::Conv {
             b: 2,
@@ -392,7 +395,10 @@ mod tests {
         let _ = conv.forward(Tensor::<4>::ones([1, 2, 5, 5], &device));
         assert!(Recording::start().finish().is_empty());
         // The centre pixel sees 2 channels x 9 ones, plus the bias.
-        let centre = y.slice([0..1, 0..1, 2..3, 2..3]).into_data().try_to_vec::<f32>();
+        let centre = y
+            .slice([0..1, 0..1, 2..3, 2..3])
+            .into_data()
+            .try_to_vec::<f32>();
         assert_eq!(centre.ok(), Some(vec![19.0]));
         for (op, _) in ops {
             IsolatedOp::new(op, &device, DType::F32).run();

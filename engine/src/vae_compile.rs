@@ -107,7 +107,7 @@ impl VaeCompiler {
         latents: &Tensor<4>,
         notice: &mut dyn FnMut(Notice),
     ) -> Kernels {
-        if !self.enabled() || !crate::shaders::fused_kernels_available(&latents.device()) {
+        if !self.enabled() || !crate::kernels::available(&latents.device()) {
             return Kernels::Plain;
         }
         let key = (latents.dims(), latents.dtype());

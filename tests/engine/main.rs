@@ -7,23 +7,23 @@ mod common;
 
 #[path = "../bad_checkpoints.rs"]
 mod bad_checkpoints;
+#[path = "../device_limits.rs"]
+mod device_limits;
+#[path = "../faults.rs"]
+mod faults;
+#[path = "../fuzz.rs"]
+mod fuzz;
+#[path = "../model_cache.rs"]
+mod model_cache;
 #[path = "../model_parity.rs"]
 mod model_parity;
+#[path = "../nan_guard.rs"]
+mod nan_guard;
 #[path = "../pipeline_parity.rs"]
 mod pipeline_parity;
 #[path = "../preview.rs"]
 mod preview;
 #[path = "../taesd.rs"]
 mod taesd;
-#[path = "../model_cache.rs"]
-mod model_cache;
-#[path = "../fuzz.rs"]
-mod fuzz;
-#[path = "../faults.rs"]
-mod faults;
 #[path = "../vae_tiling.rs"]
 mod vae_tiling;
-#[path = "../nan_guard.rs"]
-mod nan_guard;
-#[path = "../device_limits.rs"]
-mod device_limits;

@@ -134,7 +134,10 @@ fn key_summary(key: &Value) -> String {
     let mut text = key.to_string();
     text.retain(|c| c != '"');
     if text.len() > 150 {
-        let cut = (0..=150).rev().find(|&i| text.is_char_boundary(i)).unwrap_or(0);
+        let cut = (0..=150)
+            .rev()
+            .find(|&i| text.is_char_boundary(i))
+            .unwrap_or(0);
         text.truncate(cut);
         text.push('…');
     }

@@ -5,7 +5,7 @@ use burn::tensor::Tensor;
 
 use crate::checkpoint::Weights;
 use crate::error::Result;
-use crate::nn::{Conv2d, GroupNorm, LayerNorm, Linear, gelu, multi_head_attention};
+use crate::nn::{Conv2d, GroupNorm, Kernels, LayerNorm, Linear, gelu, multi_head_attention};
 
 /// diffusers `Attention` as used in the UNet: q has no bias, the output projection has one.
 #[derive(Debug, Clone)]
@@ -165,7 +165,7 @@ impl Transformer2D {
     pub fn forward(&self, x: Tensor<4>, context: &Tensor<3>) -> Tensor<4> {
         let [b, c, h, w] = x.dims();
         let residual = x.clone();
-        let x = self.norm.forward(x);
+        let x = self.norm.forward_with(x, false, Kernels::Fused);
         let to_tokens = |t: Tensor<4>| t.reshape([b, c, h * w]).swap_dims(1, 2); // [b, hw, c]
         let mut tokens = match &self.proj_in {
             Projection::Conv(conv) => to_tokens(conv.forward(x)),

@@ -10,7 +10,7 @@ use serde::Deserialize;
 
 use crate::checkpoint::Weights;
 use crate::error::{Error, Result};
-use crate::nn::{Conv2d, GroupNorm, silu};
+use crate::nn::{Conv2d, GroupNorm, Kernels};
 use blocks::{BlockSpec, DownBlock, MidBlock, UpBlock, UpChannels};
 use embeddings::{TimestepEmbedding, timestep_projection};
 
@@ -327,7 +327,9 @@ impl UNet2DConditionModel {
             x = block.forward(x, &temb, context, &mut skips);
             after_block("up_blocks", Some(i));
         }
-        let out = self.conv_out.forward(silu(self.conv_norm_out.forward(x)));
+        let out = self
+            .conv_out
+            .forward(self.conv_norm_out.forward_with(x, true, Kernels::Fused));
         after_block("conv_norm_out + conv_out", None);
         out
     }

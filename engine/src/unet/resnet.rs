@@ -85,8 +85,10 @@ impl ResnetBlock2D {
 
     /// # Shapes
     /// x `[b, c_in, h, w]`, temb `[b, t]` -> `[b, c_out, h, w]`
+    ///
+    /// The GroupNorm+SiLU pairs run through our kernels where the device runs them.
     pub fn forward(&self, x: Tensor<4>, temb: Option<&Tensor<2>>) -> Tensor<4> {
-        self.forward_with(x, temb, Kernels::Plain)
+        self.forward_with(x, temb, Kernels::Fused)
     }
 
     /// [`Self::forward`] with its GroupNorm+SiLU pairs run through `kernels`.

@@ -1,0 +1,169 @@
+//! Our own CubeCL kernels. One `#[cube]` source compiles to SPIR-V on hardware Vulkan adapters and
+//! to WGSL on software adapters and the other wgpu backends, so the same kernel runs on an H200,
+//! an Arc card, an Iris Xe iGPU and lavapipe in CI. On the CPU backend (and wherever a launch is
+//! refused) the caller's burn-op twin computes the same thing; each kernel's tests compare it with
+//! that twin on the shapes that reach its edges.
+//!
+//! `LATENT_STUDIO_KERNELS=burn` turns them all off (burn ops everywhere), to measure what they
+//! bring in one build.
+
+// The `#[cube]` macros expand to paths under `cubecl::`.
+use burn::cubecl;
+
+pub mod group_norm;
+pub mod latent2rgb;
+pub mod layer_norm;
+
+use burn::backend::Wgpu;
+use burn::backend::wgpu::{CubeBackend, CubeTensor, into_contiguous};
+use burn::tensor::{DType, Tensor};
+
+/// Whether our kernels run on `device`: any wgpu device (either compiler), unless they are switched
+/// off ([`set_enabled`], `LATENT_STUDIO_KERNELS=burn`). The CPU backend uses the burn-op twins.
+pub fn available(device: &burn::tensor::Device) -> bool {
+    enabled() && !crate::device::is_cpu(device)
+}
+
+/// Whether our kernels are on (for every device); on unless `LATENT_STUDIO_KERNELS=burn`.
+pub fn enabled() -> bool {
+    use std::sync::atomic::Ordering;
+    static FROM_ENV: std::sync::Once = std::sync::Once::new();
+    FROM_ENV.call_once(|| {
+        let off = std::env::var("LATENT_STUDIO_KERNELS")
+            .is_ok_and(|v| v.trim().eq_ignore_ascii_case("burn"));
+        if off {
+            tracing::info!("LATENT_STUDIO_KERNELS=burn: our kernels are off, burn ops run instead");
+            ENABLED.store(false, Ordering::Relaxed);
+        }
+    });
+    ENABLED.load(Ordering::Relaxed)
+}
+
+/// Turns our kernels on or off process-wide (the bench compares both in one process; the
+/// models' results agree within the parity tolerances either way).
+pub fn set_enabled(on: bool) {
+    let _ = enabled(); // the environment is read first, so it cannot undo this later
+    ENABLED.store(on, std::sync::atomic::Ordering::Relaxed);
+}
+
+static ENABLED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
+/// The sum of `value` over a cube of `lanes` (= 2^`log2_lanes`) lanes, returned to every lane;
+/// `shared` holds `lanes` f32.
+#[cubecl::cube]
+pub(crate) fn cube_total(
+    mut shared: cubecl::prelude::Shared<[f32]>,
+    value: f32,
+    #[comptime] lanes: usize,
+    #[comptime] log2_lanes: usize,
+) -> f32 {
+    use cubecl::prelude::*;
+    let lane = UNIT_POS as usize;
+    shared[lane] = value;
+    sync_cube();
+    // Unrolled with constant strides: a runtime-halved stride miscompiles in CubeCL 0.11.3.
+    #[unroll]
+    for k in 1..log2_lanes + 1 {
+        let stride = lanes >> k;
+        if lane < stride {
+            shared[lane] = shared[lane] + shared[lane + stride];
+        }
+        sync_cube();
+    }
+    let total = shared[0];
+    sync_cube();
+    total
+}
+
+/// The element types our kernels are written for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Element {
+    F32,
+    F16,
+}
+
+impl Element {
+    pub(crate) fn of(dtype: DType) -> Option<Self> {
+        match dtype {
+            DType::F32 => Some(Self::F32),
+            DType::F16 => Some(Self::F16),
+            _ => None,
+        }
+    }
+}
+
+/// The device buffer behind a tensor, flattened and contiguous; `None` off wgpu.
+pub(crate) fn resolve<const D: usize>(t: Tensor<D>) -> Option<CubeTensor> {
+    let n = t.shape().num_elements();
+    let fusion = t.reshape([n]).try_into_primitive::<Wgpu>().ok()?;
+    let client = fusion.client.clone();
+    Some(into_contiguous(
+        client.resolve_tensor_float::<CubeBackend>(fusion),
+    ))
+}
+
+/// A new tensor of `shape` and `dtype` on `device`, with its (flattened) buffer for a kernel to
+/// fill: burn owns the allocation, the kernel writes through the resolved view.
+pub(crate) fn output<const D: usize>(
+    shape: [usize; D],
+    dtype: DType,
+    device: &burn::tensor::Device,
+) -> Option<(Tensor<D>, CubeTensor)> {
+    let out = Tensor::<D>::empty(shape, (device, dtype));
+    let buffer = resolve(out.clone())?;
+    Some((out, buffer))
+}
+
+/// A `&[E]` / `&mut [E]` kernel argument over a contiguous tensor's buffer.
+pub(crate) fn buffer_arg(t: &CubeTensor) -> cubecl::prelude::BufferArg {
+    let len = t.meta.num_elements();
+    // SAFETY: `len` elements of the tensor's dtype are what its handle holds (contiguous).
+    unsafe { cubecl::prelude::BufferArg::from_raw_parts(t.handle.clone(), len) }
+}
+
+/// A 2-D grid of `count` cubes (a dimension holds at most 65 535): `(x, y)` with `x * y >= count`.
+pub(crate) fn grid(count: usize) -> Option<(u32, u32)> {
+    let x = count.clamp(1, 65_535);
+    let y = count.div_ceil(x).max(1);
+    (y <= 65_535).then_some((x as u32, y as u32))
+}
+
+#[cfg(test)]
+pub(crate) mod testing {
+    use burn::tensor::{DType, Device, DeviceKind, Tensor, TensorData};
+
+    /// The wgpu device the tests run on (lavapipe in CI).
+    pub fn wgpu() -> Device {
+        Device::wgpu(DeviceKind::DefaultDevice)
+    }
+
+    /// Deterministic values with a nonzero mean and spread (catches a missing mean subtraction).
+    pub fn values(n: usize, offset: f32) -> Vec<f32> {
+        (0..n)
+            .map(|i| offset + ((i * 7919 % 1009) as f32 / 1009.0 - 0.5) * 4.0)
+            .collect()
+    }
+
+    pub fn tensor<const D: usize>(
+        values: Vec<f32>,
+        shape: [usize; D],
+        device: &Device,
+        dtype: DType,
+    ) -> Tensor<D> {
+        Tensor::from_data(TensorData::new(values, shape), (device, dtype))
+    }
+
+    pub fn read<const D: usize>(t: Tensor<D>) -> Vec<f32> {
+        t.cast(DType::F32).into_data().try_to_vec::<f32>().unwrap()
+    }
+
+    /// `max |a - b| / max(max |b|, 1e-6)`.
+    pub fn relative(a: &[f32], b: &[f32]) -> f32 {
+        assert_eq!(a.len(), b.len());
+        let scale = b.iter().fold(1e-6f32, |m, v| m.max(v.abs()));
+        a.iter()
+            .zip(b)
+            .fold(0.0f32, |m, (x, y)| m.max((x - y).abs()))
+            / scale
+    }
+}
