@@ -7,6 +7,9 @@
 #   PART=c  peak memory again (torch, ours), then ours on the WGSL/SIMT path of the same GPU
 #           (LATENT_STUDIO_COMPILER=wgsl), f16
 #   PART=d  the UNet step with cubecl-wgpu batching 32 (default) or more kernels per submission
+#   PART=e  PyTorch (fp16 UNet, VAE, 20-step txt2img), then our f16 bench under perf (a flat
+#           profile per thread: where the host time of a step goes). Needs .perf/perf.txz (perf
+#           and its libraries) and a release build with symbols (CARGO_PROFILE_RELEASE_STRIP=false)
 # Carry .gl (Vulkan loader), .whl (diffusers) and .gpu/latent-studio.gz (stripped release build).
 for f in .gl/*.deb; do dpkg -x $f / >/dev/null 2>&1; done; ldconfig
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
@@ -14,7 +17,10 @@ if ! ls /usr/share/vulkan/icd.d/*.json /etc/vulkan/icd.d/*.json >/dev/null 2>&1;
   export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
 fi
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee -a $OUT/gpu.txt
-gunzip -c .gpu/latent-studio.gz > /tmp/ls && chmod +x /tmp/ls
+# The binary comes gzipped, or xz-compressed (a build with symbols, for PART=e).
+unxz_py() { python3 -c "import lzma,shutil,sys; shutil.copyfileobj(lzma.open(sys.argv[1]), sys.stdout.buffer)" "$1"; }
+if [ -f .gpu/latent-studio.xz ]; then unxz_py .gpu/latent-studio.xz > /tmp/ls; else gunzip -c .gpu/latent-studio.gz > /tmp/ls; fi
+chmod +x /tmp/ls
 export RUST_LOG=warn PYTHONUNBUFFERED=1
 cd /tmp
 /tmp/ls devices 2>&1 | tee -a $OUT/devices.txt
@@ -52,5 +58,21 @@ d)
   for t in ${TASKS:-32 256}; do
     CUBECL_WGPU_MAX_TASKS=$t timeout 170 /tmp/ls bench --device gpu --precision f16 --runs 9 --no-ops --unet-only 2>&1 | grep "UNet step\|enqueue" | sed "s/^/max_tasks=$t /" | tee -a $OUT/tasks.txt
   done
+  ;;
+e)
+  PARTS=${TORCH_PARTS:-unet16,vae,e2e} timeout 170 python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_e.txt
+  mkdir -p /tmp/perf && unxz_py $OLDPWD/.perf/perf.txz | tar xf - -C /tmp/perf && cp /tmp/ls /tmp/latent-studio
+  P="env LD_LIBRARY_PATH=/tmp/perf/lib /tmp/perf/perf"
+  ours="timeout ${OURS_TIMEOUT:-400} /tmp/latent-studio bench --device gpu --precision f16 --runs 7 --steps 20 --no-ops --no-previews"
+  if $P record -o /tmp/probe.data -- true >/dev/null 2>&1; then
+    $P record -F 499 -o /tmp/perf.data -- $ours 2>&1 | tee $OUT/ours_f16.txt
+    $P report -i /tmp/perf.data --sort comm --stdio 2>/dev/null | grep % | head -20 | tee $OUT/perf_comm.txt
+    for c in $(grep % $OUT/perf_comm.txt | awk '{print $2}' | head -4); do
+      $P report -i /tmp/perf.data --comm "$c" --sort dso,sym --stdio 2>/dev/null | grep % | head -80 > "$OUT/perf_$c.txt"
+    done
+  else
+    echo "perf cannot record here; bench without it" | tee $OUT/perf_comm.txt
+    $ours 2>&1 | tee $OUT/ours_f16.txt
+  fi
   ;;
 esac

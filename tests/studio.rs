@@ -293,8 +293,8 @@ fn settings_window_changes_persist_atomically() {
     assert!(note.is_none());
     assert!(!saved.model_cache, "the change reached the file");
     assert!(
-        saved.vae_compile,
-        "the change reached the file (default off)"
+        !saved.vae_compile,
+        "the change reached the file (default on)"
     );
     assert_eq!(saved.device, "cpu", "the rest is unchanged");
     let leftovers: Vec<_> = std::fs::read_dir(&dir)

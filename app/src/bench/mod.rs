@@ -54,6 +54,10 @@ pub struct BenchArgs {
     /// Only the UNet step (and its host enqueue time).
     #[arg(long)]
     unet_only: bool,
+    /// Diagnostic: divide the UNet's channel widths by this (the same ops and op count at smaller
+    /// sizes), to profile the host's per-op cost on a slow device such as lavapipe.
+    #[arg(long, default_value_t = 1, hide = true)]
+    unet_divisor: usize,
     /// Instead of the random-weight model: time the model cache with this checkpoint (load from
     /// the checkpoint, from the disk cache, resident; second-generation start with cache on/off).
     #[arg(long)]
@@ -122,7 +126,15 @@ pub fn run(args: BenchArgs) -> Result<()> {
         Some(c) => println!("shader compiler: {c} (runtime {})", c.runtime),
         None => println!("shader compiler: none (burn's CPU backend)"),
     }
-    let config = ModelConfig::sd15();
+    let mut config = ModelConfig::sd15();
+    if args.unet_divisor > 1 {
+        let unet = &mut config.unet;
+        for c in &mut unet.block_out_channels {
+            *c /= args.unet_divisor;
+        }
+        unet.validate()
+            .map_err(|e| anyhow::anyhow!("--unet-divisor {}: {e}", args.unet_divisor))?;
+    }
     let tokenizer = ClipTokenizer::new()?;
     if let Some(path) = &args.cache_model {
         return cache_bench(&args, path, &device, &tokenizer);

@@ -25,8 +25,8 @@ pub struct Settings {
     pub disk_cache_gib: f64,
     /// Disk cache folder; else the platform's cache folder.
     pub cache_dir: Option<PathBuf>,
-    /// Fused GPU kernels for the VAE decode (verified against the plain path). Off by default:
-    /// on an H200 they made the whole 512² decode only 0.3-0.6 % faster (BENCHMARKS.md).
+    /// Our GroupNorm+SiLU kernels for the VAE decode (verified against the plain path). On by
+    /// default: on an H200 they made the whole 512² f16 decode 18 % faster (BENCHMARKS.md).
     pub vae_compile: bool,
     /// auto, cpu, gpu, gpu:N or part of an adapter name.
     pub device: String,
@@ -55,7 +55,7 @@ impl Default for Settings {
             cache_memory_gib: 6.0,
             disk_cache_gib: 20.0,
             cache_dir: None,
-            vae_compile: false,
+            vae_compile: true,
             device: "auto".into(),
             device_timeout_secs: 60.0,
             precision: "auto".into(),
