@@ -143,6 +143,8 @@ pub fn run(args: BenchArgs) -> Result<()> {
         let dtype = precision.dtype();
         let t = Instant::now();
         let model = StableDiffusion::random(&config, &device, precision)?;
+        // As the CLI and the studio run it by default.
+        model.vae_compile.set_enabled(true);
         sync(&device)?;
         println!(
             "[{precision:?}] build full-size SD 1.5 (random weights): {:.0} ms",
