@@ -1,4 +1,4 @@
-//! VAE compilation: the decoder's GroupNorm(+SiLU) layers through our fused WGSL kernels instead of
+//! VAE compilation: the decoder's GroupNorm(+SiLU) layers through our CubeCL kernels instead of
 //! burn's op chains. It must never change whether, or what, the studio generates: at first use for
 //! each latent shape and dtype the fused path is checked against the plain path on a small crop of
 //! the real latents, and any failure (a kernel that does not compile or launch, numbers beyond
