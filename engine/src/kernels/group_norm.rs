@@ -9,7 +9,7 @@ use burn::cubecl::client::Client;
 use burn::cubecl::prelude::*;
 use burn::tensor::Tensor;
 
-use super::{Element, buffer_arg, cube_total, output, resolve};
+use super::{Element, buffer_arg, cube_total, output, resolve, span_moments};
 
 /// Lanes per cube; the reductions below are written for this power of two.
 const LANES: usize = 256;
@@ -39,23 +39,7 @@ fn stats<F: Float>(x: &[F], partial: &mut [f32], n: usize, chunk: usize, chunks:
     }
     let base = slice * n + start;
     let shared = Shared::<[f32]>::new_slice(LANES);
-
-    let mut sum = 0.0f32;
-    let mut i = lane;
-    while i < len {
-        sum += f32::cast_from(x[base + i]);
-        i += LANES;
-    }
-    let mean = total(shared.clone(), sum) / f32::cast_from(len as u32);
-
-    let mut m2 = 0.0f32;
-    let mut j = lane;
-    while j < len {
-        let d = f32::cast_from(x[base + j]) - mean;
-        m2 += d * d;
-        j += LANES;
-    }
-    let m2 = total(shared.clone(), m2);
+    let (mean, m2) = span_moments(x, base, len, shared, LANES, LOG2_LANES);
     if lane == 0 {
         let at = (slice * chunks + k) * 2;
         partial[at] = mean;

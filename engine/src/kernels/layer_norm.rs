@@ -6,16 +6,11 @@ use burn::cubecl;
 use burn::cubecl::prelude::*;
 use burn::tensor::Tensor;
 
-use super::{Element, buffer_arg, cube_total, grid, output, resolve};
+use super::{Element, buffer_arg, grid, output, resolve, span_moments};
 
 /// Lanes per cube (one row each); a power of two for the reduction.
 const LANES: usize = 128;
 const LOG2_LANES: usize = 7;
-
-#[cube]
-fn total(shared: Shared<[f32]>, value: f32) -> f32 {
-    cube_total(shared, value, LANES, LOG2_LANES)
-}
 
 /// Cube `(x, y)` normalises row `x + y·CUBE_COUNT_X` of `rows`.
 #[cube(launch)]
@@ -35,23 +30,8 @@ fn layer_norm_rows<F: Float>(
     let lane = UNIT_POS as usize;
     let base = row * dim;
     let shared = Shared::<[f32]>::new_slice(LANES);
-
-    let mut sum = 0.0f32;
-    let mut i = lane;
-    while i < dim {
-        sum += f32::cast_from(x[base + i]);
-        i += LANES;
-    }
-    let mean = total(shared.clone(), sum) / f32::cast_from(dim as u32);
-
-    let mut m2 = 0.0f32;
-    let mut j = lane;
-    while j < dim {
-        let d = f32::cast_from(x[base + j]) - mean;
-        m2 += d * d;
-        j += LANES;
-    }
-    let inv_std = f32::inverse_sqrt(total(shared.clone(), m2) / f32::cast_from(dim as u32) + eps);
+    let (mean, m2) = span_moments(x, base, dim, shared, LANES, LOG2_LANES);
+    let inv_std = f32::inverse_sqrt(m2 / f32::cast_from(dim as u32) + eps);
 
     let mut k = lane;
     while k < dim {

@@ -75,6 +75,36 @@ pub(crate) fn cube_total(
     total
 }
 
+/// Mean and M2 (sum of squared deviations from the mean) of `x[base..base + len]` in f32, over a
+/// cube of `lanes` lanes, returned to every lane. Two passes: the span stays in cache.
+#[cubecl::cube]
+pub(crate) fn span_moments<F: cubecl::prelude::Float>(
+    x: &[F],
+    base: usize,
+    len: usize,
+    shared: cubecl::prelude::Shared<[f32]>,
+    #[comptime] lanes: usize,
+    #[comptime] log2_lanes: usize,
+) -> (f32, f32) {
+    use cubecl::prelude::*;
+    let lane = UNIT_POS as usize;
+    let mut sum = 0.0f32;
+    let mut i = lane;
+    while i < len {
+        sum += f32::cast_from(x[base + i]);
+        i += lanes;
+    }
+    let mean = cube_total(shared.clone(), sum, lanes, log2_lanes) / f32::cast_from(len as u32);
+    let mut m2 = 0.0f32;
+    let mut j = lane;
+    while j < len {
+        let d = f32::cast_from(x[base + j]) - mean;
+        m2 += d * d;
+        j += lanes;
+    }
+    (mean, cube_total(shared, m2, lanes, log2_lanes))
+}
+
 /// The element types our kernels are written for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Element {
