@@ -4,6 +4,7 @@
 //! [`crate::shaders::pack_rgb`]; the host reference is [`crate::shaders::latent2rgb_reference_rgba8`].
 
 use burn::cubecl;
+use burn::cubecl::client::Client;
 use burn::cubecl::prelude::*;
 use burn::cubecl::server::Handle;
 use burn::tensor::{DType, Tensor};
@@ -54,7 +55,7 @@ fn latent2rgb_pixels(
 
 /// The packed preview of `x0`'s first item: the client and the buffer of `h·w` RGBA8 words.
 /// `None` where the kernel does not run (then the caller packs with burn ops).
-pub fn latent2rgb(x0: &Tensor<4>, factors: &Factors) -> Option<(ComputeClientHandle, Handle)> {
+pub fn latent2rgb(x0: &Tensor<4>, factors: &Factors) -> Option<(Client, Handle)> {
     if !super::available(&x0.device()) {
         return None;
     }
@@ -91,6 +92,3 @@ pub fn latent2rgb(x0: &Tensor<4>, factors: &Factors) -> Option<(ComputeClientHan
     );
     Some((client, out))
 }
-
-/// The compute client a packed preview is read back through.
-pub type ComputeClientHandle = burn::cubecl::client::Client;
