@@ -11,6 +11,7 @@ use burn::tensor::module::attention;
 use burn::tensor::ops::AttentionModuleOptions;
 use burn::tensor::{DType, Tensor, activation};
 
+pub use crate::kernels::attention::Heads;
 use crate::limits::DeviceLimits;
 
 /// Largest attention score buffer (bytes, f32) the VAE's wide-head attention builds at once on any
@@ -77,6 +78,26 @@ fn multi_head_attention_within(
         })
         .collect();
     Tensor::cat(slices, 1)
+}
+
+/// Multi-head attention on heads read in place (column ranges of `[b, n, width]` tensors, such
+/// as one fused q/k/v projection): our flash-attention kernel where it runs, else the column
+/// ranges sliced out for [`multi_head_attention`] (the CPU backend, a head too wide for the
+/// kernel's workgroup memory).
+///
+/// # Shapes
+/// -> `[b, n_q, heads * d]`
+pub fn heads_attention(q: Heads<'_>, k: Heads<'_>, v: Heads<'_>, heads: usize, d: usize) -> Tensor<3> {
+    if let Some(out) = crate::kernels::attention::attention(q, k, v, heads, d) {
+        return out;
+    }
+    let columns = |h: Heads<'_>| {
+        let [b, n, _] = h.tensor.dims();
+        h.tensor
+            .clone()
+            .slice([0..b, 0..n, h.column..h.column + heads * d])
+    };
+    multi_head_attention(columns(q), columns(k), columns(v), heads, false)
 }
 
 /// One call of burn's attention on `[b, n, heads * d]` projections.

@@ -49,6 +49,25 @@ impl Linear {
         linear(x, self.weight.clone(), self.bias.clone())
     }
 
+    /// One layer computing `parts` side by side: output columns are each part's in order (q, k and
+    /// v of an attention as one matmul). Parts without a bias get zeros where another has one.
+    pub fn concat(parts: &[Linear]) -> Self {
+        let weight = Tensor::cat(parts.iter().map(|p| p.weight.clone()).collect(), 1);
+        let bias = parts.iter().any(|p| p.bias.is_some()).then(|| {
+            let biases = parts
+                .iter()
+                .map(|p| {
+                    p.bias.clone().unwrap_or_else(|| {
+                        let [_, d_out] = p.weight.dims();
+                        Tensor::zeros([d_out], (&p.weight.device(), p.weight.dtype()))
+                    })
+                })
+                .collect();
+            Tensor::cat(biases, 0)
+        });
+        Self { weight, bias }
+    }
+
     /// A copy with its weights in `dtype` (e.g. the f32 VAE retry of an f16 model).
     pub fn cast(&self, dtype: DType) -> Self {
         Self {

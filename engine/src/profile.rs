@@ -277,13 +277,8 @@ impl IsolatedOp {
                 let k = t3([b, n_k, heads * d]);
                 let v = t3([b, n_k, heads * d]);
                 Box::new(move || {
-                    let _ = crate::attention::multi_head_attention(
-                        q.clone(),
-                        k.clone(),
-                        v.clone(),
-                        heads,
-                        false,
-                    );
+                    let at = |t| crate::attention::Heads { tensor: t, column: 0 };
+                    let _ = crate::attention::heads_attention(at(&q), at(&k), at(&v), heads, d);
                 })
             }
             OpShape::GroupNorm {

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Result;
-use burn::tensor::{Device, Distribution, Tensor};
+use burn::tensor::{DType, Device, Distribution, Tensor};
 use latent_engine::profile::{IsolatedOp, OpShape, Recording};
 use latent_engine::{Precision, StableDiffusion};
 use serde_json::Value;
@@ -197,6 +197,9 @@ pub fn unet_report(
                     || "(no conv decision matched)".to_string(),
                     |d| d.kernel.clone(),
                 ),
+            OpShape::Attention { d, .. } => {
+                latent_engine::kernels::attention::describe(device, dtype, *d)
+            }
             _ => String::new(),
         };
         println!(
@@ -236,6 +239,25 @@ pub fn unet_report(
                 "[{precision:?}]   {:<40} burn attention on [b,h,n,d] alone: {ms:8.3} ms  {:7.1} TFLOP/s",
                 op.to_string(),
                 op.flops() / (ms * 1e-3) / 1e12
+            );
+            // Ours against burn's on the same values, as the UNet lays them out.
+            let tokens = |t: Tensor<4>, n: usize| t.swap_dims(1, 2).reshape([b, n, heads * d]);
+            let (qt, kt, vt) = (
+                tokens(q.clone(), n_q),
+                tokens(k.clone(), n_k),
+                tokens(v.clone(), n_k),
+            );
+            let at = |t| latent_engine::attention::Heads { tensor: t, column: 0 };
+            let ours = latent_engine::attention::heads_attention(at(&qt), at(&kt), at(&vt), heads, d);
+            let burn = tokens(attention(q, k, v, None, None, options), n_q);
+            let read = |t: Tensor<3>| t.cast(DType::F32).into_data().try_to_vec::<f32>();
+            let rel = match (read(ours), read(burn)) {
+                (Ok(a), Ok(b)) => latent_engine::vae_compile::relative_difference(&a, &b),
+                _ => f32::NAN,
+            };
+            println!(
+                "[{precision:?}]   {:<40} ours vs burn attention: max rel diff {rel:.2e}",
+                op.to_string()
             );
         }
     }

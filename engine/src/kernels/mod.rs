@@ -10,6 +10,7 @@
 // The `#[cube]` macros expand to paths under `cubecl::`.
 use burn::cubecl;
 
+pub mod attention;
 pub mod group_norm;
 pub mod latent2rgb;
 pub mod layer_norm;

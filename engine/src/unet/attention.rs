@@ -5,45 +5,90 @@ use burn::tensor::Tensor;
 
 use crate::checkpoint::Weights;
 use crate::error::Result;
-use crate::nn::{Conv2d, GroupNorm, Kernels, LayerNorm, Linear, gelu, multi_head_attention};
+use crate::attention::{Heads, heads_attention};
+use crate::nn::{Conv2d, GroupNorm, Kernels, LayerNorm, Linear, gelu};
 
-/// diffusers `Attention` as used in the UNet: q has no bias, the output projection has one.
+/// diffusers `Attention` as used in the UNet: q has no bias, the output projection has one. The
+/// projections that read the same input are fused at load into one matmul (q, k and v for
+/// self-attention; k and v from the prompt for cross-attention), and the attention reads its heads
+/// from that output in place.
 #[derive(Debug, Clone)]
 pub struct CrossAttention {
-    to_q: Linear,
-    to_k: Linear,
-    to_v: Linear,
+    projection: Projections,
     to_out: Linear,
     heads: usize,
+    head_dim: usize,
+}
+
+#[derive(Debug, Clone)]
+enum Projections {
+    /// `[q | k | v]` from the tokens.
+    SelfAttention { qkv: Linear },
+    /// q from the tokens, `[k | v]` from the context.
+    Cross { q: Linear, kv: Linear },
 }
 
 impl CrossAttention {
+    /// `context_dim`: `None` for self-attention (k and v from the tokens too).
     pub fn load(
         w: &Weights,
         query_dim: usize,
-        context_dim: usize,
+        context_dim: Option<usize>,
         heads: usize,
         head_dim: usize,
     ) -> Result<Self> {
         let inner = heads * head_dim;
+        let to_q = Linear::load(&w.pp("to_q"), query_dim, inner, false)?;
+        let kv_dim = context_dim.unwrap_or(query_dim);
+        let to_k = Linear::load(&w.pp("to_k"), kv_dim, inner, false)?;
+        let to_v = Linear::load(&w.pp("to_v"), kv_dim, inner, false)?;
+        let projection = match context_dim {
+            None => Projections::SelfAttention {
+                qkv: Linear::concat(&[to_q, to_k, to_v]),
+            },
+            Some(_) => Projections::Cross {
+                q: to_q,
+                kv: Linear::concat(&[to_k, to_v]),
+            },
+        };
         Ok(Self {
-            to_q: Linear::load(&w.pp("to_q"), query_dim, inner, false)?,
-            to_k: Linear::load(&w.pp("to_k"), context_dim, inner, false)?,
-            to_v: Linear::load(&w.pp("to_v"), context_dim, inner, false)?,
+            projection,
             to_out: Linear::load(&w.pp("to_out.0"), inner, query_dim, true)?,
             heads,
+            head_dim,
         })
     }
 
     /// # Shapes
-    /// x `[b, n, query_dim]`, context `[b, m, context_dim]` (None = self-attention) -> `[b, n, query_dim]`
+    /// x `[b, n, query_dim]`, context `[b, m, context_dim]` (cross-attention; self-attention
+    /// ignores it) -> `[b, n, query_dim]`
     pub fn forward(&self, x: Tensor<3>, context: Option<&Tensor<3>>) -> Tensor<3> {
-        let context = context.cloned().unwrap_or_else(|| x.clone());
-        let q = self.to_q.forward(x);
-        let k = self.to_k.forward(context.clone());
-        let v = self.to_v.forward(context);
-        self.to_out
-            .forward(multi_head_attention(q, k, v, self.heads, false))
+        let inner = self.heads * self.head_dim;
+        let at = |tensor, column| Heads { tensor, column };
+        let out = match &self.projection {
+            Projections::SelfAttention { qkv } => {
+                let qkv = qkv.forward(x);
+                heads_attention(
+                    at(&qkv, 0),
+                    at(&qkv, inner),
+                    at(&qkv, 2 * inner),
+                    self.heads,
+                    self.head_dim,
+                )
+            }
+            Projections::Cross { q, kv } => {
+                let kv = kv.forward(context.cloned().unwrap_or_else(|| x.clone()));
+                let q = q.forward(x);
+                heads_attention(
+                    at(&q, 0),
+                    at(&kv, 0),
+                    at(&kv, inner),
+                    self.heads,
+                    self.head_dim,
+                )
+            }
+        };
+        self.to_out.forward(out)
     }
 }
 
@@ -88,9 +133,9 @@ impl BasicTransformerBlock {
         let head_dim = dim / heads;
         Ok(Self {
             norm1: LayerNorm::load(&w.pp("norm1"), dim, 1e-5)?,
-            attn1: CrossAttention::load(&w.pp("attn1"), dim, dim, heads, head_dim)?,
+            attn1: CrossAttention::load(&w.pp("attn1"), dim, None, heads, head_dim)?,
             norm2: LayerNorm::load(&w.pp("norm2"), dim, 1e-5)?,
-            attn2: CrossAttention::load(&w.pp("attn2"), dim, context_dim, heads, head_dim)?,
+            attn2: CrossAttention::load(&w.pp("attn2"), dim, Some(context_dim), heads, head_dim)?,
             norm3: LayerNorm::load(&w.pp("norm3"), dim, 1e-5)?,
             ff: FeedForward::load(&w.pp("ff"), dim)?,
         })
