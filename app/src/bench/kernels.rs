@@ -259,6 +259,20 @@ pub fn unet_report(
                 "[{precision:?}]   {:<40} ours vs burn attention: max rel diff {rel:.2e}",
                 op.to_string()
             );
+            // Every tiling of ours that fits the device, timed alone on the same inputs.
+            use latent_engine::kernels::attention::{attention_planned, plans};
+            for plan in plans(device, dtype, d) {
+                let ms = time_ms(device, 1, runs, || {
+                    for _ in 0..REPS {
+                        let _ = attention_planned(at(&qt), at(&kt), at(&vt), heads, d, plan);
+                    }
+                })? / REPS as f64;
+                println!(
+                    "[{precision:?}]   {:<40} ours {plan}: {ms:8.3} ms  {:7.1} TFLOP/s",
+                    op.to_string(),
+                    op.flops() / (ms * 1e-3) / 1e12
+                );
+            }
         }
     }
     if !decisions.is_empty() {

@@ -21,6 +21,18 @@ const LANES: usize = 128;
 /// Workgroup memory we allow ourselves: Intel's and most GPUs' floor, whatever the device offers.
 const SHARED_BUDGET: usize = 48 * 1024;
 
+/// Query rows × keys per tile, in order of preference.
+const TILES: [(usize, usize); 8] = [
+    (64, 64),
+    (64, 32),
+    (32, 32),
+    (64, 16),
+    (32, 16),
+    (16, 16),
+    (16, 8),
+    (8, 8),
+];
+
 /// Where one operand's heads sit: `tensor[b, n, column + head · d + i]`.
 #[derive(Debug, Clone, Copy)]
 pub struct Heads<'a> {
@@ -65,14 +77,24 @@ impl Plan {
         fragment: Option<Fragment>,
         budget: usize,
     ) -> Option<Self> {
+        Self::fitting(d, element_bytes, fragment, budget).into_iter().next()
+    }
+
+    /// Every tiling of [`TILES`] that fits, in its order.
+    pub fn fitting(
+        d: usize,
+        element_bytes: usize,
+        fragment: Option<Fragment>,
+        budget: usize,
+    ) -> Vec<Self> {
         if d == 0 {
-            return None;
+            return Vec::new();
         }
         let dp = match fragment {
             Some(f) => d.div_ceil(lcm(f.n, f.k)) * lcm(f.n, f.k),
             None => d.div_ceil(4) * 4,
         };
-        [(64, 64), (64, 32), (32, 32), (64, 16), (32, 16), (16, 16), (16, 8), (8, 8)]
+        TILES
             .into_iter()
             .map(|(bq, bk)| Plan {
                 bq,
@@ -80,12 +102,13 @@ impl Plan {
                 dp,
                 fragment,
             })
-            .find(|p| {
+            .filter(|p| {
                 let fits_fragment = fragment.is_none_or(|f| {
                     p.bq % f.m == 0 && p.bk % f.n == 0 && p.bk % f.k == 0
                 });
                 fits_fragment && p.shared_bytes(element_bytes) <= budget
             })
+            .collect()
     }
 }
 
@@ -131,26 +154,18 @@ pub fn device_fragment(client: &cubecl::client::Client) -> Option<Fragment> {
 /// Which attention kernel runs for head width `d` in `dtype` on `device`, in words (the bench's
 /// op report).
 pub fn describe(device: &burn::tensor::Device, dtype: burn::tensor::DType, d: usize) -> String {
-    if !super::available(device) || Element::of(dtype).is_none() {
-        return "burn attention".into();
+    match plans(device, dtype, d).first() {
+        Some(p) => format!("ours, {p}"),
+        None => "burn attention".into(),
     }
-    let probe = Tensor::<1>::zeros([1], (device, dtype));
-    let Some(client) = resolve(probe).map(|t| t.client) else {
-        return "burn attention".into();
-    };
-    let fragment = match Element::of(dtype) {
-        Some(Element::F16) => device_fragment(&client),
-        _ => None,
-    };
-    let budget = SHARED_BUDGET.min(client.properties().hardware.max_shared_memory_size);
-    let plan = Plan::choose(d, dtype.size(), fragment, budget)
-        .or_else(|| Plan::choose(d, dtype.size(), None, budget));
-    match plan {
-        Some(p) => match p.fragment {
-            Some(f) => format!("ours, cmma {}x{}x{} q{} k{}", f.m, f.n, f.k, p.bq, p.bk),
-            None => format!("ours, per-lane q{} k{}", p.bq, p.bk),
-        },
-        None => "burn attention (head too wide for ours)".into(),
+}
+
+impl std::fmt::Display for Plan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.fragment {
+            Some(m) => write!(f, "cmma {}x{}x{} q{} k{}", m.m, m.n, m.k, self.bq, self.bk),
+            None => write!(f, "per-lane q{} k{}", self.bq, self.bk),
+        }
     }
 }
 
@@ -448,6 +463,44 @@ pub fn attention(
     heads: usize,
     d: usize,
 ) -> Option<Tensor<3>> {
+    let plan = plans(&q.tensor.device(), q.tensor.dtype(), d).into_iter().next()?;
+    attention_planned(q, k, v, heads, d, plan)
+}
+
+/// Every tiling that fits the device for head width `d` in `dtype`, best first (by rule: the
+/// cooperative-matrix ones, larger tiles first, then the per-lane ones). Empty where our kernel
+/// does not run. The bench times each.
+pub fn plans(device: &burn::tensor::Device, dtype: burn::tensor::DType, d: usize) -> Vec<Plan> {
+    let Some(element) = Element::of(dtype) else {
+        return Vec::new();
+    };
+    if !super::available(device) || d == 0 {
+        return Vec::new();
+    }
+    let Some(client) = resolve(Tensor::<1>::zeros([1], (device, dtype))).map(|t| t.client) else {
+        return Vec::new();
+    };
+    let fragment = match element {
+        Element::F16 => device_fragment(&client),
+        Element::F32 => None,
+    };
+    let budget = SHARED_BUDGET.min(client.properties().hardware.max_shared_memory_size);
+    let mut all = Plan::fitting(d, dtype.size(), fragment, budget);
+    if fragment.is_some() {
+        all.extend(Plan::fitting(d, dtype.size(), None, budget));
+    }
+    all
+}
+
+/// [`attention`] with a given tiling (one of [`plans`]).
+pub fn attention_planned(
+    q: Heads<'_>,
+    k: Heads<'_>,
+    v: Heads<'_>,
+    heads: usize,
+    d: usize,
+    plan: Plan,
+) -> Option<Tensor<3>> {
     let device = q.tensor.device();
     if !super::available(&device) {
         return None;
@@ -472,15 +525,9 @@ pub fn attention(
     let kc = resolve(k.tensor.clone())?;
     let vc = resolve(v.tensor.clone())?;
     let client = qc.client.clone();
-    let fragment = match element {
-        Element::F16 => device_fragment(&client),
-        Element::F32 => None,
-    };
-    let budget = SHARED_BUDGET.min(client.properties().hardware.max_shared_memory_size);
-    let bytes = dtype.size();
-    // A fragment plan that does not fit (a very wide head) still has the per-lane one.
-    let plan = Plan::choose(d, bytes, fragment, budget)
-        .or_else(|| Plan::choose(d, bytes, None, budget))?;
+    if plan.fragment.is_some() && element != Element::F16 {
+        return None;
+    }
     let q_tiles = n_q.div_ceil(plan.bq);
     if q_tiles > 65_535 || b * heads > 65_535 {
         return None;
