@@ -1,0 +1,285 @@
+//! The flash-attention kernel itself (launched by [`super::attention_planned`]).
+
+use burn::cubecl;
+use burn::cubecl::prelude::*;
+
+use super::plan::LANES;
+
+/// Cube `(t, bh)`: query rows `t·bq ..` of batch `bh / heads`, head `bh % heads`.
+#[cube(launch)]
+#[allow(clippy::too_many_arguments)]
+pub(super) fn flash_attention<F: Float>(
+    q: &[F],
+    k: &[F],
+    v: &[F],
+    out: &mut [F],
+    q_at: usize,
+    q_row: usize,
+    q_batch: usize,
+    k_at: usize,
+    k_row: usize,
+    k_batch: usize,
+    v_at: usize,
+    v_row: usize,
+    v_batch: usize,
+    n_q: usize,
+    n_k: usize,
+    heads: usize,
+    scale: f32,
+    #[comptime] d: usize,
+    #[comptime] dp: usize,
+    #[comptime] bq: usize,
+    #[comptime] bk: usize,
+    #[comptime] cmma: bool,
+    #[comptime] fm: usize,
+    #[comptime] fn_: usize,
+    #[comptime] fk: usize,
+) {
+    let lane = UNIT_POS as usize;
+    let bh = CUBE_POS_Y as usize;
+    let batch = bh / heads;
+    let col0 = (bh % heads) * d;
+    let row0 = CUBE_POS_X as usize * bq;
+
+    let mut q_s = Shared::<[F]>::new_slice(bq * dp);
+    let mut k_s = Shared::<[F]>::new_slice(bk * dp);
+    let mut v_s = Shared::<[F]>::new_slice(bk * dp);
+    let mut p_s = Shared::<[F]>::new_slice(bq * bk);
+    let mut s_s = Shared::<[f32]>::new_slice(bq * bk);
+    let mut o_s = Shared::<[f32]>::new_slice(bq * dp);
+    let mut m_s = Shared::<[f32]>::new_slice(bq);
+    let mut l_s = Shared::<[f32]>::new_slice(bq);
+    let mut a_s = Shared::<[f32]>::new_slice(bq);
+
+    // The query tile, zero past the last row and the head width; the output starts at zero.
+    let q_base = q_at + batch * q_batch + col0;
+    let mut i = lane;
+    while i < bq * dp {
+        let r = i / dp;
+        let c = i % dp;
+        let row = row0 + r;
+        let mut value = F::from_int(0);
+        if row < n_q && c < d {
+            value = q[q_base + row * q_row + c];
+        }
+        q_s[i] = value;
+        o_s[i] = 0.0f32;
+        i += LANES;
+    }
+    let mut r0 = lane;
+    while r0 < bq {
+        m_s[r0] = -1.0e30f32;
+        l_s[r0] = 0.0f32;
+        r0 += LANES;
+    }
+    sync_cube();
+
+    let k_base = k_at + batch * k_batch + col0;
+    let v_base = v_at + batch * v_batch + col0;
+    let tiles = n_k.div_ceil(bk);
+    for t in 0..tiles {
+        let key0 = t * bk;
+        let mut i = lane;
+        while i < bk * dp {
+            let j = i / dp;
+            let c = i % dp;
+            let key = key0 + j;
+            let mut kv = F::from_int(0);
+            let mut vv = F::from_int(0);
+            if key < n_k && c < d {
+                kv = k[k_base + key * k_row + c];
+                vv = v[v_base + key * v_row + c];
+            }
+            k_s[i] = kv;
+            v_s[i] = vv;
+            i += LANES;
+        }
+        sync_cube();
+
+        // Scores s = q·kᵀ (unscaled) for the tile.
+        if cmma {
+            let planes = LANES / PLANE_DIM as usize;
+            let mut f = (UNIT_POS / PLANE_DIM) as usize;
+            while f < (bq / fm) * (bk / fn_) {
+                let fr = f / (bk / fn_);
+                let fc = f % (bk / fn_);
+                let acc = cmma::Matrix::<f32>::from_value(
+                    cmma::MatrixIdent::Accumulator,
+                    fm,
+                    fn_,
+                    fk,
+                    cmma::MatrixLayout::Undefined,
+                    0.0f32,
+                );
+                #[unroll]
+                for kk in 0..dp / fk {
+                    let a_at = fr * fm * dp + kk * fk;
+                    let b_at = fc * fn_ * dp + kk * fk;
+                    let a = cmma::Matrix::<F>::from_slice(
+                        cmma::MatrixIdent::A,
+                        fm,
+                        fn_,
+                        fk,
+                        cmma::MatrixLayout::RowMajor,
+                        &q_s[a_at..bq * dp],
+                        dp as u32,
+                    );
+                    // kᵀ's column j is k's row j: column-major with the row stride.
+                    let b = cmma::Matrix::<F>::from_slice(
+                        cmma::MatrixIdent::B,
+                        fm,
+                        fn_,
+                        fk,
+                        cmma::MatrixLayout::ColMajor,
+                        &k_s[b_at..bk * dp],
+                        dp as u32,
+                    );
+                    cmma::execute(&a, &b, &acc, &acc);
+                }
+                let s_at = fr * fm * bk + fc * fn_;
+                cmma::store(
+                    &mut s_s[s_at..bq * bk],
+                    &acc,
+                    bk as u32,
+                    cmma::MatrixLayout::RowMajor,
+                );
+                f += planes;
+            }
+        } else {
+            let mut i = lane;
+            while i < bq * bk {
+                let r = i / bk;
+                let j = i % bk;
+                // Lanes of one row start at different columns (bank spread), wrapping around.
+                let mut acc = 0.0f32;
+                let mut c = j % d;
+                for _ in 0..d {
+                    acc += f32::cast_from(q_s[r * dp + c]) * f32::cast_from(k_s[j * dp + c]);
+                    c += 1;
+                    if c == d {
+                        c = 0;
+                    }
+                }
+                s_s[i] = acc;
+                i += LANES;
+            }
+        }
+        sync_cube();
+
+        // Online softmax: the new row maximum, the tile's probabilities and the rescale of what
+        // came before. One lane per row; lane r starts at column r so the lanes of a plane hit
+        // different banks (in order, all rows' column j share one bank: a 32-way conflict).
+        let mut valid = n_k - key0;
+        if valid > bk {
+            valid = bk;
+        }
+        let mut r = lane;
+        while r < bq {
+            let old = m_s[r];
+            let mut max = old;
+            for jj in 0..bk {
+                let j = (jj + r) % bk;
+                let s = s_s[r * bk + j] * scale;
+                if j < valid && s > max {
+                    max = s;
+                }
+            }
+            let mut sum = 0.0f32;
+            for jj in 0..bk {
+                let j = (jj + r) % bk;
+                let mut p = 0.0f32;
+                if j < valid {
+                    p = f32::exp(s_s[r * bk + j] * scale - max);
+                }
+                p_s[r * bk + j] = F::cast_from(p);
+                sum += p;
+            }
+            let alpha = f32::exp(old - max);
+            l_s[r] = l_s[r] * alpha + sum;
+            m_s[r] = max;
+            a_s[r] = alpha;
+            r += LANES;
+        }
+        sync_cube();
+
+        // o = o·alpha + p·v.
+        if cmma {
+            let mut i = lane;
+            while i < bq * dp {
+                o_s[i] = o_s[i] * a_s[i / dp];
+                i += LANES;
+            }
+            sync_cube();
+            let planes = LANES / PLANE_DIM as usize;
+            let mut f = (UNIT_POS / PLANE_DIM) as usize;
+            while f < (bq / fm) * (dp / fn_) {
+                let fr = f / (dp / fn_);
+                let fc = f % (dp / fn_);
+                let o_at = fr * fm * dp + fc * fn_;
+                let acc = cmma::Matrix::<f32>::from_slice(
+                    cmma::MatrixIdent::Accumulator,
+                    fm,
+                    fn_,
+                    fk,
+                    cmma::MatrixLayout::RowMajor,
+                    &o_s[o_at..bq * dp],
+                    dp as u32,
+                );
+                #[unroll]
+                for kk in 0..bk / fk {
+                    let a = cmma::Matrix::<F>::from_slice(
+                        cmma::MatrixIdent::A,
+                        fm,
+                        fn_,
+                        fk,
+                        cmma::MatrixLayout::RowMajor,
+                        &p_s[fr * fm * bk + kk * fk..bq * bk],
+                        bk as u32,
+                    );
+                    let b = cmma::Matrix::<F>::from_slice(
+                        cmma::MatrixIdent::B,
+                        fm,
+                        fn_,
+                        fk,
+                        cmma::MatrixLayout::RowMajor,
+                        &v_s[kk * fk * dp + fc * fn_..bk * dp],
+                        dp as u32,
+                    );
+                    cmma::execute(&a, &b, &acc, &acc);
+                }
+                cmma::store(
+                    &mut o_s[o_at..bq * dp],
+                    &acc,
+                    dp as u32,
+                    cmma::MatrixLayout::RowMajor,
+                );
+                f += planes;
+            }
+        } else {
+            let mut i = lane;
+            while i < bq * dp {
+                let r = i / dp;
+                let c = i % dp;
+                let mut acc = o_s[i] * a_s[r];
+                for j in 0..bk {
+                    acc += f32::cast_from(p_s[r * bk + j]) * f32::cast_from(v_s[j * dp + c]);
+                }
+                o_s[i] = acc;
+                i += LANES;
+            }
+        }
+        sync_cube();
+    }
+
+    let width = heads * d;
+    let mut i = lane;
+    while i < bq * dp {
+        let r = i / dp;
+        let c = i % dp;
+        let row = row0 + r;
+        if row < n_q && c < d {
+            out[(batch * n_q + row) * width + col0 + c] = F::cast_from(o_s[i] / l_s[r]);
+        }
+        i += LANES;
+    }
+}

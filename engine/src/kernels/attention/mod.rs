@@ -1,0 +1,282 @@
+//! Flash attention: softmax(q·kᵀ·scale)·v for every (batch, head) without a score matrix in
+//! memory. A cube owns `bq` query rows of one head; it walks the keys in tiles of `bk`, keeps the
+//! running row maximum and sum in f32 (online softmax) and the output rows in f32 shared memory,
+//! rescaled as the maximum grows. The two products run on cooperative matrices where the device
+//! has an f16×f16→f32 shape (read from the device, never assumed) and as plain per-lane dot
+//! products elsewhere (WGSL: lavapipe, Iris Xe, Meteor Lake). q, k and v are read in place from
+//! `[b, n, width]` tensors at a column offset, so one fused q/k/v projection feeds it with no split
+//! or head relayout, and the output comes back as `[b, n_q, heads · d]`, ready for `to_out`.
+//! The twin is [`crate::attention::multi_head_attention`] (burn's attention).
+
+mod kernel;
+mod plan;
+
+use burn::cubecl::prelude::*;
+use burn::tensor::Tensor;
+
+use super::{Element, buffer_arg, output, resolve};
+use kernel::flash_attention;
+pub use plan::{Fragment, Plan, device_fragment};
+use plan::{LANES, SHARED_BUDGET};
+
+/// Above this head width, where burn's attention runs on cooperative matrices too, it beat ours
+/// on an H200 (8×160 heads: 0.34 against 0.66 ms at 256 queries); ours keeps one lane per query
+/// row for the softmax and rescale, which a wide head makes long. See BENCHMARKS.md.
+const WIDEST_OURS_WITH_CMMA: usize = 128;
+
+/// Where one operand's heads sit: `tensor[b, n, column + head · d + i]`.
+#[derive(Debug, Clone, Copy)]
+pub struct Heads<'a> {
+    pub tensor: &'a Tensor<3>,
+    pub column: usize,
+}
+
+/// Multi-head attention of `heads` heads of width `d` by our kernel, with the default scale
+/// `1/√d`. q rows `[b, n_q, ..]`, k and v rows `[b, n_k, ..]`, each read at its column offset (so
+/// q, k and v may be column ranges of one fused projection). `None` where it does not run (CPU
+/// backend, dtype, a head too wide for workgroup memory, shapes past the grid, or where burn's
+/// attention is the faster one: [`default_plan`]); the caller then uses the twin.
+///
+/// # Shapes
+/// -> `[b, n_q, heads * d]`
+pub fn attention(
+    q: Heads<'_>,
+    k: Heads<'_>,
+    v: Heads<'_>,
+    heads: usize,
+    d: usize,
+) -> Option<Tensor<3>> {
+    let plan = default_plan(&q.tensor.device(), q.tensor.dtype(), d)?;
+    attention_planned(q, k, v, heads, d, plan)
+}
+
+/// The tiling [`attention`] runs for head width `d`: the preferred one that fits, except on
+/// cooperative matrices for heads wider than [`WIDEST_OURS_WITH_CMMA`], where burn's attention
+/// (`None`) was faster. A fixed rule rather than a timing at run time, so that a seed gives the
+/// same image on every run of one machine.
+pub fn default_plan(
+    device: &burn::tensor::Device,
+    dtype: burn::tensor::DType,
+    d: usize,
+) -> Option<Plan> {
+    plans(device, dtype, d)
+        .into_iter()
+        .next()
+        .filter(|plan| ours_is_faster(plan, d))
+}
+
+/// The measured rule of [`default_plan`].
+fn ours_is_faster(plan: &Plan, d: usize) -> bool {
+    plan.fragment.is_none() || d <= WIDEST_OURS_WITH_CMMA
+}
+
+/// Which attention kernel runs for head width `d` in `dtype` on `device`, in words (the bench's
+/// op report).
+pub fn describe(device: &burn::tensor::Device, dtype: burn::tensor::DType, d: usize) -> String {
+    match (default_plan(device, dtype, d), plans(device, dtype, d).is_empty()) {
+        (Some(p), _) => format!("ours, {p}"),
+        (None, false) => format!("burn attention (faster for heads over {WIDEST_OURS_WITH_CMMA})"),
+        (None, true) => "burn attention".into(),
+    }
+}
+
+/// Every tiling that fits the device for head width `d` in `dtype`, best first: the
+/// cooperative-matrix ones, then the per-lane ones, each in measured order. Empty where our
+/// kernel does not run. The bench times each.
+pub fn plans(device: &burn::tensor::Device, dtype: burn::tensor::DType, d: usize) -> Vec<Plan> {
+    let Some(element) = Element::of(dtype) else {
+        return Vec::new();
+    };
+    if !super::available(device) || d == 0 {
+        return Vec::new();
+    }
+    let Some(client) = resolve(Tensor::<1>::zeros([1], (device, dtype))).map(|t| t.client) else {
+        return Vec::new();
+    };
+    let fragment = match element {
+        Element::F16 => device_fragment(&client),
+        Element::F32 => None,
+    };
+    let budget = SHARED_BUDGET.min(client.properties().hardware.max_shared_memory_size);
+    let mut all = Plan::fitting(d, dtype.size(), fragment, budget);
+    if fragment.is_some() {
+        all.extend(Plan::fitting(d, dtype.size(), None, budget));
+    }
+    all
+}
+
+/// [`attention`] with a given tiling (one of [`plans`]).
+pub fn attention_planned(
+    q: Heads<'_>,
+    k: Heads<'_>,
+    v: Heads<'_>,
+    heads: usize,
+    d: usize,
+    plan: Plan,
+) -> Option<Tensor<3>> {
+    let device = q.tensor.device();
+    if !super::available(&device) {
+        return None;
+    }
+    let dtype = q.tensor.dtype();
+    let element = Element::of(dtype)?;
+    if k.tensor.dtype() != dtype || v.tensor.dtype() != dtype || heads == 0 {
+        return None;
+    }
+    let [b, n_q, q_width] = q.tensor.dims();
+    let [bk_, n_k, k_width] = k.tensor.dims();
+    let [bv, n_v, v_width] = v.tensor.dims();
+    let width = heads * d;
+    let fits = |h: &Heads<'_>, w: usize| h.column + width <= w;
+    if bk_ != b || bv != b || n_v != n_k || n_q == 0 || n_k == 0 || b == 0 {
+        return None;
+    }
+    if !fits(&q, q_width) || !fits(&k, k_width) || !fits(&v, v_width) {
+        return None;
+    }
+    let qc = resolve(q.tensor.clone())?;
+    let kc = resolve(k.tensor.clone())?;
+    let vc = resolve(v.tensor.clone())?;
+    let client = qc.client.clone();
+    if plan.fragment.is_some() && element != Element::F16 {
+        return None;
+    }
+    let q_tiles = n_q.div_ceil(plan.bq);
+    if q_tiles > 65_535 || b * heads > 65_535 {
+        return None;
+    }
+    let (out, oc) = output([b, n_q, width], dtype, &device)?;
+    let count = CubeCount::Static(q_tiles as u32, (b * heads) as u32, 1);
+    let cube = CubeDim::new_1d(LANES as u32);
+    let scale = (d as f32).powf(-0.5);
+    let f = plan.fragment.unwrap_or(Fragment { m: 1, n: 1, k: 1 });
+    tracing::trace!(?plan, b, heads, d, n_q, n_k, "flash attention");
+    macro_rules! launch {
+        ($t:ty) => {
+            flash_attention::launch::<$t>(
+                &client,
+                count,
+                cube,
+                buffer_arg(&qc),
+                buffer_arg(&kc),
+                buffer_arg(&vc),
+                buffer_arg(&oc),
+                q.column,
+                q_width,
+                n_q * q_width,
+                k.column,
+                k_width,
+                n_k * k_width,
+                v.column,
+                v_width,
+                n_k * v_width,
+                n_q,
+                n_k,
+                heads,
+                scale,
+                d,
+                plan.dp,
+                plan.bq,
+                plan.bk,
+                plan.fragment.is_some(),
+                f.m,
+                f.n,
+                f.k,
+            )
+        };
+    }
+    match element {
+        Element::F32 => launch!(f32),
+        Element::F16 => launch!(half::f16),
+    }
+    crate::profile::record(|| crate::profile::OpShape::Attention {
+        b,
+        heads,
+        n_q,
+        n_k,
+        d,
+    });
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use burn::tensor::{DType, Tensor};
+
+    use super::super::testing::{read, relative, tensor, values, wgpu};
+    use super::{Fragment, Heads, Plan};
+    use crate::attention::multi_head_attention;
+
+    /// Ours runs every head width without cooperative matrices (burn's attention there is the
+    /// unfused one) and up to 128 with them; the first tiling of each kind is the measured best.
+    #[test]
+    fn default_plan_rule() {
+        let square = Some(Fragment {
+            m: 16,
+            n: 16,
+            k: 16,
+        });
+        for d in [40, 64, 80, 128, 160] {
+            let cmma = Plan::choose(d, 2, square, 48 * 1024).expect("fits");
+            assert_eq!((cmma.bq, cmma.bk), (32, 16));
+            assert_eq!(super::ours_is_faster(&cmma, d), d <= 128);
+            let lane = Plan::choose(d, 2, None, 32 * 1024).expect("fits");
+            assert_eq!((lane.bq, lane.bk), (16, 8));
+            assert!(super::ours_is_faster(&lane, d));
+        }
+    }
+
+    fn at(tensor: &Tensor<3>) -> Heads<'_> {
+        Heads { tensor, column: 0 }
+    }
+
+    fn reference(q: Tensor<3>, k: Tensor<3>, v: Tensor<3>, heads: usize) -> Vec<f32> {
+        let f32 = |t: Tensor<3>| t.cast(DType::F32);
+        read(multi_head_attention(f32(q), f32(k), f32(v), heads, false))
+    }
+
+    /// The per-lane path (what lavapipe runs) against burn's attention: SD's head widths and odd
+    /// ones, query and key counts off the tiles (77 prompt tokens, an 8×8 map), batch 2, in f32 and
+    /// f16, and q/k/v as column ranges of one fused projection.
+    #[test]
+    fn flash_attention_matches_burn_attention() {
+        let device = wgpu();
+        for (b, heads, d, n_q, n_k) in [
+            (2, 2, 40, 70, 77),
+            (1, 1, 80, 64, 64),
+            (2, 1, 160, 17, 33),
+            (1, 3, 8, 5, 130),
+            (2, 2, 64, 100, 3),
+        ] {
+            let width = heads * d;
+            for dtype in [DType::F32, DType::F16] {
+                let tol = if dtype == DType::F32 { 1e-4 } else { 1e-2 };
+                let make = |n: usize, offset: f32, cols: usize| {
+                    let vals: Vec<f32> = values(b * n * cols, offset)
+                        .into_iter()
+                        .map(|x| x * 0.5)
+                        .collect();
+                    tensor(vals, [b, n, cols], &device, dtype)
+                };
+                let (q, k, v) = (make(n_q, 0.1, width), make(n_k, -0.2, width), make(n_k, 0.3, width));
+                let twin = reference(q.clone(), k.clone(), v.clone(), heads);
+                let ours = super::attention(at(&q), at(&k), at(&v), heads, d).expect("runs");
+                assert_eq!(ours.dtype(), dtype);
+                let rel = relative(&read(ours), &twin);
+                assert!(rel <= tol, "b{b} h{heads} d{d} q{n_q} k{n_k} {dtype:?}: rel {rel}");
+
+                // Self-attention from one fused projection [q | k | v].
+                let qkv = make(n_q, 0.05, 3 * width);
+                let part = |i: usize| qkv.clone().slice([0..b, 0..n_q, i * width..(i + 1) * width]);
+                let twin = reference(part(0), part(1), part(2), heads);
+                let col = |c: usize| Heads {
+                    tensor: &qkv,
+                    column: c * width,
+                };
+                let ours = super::attention(col(0), col(1), col(2), heads, d).expect("runs");
+                let rel = relative(&read(ours), &twin);
+                assert!(rel <= tol, "fused b{b} h{heads} d{d} q{n_q} {dtype:?}: rel {rel}");
+            }
+        }
+    }
+}

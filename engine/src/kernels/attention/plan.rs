@@ -1,0 +1,181 @@
+//! How one launch is tiled: the cooperative-matrix fragment the device offers and the query and
+//! key tile sizes that fit its workgroup memory.
+
+use burn::cubecl;
+use burn::cubecl::ir::features::MmaConfig;
+use burn::cubecl::ir::{ElemType, FloatKind};
+
+/// Lanes per cube: a multiple of every plane width (8 to 64).
+pub(super) const LANES: usize = 128;
+/// Workgroup memory we allow ourselves: Intel's and most GPUs' floor, whatever the device offers.
+pub(super) const SHARED_BUDGET: usize = 48 * 1024;
+
+/// Query rows × keys per tile on cooperative matrices, best first. Measured on an H200 (every
+/// SD 1.5 shape, BENCHMARKS.md): 32×16 was fastest or within 4 % of it everywhere; larger key
+/// tiles lose on the 77-token cross-attention, 64 query rows leave too few cubes at 1024 queries.
+const CMMA_TILES: [(usize, usize); 6] = [(32, 16), (16, 16), (32, 32), (64, 32), (64, 16), (64, 64)];
+
+/// The same for per-lane products (no cooperative matrices): 16×8 was fastest or within 5 %.
+/// Small tiles also suit small iGPUs, whose workgroup memory is shared by fewer lanes.
+const LANE_TILES: [(usize, usize); 8] = [
+    (16, 8),
+    (16, 16),
+    (32, 16),
+    (8, 8),
+    (32, 32),
+    (64, 16),
+    (64, 32),
+    (64, 64),
+];
+
+/// A cooperative-matrix fragment shape `m×n×k` (A is m×k, B k×n).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fragment {
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+}
+
+/// The tiling of one launch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Plan {
+    /// Query rows per cube.
+    pub bq: usize,
+    /// Keys per tile.
+    pub bk: usize,
+    /// The head width padded to the fragment (or to 4 on the SIMT path).
+    pub dp: usize,
+    pub fragment: Option<Fragment>,
+}
+
+impl Plan {
+    /// Workgroup bytes: q, k, v and p tiles in the element type, scores and output in f32, and
+    /// three f32 per row (max, sum, rescale).
+    pub fn shared_bytes(&self, element_bytes: usize) -> usize {
+        let (bq, bk, dp) = (self.bq, self.bk, self.dp);
+        element_bytes * (bq * dp + 2 * bk * dp + bq * bk) + 4 * (bq * bk + bq * dp + 3 * bq)
+    }
+
+    /// The preferred tiles that fit `budget` bytes for head width `d`. `None` when even the
+    /// smallest tiles do not fit (the VAE's 512-wide head).
+    pub fn choose(
+        d: usize,
+        element_bytes: usize,
+        fragment: Option<Fragment>,
+        budget: usize,
+    ) -> Option<Self> {
+        Self::fitting(d, element_bytes, fragment, budget).into_iter().next()
+    }
+
+    /// Every tiling that fits, best first ([`CMMA_TILES`] or [`LANE_TILES`]).
+    pub fn fitting(
+        d: usize,
+        element_bytes: usize,
+        fragment: Option<Fragment>,
+        budget: usize,
+    ) -> Vec<Self> {
+        if d == 0 {
+            return Vec::new();
+        }
+        let dp = match fragment {
+            Some(f) => d.div_ceil(lcm(f.n, f.k)) * lcm(f.n, f.k),
+            None => d.div_ceil(4) * 4,
+        };
+        let tiles: &[(usize, usize)] = match fragment {
+            Some(_) => &CMMA_TILES,
+            None => &LANE_TILES,
+        };
+        tiles
+            .iter()
+            .copied()
+            .map(|(bq, bk)| Plan {
+                bq,
+                bk,
+                dp,
+                fragment,
+            })
+            .filter(|p| {
+                let fits_fragment = fragment.is_none_or(|f| {
+                    p.bq % f.m == 0 && p.bk % f.n == 0 && p.bk % f.k == 0
+                });
+                fits_fragment && p.shared_bytes(element_bytes) <= budget
+            })
+            .collect()
+    }
+}
+
+fn lcm(a: usize, b: usize) -> usize {
+    let gcd = |mut x: usize, mut y: usize| {
+        while y != 0 {
+            (x, y) = (y, x % y);
+        }
+        x
+    };
+    a / gcd(a, b) * b
+}
+
+/// The f16×f16→f32 fragment shape the device offers for cooperative matrices, if any: 16×16×16
+/// where offered, else the largest. Empty under WGSL and on lavapipe.
+pub fn device_fragment(client: &cubecl::client::Client) -> Option<Fragment> {
+    let f16 = ElemType::Float(FloatKind::F16);
+    let f32 = ElemType::Float(FloatKind::F32);
+    let shapes: Vec<Fragment> = client
+        .features()
+        .matmul
+        .cmma
+        .iter()
+        .filter(|c: &&MmaConfig| c.a_type == f16 && c.b_type == f16 && c.cd_type == f32)
+        .map(|c| Fragment {
+            m: c.m as usize,
+            n: c.n as usize,
+            k: c.k as usize,
+        })
+        .filter(|f| f.m > 0 && f.n > 0 && f.k > 0 && f.m <= 64 && f.n <= 64 && f.k <= 64)
+        .collect();
+    let square = Fragment {
+        m: 16,
+        n: 16,
+        k: 16,
+    };
+    if shapes.contains(&square) {
+        return Some(square);
+    }
+    shapes.into_iter().max_by_key(|f| (f.m * f.n * f.k, f.n))
+}
+
+impl std::fmt::Display for Plan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.fragment {
+            Some(m) => write!(f, "cmma {}x{}x{} q{} k{}", m.m, m.n, m.k, self.bq, self.bk),
+            None => write!(f, "per-lane q{} k{}", self.bq, self.bk),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Fragment, Plan};
+
+    /// Tiles fit the budget for SD's head widths, pad to the fragment, and the VAE's 512-wide
+    /// head is left to the twin.
+    #[test]
+    fn plans_fit_workgroup_memory() {
+        let square = Some(Fragment {
+            m: 16,
+            n: 16,
+            k: 16,
+        });
+        for d in [40, 64, 80, 128, 160] {
+            let p = Plan::choose(d, 2, square, 48 * 1024).expect("fits");
+            assert_eq!(p.dp % 16, 0);
+            assert!(p.dp >= d && p.dp < d + 16);
+            assert!(p.shared_bytes(2) <= 48 * 1024);
+            assert!(p.bq % 16 == 0 && p.bk % 16 == 0);
+        }
+        let arc = Some(Fragment { m: 8, n: 16, k: 16 });
+        let p = Plan::choose(40, 2, arc, 48 * 1024).expect("fits");
+        assert_eq!(p.dp, 48);
+        assert!(Plan::choose(512, 2, square, 48 * 1024).is_none());
+        assert_eq!(Plan::choose(40, 4, None, 48 * 1024).map(|p| p.dp), Some(40));
+    }
+}
