@@ -7,6 +7,8 @@
 #   PART=c  peak memory again (torch, ours), then ours on the WGSL/SIMT path of the same GPU
 #           (LATENT_STUDIO_COMPILER=wgsl), f16
 #   PART=d  the UNet step with cubecl-wgpu batching 32 (default) or more kernels per submission
+#   PART=f  ours on the WGSL/SIMT path only (per-lane attention, no cooperative matrices): the UNet
+#           step with our kernels and with burn ops
 #   PART=e  PyTorch (fp16 UNet, VAE, 20-step txt2img), then our f16 bench under perf (a flat
 #           profile per thread: where the host time of a step goes). Needs .perf/perf.txz (perf
 #           and its libraries) and a release build with symbols (CARGO_PROFILE_RELEASE_STRIP=false)
@@ -74,5 +76,8 @@ e)
     echo "perf cannot record here; bench without it" | tee $OUT/perf_comm.txt
     $ours 2>&1 | tee $OUT/ours_f16.txt
   fi
+  ;;
+f)
+  LATENT_STUDIO_COMPILER=wgsl timeout ${WGSL_TIMEOUT:-540} /tmp/ls bench --device gpu --precision f16 --runs 3 --unet-only --no-ops 2>&1 | tee $OUT/ours_wgsl.txt
   ;;
 esac
