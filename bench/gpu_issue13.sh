@@ -8,7 +8,9 @@
 #           (LATENT_STUDIO_COMPILER=wgsl), f16
 #   PART=d  the UNet step with cubecl-wgpu batching 32 (default) or more kernels per submission
 #   PART=f  ours on the WGSL/SIMT path only (per-lane attention, no cooperative matrices): the UNet
-#           step with our kernels and with burn ops
+#           step with our kernels and with burn ops, then the VAE decode
+#   PART=g  the op report on the WGSL/SIMT path (which kernel runs each op, our implicit-GEMM
+#           convolution against burn's conv2d on every UNet convolution shape), then the UNet step
 #   PART=e  PyTorch (fp16 UNet, VAE, 20-step txt2img), then our f16 bench under perf (a flat
 #           profile per thread: where the host time of a step goes). Needs .perf/perf.txz (perf
 #           and its libraries) and a release build with symbols (CARGO_PROFILE_RELEASE_STRIP=false)
@@ -79,5 +81,9 @@ e)
   ;;
 f)
   LATENT_STUDIO_COMPILER=wgsl timeout ${WGSL_TIMEOUT:-540} /tmp/ls bench --device gpu --precision f16 --runs 3 --unet-only --no-ops 2>&1 | tee $OUT/ours_wgsl.txt
+  LATENT_STUDIO_COMPILER=wgsl timeout ${WGSL_VAE_TIMEOUT:-200} /tmp/ls bench --device gpu --precision f16 --runs 3 --vae-only 2>&1 | tee -a $OUT/ours_wgsl.txt
+  ;;
+g)
+  LATENT_STUDIO_COMPILER=wgsl timeout ${WGSL_TIMEOUT:-540} /tmp/ls bench --device gpu --precision f16 --runs 3 --unet-only 2>&1 | grep -v "^\[F16\]   [a-z_]*  *[0-9.]* ms  {" | tee $OUT/ours_wgsl_ops.txt
   ;;
 esac

@@ -87,7 +87,13 @@ fn multi_head_attention_within(
 ///
 /// # Shapes
 /// -> `[b, n_q, heads * d]`
-pub fn heads_attention(q: Heads<'_>, k: Heads<'_>, v: Heads<'_>, heads: usize, d: usize) -> Tensor<3> {
+pub fn heads_attention(
+    q: Heads<'_>,
+    k: Heads<'_>,
+    v: Heads<'_>,
+    heads: usize,
+    d: usize,
+) -> Tensor<3> {
     if let Some(out) = crate::kernels::attention::attention(q, k, v, heads, d) {
         return out;
     }

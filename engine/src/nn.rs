@@ -84,6 +84,8 @@ pub struct Conv2d {
     bias: Option<Tensor<1>>,
     stride: usize,
     padding: usize,
+    /// Our implicit-GEMM kernel, where it runs (devices without cooperative matrices).
+    ours: crate::kernels::conv::Prepared,
 }
 
 impl Conv2d {
@@ -100,6 +102,7 @@ impl Conv2d {
             bias: w.optional("bias", [c_out])?,
             stride,
             padding,
+            ours: Default::default(),
         })
     }
 
@@ -115,6 +118,7 @@ impl Conv2d {
             bias,
             stride,
             padding,
+            ours: Default::default(),
         }
     }
 
@@ -125,7 +129,7 @@ impl Conv2d {
     /// bias adds a full-tile accumulator stage to the implicit-GEMM (cooperative-matrix) kernels,
     /// which then pass the 48 KiB workgroup-memory limit on most SD shapes and drop out of
     /// autotune, leaving the direct kernel (10x slower per UNet step on an H200). The add is
-    /// fused with what follows.
+    /// fused with what follows. Where our kernel runs, the bias is added in its epilogue.
     pub fn forward(&self, x: Tensor<4>) -> Tensor<4> {
         crate::profile::record(|| {
             let [b, c_in, h, w] = x.dims();
@@ -142,6 +146,16 @@ impl Conv2d {
                 bias: self.bias.is_some(),
             }
         });
+        let ours = self.ours.forward(
+            &x,
+            &self.weight,
+            self.bias.as_ref(),
+            self.stride,
+            self.padding,
+        );
+        if let Some(y) = ours {
+            return y;
+        }
         let options = ConvOptions::new([self.stride; 2], [self.padding; 2], [1, 1], 1);
         let y = conv2d(x, self.weight.clone(), None, options);
         match &self.bias {
@@ -158,7 +172,9 @@ impl Conv2d {
         Self {
             weight: self.weight.clone().cast(dtype),
             bias: self.bias.clone().map(|b| b.cast(dtype)),
-            ..*self
+            stride: self.stride,
+            padding: self.padding,
+            ours: Default::default(),
         }
     }
 }

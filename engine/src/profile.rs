@@ -277,7 +277,10 @@ impl IsolatedOp {
                 let k = t3([b, n_k, heads * d]);
                 let v = t3([b, n_k, heads * d]);
                 Box::new(move || {
-                    let at = |t| crate::attention::Heads { tensor: t, column: 0 };
+                    let at = |t| crate::attention::Heads {
+                        tensor: t,
+                        column: 0,
+                    };
                     let _ = crate::attention::heads_attention(at(&q), at(&k), at(&v), heads, d);
                 })
             }

@@ -190,6 +190,11 @@ pub fn unet_report(
             format!("{:7.0} GB/s   ", op.min_bytes(element) / (ms * 1e-3) / 1e9)
         };
         let kernel = match op {
+            OpShape::Conv { k, c_out, .. }
+                if latent_engine::kernels::conv::runs_for(device, dtype, *k, *c_out) =>
+            {
+                "ours, implicit GEMM (SIMT)".to_string()
+            }
             OpShape::Conv { .. } => decisions
                 .iter()
                 .find(|d| conv_key_matches(&d.key, op))
@@ -247,8 +252,12 @@ pub fn unet_report(
                 tokens(k.clone(), n_k),
                 tokens(v.clone(), n_k),
             );
-            let at = |t| latent_engine::attention::Heads { tensor: t, column: 0 };
-            let ours = latent_engine::attention::heads_attention(at(&qt), at(&kt), at(&vt), heads, d);
+            let at = |t| latent_engine::attention::Heads {
+                tensor: t,
+                column: 0,
+            };
+            let ours =
+                latent_engine::attention::heads_attention(at(&qt), at(&kt), at(&vt), heads, d);
             let burn = tokens(attention(q, k, v, None, None, options), n_q);
             let read = |t: Tensor<3>| t.cast(DType::F32).into_data().try_to_vec::<f32>();
             let rel = match (read(ours), read(burn)) {
@@ -275,6 +284,7 @@ pub fn unet_report(
             }
         }
     }
+    super::conv::report(&ops, device, dtype, precision, runs)?;
     if !decisions.is_empty() {
         println!(
             "[{precision:?}] autotune decisions of that step ({}):",

@@ -23,6 +23,7 @@ use latent_engine::taesd::{TaesdConfig, TaesdDecoder};
 use latent_engine::tokenizer::ClipTokenizer;
 use latent_engine::{LoadOptions, Precision, StableDiffusion};
 
+mod conv;
 mod kernels;
 
 #[derive(Args, Debug)]

@@ -11,6 +11,7 @@
 use burn::cubecl;
 
 pub mod attention;
+pub mod conv;
 pub mod group_norm;
 pub mod latent2rgb;
 pub mod layer_norm;

@@ -3,9 +3,9 @@
 
 use burn::tensor::Tensor;
 
+use crate::attention::{Heads, heads_attention};
 use crate::checkpoint::Weights;
 use crate::error::Result;
-use crate::attention::{Heads, heads_attention};
 use crate::nn::{Conv2d, GroupNorm, Kernels, LayerNorm, Linear, gelu};
 
 /// diffusers `Attention` as used in the UNet: q has no bias, the output projection has one. The

@@ -73,7 +73,10 @@ fn ours_is_faster(plan: &Plan, d: usize) -> bool {
 /// Which attention kernel runs for head width `d` in `dtype` on `device`, in words (the bench's
 /// op report).
 pub fn describe(device: &burn::tensor::Device, dtype: burn::tensor::DType, d: usize) -> String {
-    match (default_plan(device, dtype, d), plans(device, dtype, d).is_empty()) {
+    match (
+        default_plan(device, dtype, d),
+        plans(device, dtype, d).is_empty(),
+    ) {
         (Some(p), _) => format!("ours, {p}"),
         (None, false) => format!("burn attention (faster for heads over {WIDEST_OURS_WITH_CMMA})"),
         (None, true) => "burn attention".into(),
@@ -258,16 +261,26 @@ mod tests {
                         .collect();
                     tensor(vals, [b, n, cols], &device, dtype)
                 };
-                let (q, k, v) = (make(n_q, 0.1, width), make(n_k, -0.2, width), make(n_k, 0.3, width));
+                let (q, k, v) = (
+                    make(n_q, 0.1, width),
+                    make(n_k, -0.2, width),
+                    make(n_k, 0.3, width),
+                );
                 let twin = reference(q.clone(), k.clone(), v.clone(), heads);
                 let ours = super::attention(at(&q), at(&k), at(&v), heads, d).expect("runs");
                 assert_eq!(ours.dtype(), dtype);
                 let rel = relative(&read(ours), &twin);
-                assert!(rel <= tol, "b{b} h{heads} d{d} q{n_q} k{n_k} {dtype:?}: rel {rel}");
+                assert!(
+                    rel <= tol,
+                    "b{b} h{heads} d{d} q{n_q} k{n_k} {dtype:?}: rel {rel}"
+                );
 
                 // Self-attention from one fused projection [q | k | v].
                 let qkv = make(n_q, 0.05, 3 * width);
-                let part = |i: usize| qkv.clone().slice([0..b, 0..n_q, i * width..(i + 1) * width]);
+                let part = |i: usize| {
+                    qkv.clone()
+                        .slice([0..b, 0..n_q, i * width..(i + 1) * width])
+                };
                 let twin = reference(part(0), part(1), part(2), heads);
                 let col = |c: usize| Heads {
                     tensor: &qkv,
@@ -275,7 +288,10 @@ mod tests {
                 };
                 let ours = super::attention(col(0), col(1), col(2), heads, d).expect("runs");
                 let rel = relative(&read(ours), &twin);
-                assert!(rel <= tol, "fused b{b} h{heads} d{d} q{n_q} {dtype:?}: rel {rel}");
+                assert!(
+                    rel <= tol,
+                    "fused b{b} h{heads} d{d} q{n_q} {dtype:?}: rel {rel}"
+                );
             }
         }
     }

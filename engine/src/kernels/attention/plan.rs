@@ -13,7 +13,8 @@ pub(super) const SHARED_BUDGET: usize = 48 * 1024;
 /// Query rows × keys per tile on cooperative matrices, best first. Measured on an H200 (every
 /// SD 1.5 shape, BENCHMARKS.md): 32×16 was fastest or within 4 % of it everywhere; larger key
 /// tiles lose on the 77-token cross-attention, 64 query rows leave too few cubes at 1024 queries.
-const CMMA_TILES: [(usize, usize); 6] = [(32, 16), (16, 16), (32, 32), (64, 32), (64, 16), (64, 64)];
+const CMMA_TILES: [(usize, usize); 6] =
+    [(32, 16), (16, 16), (32, 32), (64, 32), (64, 16), (64, 64)];
 
 /// The same for per-lane products (no cooperative matrices): 16×8 was fastest or within 5 %.
 /// Small tiles also suit small iGPUs, whose workgroup memory is shared by fewer lanes.
@@ -64,7 +65,9 @@ impl Plan {
         fragment: Option<Fragment>,
         budget: usize,
     ) -> Option<Self> {
-        Self::fitting(d, element_bytes, fragment, budget).into_iter().next()
+        Self::fitting(d, element_bytes, fragment, budget)
+            .into_iter()
+            .next()
     }
 
     /// Every tiling that fits, best first ([`CMMA_TILES`] or [`LANE_TILES`]).
@@ -95,9 +98,8 @@ impl Plan {
                 fragment,
             })
             .filter(|p| {
-                let fits_fragment = fragment.is_none_or(|f| {
-                    p.bq % f.m == 0 && p.bk % f.n == 0 && p.bk % f.k == 0
-                });
+                let fits_fragment =
+                    fragment.is_none_or(|f| p.bq % f.m == 0 && p.bk % f.n == 0 && p.bk % f.k == 0);
                 fits_fragment && p.shared_bytes(element_bytes) <= budget
             })
             .collect()

@@ -1,0 +1,97 @@
+//! Our implicit-GEMM convolution (`latent_engine::kernels::conv`) against burn's `conv2d` on every
+//! convolution shape of one UNet step: time alone, rate, and how far apart the results are.
+
+use anyhow::Result;
+use burn::tensor::module::conv2d;
+use burn::tensor::ops::ConvOptions;
+use burn::tensor::{DType, Device, Distribution, Tensor};
+use latent_engine::Precision;
+use latent_engine::kernels::conv;
+use latent_engine::profile::OpShape;
+
+use super::time_ms;
+
+const REPS: usize = 10;
+
+/// One line per convolution shape in `ops`.
+pub fn report(
+    ops: &[(OpShape, usize)],
+    device: &Device,
+    dtype: DType,
+    precision: Precision,
+    runs: usize,
+) -> Result<()> {
+    let normal = Distribution::Normal(0.0, 1.0);
+    for (op, _) in ops {
+        let OpShape::Conv {
+            b,
+            c_in,
+            c_out,
+            h,
+            w,
+            k,
+            stride,
+            padding,
+            bias,
+        } = *op
+        else {
+            continue;
+        };
+        let x = Tensor::<4>::random([b, c_in, h, w], normal, (device, dtype));
+        let weight = Tensor::<4>::random([c_out, c_in, k, k], normal, (device, dtype)) * 0.05;
+        let bias_t = Tensor::<1>::random([c_out], normal, (device, dtype));
+        let options = ConvOptions::new([stride, stride], [padding, padding], [1, 1], 1);
+        let packed = conv::pack(weight.clone());
+        let burn_ms = time_ms(device, 1, runs, || {
+            for _ in 0..REPS {
+                let _ = conv2d(
+                    x.clone(),
+                    weight.clone(),
+                    bias.then(|| bias_t.clone()),
+                    options.clone(),
+                );
+            }
+        })? / REPS as f64;
+        let ours = conv::conv2d(
+            x.clone(),
+            &packed,
+            bias.then_some(&bias_t),
+            k,
+            stride,
+            padding,
+        );
+        let Some(ours) = ours else {
+            println!(
+                "[{precision:?}]   {:<40} ours: does not run here",
+                op.to_string()
+            );
+            continue;
+        };
+        let ours_ms = time_ms(device, 1, runs, || {
+            for _ in 0..REPS {
+                let _ = conv::conv2d(
+                    x.clone(),
+                    &packed,
+                    bias.then_some(&bias_t),
+                    k,
+                    stride,
+                    padding,
+                );
+            }
+        })? / REPS as f64;
+        let twin = conv2d(x, weight, bias.then_some(bias_t), options);
+        let read = |t: Tensor<4>| t.cast(DType::F32).into_data().try_to_vec::<f32>();
+        let rel = match (read(ours), read(twin)) {
+            (Ok(a), Ok(b)) => latent_engine::vae_compile::relative_difference(&a, &b),
+            _ => f32::NAN,
+        };
+        let rate = |ms: f64| op.flops() / (ms * 1e-3) / 1e12;
+        println!(
+            "[{precision:?}]   {:<40} implicit GEMM (SIMT) {ours_ms:8.3} ms {:6.1} TFLOP/s | burn {burn_ms:8.3} ms {:6.1} TFLOP/s | rel diff {rel:.1e}",
+            op.to_string(),
+            rate(ours_ms),
+            rate(burn_ms),
+        );
+    }
+    Ok(())
+}
