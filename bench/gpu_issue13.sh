@@ -11,6 +11,8 @@
 #           step with our kernels and with burn ops, then the VAE decode
 #   PART=g  the op report on the WGSL/SIMT path (which kernel runs each op, our implicit-GEMM
 #           convolution against burn's conv2d on every UNet convolution shape), then the UNet step
+#   PART=h  the op report under SPIR-V (default compiler) without PyTorch: our SIMT convolution
+#           compiled to SPIR-V beside burn's cooperative-matrix one, on every UNet shape
 #   PART=e  PyTorch (fp16 UNet, VAE, 20-step txt2img), then our f16 bench under perf (a flat
 #           profile per thread: where the host time of a step goes). Needs .perf/perf.txz (perf
 #           and its libraries) and a release build with symbols (CARGO_PROFILE_RELEASE_STRIP=false)
@@ -85,5 +87,8 @@ f)
   ;;
 g)
   LATENT_STUDIO_COMPILER=wgsl timeout ${WGSL_TIMEOUT:-540} /tmp/ls bench --device gpu --precision f16 --runs 3 --unet-only 2>&1 | grep -v "^\[F16\]   [a-z_]*  *[0-9.]* ms  {" | tee $OUT/ours_wgsl_ops.txt
+  ;;
+h)
+  timeout ${OURS_TIMEOUT:-540} /tmp/ls bench --device gpu --precision f16 --runs 3 --unet-only 2>&1 | grep -v "^\[F16\]   [a-z_]*  *[0-9.]* ms  {" | tee $OUT/ours_spirv_ops.txt
   ;;
 esac

@@ -42,14 +42,19 @@ pub fn report(
         let bias_t = Tensor::<1>::random([c_out], normal, (device, dtype));
         let options = ConvOptions::new([stride, stride], [padding, padding], [1, 1], 1);
         let packed = conv::pack(weight.clone());
+        // burn's path as `nn::Conv2d` takes it: the bias added after the convolution (passed in,
+        // it drops burn's cooperative-matrix candidates; see `nn::Conv2d::forward`).
+        let burn = || {
+            let y = conv2d(x.clone(), weight.clone(), None, options.clone());
+            if bias {
+                y + bias_t.clone().reshape([1, c_out, 1, 1])
+            } else {
+                y
+            }
+        };
         let burn_ms = time_ms(device, 1, runs, || {
             for _ in 0..REPS {
-                let _ = conv2d(
-                    x.clone(),
-                    weight.clone(),
-                    bias.then(|| bias_t.clone()),
-                    options.clone(),
-                );
+                let _ = burn();
             }
         })? / REPS as f64;
         let ours = conv::conv2d(
@@ -79,7 +84,7 @@ pub fn report(
                 );
             }
         })? / REPS as f64;
-        let twin = conv2d(x, weight, bias.then_some(bias_t), options);
+        let twin = burn();
         let read = |t: Tensor<4>| t.cast(DType::F32).into_data().try_to_vec::<f32>();
         let rel = match (read(ours), read(twin)) {
             (Ok(a), Ok(b)) => latent_engine::vae_compile::relative_difference(&a, &b),
