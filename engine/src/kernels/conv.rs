@@ -354,4 +354,54 @@ mod tests {
             }
         }
     }
+
+    /// `nn::Conv2d`'s route on lavapipe (no cooperative matrices): ours for a 3×3 layer with 32 or
+    /// more output channels (packed once, shared by clones), burn for 1×1 and narrow outputs.
+    #[test]
+    fn prepared_routes_by_shape_and_device() {
+        let device = wgpu();
+        let dtype = DType::F32;
+        let x = tensor(values(2 * 8 * 6 * 6, 0.2), [2, 8, 6, 6], &device, dtype);
+        let weight = |c_out: usize, k: usize| {
+            tensor(
+                values(c_out * 8 * k * k, -0.1),
+                [c_out, 8, k, k],
+                &device,
+                dtype,
+            )
+        };
+        let bias: Tensor<1> = tensor(values(40, 0.3), [40], &device, dtype);
+        let prepared = super::Prepared::default();
+        let w3 = weight(40, 3);
+        let ours = prepared
+            .forward(&x, &w3, Some(&bias), 1, 1)
+            .expect("ours runs");
+        assert!(super::runs_for(&device, dtype, 3, 40));
+        let twin = conv2d(
+            x.clone(),
+            w3.clone(),
+            Some(bias.clone()),
+            ConvOptions::new([1, 1], [1, 1], [1, 1], 1),
+        );
+        assert!(relative(&read(ours), &read(twin)) <= 1e-4);
+        let shared = prepared.clone();
+        assert!(
+            shared.0.get().is_some_and(|p| p.is_some()),
+            "packed once, shared"
+        );
+        let narrow = weight(4, 3);
+        assert!(
+            super::Prepared::default()
+                .forward(&x, &narrow, None, 1, 1)
+                .is_none()
+        );
+        assert!(!super::runs_for(&device, dtype, 3, 4));
+        let pointwise = weight(40, 1);
+        assert!(
+            super::Prepared::default()
+                .forward(&x, &pointwise, None, 1, 0)
+                .is_none()
+        );
+        assert!(!super::runs_for(&device, dtype, 1, 40));
+    }
 }
