@@ -11,6 +11,7 @@
 mod kernel;
 mod plan;
 
+use burn::cubecl;
 use burn::cubecl::prelude::*;
 use burn::tensor::Tensor;
 
@@ -46,8 +47,11 @@ pub fn attention(
     heads: usize,
     d: usize,
 ) -> Option<Tensor<3>> {
-    let plan = default_plan(&q.tensor.device(), q.tensor.dtype(), d)?;
-    attention_planned(q, k, v, heads, d, plan)
+    let dtype = q.tensor.dtype();
+    // The tiling comes from q's own client: no probe tensor per call in the sampling loop.
+    launch(q, k, v, heads, d, |client| {
+        preferred(plans_on(client, dtype, d), d)
+    })
 }
 
 /// The tiling [`attention`] runs for head width `d`: the preferred one that fits, except on
@@ -59,8 +63,12 @@ pub fn default_plan(
     dtype: burn::tensor::DType,
     d: usize,
 ) -> Option<Plan> {
-    plans(device, dtype, d)
-        .into_iter()
+    preferred(plans(device, dtype, d), d)
+}
+
+/// The first of `all` where ours is the faster kernel.
+fn preferred(all: Vec<Plan>, d: usize) -> Option<Plan> {
+    all.into_iter()
         .next()
         .filter(|plan| ours_is_faster(plan, d))
 }
@@ -87,17 +95,25 @@ pub fn describe(device: &burn::tensor::Device, dtype: burn::tensor::DType, d: us
 /// cooperative-matrix ones, then the per-lane ones, each in measured order. Empty where our
 /// kernel does not run. The bench times each.
 pub fn plans(device: &burn::tensor::Device, dtype: burn::tensor::DType, d: usize) -> Vec<Plan> {
+    if !super::available(device) || Element::of(dtype).is_none() {
+        return Vec::new();
+    }
+    match resolve(Tensor::<1>::zeros([1], (device, dtype))) {
+        Some(probe) => plans_on(&probe.client, dtype, d),
+        None => Vec::new(),
+    }
+}
+
+/// [`plans`] on a device's client.
+fn plans_on(client: &cubecl::client::Client, dtype: burn::tensor::DType, d: usize) -> Vec<Plan> {
     let Some(element) = Element::of(dtype) else {
         return Vec::new();
     };
-    if !super::available(device) || d == 0 {
+    if d == 0 {
         return Vec::new();
     }
-    let Some(client) = resolve(Tensor::<1>::zeros([1], (device, dtype))).map(|t| t.client) else {
-        return Vec::new();
-    };
     let fragment = match element {
-        Element::F16 => device_fragment(&client),
+        Element::F16 => device_fragment(client),
         Element::F32 => None,
     };
     let budget = SHARED_BUDGET.min(client.properties().hardware.max_shared_memory_size);
@@ -116,6 +132,18 @@ pub fn attention_planned(
     heads: usize,
     d: usize,
     plan: Plan,
+) -> Option<Tensor<3>> {
+    launch(q, k, v, heads, d, |_| Some(plan))
+}
+
+/// Checks the operands, resolves them, asks `choose` for a tiling on their device and launches.
+fn launch(
+    q: Heads<'_>,
+    k: Heads<'_>,
+    v: Heads<'_>,
+    heads: usize,
+    d: usize,
+    choose: impl FnOnce(&cubecl::client::Client) -> Option<Plan>,
 ) -> Option<Tensor<3>> {
     let device = q.tensor.device();
     if !super::available(&device) {
@@ -141,6 +169,7 @@ pub fn attention_planned(
     let kc = resolve(k.tensor.clone())?;
     let vc = resolve(v.tensor.clone())?;
     let client = qc.client.clone();
+    let plan = choose(&client)?;
     if plan.fragment.is_some() && element != Element::F16 {
         return None;
     }
