@@ -376,17 +376,6 @@ fn crop(x: Tensor<4>, held: &Rect, region: &Rect) -> Tensor<4> {
     x.slice([0..b, 0..c, rows, cols])
 }
 
-/// ×2 nearest-neighbour upsampling, as [`Upsample::forward`] does it, by broadcasting: the same
-/// values (it only copies), but as a copy kernel that does not depend on the shape. burn's
-/// interpolation kernel is compiled for each input shape, and tiles come in many shapes: on
-/// lavapipe that was 19 more kernel compilations (~6 s) for the tiny model's 12 tiles.
-fn nearest_x2(x: Tensor<4>) -> Tensor<4> {
-    let [b, c, h, w] = x.dims();
-    x.reshape([b, c, h, 1, w, 1])
-        .expand([b, c, h, 2, w, 2])
-        .reshape([b, c, 2 * h, 2 * w])
-}
-
 /// Every tile of one activation, in row-major order, and the size (rows, columns) of the whole
 /// image at the activation's resolution.
 struct Tiles {
@@ -445,7 +434,7 @@ impl Tiles {
         for tile in &mut self.tiles {
             let held = tile.held.scaled(2);
             let valid = held.after_conv3x3(size);
-            let x = up.conv().forward(nearest_x2(tile.x.clone()));
+            let x = up.conv().forward_upsampled(tile.x.clone());
             tile.x = crop(x, &held, &valid);
             tile.held = valid;
             tile.core = tile.core.scaled(2);

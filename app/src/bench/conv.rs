@@ -91,8 +91,33 @@ pub fn report(
             _ => f32::NAN,
         };
         let rate = |ms: f64| op.flops() / (ms * 1e-3) / 1e12;
+        // Where the reduction is split, the same kernel unsplit, to show what the split buys.
+        let oh = (h + 2 * padding - k) / stride + 1;
+        let ow = (w + 2 * padding - k) / stride + 1;
+        let tiles = (b * oh * ow).div_ceil(64) * c_out.div_ceil(64);
+        let slices = conv::splits(tiles, (c_in * k * k).div_ceil(16));
+        let whole = if slices > 1 {
+            let epilogue = conv::Epilogue {
+                bias: bias.then_some(&bias_t),
+                ..Default::default()
+            };
+            let geometry = conv::Geometry {
+                k,
+                stride,
+                padding,
+                upsample: false,
+            };
+            let ms = time_ms(device, 1, runs, || {
+                for _ in 0..REPS {
+                    let _ = conv::conv2d_with(x.clone(), &packed, geometry, &epilogue, Some(1));
+                }
+            })? / REPS as f64;
+            format!(" | {slices} slices; whole reduction {ms:8.3} ms")
+        } else {
+            String::new()
+        };
         println!(
-            "[{precision:?}]   {:<40} implicit GEMM (SIMT) {ours_ms:8.3} ms {:6.1} TFLOP/s | burn {burn_ms:8.3} ms {:6.1} TFLOP/s | rel diff {rel:.1e}",
+            "[{precision:?}]   {:<40} implicit GEMM (SIMT) {ours_ms:8.3} ms {:6.1} TFLOP/s | burn {burn_ms:8.3} ms {:6.1} TFLOP/s | rel diff {rel:.1e}{whole}",
             op.to_string(),
             rate(ours_ms),
             rate(burn_ms),

@@ -98,21 +98,24 @@ impl ResnetBlock2D {
         temb: Option<&Tensor<2>>,
         kernels: Kernels,
     ) -> Tensor<4> {
-        let mut h = self
-            .conv1
-            .forward(self.norm1.forward_with(x.clone(), true, kernels));
-        if let (Some(proj), Some(temb)) = (&self.time_emb_proj, temb) {
-            let t = proj.forward(silu(temb.clone())); // [b, c_out]
-            let [b, c] = t.dims();
-            h = h + t.reshape([b, c, 1, 1]);
-        }
-        let h = self
-            .conv2
-            .forward(self.norm2.forward_with(h, true, kernels));
+        let t = match (&self.time_emb_proj, temb) {
+            (Some(proj), Some(temb)) => Some(proj.forward(silu(temb.clone()))), // [b, c_out]
+            _ => None,
+        };
+        // The time embedding and the shortcut are added in the convolutions' epilogues.
+        let h = self.conv1.forward_adding(
+            self.norm1.forward_with(x.clone(), true, kernels),
+            t.as_ref(),
+            None,
+        );
         let shortcut = match &self.conv_shortcut {
             Some(conv) => conv.forward(x),
             None => x,
         };
-        shortcut + h
+        self.conv2.forward_adding(
+            self.norm2.forward_with(h, true, kernels),
+            None,
+            Some(&shortcut),
+        )
     }
 }

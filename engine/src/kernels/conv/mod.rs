@@ -1,0 +1,341 @@
+//! 2-D convolution as an implicit GEMM on plain lanes (no cooperative matrices): the portable
+//! path for adapters without them (Iris Xe, Meteor Lake, every WGSL adapter), where burn's only
+//! 3×3 candidate is `conv_direct` (one lane per output, no tiling; 1.1 s per SD 1.5 UNet step on
+//! an H200 under WGSL, BENCHMARKS.md).
+//!
+//! The GEMM is `out[co, p] = Σ_k w[k, co] · im2col(x)[k, p]` with `k = (ci, ky, kx)` and `p` the
+//! output pixels of the whole batch. A cube computes a 64 (output channels) × 64 (pixels) tile
+//! with 256 lanes, each a 4 × 4 block in f32 registers; it walks `k` in steps of 16, staging the
+//! weight slice and the gathered input slice (zero outside the image: the padding) in workgroup
+//! memory, 8 KiB in all ([`kernel`]). Weights come packed `[c_in·kh·kw, c_out]` ([`pack`], once
+//! per model), so the staging reads are coalesced. The epilogue adds the bias, a per-(image,
+//! channel) term (the UNet's time embedding) and a residual (the resnet's shortcut) in f32 before
+//! the one cast and write, `[b, c_out, oh, ow]` like burn's: no separate pass over the map.
+//!
+//! Small maps (8×8 and 16×16 latents: 40 to 160 tiles, most of a GPU idle) split the reduction
+//! ([`splits`]): each slice writes f32 partial sums and a second kernel adds them and applies the
+//! epilogue. The twin is burn's `conv2d` on the OIHW weights, plus the adds.
+//!
+//! `nn::Conv2d` runs it ([`Prepared`]) for 3×3 kernels with at least 32 output channels on devices
+//! without cooperative matrices: there it was 3–20× faster than burn's `conv_direct` on every SD
+//! 1.5 UNet 3×3 shape (H200 under WGSL, BENCHMARKS.md). Where the device has cooperative
+//! matrices, burn's cmma implicit GEMM is faster and runs; 1×1 kernels stay with burn's im2col
+//! matmul (faster on every shape measured); so do the 4- and 3-channel output convolutions (a
+//! 64-channel tile would be mostly idle).
+//!
+//! Not yet here (issue 13): a channels-last layout, a cooperative-matrix variant.
+
+mod kernel;
+#[cfg(test)]
+mod tests;
+
+use std::sync::{Arc, OnceLock};
+
+use burn::cubecl::prelude::*;
+use burn::tensor::{DType, Tensor};
+
+use super::{Element, buffer_arg, grid, output, resolve};
+use kernel::{BK, BM, BN, LANES, conv2d_gemm, conv2d_split_sum};
+
+/// Cubes a launch should have before the reduction is split: a few per compute unit on the
+/// GPUs we target (an H200 has 132 SMs, an A770 32 Xe-cores, Iris Xe 6 subslices).
+const TARGET_CUBES: usize = 256;
+/// Fewest reduction steps (of 16) per slice: shorter slices cost more in partial sums than
+/// they gain in parallelism.
+const MIN_STEPS_PER_SLICE: usize = 32;
+/// Most slices: the partial sums are `slices · c_out · pixels` f32 values.
+const MAX_SLICES: usize = 16;
+
+/// How many slices the reduction of `steps` steps is split into for a grid of `tiles` cubes:
+/// 1 (no split) when the grid already fills the GPU or the reduction is short; no slice empty.
+pub fn splits(tiles: usize, steps: usize) -> usize {
+    if tiles == 0 || tiles >= TARGET_CUBES {
+        return 1;
+    }
+    let wanted = TARGET_CUBES.div_ceil(tiles);
+    let most = (steps / MIN_STEPS_PER_SLICE).clamp(1, MAX_SLICES);
+    let n = wanted.min(most);
+    // Equal slices, none empty.
+    steps.div_ceil(steps.div_ceil(n).max(1)).max(1)
+}
+
+/// A square-kernel convolution's geometry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Geometry {
+    /// Kernel side.
+    pub k: usize,
+    pub stride: usize,
+    /// Zero padding on every side.
+    pub padding: usize,
+    /// Whether the input is first upsampled ×2 by nearest neighbour (read in place, never
+    /// materialised: the UNet's and VAE's upsamplers).
+    pub upsample: bool,
+}
+
+impl Geometry {
+    /// The output's `[h, w]` for an input map of `[h, w]`, `None` where the kernel does not fit.
+    pub fn output(&self, h: usize, w: usize) -> Option<[usize; 2]> {
+        let up = if self.upsample { 2 } else { 1 };
+        let (h, w) = (h * up + 2 * self.padding, w * up + 2 * self.padding);
+        if self.k == 0 || self.stride == 0 || h < self.k || w < self.k {
+            return None;
+        }
+        Some([
+            (h - self.k) / self.stride + 1,
+            (w - self.k) / self.stride + 1,
+        ])
+    }
+}
+
+/// What a convolution adds to its result before the cast (all in the output's dtype).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Epilogue<'a> {
+    /// `[c_out]`.
+    pub bias: Option<&'a Tensor<1>>,
+    /// `[b, c_out]`, added to every pixel of image `b`, channel `c` (the time embedding).
+    pub channel: Option<&'a Tensor<2>>,
+    /// `[b, c_out, oh, ow]` (the resnet's shortcut).
+    pub residual: Option<&'a Tensor<4>>,
+}
+
+impl Epilogue<'_> {
+    /// `y` plus these terms with burn ops: the twin of our epilogue, and the path burn's
+    /// convolution takes.
+    pub fn apply(&self, y: Tensor<4>) -> Tensor<4> {
+        let [b, c, _, _] = y.dims();
+        let mut y = y;
+        if let Some(bias) = self.bias {
+            y = y + bias.clone().reshape([1, c, 1, 1]);
+        }
+        if let Some(t) = self.channel {
+            y = y + t.clone().reshape([b, c, 1, 1]);
+        }
+        if let Some(r) = self.residual {
+            y = y + r.clone();
+        }
+        y
+    }
+}
+
+/// Fewest output channels for which ours runs (a tile holds 64).
+const MIN_OUT_CHANNELS: usize = 32;
+
+/// One convolution layer's use of our kernel: whether it runs on the layer's device and its
+/// packed weights, both settled at the first call (a layer's weights live on one device in one
+/// dtype; a cast makes a new layer). Clones share it.
+#[derive(Debug, Clone, Default)]
+pub struct Prepared(Arc<OnceLock<Option<Tensor<2>>>>);
+
+impl Prepared {
+    /// `x` through our kernel with `weight` (OIHW) and the `epilogue`, where it runs (see the
+    /// module docs); `None` for burn's `conv2d`.
+    pub fn forward(
+        &self,
+        x: &Tensor<4>,
+        weight: &Tensor<4>,
+        geometry: Geometry,
+        epilogue: &Epilogue<'_>,
+    ) -> Option<Tensor<4>> {
+        let device = x.device();
+        let [c_out, _, kh, kw] = weight.dims();
+        if !super::available(&device) || !suits(kh, kw, c_out) || geometry.k != kh {
+            return None;
+        }
+        let packed = self
+            .0
+            .get_or_init(|| without_cmma(&device, x.dtype()).then(|| pack(weight.clone())));
+        conv2d_with(x.clone(), packed.as_ref()?, geometry, epilogue, None)
+    }
+}
+
+/// The layer shapes ours takes (module docs).
+fn suits(kh: usize, kw: usize, c_out: usize) -> bool {
+    kh == 3 && kw == 3 && c_out >= MIN_OUT_CHANNELS
+}
+
+/// Whether a `k`×`k` convolution to `c_out` channels in `dtype` runs through our kernel on
+/// `device` (the bench's op report).
+pub fn runs_for(device: &burn::tensor::Device, dtype: DType, k: usize, c_out: usize) -> bool {
+    super::available(device) && suits(k, k, c_out) && without_cmma(device, dtype)
+}
+
+/// Whether `device` lacks cooperative matrices (where burn's 3×3 convolution is `conv_direct`).
+fn without_cmma(device: &burn::tensor::Device, dtype: DType) -> bool {
+    resolve(Tensor::<1>::zeros([1], (device, dtype)))
+        .is_some_and(|t| t.client.features().matmul.cmma.is_empty())
+}
+
+/// OIHW weights `[c_out, c_in, kh, kw]` as the kernel reads them: `[c_in·kh·kw, c_out]`,
+/// contiguous (a round trip through the host, so once per model at load, never per call).
+pub fn pack(weight: Tensor<4>) -> Tensor<2> {
+    let [c_out, c_in, kh, kw] = weight.dims();
+    let (device, dtype) = (weight.device(), weight.dtype());
+    let data = weight
+        .reshape([c_out, c_in * kh * kw])
+        .transpose()
+        .into_data();
+    Tensor::from_data(data, (&device, dtype))
+}
+
+/// Square-kernel convolution of `x` `[b, c_in, h, w]` with packed weights ([`pack`]) of a
+/// `k`×`k` kernel, `stride` and zero `padding`, plus `bias` `[c_out]`. `None` where it does not
+/// run (CPU backend, dtype, shapes past the grid); the caller then uses burn's `conv2d`.
+///
+/// # Shapes
+/// -> `[b, c_out, (h + 2·padding − k) / stride + 1, (w + 2·padding − k) / stride + 1]`
+pub fn conv2d(
+    x: Tensor<4>,
+    packed: &Tensor<2>,
+    bias: Option<&Tensor<1>>,
+    k: usize,
+    stride: usize,
+    padding: usize,
+) -> Option<Tensor<4>> {
+    let epilogue = Epilogue {
+        bias,
+        ..Default::default()
+    };
+    let geometry = Geometry {
+        k,
+        stride,
+        padding,
+        upsample: false,
+    };
+    conv2d_with(x, packed, geometry, &epilogue, None)
+}
+
+/// [`conv2d`] with any [`Geometry`] and every epilogue term, the reduction split into `slices`
+/// (`None`: as [`splits`] chooses; the bench compares).
+pub fn conv2d_with(
+    x: Tensor<4>,
+    packed: &Tensor<2>,
+    geometry: Geometry,
+    epilogue: &Epilogue<'_>,
+    slices: Option<usize>,
+) -> Option<Tensor<4>> {
+    let device = x.device();
+    if !super::available(&device) {
+        return None;
+    }
+    let Geometry {
+        k,
+        stride,
+        padding,
+        upsample,
+    } = geometry;
+    let dtype = x.dtype();
+    let element = Element::of(dtype)?;
+    let [b, c_in, h, w] = x.dims();
+    let [k_total, c_out] = packed.dims();
+    if k_total != c_in * k * k || packed.dtype() != dtype {
+        return None;
+    }
+    let [oh, ow] = geometry.output(h, w)?;
+    let pixels = b * oh * ow;
+    // Each term in the output's dtype and shape, or burn adds them.
+    let fits = epilogue
+        .bias
+        .is_none_or(|t| t.dtype() == dtype && t.dims() == [c_out])
+        && epilogue
+            .channel
+            .is_none_or(|t| t.dtype() == dtype && t.dims() == [b, c_out])
+        && epilogue
+            .residual
+            .is_none_or(|t| t.dtype() == dtype && t.dims() == [b, c_out, oh, ow]);
+    let (nx, ny) = (pixels.div_ceil(BN), c_out.div_ceil(BM));
+    if !fits || pixels == 0 || c_out == 0 || nx > 65_535 || ny > 65_535 {
+        return None;
+    }
+    let steps = k_total.div_ceil(BK);
+    let slices = slices
+        .unwrap_or_else(|| splits(nx * ny, steps))
+        .clamp(1, steps.max(1));
+    let per_slice = steps.div_ceil(slices);
+    let slices = steps.div_ceil(per_slice).max(1);
+    let split = slices > 1;
+
+    let xc = resolve(x)?;
+    let wc = resolve(packed.clone())?;
+    // Absent terms are bound to a one-value placeholder the kernel never reads.
+    let placeholder = || resolve(Tensor::<1>::zeros([1], (&device, dtype)));
+    let bc = match epilogue.bias {
+        Some(t) => resolve(t.clone())?,
+        None => placeholder()?,
+    };
+    let tc = match epilogue.channel {
+        Some(t) => resolve(t.clone())?,
+        None => placeholder()?,
+    };
+    let rc = match epilogue.residual {
+        Some(t) => resolve(t.clone())?,
+        None => placeholder()?,
+    };
+    let partial_len = if split { slices * c_out * pixels } else { 1 };
+    let (_partial, pc) = output([partial_len], DType::F32, &device)?;
+    let client = xc.client.clone();
+    let (out, oc) = output([b, c_out, oh, ow], dtype, &device)?;
+    let (add_bias, add_channel, add_residual) = (
+        epilogue.bias.is_some(),
+        epilogue.channel.is_some(),
+        epilogue.residual.is_some(),
+    );
+    let (gx, gy) = grid((pixels * c_out).div_ceil(LANES))?;
+    macro_rules! launch {
+        ($t:ty) => {{
+            conv2d_gemm::launch::<$t>(
+                &client,
+                CubeCount::Static(nx as u32, ny as u32, slices as u32),
+                CubeDim::new_1d(LANES as u32),
+                buffer_arg(&xc),
+                buffer_arg(&wc),
+                buffer_arg(&bc),
+                buffer_arg(&tc),
+                buffer_arg(&rc),
+                buffer_arg(&oc),
+                buffer_arg(&pc),
+                c_in,
+                h,
+                w,
+                c_out,
+                oh,
+                ow,
+                pixels,
+                stride,
+                padding,
+                per_slice,
+                k,
+                k,
+                if upsample { 2 } else { 1 },
+                add_bias,
+                add_channel,
+                add_residual,
+                split,
+            );
+            if split {
+                conv2d_split_sum::launch::<$t>(
+                    &client,
+                    CubeCount::Static(gx, gy, 1),
+                    CubeDim::new_1d(LANES as u32),
+                    buffer_arg(&pc),
+                    buffer_arg(&bc),
+                    buffer_arg(&tc),
+                    buffer_arg(&rc),
+                    buffer_arg(&oc),
+                    c_out,
+                    oh,
+                    ow,
+                    pixels,
+                    slices,
+                    add_bias,
+                    add_channel,
+                    add_residual,
+                );
+            }
+        }};
+    }
+    match element {
+        Element::F32 => launch!(f32),
+        Element::F16 => launch!(half::f16),
+    }
+    Some(out)
+}

@@ -1,0 +1,264 @@
+use burn::tensor::module::conv2d;
+use burn::tensor::ops::ConvOptions;
+use burn::tensor::{DType, Tensor};
+
+use super::super::testing::{read, relative, tensor, values, wgpu};
+use super::Epilogue;
+
+/// One case: batch, channels in/out, map, kernel, stride, padding.
+type Case = (usize, usize, usize, usize, usize, usize, usize, usize);
+
+/// Ours (with `slices`, `None` for the automatic choice) against burn's `conv2d` in f32 plus the
+/// epilogue's adds with burn ops, for every combination of epilogue terms given.
+fn check(case: Case, terms: &[(bool, bool, bool)], slices: &[Option<usize>]) {
+    let device = wgpu();
+    let (b, c_in, c_out, h, w, k, stride, pad) = case;
+    let oh = (h + 2 * pad - k) / stride + 1;
+    let ow = (w + 2 * pad - k) / stride + 1;
+    for dtype in [DType::F32, DType::F16] {
+        let tol = if dtype == DType::F32 { 1e-4 } else { 1e-2 };
+        let x = tensor(
+            values(b * c_in * h * w, 0.1),
+            [b, c_in, h, w],
+            &device,
+            dtype,
+        );
+        let wt = tensor(
+            values(c_out * c_in * k * k, -0.3)
+                .into_iter()
+                .map(|v| v * 0.2)
+                .collect(),
+            [c_out, c_in, k, k],
+            &device,
+            dtype,
+        );
+        let bias: Tensor<1> = tensor(values(c_out, 0.5), [c_out], &device, dtype);
+        let channel: Tensor<2> = tensor(values(b * c_out, -0.7), [b, c_out], &device, dtype);
+        let residual: Tensor<4> = tensor(
+            values(b * c_out * oh * ow, 0.3),
+            [b, c_out, oh, ow],
+            &device,
+            dtype,
+        );
+        let packed = super::pack(wt.clone());
+        let f32 = |t: Tensor<4>| t.cast(DType::F32);
+        let plain = conv2d(
+            f32(x.clone()),
+            f32(wt.clone()),
+            None,
+            ConvOptions::new([stride, stride], [pad, pad], [1, 1], 1),
+        );
+        for &(with_bias, with_channel, with_residual) in terms {
+            let (bias32, channel32, residual32) = (
+                bias.clone().cast(DType::F32),
+                channel.clone().cast(DType::F32),
+                f32(residual.clone()),
+            );
+            let twin = Epilogue {
+                bias: with_bias.then_some(&bias32),
+                channel: with_channel.then_some(&channel32),
+                residual: with_residual.then_some(&residual32),
+            }
+            .apply(plain.clone());
+            let epilogue = Epilogue {
+                bias: with_bias.then_some(&bias),
+                channel: with_channel.then_some(&channel),
+                residual: with_residual.then_some(&residual),
+            };
+            for &split in slices {
+                let geometry = super::Geometry {
+                    k,
+                    stride,
+                    padding: pad,
+                    upsample: false,
+                };
+                let ours = super::conv2d_with(x.clone(), &packed, geometry, &epilogue, split)
+                    .expect("runs on wgpu");
+                assert_eq!(ours.dims(), [b, c_out, oh, ow]);
+                assert_eq!(ours.dtype(), dtype);
+                let rel = relative(&read(ours), &read(twin.clone()));
+                let label = format!(
+                    "b{b} {c_in}->{c_out} {h}x{w} k{k}/{stride} {dtype:?} \
+                     bias {with_bias} channel {with_channel} residual {with_residual} \
+                     slices {split:?}"
+                );
+                assert!(rel <= tol, "{label}: rel {rel}");
+            }
+        }
+    }
+}
+
+/// Where the tiles do not divide the shape: channels off 64 and off 16 in the reduction, an 8×8
+/// map, batch 2, stride 2, a 1×1 kernel, an odd map, with and without bias, in f32 and f16.
+#[test]
+fn implicit_gemm_matches_burn_conv2d() {
+    let bias_only = [(true, false, false), (false, false, false)];
+    for case in [
+        (2, 20, 70, 8, 8, 3, 1, 1),
+        (1, 4, 8, 9, 7, 3, 2, 1),
+        (2, 33, 65, 5, 6, 1, 1, 0),
+        (1, 64, 64, 16, 16, 3, 1, 1),
+    ] {
+        check(case, &bias_only, &[None]);
+    }
+}
+
+/// The epilogue's time-embedding and residual adds, alone and together, and the reduction split
+/// into slices that do not divide it (3 slices of a 23-step reduction, 2 and 7 of 41), on an 8×8
+/// map at batch 2 and an odd strided one: the split sums equal the whole.
+#[test]
+fn epilogue_and_split_reduction_match_the_twin() {
+    let terms = [
+        (true, true, false),
+        (false, false, true),
+        (true, true, true),
+    ];
+    check(
+        (2, 40, 70, 8, 8, 3, 1, 1),
+        &terms,
+        &[Some(1), Some(3), None],
+    );
+    check(
+        (1, 72, 33, 7, 9, 3, 2, 1),
+        &[(true, true, true)],
+        &[Some(2), Some(7)],
+    );
+}
+
+/// The split rule: none where the grid fills the GPU or the reduction is short; slices equal and
+/// never empty; SD 1.5's 1280-channel 8×8 layer (40 tiles, 720 steps) gets enough cubes.
+#[test]
+fn splits_only_small_grids_with_long_reductions() {
+    assert_eq!(super::splits(256, 720), 1);
+    assert_eq!(super::splits(1000, 720), 1);
+    assert_eq!(super::splits(40, 20), 1, "a short reduction stays whole");
+    let s = super::splits(40, 720);
+    assert!(40 * s >= 256 && s <= 16, "{s}");
+    assert_eq!(super::splits(160, 720), 2);
+    for tiles in 1..300 {
+        for steps in [1, 31, 32, 33, 64, 100, 719, 720, 2000] {
+            let s = super::splits(tiles, steps);
+            assert!(s >= 1 && s <= 16);
+            let per = steps.div_ceil(s);
+            assert!(per * (s - 1) < steps, "no empty slice: {tiles} {steps} {s}");
+        }
+    }
+}
+
+/// `nn::Conv2d`'s route on lavapipe (no cooperative matrices): ours for a 3×3 layer with 32 or
+/// more output channels (packed once, shared by clones), burn for 1×1 and narrow outputs.
+#[test]
+fn prepared_routes_by_shape_and_device() {
+    let device = wgpu();
+    let dtype = DType::F32;
+    let x = tensor(values(2 * 8 * 6 * 6, 0.2), [2, 8, 6, 6], &device, dtype);
+    let weight = |c_out: usize, k: usize| {
+        tensor(
+            values(c_out * 8 * k * k, -0.1),
+            [c_out, 8, k, k],
+            &device,
+            dtype,
+        )
+    };
+    let bias: Tensor<1> = tensor(values(40, 0.3), [40], &device, dtype);
+    let with_bias = Epilogue {
+        bias: Some(&bias),
+        ..Default::default()
+    };
+    let geometry = |k: usize, padding: usize| super::Geometry {
+        k,
+        stride: 1,
+        padding,
+        upsample: false,
+    };
+    let prepared = super::Prepared::default();
+    let w3 = weight(40, 3);
+    let ours = prepared
+        .forward(&x, &w3, geometry(3, 1), &with_bias)
+        .expect("ours runs");
+    assert!(super::runs_for(&device, dtype, 3, 40));
+    let twin = conv2d(
+        x.clone(),
+        w3.clone(),
+        Some(bias.clone()),
+        ConvOptions::new([1, 1], [1, 1], [1, 1], 1),
+    );
+    assert!(relative(&read(ours), &read(twin)) <= 1e-4);
+    let shared = prepared.clone();
+    assert!(
+        shared.0.get().is_some_and(|p| p.is_some()),
+        "packed once, shared"
+    );
+    let none = Epilogue::default();
+    let narrow = weight(4, 3);
+    assert!(
+        super::Prepared::default()
+            .forward(&x, &narrow, geometry(3, 1), &none)
+            .is_none()
+    );
+    assert!(!super::runs_for(&device, dtype, 3, 4));
+    let pointwise = weight(40, 1);
+    assert!(
+        super::Prepared::default()
+            .forward(&x, &pointwise, geometry(1, 0), &none)
+            .is_none()
+    );
+    assert!(!super::runs_for(&device, dtype, 1, 40));
+}
+
+/// The ×2 nearest upsampling read in place: equal to burn's `interpolate` then `conv2d`, on an
+/// odd map at batch 2, whole and split.
+#[test]
+fn upsampled_input_matches_interpolate_then_conv() {
+    use burn::tensor::module::interpolate;
+    use burn::tensor::ops::{InterpolateMode, InterpolateOptions};
+    let device = wgpu();
+    let (b, c_in, c_out, h, w) = (2, 24, 40, 5, 7);
+    for dtype in [DType::F32, DType::F16] {
+        let tol = if dtype == DType::F32 { 1e-4 } else { 1e-2 };
+        let x = tensor(
+            values(b * c_in * h * w, 0.2),
+            [b, c_in, h, w],
+            &device,
+            dtype,
+        );
+        let wt = tensor(
+            values(c_out * c_in * 9, -0.4)
+                .into_iter()
+                .map(|v| v * 0.2)
+                .collect(),
+            [c_out, c_in, 3, 3],
+            &device,
+            dtype,
+        );
+        let bias: Tensor<1> = tensor(values(c_out, 0.5), [c_out], &device, dtype);
+        let up = interpolate(
+            x.clone().cast(DType::F32),
+            InterpolateOptions::new(InterpolateMode::Nearest).with_output_size([2 * h, 2 * w]),
+        );
+        let twin = conv2d(
+            up,
+            wt.clone().cast(DType::F32),
+            Some(bias.clone().cast(DType::F32)),
+            ConvOptions::new([1, 1], [1, 1], [1, 1], 1),
+        );
+        let packed = super::pack(wt);
+        let geometry = super::Geometry {
+            k: 3,
+            stride: 1,
+            padding: 1,
+            upsample: true,
+        };
+        let epilogue = Epilogue {
+            bias: Some(&bias),
+            ..Default::default()
+        };
+        for slices in [Some(1), Some(3)] {
+            let ours = super::conv2d_with(x.clone(), &packed, geometry, &epilogue, slices)
+                .expect("runs on wgpu");
+            assert_eq!(ours.dims(), [b, c_out, 2 * h, 2 * w]);
+            let rel = relative(&read(ours), &read(twin.clone()));
+            assert!(rel <= tol, "{dtype:?} slices {slices:?}: rel {rel}");
+        }
+    }
+}
