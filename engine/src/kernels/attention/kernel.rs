@@ -283,3 +283,126 @@ pub(super) fn flash_attention<F: Float>(
         i += LANES;
     }
 }
+
+/// One lane per query row, for narrow heads on plain lanes: the row's scaled q and its output
+/// stay in registers (`2·d` f32), the keys and values of a tile are staged once in f32 and read
+/// by every lane of the cube alike (a broadcast, no bank conflicts), and the online softmax runs
+/// per lane with no synchronisation but the staging. Cube `(t, bh)`: query rows `t·rows ..` of
+/// batch `bh / heads`, head `bh % heads`; `rows` lanes.
+#[cube(launch)]
+#[allow(clippy::too_many_arguments)]
+pub(super) fn flash_attention_rows<F: Float>(
+    q: &[F],
+    k: &[F],
+    v: &[F],
+    out: &mut [F],
+    q_at: usize,
+    q_row: usize,
+    q_batch: usize,
+    k_at: usize,
+    k_row: usize,
+    k_batch: usize,
+    v_at: usize,
+    v_row: usize,
+    v_batch: usize,
+    n_q: usize,
+    n_k: usize,
+    heads: usize,
+    scale: f32,
+    #[comptime] d: usize,
+    #[comptime] rows: usize,
+    #[comptime] bk: usize,
+) {
+    let lane = UNIT_POS as usize;
+    let bh = CUBE_POS_Y as usize;
+    let batch = bh / heads;
+    let col0 = (bh % heads) * d;
+    let row = CUBE_POS_X as usize * rows + lane;
+    let live = row < n_q;
+
+    let mut qr = Array::<f32>::new(d);
+    let mut o = Array::<f32>::new(d);
+    let q_base = q_at + batch * q_batch + row * q_row + col0;
+    #[unroll]
+    for c in 0..d {
+        let mut value = 0.0f32;
+        if live {
+            value = f32::cast_from(q[q_base + c]) * scale;
+        }
+        qr[c] = value;
+        o[c] = 0.0f32;
+    }
+    let mut m = f32::cast_from(-1.0e30f32);
+    let mut l = 0.0f32;
+    let mut s = Array::<f32>::new(bk);
+    let mut k_s = Shared::<[f32]>::new_slice(bk * d);
+    let mut v_s = Shared::<[f32]>::new_slice(bk * d);
+
+    let k_base = k_at + batch * k_batch + col0;
+    let v_base = v_at + batch * v_batch + col0;
+    let tiles = n_k.div_ceil(bk);
+    for t in 0..tiles {
+        let key0 = t * bk;
+        let mut i = lane;
+        while i < bk * d {
+            let key = key0 + i / d;
+            let c = i % d;
+            let mut kv = 0.0f32;
+            let mut vv = 0.0f32;
+            if key < n_k {
+                kv = f32::cast_from(k[k_base + key * k_row + c]);
+                vv = f32::cast_from(v[v_base + key * v_row + c]);
+            }
+            k_s[i] = kv;
+            v_s[i] = vv;
+            i += rows;
+        }
+        sync_cube();
+
+        let mut valid = n_k - key0;
+        if valid > bk {
+            valid = bk;
+        }
+        let mut max = m;
+        #[unroll]
+        for j in 0..bk {
+            let mut acc = 0.0f32;
+            #[unroll]
+            for c in 0..d {
+                acc += qr[c] * k_s[j * d + c];
+            }
+            s[j] = acc;
+            if j < valid && acc > max {
+                max = acc;
+            }
+        }
+        let alpha = f32::exp(m - max);
+        l *= alpha;
+        #[unroll]
+        for c in 0..d {
+            o[c] *= alpha;
+        }
+        #[unroll]
+        for j in 0..bk {
+            let mut p = 0.0f32;
+            if j < valid {
+                p = f32::exp(s[j] - max);
+            }
+            l += p;
+            #[unroll]
+            for c in 0..d {
+                o[c] += p * v_s[j * d + c];
+            }
+        }
+        m = max;
+        sync_cube();
+    }
+
+    if live {
+        let o_base = (batch * n_q + row) * heads * d + col0;
+        #[unroll]
+        for c in 0..d {
+            out[o_base + c] = F::cast_from(o[c] / l);
+        }
+    }
+}

@@ -16,7 +16,7 @@ use burn::cubecl::prelude::*;
 use burn::tensor::Tensor;
 
 use super::{Element, buffer_arg, output, resolve};
-use kernel::flash_attention;
+use kernel::{flash_attention, flash_attention_rows};
 pub use plan::{Fragment, Plan, device_fragment};
 use plan::{LANES, SHARED_BUDGET};
 
@@ -179,42 +179,71 @@ fn launch(
     }
     let (out, oc) = output([b, n_q, width], dtype, &device)?;
     let count = CubeCount::Static(q_tiles as u32, (b * heads) as u32, 1);
-    let cube = CubeDim::new_1d(LANES as u32);
+    let lanes = if plan.per_row { plan.bq } else { LANES };
+    let cube = CubeDim::new_1d(lanes as u32);
     let scale = (d as f32).powf(-0.5);
     let f = plan.fragment.unwrap_or(Fragment { m: 1, n: 1, k: 1 });
     tracing::trace!(?plan, b, heads, d, n_q, n_k, "flash attention");
     macro_rules! launch {
         ($t:ty) => {
-            flash_attention::launch::<$t>(
-                &client,
-                count,
-                cube,
-                buffer_arg(&qc),
-                buffer_arg(&kc),
-                buffer_arg(&vc),
-                buffer_arg(&oc),
-                q.column,
-                q_width,
-                n_q * q_width,
-                k.column,
-                k_width,
-                n_k * k_width,
-                v.column,
-                v_width,
-                n_k * v_width,
-                n_q,
-                n_k,
-                heads,
-                scale,
-                d,
-                plan.dp,
-                plan.bq,
-                plan.bk,
-                plan.fragment.is_some(),
-                f.m,
-                f.n,
-                f.k,
-            )
+            if plan.per_row {
+                flash_attention_rows::launch::<$t>(
+                    &client,
+                    count,
+                    cube,
+                    buffer_arg(&qc),
+                    buffer_arg(&kc),
+                    buffer_arg(&vc),
+                    buffer_arg(&oc),
+                    q.column,
+                    q_width,
+                    n_q * q_width,
+                    k.column,
+                    k_width,
+                    n_k * k_width,
+                    v.column,
+                    v_width,
+                    n_k * v_width,
+                    n_q,
+                    n_k,
+                    heads,
+                    scale,
+                    d,
+                    plan.bq,
+                    plan.bk,
+                )
+            } else {
+                flash_attention::launch::<$t>(
+                    &client,
+                    count,
+                    cube,
+                    buffer_arg(&qc),
+                    buffer_arg(&kc),
+                    buffer_arg(&vc),
+                    buffer_arg(&oc),
+                    q.column,
+                    q_width,
+                    n_q * q_width,
+                    k.column,
+                    k_width,
+                    n_k * k_width,
+                    v.column,
+                    v_width,
+                    n_k * v_width,
+                    n_q,
+                    n_k,
+                    heads,
+                    scale,
+                    d,
+                    plan.dp,
+                    plan.bq,
+                    plan.bk,
+                    plan.fragment.is_some(),
+                    f.m,
+                    f.n,
+                    f.k,
+                )
+            }
         };
     }
     match element {
@@ -240,7 +269,8 @@ mod tests {
     use crate::attention::multi_head_attention;
 
     /// Ours runs every head width without cooperative matrices (burn's attention there is the
-    /// unfused one) and up to 128 with them; the first tiling of each kind is the measured best.
+    /// unfused one) and up to 128 with them; the first tiling of each kind is the measured best:
+    /// on plain lanes, one lane per query row up to 64 wide.
     #[test]
     fn default_plan_rule() {
         let square = Some(Fragment {
@@ -253,7 +283,11 @@ mod tests {
             assert_eq!((cmma.bq, cmma.bk), (32, 16));
             assert_eq!(super::ours_is_faster(&cmma, d), d <= 128);
             let lane = Plan::choose(d, 2, None, 32 * 1024).expect("fits");
-            assert_eq!((lane.bq, lane.bk), (16, 8));
+            let expected = if d <= 64 { (64, 16) } else { (16, 8) };
+            assert_eq!(
+                (lane.bq, lane.bk, lane.per_row),
+                (expected.0, expected.1, d <= 64)
+            );
             assert!(super::ours_is_faster(&lane, d));
         }
     }
@@ -303,6 +337,17 @@ mod tests {
                     rel <= tol,
                     "b{b} h{heads} d{d} q{n_q} k{n_k} {dtype:?}: rel {rel}"
                 );
+                // Where the per-row kernel ran, the tiled one too.
+                let tiled = super::plans(&device, dtype, d)
+                    .into_iter()
+                    .find(|p| !p.per_row)
+                    .expect("a tiled plan");
+                if d <= 64 {
+                    let ours = super::attention_planned(at(&q), at(&k), at(&v), heads, d, tiled)
+                        .expect("runs");
+                    let rel = relative(&read(ours), &twin);
+                    assert!(rel <= tol, "tiled b{b} h{heads} d{d} {dtype:?}: rel {rel}");
+                }
 
                 // Self-attention from one fused projection [q | k | v].
                 let qkv = make(n_q, 0.05, 3 * width);

@@ -29,6 +29,15 @@ const LANE_TILES: [(usize, usize); 8] = [
     (64, 64),
 ];
 
+/// Head widths up to which the per-row kernel runs on plain lanes: it holds `2·d` f32 per lane
+/// in registers, which at 64 (144 with the scores) still fits the register file of an Intel
+/// EU thread in SIMD8 (128 × 32 bytes) with little spill, and of every discrete GPU.
+const ROW_MAX_WIDTH: usize = 64;
+/// Query rows (= lanes) per cube of the per-row kernel.
+const ROW_LANES: usize = 64;
+/// Keys per staged tile of the per-row kernel (also the scores each lane keeps in registers).
+const ROW_KEYS: usize = 16;
+
 /// A cooperative-matrix fragment shape `m×n×k` (A is m×k, B k×n).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Fragment {
@@ -47,14 +56,31 @@ pub struct Plan {
     /// The head width padded to the fragment (or to 4 on the SIMT path).
     pub dp: usize,
     pub fragment: Option<Fragment>,
+    /// One lane per query row, q and the output in registers (narrow heads, plain lanes): the
+    /// `flash_attention_rows` kernel, `bq` lanes per cube.
+    pub per_row: bool,
 }
 
 impl Plan {
     /// Workgroup bytes: q, k, v and p tiles in the element type, scores and output in f32, and
-    /// three f32 per row (max, sum, rescale).
+    /// three f32 per row (max, sum, rescale); per row, only the k and v tiles in f32.
     pub fn shared_bytes(&self, element_bytes: usize) -> usize {
         let (bq, bk, dp) = (self.bq, self.bk, self.dp);
+        if self.per_row {
+            return 4 * 2 * bk * dp;
+        }
         element_bytes * (bq * dp + 2 * bk * dp + bq * bk) + 4 * (bq * bk + bq * dp + 3 * bq)
+    }
+
+    /// The per-row plan for head width `d`, where it runs.
+    fn per_row(d: usize) -> Option<Self> {
+        (d > 0 && d <= ROW_MAX_WIDTH).then_some(Plan {
+            bq: ROW_LANES,
+            bk: ROW_KEYS,
+            dp: d,
+            fragment: None,
+            per_row: true,
+        })
     }
 
     /// The preferred tiles that fit `budget` bytes for head width `d`. `None` when even the
@@ -88,15 +114,18 @@ impl Plan {
             Some(_) => &CMMA_TILES,
             None => &LANE_TILES,
         };
-        tiles
-            .iter()
-            .copied()
-            .map(|(bq, bk)| Plan {
-                bq,
-                bk,
-                dp,
-                fragment,
-            })
+        let tiles = tiles.iter().copied().map(|(bq, bk)| Plan {
+            bq,
+            bk,
+            dp,
+            fragment,
+            per_row: false,
+        });
+        // On plain lanes the per-row kernel comes first where the head is narrow enough.
+        let per_row = fragment.is_none().then(|| Self::per_row(d)).flatten();
+        per_row
+            .into_iter()
+            .chain(tiles)
             .filter(|p| {
                 let fits_fragment =
                     fragment.is_none_or(|f| p.bq % f.m == 0 && p.bk % f.n == 0 && p.bk % f.k == 0);
@@ -149,6 +178,7 @@ impl std::fmt::Display for Plan {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self.fragment {
             Some(m) => write!(f, "cmma {}x{}x{} q{} k{}", m.m, m.n, m.k, self.bq, self.bk),
+            None if self.per_row => write!(f, "per-row q{} k{}", self.bq, self.bk),
             None => write!(f, "per-lane q{} k{}", self.bq, self.bk),
         }
     }
@@ -179,5 +209,16 @@ mod tests {
         assert_eq!(p.dp, 48);
         assert!(Plan::choose(512, 2, square, 48 * 1024).is_none());
         assert_eq!(Plan::choose(40, 4, None, 48 * 1024).map(|p| p.dp), Some(40));
+        // Plain lanes: the per-row kernel for heads up to 64 wide, tiles beyond.
+        for (d, per_row) in [(40, true), (64, true), (80, false), (160, false)] {
+            let p = Plan::choose(d, 2, None, 48 * 1024).expect("fits");
+            assert_eq!(p.per_row, per_row, "d {d}");
+            assert!(p.shared_bytes(2) <= 48 * 1024);
+        }
+        assert!(
+            Plan::fitting(40, 2, square, 48 * 1024)
+                .iter()
+                .all(|p| !p.per_row)
+        );
     }
 }
