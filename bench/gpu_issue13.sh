@@ -16,6 +16,9 @@
 #   PART=i  PyTorch's fp16 UNet step and VAE decode, then ours on the WGSL/SIMT path in the same
 #           call (UNet step with our kernels and with burn ops, VAE decode): the same-run ratio
 #           for the SIMT target
+#   PART=j  PyTorch's fp16 UNet step and VAE decode, then part g (the WGSL op report with every
+#           attention tiling timed, and the UNet step) and the WGSL VAE decode (with the VAE's
+#           512-wide attention against our tilings) in the same call
 #   PART=e  PyTorch (fp16 UNet, VAE, 20-step txt2img), then our f16 bench under perf (a flat
 #           profile per thread: where the host time of a step goes). Needs .perf/perf.txz (perf
 #           and its libraries) and a release build with symbols (CARGO_PROFILE_RELEASE_STRIP=false)
@@ -94,6 +97,11 @@ g)
 i)
   PARTS=${TORCH_PARTS:-unet16,vae} timeout 150 python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_i.txt
   LATENT_STUDIO_COMPILER=wgsl timeout ${WGSL_TIMEOUT:-300} /tmp/ls bench --device gpu --precision f16 --runs 5 --unet-only --no-ops 2>&1 | tee $OUT/ours_wgsl.txt
+  LATENT_STUDIO_COMPILER=wgsl timeout ${WGSL_VAE_TIMEOUT:-120} /tmp/ls bench --device gpu --precision f16 --runs 5 --vae-only 2>&1 | tee -a $OUT/ours_wgsl.txt
+  ;;
+j)
+  PARTS=${TORCH_PARTS:-unet16,vae} timeout 140 python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_j.txt
+  LATENT_STUDIO_COMPILER=wgsl timeout ${WGSL_TIMEOUT:-300} /tmp/ls bench --device gpu --precision f16 --runs 3 --unet-only 2>&1 | grep -v "^\[F16\]   [a-z_]*  *[0-9.]* ms  {" | tee $OUT/ours_wgsl_ops.txt
   LATENT_STUDIO_COMPILER=wgsl timeout ${WGSL_VAE_TIMEOUT:-120} /tmp/ls bench --device gpu --precision f16 --runs 5 --vae-only 2>&1 | tee -a $OUT/ours_wgsl.txt
   ;;
 h)

@@ -502,6 +502,7 @@ fn vae_bench(
         println!(
             "[{precision:?}] GroupNorm(32)+SiLU [1,128,512,512]: burn ops {plain:.3} ms, our kernels {fused:.3} ms"
         );
+        kernels::vae_attention_report(device, dtype, precision, runs)?;
     } else {
         println!(
             "[{precision:?}] VAE compilation: our kernels do not run on this device (CPU backend)"

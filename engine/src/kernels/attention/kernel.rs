@@ -284,11 +284,13 @@ pub(super) fn flash_attention<F: Float>(
     }
 }
 
-/// One lane per query row, for narrow heads on plain lanes: the row's scaled q and its output
-/// stay in registers (`2·d` f32), the keys and values of a tile are staged once in f32 and read
-/// by every lane of the cube alike (a broadcast, no bank conflicts), and the online softmax runs
-/// per lane with no synchronisation but the staging. Cube `(t, bh)`: query rows `t·rows ..` of
-/// batch `bh / heads`, head `bh % heads`; `rows` lanes.
+/// One query row per `parts` lanes, for plain lanes (no cooperative matrices): each lane keeps
+/// its `d / parts` columns of the row's scaled q and of its output in registers, the keys and
+/// values of a tile are staged once in f32 and read by every row alike (a broadcast, no bank
+/// conflicts), and the online softmax runs per lane. With `parts > 1` (heads wider than a lane's
+/// registers hold: 80, 128, 160) the lanes of a row add their partial scores through shared
+/// memory and each then runs the same softmax. Cube `(t, bh)`: query rows `t·rows ..` of batch
+/// `bh / heads`, head `bh % heads`; `rows · parts` lanes.
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
 pub(super) fn flash_attention_rows<F: Float>(
@@ -311,20 +313,23 @@ pub(super) fn flash_attention_rows<F: Float>(
     scale: f32,
     #[comptime] d: usize,
     #[comptime] rows: usize,
+    #[comptime] parts: usize,
     #[comptime] bk: usize,
 ) {
     let lane = UNIT_POS as usize;
     let bh = CUBE_POS_Y as usize;
     let batch = bh / heads;
     let col0 = (bh % heads) * d;
-    let row = CUBE_POS_X as usize * rows + lane;
+    let row = CUBE_POS_X as usize * rows + lane / parts;
+    // This lane's columns of the head.
+    let c0 = (lane % parts) * (d / parts);
     let live = row < n_q;
 
-    let mut qr = Array::<f32>::new(d);
-    let mut o = Array::<f32>::new(d);
-    let q_base = q_at + batch * q_batch + row * q_row + col0;
+    let mut qr = Array::<f32>::new(d / parts);
+    let mut o = Array::<f32>::new(d / parts);
+    let q_base = q_at + batch * q_batch + row * q_row + col0 + c0;
     #[unroll]
-    for c in 0..d {
+    for c in 0..d / parts {
         let mut value = 0.0f32;
         if live {
             value = f32::cast_from(q[q_base + c]) * scale;
@@ -337,6 +342,9 @@ pub(super) fn flash_attention_rows<F: Float>(
     let mut s = Array::<f32>::new(bk);
     let mut k_s = Shared::<[f32]>::new_slice(bk * d);
     let mut v_s = Shared::<[f32]>::new_slice(bk * d);
+    // Partial scores, key-major so that neighbouring lanes write neighbouring banks.
+    let mut partial =
+        Shared::<[f32]>::new_slice(comptime!(if parts > 1 { bk * rows * parts } else { 1 }));
 
     let k_base = k_at + batch * k_batch + col0;
     let v_base = v_at + batch * v_batch + col0;
@@ -355,9 +363,36 @@ pub(super) fn flash_attention_rows<F: Float>(
             }
             k_s[i] = kv;
             v_s[i] = vv;
-            i += rows;
+            i += rows * parts;
         }
         sync_cube();
+
+        #[unroll]
+        for j in 0..bk {
+            let mut acc = 0.0f32;
+            #[unroll]
+            for c in 0..d / parts {
+                acc += qr[c] * k_s[j * d + c0 + c];
+            }
+            s[j] = acc;
+        }
+        if parts > 1 {
+            #[unroll]
+            for j in 0..bk {
+                partial[j * rows * parts + lane] = s[j];
+            }
+            sync_cube();
+            let first = lane - lane % parts;
+            #[unroll]
+            for j in 0..bk {
+                let mut acc = 0.0f32;
+                #[unroll]
+                for p in 0..parts {
+                    acc += partial[j * rows * parts + first + p];
+                }
+                s[j] = acc;
+            }
+        }
 
         let mut valid = n_k - key0;
         if valid > bk {
@@ -366,20 +401,14 @@ pub(super) fn flash_attention_rows<F: Float>(
         let mut max = m;
         #[unroll]
         for j in 0..bk {
-            let mut acc = 0.0f32;
-            #[unroll]
-            for c in 0..d {
-                acc += qr[c] * k_s[j * d + c];
-            }
-            s[j] = acc;
-            if j < valid && acc > max {
-                max = acc;
+            if j < valid && s[j] > max {
+                max = s[j];
             }
         }
         let alpha = f32::exp(m - max);
         l *= alpha;
         #[unroll]
-        for c in 0..d {
+        for c in 0..d / parts {
             o[c] *= alpha;
         }
         #[unroll]
@@ -390,8 +419,8 @@ pub(super) fn flash_attention_rows<F: Float>(
             }
             l += p;
             #[unroll]
-            for c in 0..d {
-                o[c] += p * v_s[j * d + c];
+            for c in 0..d / parts {
+                o[c] += p * v_s[j * d + c0 + c];
             }
         }
         m = max;
@@ -399,9 +428,9 @@ pub(super) fn flash_attention_rows<F: Float>(
     }
 
     if live {
-        let o_base = (batch * n_q + row) * heads * d + col0;
+        let o_base = (batch * n_q + row) * heads * d + col0 + c0;
         #[unroll]
-        for c in 0..d {
+        for c in 0..d / parts {
             out[o_base + c] = F::cast_from(o[c] / l);
         }
     }

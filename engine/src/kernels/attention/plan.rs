@@ -29,14 +29,21 @@ const LANE_TILES: [(usize, usize); 8] = [
     (64, 64),
 ];
 
-/// Head widths up to which the per-row kernel runs on plain lanes: it holds `2·d` f32 per lane
-/// in registers, which at 64 (144 with the scores) still fits the register file of an Intel
-/// EU thread in SIMD8 (128 × 32 bytes) with little spill, and of every discrete GPU.
+/// The widest slice of a head one lane of the per-row kernel holds: `2·w` f32 in registers,
+/// which at 64 (144 with the scores) still fits the register file of an Intel EU thread in SIMD8
+/// (128 × 32 bytes) with little spill, and of every discrete GPU. Wider heads split each row
+/// over several lanes.
 const ROW_MAX_WIDTH: usize = 64;
-/// Query rows (= lanes) per cube of the per-row kernel.
-const ROW_LANES: usize = 64;
-/// Keys per staged tile of the per-row kernel (also the scores each lane keeps in registers).
-const ROW_KEYS: usize = 16;
+/// Most lanes of one row.
+const ROW_MAX_PARTS: usize = 8;
+/// Query rows per cube of the per-row kernel; at most 256 lanes a cube. Measured on an H200
+/// (WGSL, every SD 1.5 shape, BENCHMARKS.md): 64 rows where a row has one or two lanes, 32 where
+/// it has four (128 lanes a cube either way) were fastest or within 10 % of it.
+const ROW_TILES: [usize; 2] = [64, 32];
+/// Keys per staged tile of the per-row kernel (also the scores each lane keeps in registers),
+/// best first: 8 was 7–30 % faster than 16 on the 8×40 and 77-key shapes and 12 % slower on
+/// 8×80 over 1024 keys; 8 also lets the VAE's 512-wide head fit.
+const ROW_KEYS: [usize; 2] = [8, 16];
 
 /// A cooperative-matrix fragment shape `m×n×k` (A is m×k, B k×n).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,9 +63,11 @@ pub struct Plan {
     /// The head width padded to the fragment (or to 4 on the SIMT path).
     pub dp: usize,
     pub fragment: Option<Fragment>,
-    /// One lane per query row, q and the output in registers (narrow heads, plain lanes): the
-    /// `flash_attention_rows` kernel, `bq` lanes per cube.
+    /// Query rows held in registers, q and the output, by `parts` lanes each (plain lanes):
+    /// the `flash_attention_rows` kernel, `bq · parts` lanes per cube.
     pub per_row: bool,
+    /// Lanes per query row of the per-row kernel (1 for heads up to 64 wide).
+    pub parts: usize,
 }
 
 impl Plan {
@@ -67,20 +76,40 @@ impl Plan {
     pub fn shared_bytes(&self, element_bytes: usize) -> usize {
         let (bq, bk, dp) = (self.bq, self.bk, self.dp);
         if self.per_row {
-            return 4 * 2 * bk * dp;
+            let partial = if self.parts > 1 {
+                bk * bq * self.parts
+            } else {
+                0
+            };
+            return 4 * (2 * bk * dp + partial);
         }
         element_bytes * (bq * dp + 2 * bk * dp + bq * bk) + 4 * (bq * bk + bq * dp + 3 * bq)
     }
 
-    /// The per-row plan for head width `d`, where it runs.
-    fn per_row(d: usize) -> Option<Self> {
-        (d > 0 && d <= ROW_MAX_WIDTH).then_some(Plan {
-            bq: ROW_LANES,
-            bk: ROW_KEYS,
-            dp: d,
-            fragment: None,
-            per_row: true,
-        })
+    /// The per-row plans for head width `d`: each row split over the fewest lanes that divide
+    /// the head into slices of at most [`ROW_MAX_WIDTH`].
+    fn per_row(d: usize) -> Vec<Self> {
+        let Some(parts) =
+            (1..=ROW_MAX_PARTS).find(|p| d % p == 0 && d / p <= ROW_MAX_WIDTH && d > 0)
+        else {
+            return Vec::new();
+        };
+        // The row count that makes 128 lanes comes first.
+        let mut tiles = ROW_TILES;
+        tiles.sort_by_key(|&rows| (rows * parts).abs_diff(128));
+        ROW_KEYS
+            .iter()
+            .flat_map(|&bk| tiles.map(move |rows| (rows, bk)))
+            .filter(|&(rows, _)| rows * parts <= 256)
+            .map(|(rows, bk)| Plan {
+                bq: rows,
+                bk,
+                dp: d,
+                fragment: None,
+                per_row: true,
+                parts,
+            })
+            .collect()
     }
 
     /// The preferred tiles that fit `budget` bytes for head width `d`. `None` when even the
@@ -120,9 +149,13 @@ impl Plan {
             dp,
             fragment,
             per_row: false,
+            parts: 1,
         });
-        // On plain lanes the per-row kernel comes first where the head is narrow enough.
-        let per_row = fragment.is_none().then(|| Self::per_row(d)).flatten();
+        // On plain lanes the per-row kernel comes first.
+        let per_row = match fragment {
+            None => Self::per_row(d),
+            Some(_) => Vec::new(),
+        };
         per_row
             .into_iter()
             .chain(tiles)
@@ -178,6 +211,9 @@ impl std::fmt::Display for Plan {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self.fragment {
             Some(m) => write!(f, "cmma {}x{}x{} q{} k{}", m.m, m.n, m.k, self.bq, self.bk),
+            None if self.per_row && self.parts > 1 => {
+                write!(f, "per-row q{} k{} x{}", self.bq, self.bk, self.parts)
+            }
             None if self.per_row => write!(f, "per-row q{} k{}", self.bq, self.bk),
             None => write!(f, "per-lane q{} k{}", self.bq, self.bk),
         }
@@ -209,12 +245,17 @@ mod tests {
         assert_eq!(p.dp, 48);
         assert!(Plan::choose(512, 2, square, 48 * 1024).is_none());
         assert_eq!(Plan::choose(40, 4, None, 48 * 1024).map(|p| p.dp), Some(40));
-        // Plain lanes: the per-row kernel for heads up to 64 wide, tiles beyond.
-        for (d, per_row) in [(40, true), (64, true), (80, false), (160, false)] {
+        // Plain lanes: the per-row kernel, a row split over lanes past 64 columns; a head no
+        // split fits (prime width) gets tiles.
+        for (d, parts) in [(40, 1), (64, 1), (80, 2), (128, 2), (160, 4), (512, 8)] {
             let p = Plan::choose(d, 2, None, 48 * 1024).expect("fits");
-            assert_eq!(p.per_row, per_row, "d {d}");
+            assert!(p.per_row, "d {d}");
+            assert_eq!(p.parts, parts, "d {d}");
+            assert_eq!(d % p.parts, 0);
             assert!(p.shared_bytes(2) <= 48 * 1024);
         }
+        let p = Plan::choose(131, 2, None, 48 * 1024).expect("fits");
+        assert!(!p.per_row);
         assert!(
             Plan::fitting(40, 2, square, 48 * 1024)
                 .iter()
