@@ -1,7 +1,9 @@
-//! Property tests ("fuzzing" with proptest) of the two parsers that read files from strangers:
-//! the safetensors header (`SafetensorsFile::open`, then `Checkpoint::open`) and A1111's PNG
-//! `parameters` text (`Parameters::parse_a1111`). Neither may panic; a file that opens must only
-//! point inside itself; valid parameters survive a print/parse round trip exactly.
+//! Property tests ("fuzzing" with proptest) of the parsers that read files from strangers:
+//! the safetensors header (`SafetensorsFile::open`, then `Checkpoint::open`), A1111's PNG
+//! `parameters` text (`Parameters::parse_a1111`) and model configs (a sidecar or `config.json`:
+//! `ModelConfig::validate`, then building the model). None may panic; a file that opens must only
+//! point inside itself; valid parameters survive a print/parse round trip exactly; a config with
+//! a zero count is refused.
 //!
 //! Every run also replays the handcrafted corpus in tests/fixtures/fuzz/ (written by
 //! tests/fixtures/make_fuzz_corpus.py, which says what each file is).
@@ -510,6 +512,206 @@ proptest! {
     #[test]
     fn parameters_mutated(p in parameters(), edits in prop::collection::vec(edit(), 1..4)) {
         check_parameters(&apply(&p.to_a1111(), &edits))?;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Configs and sidecars
+
+/// The tiny model's sidecar: real diffusers and transformers configs.
+fn tiny_sidecar() -> Value {
+    let bytes = std::fs::read(fixtures().join("tiny-sd.json")).expect("tiny-sd.json");
+    serde_json::from_slice(&bytes).expect("sidecar json")
+}
+
+/// The fields a layer is sized from, where a zero must be refused.
+const COUNT_FIELDS: [(&str, &str); 19] = [
+    ("text_encoder", "vocab_size"),
+    ("text_encoder", "hidden_size"),
+    ("text_encoder", "intermediate_size"),
+    ("text_encoder", "num_hidden_layers"),
+    ("text_encoder", "num_attention_heads"),
+    ("text_encoder", "max_position_embeddings"),
+    ("unet", "in_channels"),
+    ("unet", "out_channels"),
+    ("unet", "layers_per_block"),
+    ("unet", "norm_num_groups"),
+    ("unet", "cross_attention_dim"),
+    ("unet", "attention_head_dim"),
+    ("unet", "sample_size"),
+    ("unet", "transformer_layers_per_block"),
+    ("vae", "in_channels"),
+    ("vae", "out_channels"),
+    ("vae", "latent_channels"),
+    ("vae", "layers_per_block"),
+    ("vae", "norm_num_groups"),
+];
+
+/// Other fields worth disturbing: widths lists, floats, flags, block types.
+const OTHER_FIELDS: [(&str, &str); 8] = [
+    ("unet", "block_out_channels"),
+    ("vae", "block_out_channels"),
+    ("unet", "norm_eps"),
+    ("unet", "freq_shift"),
+    ("unet", "down_block_types"),
+    ("unet", "num_attention_heads"),
+    ("vae", "scaling_factor"),
+    ("text_encoder", "layer_norm_eps"),
+];
+
+/// Values a config field may hold in a stranger's file.
+fn config_value() -> impl Strategy<Value = Value> {
+    prop_oneof![
+        2 => Just(json!(0)),
+        6 => prop::sample::select(vec![1u64, 2, 3, 4, 7, 8, 16, 32, 33, 64]).prop_map(|n| json!(n)),
+        1 => prop::sample::select(vec![1u64 << 20, u32::MAX as u64, 1 << 40, u64::MAX]).prop_map(|n| json!(n)),
+        1 => prop::sample::select(vec![-1.0, 0.5, 1e-30, 1e308, -1e308]).prop_map(|x| json!(x)),
+        1 => Just(Value::Null),
+        1 => Just(json!("x")),
+        1 => prop::collection::vec(prop::sample::select(vec![0u64, 1, 8, 16, 32, 64, 96]), 0..5)
+            .prop_map(|v| json!(v)),
+        1 => Just(json!(["CrossAttnDownBlock2D", "Nonsense2D"])),
+    ]
+}
+
+/// Edits of the sidecar: (field index over both lists, value).
+fn config_edits() -> impl Strategy<Value = Vec<(Index, Value)>> {
+    prop::collection::vec((any::<Index>(), config_value()), 1..4)
+}
+
+/// Applies the edits; the count fields set to zero.
+fn edit_sidecar(edits: &[(Index, Value)]) -> (Value, Vec<String>) {
+    let mut sidecar = tiny_sidecar();
+    let mut zeroed = Vec::new();
+    for (i, value) in edits {
+        let n = COUNT_FIELDS.len() + OTHER_FIELDS.len();
+        let k = i.index(n);
+        let (section, field) = COUNT_FIELDS
+            .get(k)
+            .copied()
+            .unwrap_or_else(|| OTHER_FIELDS[k - COUNT_FIELDS.len()]);
+        if k < COUNT_FIELDS.len() && *value == json!(0) {
+            zeroed.push(format!("{section}.{field}"));
+        } else {
+            zeroed.retain(|z| *z != format!("{section}.{field}"));
+        }
+        sidecar[section][field] = value.clone();
+    }
+    (sidecar, zeroed)
+}
+
+/// Small enough to build with random weights in a test case (every width and count bounded).
+fn small(config: &latent_engine::checkpoint::ModelConfig) -> bool {
+    let (t, u, v) = (&config.text_encoder, &config.unet, &config.vae);
+    t.vocab_size <= 50_000
+        && t.hidden_size <= 64
+        && t.intermediate_size <= 128
+        && t.num_hidden_layers <= 4
+        && u.block_out_channels.iter().all(|&c| c <= 96)
+        && u.layers_per_block <= 3
+        && u.transformer_layers_per_block <= 2
+        && u.cross_attention_dim <= 64
+        && v.block_out_channels.iter().all(|&c| c <= 96)
+        && v.layers_per_block <= 3
+        && [
+            u.in_channels,
+            u.out_channels,
+            v.in_channels,
+            v.out_channels,
+            v.latent_channels,
+        ]
+        .iter()
+        .all(|&c| c <= 16)
+}
+
+/// The contract for a sidecar: a parse error, a clear refusal (always when a count is zero), or
+/// a config that builds a model without panicking.
+fn check_sidecar(edits: &[(Index, Value)]) -> Result<(), TestCaseError> {
+    use latent_engine::checkpoint::ModelConfig;
+    let (sidecar, zeroed) = edit_sidecar(edits);
+    let Ok(config) = serde_json::from_value::<ModelConfig>(sidecar) else {
+        return Ok(());
+    };
+    let checked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| config.validate()))
+        .map_err(|_| TestCaseError::fail("validate panicked"))?;
+    match checked {
+        Err(reason) => prop_assert!(!reason.is_empty()),
+        Ok(()) => {
+            prop_assert!(zeroed.is_empty(), "zero {zeroed:?} accepted");
+            if small(&config) {
+                let device = burn::tensor::Device::flex();
+                let built = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    latent_engine::StableDiffusion::random(
+                        &config,
+                        &device,
+                        latent_engine::Precision::F32,
+                    )
+                    .map(|_| ())
+                }));
+                let built = built.map_err(|_| TestCaseError::fail("building panicked"))?;
+                // What validation accepts, the model builds.
+                prop_assert!(built.is_ok(), "accepted but not built: {:?}", built.err());
+            }
+        }
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: config().cases.min(64), ..config() })]
+
+    #[test]
+    fn sidecar_configs_never_panic(edits in config_edits()) {
+        check_sidecar(&edits)?;
+    }
+}
+
+/// Each count field at zero alone, and a zero width in either model's list, is refused with
+/// the field named.
+#[test]
+fn every_zero_count_is_refused() {
+    use latent_engine::checkpoint::ModelConfig;
+    let zeroes = COUNT_FIELDS
+        .iter()
+        .map(|&(section, field)| (section, field, json!(0)))
+        .chain([
+            ("unet", "block_out_channels", json!([32, 0])),
+            ("vae", "block_out_channels", json!([0, 32, 32, 32])),
+        ]);
+    for (section, field, value) in zeroes {
+        let mut sidecar = tiny_sidecar();
+        sidecar[section][field] = value;
+        let config: ModelConfig = serde_json::from_value(sidecar).expect("parses");
+        let reason = config
+            .validate()
+            .expect_err(&format!("{section}.{field} = 0 accepted"));
+        assert!(reason.contains(field), "{section}.{field}: {reason}");
+    }
+    assert_eq!(tiny_sidecar_config().validate(), Ok(()));
+}
+
+fn tiny_sidecar_config() -> latent_engine::checkpoint::ModelConfig {
+    serde_json::from_value(tiny_sidecar()).expect("the tiny sidecar parses")
+}
+
+/// Through `Checkpoint::open`: a sidecar with zero groups beside the tiny model is refused at
+/// open, naming the field and the sidecar.
+#[test]
+fn zero_groups_in_a_sidecar_is_a_clear_error() {
+    let dir = scratch_dir("fuzz-sidecar");
+    let model = dir.join("zero-groups.safetensors");
+    std::fs::copy(fixtures().join("tiny-sd.safetensors"), &model).expect("copy");
+    let mut sidecar = tiny_sidecar();
+    sidecar["unet"]["norm_num_groups"] = json!(0);
+    std::fs::write(model.with_extension("json"), sidecar.to_string()).expect("sidecar");
+    match Checkpoint::open(&model) {
+        Ok(_) => panic!("a zero-group sidecar opened"),
+        Err(e @ Error::InvalidConfig { .. }) => {
+            let text = e.to_string();
+            assert!(text.contains("norm_num_groups is 0"), "{text}");
+            assert!(text.contains("zero-groups.json"), "{text}");
+        }
+        Err(e) => panic!("unexpected error: {e}"),
     }
 }
 

@@ -510,3 +510,38 @@ fn a_stalled_device_is_reported_and_the_engine_restarts_on_the_cpu() {
     });
     assert!(h.state().stalled().is_none());
 }
+
+/// A panic inside the engine (here: the test hook panics at image 2, step 2 of a batch of 2)
+/// ends that run, not the studio: the window shows why, keeps the finished image and clears
+/// busy, and the next Generate reloads the model and produces an image.
+#[test]
+fn an_engine_panic_is_reported_and_the_next_generate_works() {
+    let _serial = serial();
+    let dir = scratch("panic");
+    let mut h = studio(&dir, "latent2rgb");
+    load_demo(&mut h);
+    quick_form(&mut h, 3);
+    h.state_mut().form.batch_count = 2;
+    // SAFETY: the studio tests run one at a time (serial()); no other thread reads the
+    // environment while it changes.
+    unsafe { std::env::set_var(latent_studio::stall::TEST_STALL_ENV, "panic:2:2") };
+    h.get_by_label("Generate").click();
+    h.run_steps(2);
+    run_until(&mut h, "the panic's report", |a| !a.is_busy());
+    unsafe { std::env::remove_var(latent_studio::stall::TEST_STALL_ENV) };
+    let error = h.state().last_error().unwrap_or_default().to_string();
+    assert!(error.contains("The engine stopped"), "{error}");
+    assert!(error.contains("a panic at image 2, step 2"), "{error}");
+    assert_eq!(
+        h.state().gallery_paths().len(),
+        1,
+        "the first image is kept"
+    );
+
+    h.state_mut().form.batch_count = 1;
+    h.get_by_label("Generate").click();
+    h.run_steps(2);
+    run_until(&mut h, "an image after the panic", |a| {
+        !a.is_busy() && a.gallery_paths().len() == 2
+    });
+}

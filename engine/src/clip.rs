@@ -50,17 +50,39 @@ impl ClipConfig {
         }
     }
 
+    /// Every field a layer is sized from, within [`crate::bounds`] (see
+    /// [`crate::unet::UNetConfig::validate`]).
     pub fn validate(&self) -> std::result::Result<(), String> {
-        if self.num_attention_heads == 0 || self.hidden_size % self.num_attention_heads != 0 {
-            return Err(format!(
-                "text encoder hidden_size {} is not divisible by num_attention_heads {}",
-                self.hidden_size, self.num_attention_heads
-            ));
-        }
-        if self.num_hidden_layers == 0 {
-            return Err("text encoder has no layers".into());
-        }
-        Ok(())
+        use crate::bounds::{self, MAX_GROUPS, MAX_LAYERS, MAX_WIDTH};
+        bounds::count("text encoder vocab_size", self.vocab_size, 1 << 20)?;
+        bounds::count("text encoder hidden_size", self.hidden_size, MAX_WIDTH)?;
+        bounds::count(
+            "text encoder intermediate_size",
+            self.intermediate_size,
+            4 * MAX_WIDTH,
+        )?;
+        bounds::count(
+            "text encoder num_hidden_layers",
+            self.num_hidden_layers,
+            MAX_LAYERS,
+        )?;
+        bounds::count(
+            "text encoder num_attention_heads",
+            self.num_attention_heads,
+            MAX_GROUPS,
+        )?;
+        bounds::count(
+            "text encoder max_position_embeddings",
+            self.max_position_embeddings,
+            4096,
+        )?;
+        bounds::positive("text encoder layer_norm_eps", self.layer_norm_eps, 1.0)?;
+        bounds::divides(
+            "text encoder hidden_size",
+            self.hidden_size,
+            self.num_attention_heads,
+            "heads",
+        )
     }
 }
 

@@ -3,6 +3,7 @@
 
 pub mod adapters;
 pub mod attention;
+pub mod bounds;
 pub mod checkpoint;
 pub mod clip;
 pub mod compiler;

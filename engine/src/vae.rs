@@ -48,19 +48,24 @@ impl VaeConfig {
         1 << (self.block_out_channels.len().saturating_sub(1))
     }
 
+    /// Every field a layer is sized from, within [`crate::bounds`] (see
+    /// [`crate::unet::UNetConfig::validate`]).
     pub fn validate(&self) -> std::result::Result<(), String> {
-        if self.block_out_channels.is_empty() || self.layers_per_block == 0 {
-            return Err("VAE needs at least one block and one layer per block".into());
-        }
-        if let Some(c) = self
-            .block_out_channels
-            .iter()
-            .find(|&&c| c % self.norm_num_groups != 0)
-        {
-            return Err(format!(
-                "VAE width {c} is not divisible by {} groups",
-                self.norm_num_groups
-            ));
+        use crate::bounds::{self, MAX_GROUPS, MAX_IO_CHANNELS, MAX_LAYERS, MAX_LEVELS, MAX_WIDTH};
+        bounds::count("VAE in_channels", self.in_channels, MAX_IO_CHANNELS)?;
+        bounds::count("VAE out_channels", self.out_channels, MAX_IO_CHANNELS)?;
+        bounds::count("VAE latent_channels", self.latent_channels, MAX_IO_CHANNELS)?;
+        bounds::counts(
+            "VAE block_out_channels",
+            &self.block_out_channels,
+            MAX_WIDTH,
+            MAX_LEVELS,
+        )?;
+        bounds::count("VAE layers_per_block", self.layers_per_block, MAX_LAYERS)?;
+        bounds::count("VAE norm_num_groups", self.norm_num_groups, MAX_GROUPS)?;
+        bounds::positive("VAE scaling_factor", self.scaling_factor as f64, 1e3)?;
+        for &c in &self.block_out_channels {
+            bounds::divides("VAE width", c, self.norm_num_groups, "groups")?;
         }
         Ok(())
     }

@@ -286,11 +286,15 @@ impl StudioApp {
     }
 
     pub fn load_model(&mut self, path: PathBuf) {
+        let status = format!("loading {}…", path.display());
+        if let Err(e) = self.engine.send(Command::LoadModel(path)) {
+            self.error = Some(format!("not loaded: {e}"));
+            return;
+        }
         self.loading = true;
         self.error = None;
-        self.status = format!("loading {}…", path.display());
+        self.status = status;
         self.last_event = Instant::now();
-        self.engine.send(Command::LoadModel(path));
     }
 
     pub fn load_demo(&mut self) {
@@ -311,12 +315,18 @@ impl StudioApp {
         if !self.form.seed_locked {
             self.form.seed = random_seed();
         }
+        // Busy only once the engine has the request: a refused one must not look running.
+        if let Err(e) = self
+            .engine
+            .send(Command::Generate(Box::new(self.form.request())))
+        {
+            self.error = Some(format!("not generated: {e}"));
+            return;
+        }
         self.busy = true;
         self.error = None;
         self.progress = None;
         self.last_event = Instant::now();
-        self.engine
-            .send(Command::Generate(Box::new(self.form.request())));
     }
 
     /// Stops the running generation at the next step, or a model load at the next tensor.
@@ -340,8 +350,12 @@ impl StudioApp {
         self.engine
             .preview
             .set_interval(self.settings.preview_interval);
-        self.engine
-            .send(Command::Configure(engine_config(&self.settings)));
+        if let Err(e) = self
+            .engine
+            .send(Command::Configure(engine_config(&self.settings)))
+        {
+            self.error = Some(format!("settings not applied: {e}"));
+        }
         if let Err(e) = self.settings.save(&self.settings_path) {
             self.error = Some(format!("settings not saved: {e:#}"));
         }
@@ -350,8 +364,23 @@ impl StudioApp {
     fn drain_events(&mut self, ctx: &egui::Context) {
         let start = Instant::now();
         while start.elapsed() < EVENT_BUDGET {
-            let Ok(event) = self.engine.events.try_recv() else {
-                break;
+            let event = match self.engine.events.try_recv() {
+                Ok(event) => event,
+                Err(crossbeam_channel::TryRecvError::Empty) => break,
+                Err(crossbeam_channel::TryRecvError::Disconnected) => {
+                    // The engine thread is gone (a panic outside a command): say so once.
+                    if self.busy || self.loading || self.error.is_none() {
+                        self.error = Some(
+                            "The engine stopped unexpectedly. Finished images are kept; \
+                             restart the studio to generate again."
+                                .into(),
+                        );
+                    }
+                    self.busy = false;
+                    self.loading = false;
+                    self.progress = None;
+                    break;
+                }
             };
             self.last_event = Instant::now();
             match event {
@@ -401,6 +430,14 @@ impl StudioApp {
                 Event::Failed(message) => {
                     self.loading = false;
                     self.error = Some(message);
+                }
+                Event::Crashed(message) => {
+                    self.loading = false;
+                    self.progress = None;
+                    self.error = Some(format!(
+                        "The engine stopped: {message}. Finished images are kept; it restarted \
+                         and reloads the model with the next generation."
+                    ));
                 }
                 Event::Notice(n) => self.notices.push(n),
                 Event::Cache(report) => self.cache_report = report,
@@ -909,8 +946,10 @@ impl StudioApp {
                             r.disk.len(),
                             human_bytes(disk)
                         ));
-                        if ui.button("Clear disk cache").clicked() {
-                            self.engine.send(Command::ClearDiskCache);
+                        if ui.button("Clear disk cache").clicked()
+                            && let Err(e) = self.engine.send(Command::ClearDiskCache)
+                        {
+                            self.error = Some(format!("disk cache not cleared: {e}"));
                         }
                     });
                     ui.end_row();
@@ -990,9 +1029,13 @@ impl StudioApp {
                             .clicked()
                         {
                             self.device_check = None;
-                            self.busy = true;
-                            self.last_event = Instant::now();
-                            self.engine.send(Command::VerifyDevice);
+                            match self.engine.send(Command::VerifyDevice) {
+                                Ok(()) => {
+                                    self.busy = true;
+                                    self.last_event = Instant::now();
+                                }
+                                Err(e) => self.error = Some(format!("not verified: {e}")),
+                            }
                         }
                         if let Some((passed, lines)) = &self.device_check {
                             let color = if *passed {

@@ -3,6 +3,7 @@
 
 mod app;
 pub mod demo;
+mod events;
 mod form;
 mod models;
 mod settings;

@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow};
 use crossbeam_channel::{Receiver, Sender, TrySendError, bounded};
+
+use super::events::{EVENT_QUEUE, EventSender};
 use latent_engine::checkpoint::Checkpoint;
 use latent_engine::device::DeviceChoice;
 use latent_engine::image_io::{RgbImage, encode_png, next_numbered_path, save_atomic};
@@ -104,7 +106,10 @@ pub fn open_for_window(
 pub enum Command {
     LoadModel(PathBuf),
     Generate(Box<Txt2ImgRequest>),
+    /// New settings; [`EngineHandle::send`] keeps only the latest until the worker reads it.
     Configure(EngineConfig),
+    /// The worker's side of `Configure`: take the latest settings from the pending slot.
+    ApplyConfig,
     /// Delete every disk-cache entry.
     ClearDiskCache,
     /// Run the demo model on the device and on the CPU backend and compare (`doctor`).
@@ -149,6 +154,8 @@ pub enum Event {
     Idle,
     Cancelled,
     Failed(String),
+    /// A command panicked; the engine recovered (see `Worker::recover`). The panic's message.
+    Crashed(String),
     Notice(String),
     Cache(CacheReport),
     /// The engine's device is open and its first kernels compiled.
@@ -164,11 +171,35 @@ pub enum Event {
     },
 }
 
+/// Why [`EngineHandle::send`] did not queue a command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SendError {
+    Full,
+    EngineStopped,
+}
+
+impl std::fmt::Display for SendError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            SendError::Full => {
+                "the engine has too many commands waiting; try again when it is done"
+            }
+            SendError::EngineStopped => "the engine has stopped",
+        })
+    }
+}
+
+impl std::error::Error for SendError {}
+
 /// The GUI's end of the worker.
 pub struct EngineHandle {
     tx: Sender<Command>,
     pub events: Receiver<Event>,
     cancel: Arc<AtomicBool>,
+    /// Set when the window lets go of the engine (see [`EventSender`]).
+    closing: Arc<AtomicBool>,
+    /// The latest settings not yet read by the worker.
+    pending_config: Arc<std::sync::Mutex<Option<EngineConfig>>>,
     pub preview: Arc<PreviewSettings>,
     pub frames: Arc<FrameStore>,
     thread: Option<JoinHandle<()>>,
@@ -183,14 +214,16 @@ impl EngineHandle {
         shared: Option<SharedDevice>,
     ) -> Result<Self> {
         let (tx, commands) = bounded::<Command>(64);
-        let (events_tx, events) = bounded::<Event>(1024);
+        let (events_tx, events) = bounded::<Event>(EVENT_QUEUE);
         let cancel = Arc::new(AtomicBool::new(false));
+        let closing = Arc::new(AtomicBool::new(false));
+        let pending_config = Arc::new(std::sync::Mutex::new(None));
         let frames = FrameStore::new();
         let mut worker = Worker {
             cache: ModelCache::new(config.cache.clone()),
             config,
-            events: events_tx,
-            wake,
+            events: EventSender::new(events_tx, wake, closing.clone()),
+            pending_config: pending_config.clone(),
             cancel: cancel.clone(),
             preview: preview.clone(),
             frames: frames.clone(),
@@ -212,27 +245,51 @@ impl EngineHandle {
             tx,
             events,
             cancel,
+            closing,
+            pending_config,
             preview,
             frames,
             thread: Some(thread),
         })
     }
 
-    pub fn send(&self, command: Command) {
-        if let Command::Generate(_) | Command::LoadModel(_) = command {
+    /// Queues `command`, or says why it was not (nothing is dropped silently: the caller shows
+    /// the error and does not mark itself busy). A [`Command::Configure`] replaces one still
+    /// waiting: a settings drag sends one per frame while the worker reads none during a
+    /// generation, so they coalesce (latest wins) instead of filling the queue.
+    pub fn send(&self, command: Command) -> Result<(), SendError> {
+        if let Command::Configure(config) = command {
+            // Held across the marker's send, so the worker takes the slot only once it is set.
+            let mut pending = self
+                .pending_config
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            if pending.is_none() {
+                self.queue(Command::ApplyConfig)?;
+            }
+            *pending = Some(config);
+            return Ok(());
+        }
+        let resets_cancel = matches!(command, Command::Generate(_) | Command::LoadModel(_));
+        self.queue(command)?;
+        if resets_cancel {
             self.cancel.store(false, Ordering::SeqCst);
         }
-        match self.tx.try_send(command) {
-            Ok(()) => {}
-            Err(TrySendError::Full(_)) => tracing::warn!("engine command queue full; dropped"),
-            Err(TrySendError::Disconnected(_)) => tracing::error!("engine thread is gone"),
-        }
+        Ok(())
+    }
+
+    fn queue(&self, command: Command) -> Result<(), SendError> {
+        self.tx.try_send(command).map_err(|e| match e {
+            TrySendError::Full(_) => SendError::Full,
+            TrySendError::Disconnected(_) => SendError::EngineStopped,
+        })
     }
 
     /// Gives up on a worker stuck inside a driver call: asks it to stop, and detaches its thread
     /// instead of joining it (joining would hang the UI with it).
     pub fn abandon(mut self) {
         self.cancel.store(true, Ordering::SeqCst);
+        self.closing.store(true, Ordering::SeqCst);
         let _ = self.tx.try_send(Command::Shutdown);
         drop(self.thread.take());
     }
@@ -246,6 +303,7 @@ impl EngineHandle {
 impl Drop for EngineHandle {
     fn drop(&mut self) {
         self.cancel.store(true, Ordering::SeqCst);
+        self.closing.store(true, Ordering::SeqCst);
         let _ = self.tx.try_send(Command::Shutdown);
         if let Some(t) = self.thread.take() {
             // A worker stuck in a driver call never finishes: closing the window must not hang
@@ -270,8 +328,8 @@ struct Loaded {
 
 struct Worker {
     config: EngineConfig,
-    events: Sender<Event>,
-    wake: Arc<dyn Fn() + Send + Sync>,
+    events: EventSender,
+    pending_config: Arc<std::sync::Mutex<Option<EngineConfig>>>,
     cancel: Arc<AtomicBool>,
     preview: Arc<PreviewSettings>,
     frames: Arc<FrameStore>,
@@ -293,8 +351,7 @@ struct Worker {
 /// Forwards pipeline progress to the GUI and saves each image as soon as it is finished, so a
 /// later failure, a cancel or a stuck device never costs the finished ones.
 struct Forward<'a> {
-    events: &'a Sender<Event>,
-    wake: &'a (dyn Fn() + Send + Sync),
+    events: &'a EventSender,
     images: usize,
     request: &'a Txt2ImgRequest,
     model_hash: Option<String>,
@@ -331,19 +388,17 @@ impl Forward<'_> {
 impl Observer for Forward<'_> {
     fn notice(&mut self, notice: &Notice) {
         tracing::warn!("{notice}");
-        let _ = self.events.try_send(Event::Notice(notice.to_string()));
-        (self.wake)();
+        self.events.send(Event::Notice(notice.to_string()));
     }
 
     fn step(&mut self, s: &StepState<'_>) {
-        let _ = self.events.try_send(Event::Progress {
+        self.events.send(Event::Progress {
             image: s.image,
             images: self.images,
             step: s.step,
             total: s.total,
             elapsed: s.elapsed,
         });
-        (self.wake)();
         crate::stall::stall_here_for_tests(s.image, s.step);
     }
 
@@ -353,8 +408,7 @@ impl Observer for Forward<'_> {
         } else {
             "decoding…".into()
         };
-        let _ = self.events.try_send(Event::Status(what));
-        (self.wake)();
+        self.events.send(Event::Status(what));
     }
 
     fn image(&mut self, generated: &latent_engine::pipeline::Generated) {
@@ -364,8 +418,7 @@ impl Observer for Forward<'_> {
         match self.save(generated) {
             Ok(finished) => {
                 self.saved += 1;
-                let _ = self.events.try_send(Event::Finished(finished));
-                (self.wake)();
+                self.events.send(Event::Finished(finished));
             }
             Err(e) => {
                 self.error = Some(e);
@@ -377,91 +430,129 @@ impl Observer for Forward<'_> {
 
 impl Worker {
     fn emit(&self, event: Event) {
-        // A full queue means the UI is not draining; dropping progress is better than blocking.
-        let _ = self.events.try_send(event);
-        (self.wake)();
+        self.events.send(event);
+    }
+
+    /// New settings: a device or precision change reloads the model.
+    fn configure(&mut self, config: EngineConfig) -> Result<()> {
+        let reload =
+            config.device != self.config.device || config.precision != self.config.precision;
+        if config.taesd != self.config.taesd || reload {
+            self.taesd = None;
+        }
+        if config.cache != self.config.cache {
+            self.cache.configure(config.cache.clone());
+            if !config.cache.enabled {
+                self.model = None;
+            }
+        }
+        self.config = config;
+        let r = if reload {
+            // A new device or dtype: everything is reloaded.
+            self.device = None;
+            self.model = None;
+            self.cache.release_all();
+            match self.selected.clone() {
+                Some(path) => {
+                    let r = self.load_model(&path);
+                    self.emit(Event::Idle);
+                    r
+                }
+                None => Ok(()),
+            }
+        } else {
+            Ok(())
+        };
+        self.report_cache();
+        r
     }
 
     fn run(&mut self, commands: Receiver<Command>) {
         for command in commands {
-            let result = match command {
-                Command::Shutdown => return,
-                Command::Configure(config) => {
-                    let reload = config.device != self.config.device
-                        || config.precision != self.config.precision;
-                    if config.taesd != self.config.taesd || reload {
-                        self.taesd = None;
-                    }
-                    if config.cache != self.config.cache {
-                        self.cache.configure(config.cache.clone());
-                        if !config.cache.enabled {
-                            self.model = None;
-                        }
-                    }
-                    self.config = config;
-                    let r = if reload {
-                        // A new device or dtype: everything is reloaded.
-                        self.device = None;
-                        self.model = None;
-                        self.cache.release_all();
-                        match self.selected.clone() {
-                            Some(path) => {
-                                let r = self.load_model(&path);
-                                self.emit(Event::Idle);
-                                r
-                            }
-                            None => Ok(()),
-                        }
-                    } else {
+            if let Command::Shutdown = command {
+                return;
+            }
+            // A panic (a bug, or a driver's) ends this command, not the engine: the window
+            // hears why, keeps every finished image (saved as each finished), and the next
+            // command starts from a clean state.
+            let outcome =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.handle(command)));
+            match outcome {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => self.emit(Event::Failed(format!("{e:#}"))),
+                Err(panic) => self.recover(panic_message(panic.as_ref())),
+            }
+        }
+    }
+
+    /// After a panic: nothing the command held is trusted. The model, previews and device are
+    /// released (the chosen model reloads at the next Generate) and the window is told.
+    fn recover(&mut self, message: String) {
+        tracing::error!("the engine panicked: {message}");
+        self.model = None;
+        self.taesd = None;
+        self.device = None;
+        self.cache.release_all();
+        self.emit(Event::Crashed(message));
+        self.emit(Event::Idle);
+    }
+
+    fn handle(&mut self, command: Command) -> Result<()> {
+        match command {
+            Command::Shutdown => Ok(()),
+            // The handle sends `ApplyConfig`; the variant itself is handled alike.
+            Command::Configure(config) => self.configure(config),
+            Command::ApplyConfig => {
+                let pending = self
+                    .pending_config
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .take();
+                match pending {
+                    Some(config) => self.configure(config),
+                    None => Ok(()),
+                }
+            }
+            Command::VerifyDevice => {
+                let r = self.verify_device();
+                self.emit(Event::Idle);
+                r
+            }
+            Command::ClearDiskCache => {
+                let r = match self.cache.disk_cache() {
+                    Some(disk) => disk.clear().map(|freed| {
+                        self.emit(Event::Status(format!(
+                            "disk cache cleared ({})",
+                            human_bytes(freed)
+                        )))
+                    }),
+                    None => Ok(()),
+                };
+                self.report_cache();
+                r.map_err(Into::into)
+            }
+            Command::LoadModel(path) => {
+                let r = match self.load_model(&path) {
+                    Err(e) if is_cancelled(&e) => {
+                        self.emit(Event::Status("loading cancelled".into()));
+                        self.emit(Event::Cancelled);
                         Ok(())
-                    };
-                    self.report_cache();
-                    r
-                }
-                Command::VerifyDevice => {
-                    let r = self.verify_device();
-                    self.emit(Event::Idle);
-                    r
-                }
-                Command::ClearDiskCache => {
-                    let r = match self.cache.disk_cache() {
-                        Some(disk) => disk.clear().map(|freed| {
-                            self.emit(Event::Status(format!(
-                                "disk cache cleared ({})",
-                                human_bytes(freed)
-                            )))
-                        }),
-                        None => Ok(()),
-                    };
-                    self.report_cache();
-                    r.map_err(Into::into)
-                }
-                Command::LoadModel(path) => {
-                    let r = match self.load_model(&path) {
-                        Err(e) if is_cancelled(&e) => {
-                            self.emit(Event::Status("loading cancelled".into()));
-                            self.emit(Event::Cancelled);
-                            Ok(())
-                        }
-                        r => r,
-                    };
-                    self.emit(Event::Idle);
-                    r
-                }
-                Command::Generate(request) => {
-                    let r = self.generate(&request);
-                    if !self.config.cache.enabled {
-                        // Cache off: nothing stays resident between generations.
-                        self.model = None;
-                        self.taesd = None;
                     }
-                    self.report_cache();
-                    self.emit(Event::Idle);
-                    r
+                    r => r,
+                };
+                self.emit(Event::Idle);
+                r
+            }
+            Command::Generate(request) => {
+                let r = self.generate(&request);
+                if !self.config.cache.enabled {
+                    // Cache off: nothing stays resident between generations.
+                    self.model = None;
+                    self.taesd = None;
                 }
-            };
-            if let Err(e) = result {
-                self.emit(Event::Failed(format!("{e:#}")));
+                self.report_cache();
+                self.emit(Event::Idle);
+                r
             }
         }
     }
@@ -579,18 +670,17 @@ impl Worker {
             vae_encoder: false,
         };
         // Progress in bytes uploaded, at most ten times a second; Cancel stops within a tensor.
-        let (events, wake) = (self.events.clone(), self.wake.clone());
+        let events = self.events.clone();
         let (mut so_far, mut shown) = (0u64, Instant::now());
         let label = name.clone();
         let progress = move |bytes: u64| {
             so_far += bytes;
             if shown.elapsed() >= Duration::from_millis(100) {
                 shown = Instant::now();
-                let _ = events.try_send(Event::Status(format!(
+                events.send(Event::Status(format!(
                     "loading {label}… {}",
                     human_bytes(so_far)
                 )));
-                wake();
             }
         };
         let cache = &mut self.cache;
@@ -689,7 +779,6 @@ impl Worker {
         }
         let mut forward = Forward {
             events: &self.events,
-            wake: self.wake.as_ref(),
             images: request.batch_count,
             request,
             model_hash: self.cache.short_hash(&loaded.checkpoint),
@@ -799,3 +888,15 @@ mod tests {
         assert!(!is_cancelled(&failed));
     }
 }
+
+/// The text of a panic's payload (`panic!` with a literal or a format).
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "an unknown panic".into())
+}
+
+#[cfg(test)]
+mod handle_tests;

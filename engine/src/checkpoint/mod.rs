@@ -35,6 +35,22 @@ impl ModelConfig {
     pub fn sd15() -> Self {
         Self::default()
     }
+
+    /// Every field of the three configs within [`crate::bounds`]: the first problem, in words.
+    pub fn validate(&self) -> std::result::Result<(), String> {
+        self.text_encoder.validate()?;
+        self.unet.validate()?;
+        self.vae.validate()
+    }
+
+    /// [`Self::validate`] as the engine's error for the file that supplied the config.
+    fn checked(self, path: &Path) -> Result<Self> {
+        self.validate().map_err(|reason| Error::InvalidConfig {
+            reason,
+            path: path.to_path_buf(),
+        })?;
+        Ok(self)
+    }
 }
 
 /// How a checkpoint is laid out on disk.
@@ -82,7 +98,7 @@ impl Checkpoint {
         // (the role A1111's same-name `.yaml` plays).
         let sidecar = path.with_extension("json");
         let config = if sidecar.is_file() {
-            read_json::<ModelConfig>(&sidecar)?
+            read_json::<ModelConfig>(&sidecar)?.checked(&sidecar)?
         } else {
             ModelConfig::sd15()
         };
@@ -130,7 +146,8 @@ impl Checkpoint {
             text_encoder: read_json(&dir.join("text_encoder/config.json"))?,
             unet: unet_config,
             vae: read_json(&dir.join("vae/config.json"))?,
-        };
+        }
+        .checked(dir)?;
         let text_encoder = open_component(dir, "text_encoder", "model")?;
         let clip_flat = is_flat_clip(&text_encoder, "");
         Ok(Self {

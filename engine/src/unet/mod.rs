@@ -121,9 +121,44 @@ impl UNetConfig {
             .is_some_and(|k| Self::has_cross_attention(k))
     }
 
+    /// Every field a layer is sized from, within [`crate::bounds`]: a clear error for a zero,
+    /// absurd or inconsistent value from a user's `config.json` or sidecar, never a panic.
     pub fn validate(&self) -> std::result::Result<(), String> {
+        use crate::bounds::{self, MAX_GROUPS, MAX_IO_CHANNELS, MAX_LAYERS, MAX_LEVELS, MAX_WIDTH};
+        bounds::count("in_channels", self.in_channels, MAX_IO_CHANNELS)?;
+        bounds::count("out_channels", self.out_channels, MAX_IO_CHANNELS)?;
+        bounds::counts(
+            "block_out_channels",
+            &self.block_out_channels,
+            MAX_WIDTH,
+            MAX_LEVELS,
+        )?;
+        bounds::count("layers_per_block", self.layers_per_block, MAX_LAYERS)?;
+        bounds::count(
+            "transformer_layers_per_block",
+            self.transformer_layers_per_block,
+            MAX_LAYERS,
+        )?;
+        bounds::count("norm_num_groups", self.norm_num_groups, MAX_GROUPS)?;
+        bounds::count("cross_attention_dim", self.cross_attention_dim, MAX_WIDTH)?;
+        bounds::count("sample_size", self.sample_size, 4096)?;
+        bounds::positive("norm_eps", self.norm_eps, 1.0)?;
+        if !self.freq_shift.is_finite() || self.freq_shift.abs() > 1e3 {
+            return Err(format!(
+                "freq_shift {} is not a small finite number",
+                self.freq_shift
+            ));
+        }
+        // The time embedding's frequencies divide by (half width − shift).
+        let half = (self.block_out_channels[0] / 2) as f32;
+        if half - self.freq_shift <= 0.0 {
+            return Err(format!(
+                "freq_shift {} leaves no time-embedding frequencies for width {}",
+                self.freq_shift, self.block_out_channels[0]
+            ));
+        }
         let n = self.block_out_channels.len();
-        if n == 0 || self.down_block_types.len() != n || self.up_block_types.len() != n {
+        if self.down_block_types.len() != n || self.up_block_types.len() != n {
             return Err(format!(
                 "UNet needs one down and one up block type per block_out_channels entry ({n})"
             ));
@@ -145,26 +180,30 @@ impl UNetConfig {
             return Err(format!("unsupported UNet up block `{k}`"));
         }
         for (i, &c) in self.block_out_channels.iter().enumerate() {
-            if c % self.norm_num_groups != 0 {
-                return Err(format!(
-                    "block {i} width {c} is not divisible by {} groups",
-                    self.norm_num_groups
-                ));
-            }
+            bounds::divides(
+                &format!("block {i} width"),
+                c,
+                self.norm_num_groups,
+                "groups",
+            )?;
             let attn = self.down_has_attention(i) || self.up_has_attention(n - 1 - i) || i == n - 1;
             match self.heads(i) {
-                Some(h) if h > 0 && c % h == 0 => {}
+                Some(h) if (1..=MAX_GROUPS).contains(&h) && c % h == 0 => {}
                 _ if !attn => {}
                 h => {
                     return Err(format!(
-                        "block {i} width {c} does not split into {h:?} heads"
+                        "block {i} width {c} does not split into {h:?} heads \
+                         (attention_head_dim or num_attention_heads)"
                     ));
                 }
             }
         }
-        if self.layers_per_block == 0 {
-            return Err("layers_per_block must be at least 1".into());
-        }
+        // The time embedding is 4× the first width; the resnets' GroupNorms see every width.
+        bounds::count(
+            "block_out_channels[0] × 4",
+            self.block_out_channels[0] * 4,
+            4 * MAX_WIDTH,
+        )?;
         Ok(())
     }
 }
