@@ -228,6 +228,8 @@ fn dropping_a_png_restores_the_prompt_panel() {
     h.run_steps(1);
     h.input_mut().dropped_files.push(Arc::new(Dropped(png)));
     h.run_steps(2);
+    // Read on its own thread: the form changes a frame or more later.
+    run_until(&mut h, "the restored form", |a| a.form.seed == 987654321);
     let form = &h.state().form;
     assert_eq!(form.prompt, "a castle at dusk, oil painting");
     assert_eq!(form.negative, "people");
@@ -251,12 +253,10 @@ fn dropping_a_png_restores_the_prompt_panel() {
     .unwrap();
     h.input_mut().dropped_files.push(Arc::new(Dropped(plain)));
     h.run_steps(2);
-    assert!(
-        h.state()
-            .last_error()
-            .unwrap()
-            .contains("no generation parameters")
-    );
+    run_until(&mut h, "the message", |a| {
+        a.last_error()
+            .is_some_and(|e| e.contains("no generation parameters"))
+    });
     assert_eq!(h.state().form.seed, 987654321);
 }
 
@@ -289,7 +289,16 @@ fn settings_window_changes_persist_atomically() {
         .click();
     h.run_steps(2);
     let _ = h.get_by_label("Clear disk cache");
-    let (saved, note) = Settings::load(&dir.join("settings.json"));
+    // Saved off the UI thread once the changes settle.
+    let start = Instant::now();
+    let (saved, note) = loop {
+        let (saved, note) = Settings::load(&dir.join("settings.json"));
+        if !saved.vae_compile || start.elapsed() > Duration::from_secs(60) {
+            break (saved, note);
+        }
+        h.step();
+        std::thread::sleep(Duration::from_millis(20));
+    };
     assert!(note.is_none());
     assert!(!saved.model_cache, "the change reached the file");
     assert!(
@@ -544,4 +553,54 @@ fn an_engine_panic_is_reported_and_the_next_generate_works() {
     run_until(&mut h, "an image after the panic", |a| {
         !a.is_busy() && a.gallery_paths().len() == 2
     });
+}
+
+/// 200 frames of changing a setting during a generation, then a dropped PNG: the UI passes stay
+/// within a frame (the saves and the PNG read happen off the UI thread), the generation ends,
+/// and the next Generate is accepted and finishes (the settings did not crowd it out).
+#[test]
+fn dragging_a_setting_and_dropping_a_png_keep_the_window_responsive() {
+    let _serial = serial();
+    let dir = scratch("drag");
+    let png = dir.join("dropped.png");
+    let params =
+        Parameters::parse_a1111("a lighthouse\nSteps: 7, Seed: 4242, Size: 64x64").unwrap();
+    let image = RgbImage {
+        width: 8,
+        height: 8,
+        pixels: vec![90; 8 * 8 * 3],
+    };
+    write_png_with_parameters(&png, &image, &params).unwrap();
+    let mut h = studio(&dir, "latent2rgb");
+    load_demo(&mut h);
+    quick_form(&mut h, 12);
+    h.get_by_label("Generate").click();
+    h.run_steps(2);
+    h.state_mut().reset_frame_times();
+    for frame in 0..200 {
+        let method = if frame % 2 == 0 {
+            PreviewMethod::None
+        } else {
+            PreviewMethod::Latent2Rgb
+        };
+        h.state_mut().set_preview_method(method);
+        h.step();
+    }
+    h.input_mut().dropped_files.push(Arc::new(Dropped(png)));
+    h.run_steps(2);
+    run_until(&mut h, "the dropped parameters", |a| a.form.seed == 4242);
+    assert_responsive(&h, "while dragging a setting and dropping a PNG");
+    run_until(&mut h, "the first image", |a| !a.is_busy());
+    let before = h.state().gallery_paths().len();
+    h.get_by_label("Generate").click();
+    h.run_steps(2);
+    assert!(h.state().is_busy(), "the next Generate was accepted");
+    run_until(&mut h, "the next image", |a| {
+        !a.is_busy() && a.gallery_paths().len() == before + 1
+    });
+    let saved = Settings::load(&dir.join("settings.json")).0;
+    assert_eq!(
+        saved.preview_method, "latent2rgb",
+        "the last change was saved"
+    );
 }

@@ -10,7 +10,7 @@ use crossbeam_channel::{Receiver, Sender, unbounded};
 use eframe::egui;
 use egui::{Color32, ColorImage, Key, Modifiers, TextureHandle, TextureOptions};
 use latent_engine::adapters::AdapterSummary;
-use latent_engine::image_io::{RgbImage, decode_png, encode_png, save_atomic};
+use latent_engine::image_io::{RgbImage, decode_png, encode_png, png_parameters, save_atomic};
 use latent_engine::parameters::Parameters;
 use latent_engine::preview::{Frame, PreviewMethod, PreviewSettings};
 use latent_engine::schedulers::{SamplerKind, Schedule};
@@ -19,6 +19,7 @@ use latent_engine::tokenizer::{ClipTokenizer, MAX_PROMPT_TOKENS};
 use super::demo;
 use super::form::{Form, SIZE_PRESETS};
 use super::models::scan_models;
+use super::saver::SettingsSaver;
 use super::settings::Settings;
 use super::worker::{
     CacheReport, Command, EngineConfig, EngineHandle, Event, Finished, SharedDevice, human_bytes,
@@ -40,13 +41,22 @@ struct GalleryItem {
     texture: TextureHandle,
 }
 
-/// Results of file dialogs, which run on their own threads so the UI never waits on them.
+/// Results of file dialogs and file work, which run on their own threads so the UI never waits
+/// on them.
 enum DialogResult {
     Model(PathBuf),
     ModelsDir(PathBuf),
     OutputsDir(PathBuf),
     Taesd(PathBuf),
-    SaveAs { path: PathBuf, source: PathBuf },
+    /// A Save-as copy done (the destination) or failed.
+    SavedAs(Result<PathBuf, String>),
+    /// The parameters read from a dropped PNG.
+    Restored {
+        path: PathBuf,
+        parameters: Result<Parameters, String>,
+    },
+    /// The demo model's files, unpacked (or found unchanged) where the engine can read them.
+    Demo(Result<PathBuf, String>),
 }
 
 struct Progress {
@@ -60,7 +70,8 @@ struct Progress {
 pub struct StudioApp {
     pub form: Form,
     settings: Settings,
-    settings_path: PathBuf,
+    /// Writes the settings (to the path they were read from) off the UI thread, debounced.
+    saver: SettingsSaver,
     engine: EngineHandle,
     tokenizer: Option<ClipTokenizer>,
     token_count: (String, usize),
@@ -148,7 +159,7 @@ impl StudioApp {
                 .map(scan_models)
                 .unwrap_or_default(),
             settings,
-            settings_path,
+            saver: SettingsSaver::new(settings_path),
             engine,
             tokenizer: ClipTokenizer::new().ok(),
             token_count: (String::new(), 0),
@@ -214,9 +225,7 @@ impl StudioApp {
     /// current model. The device setting becomes `cpu`, so the next start does not hang either.
     pub fn restart_engine_on_cpu(&mut self) {
         self.settings.device = "cpu".into();
-        if let Err(e) = self.settings.save(&self.settings_path) {
-            self.error = Some(format!("settings not saved: {e:#}"));
-        }
+        self.saver.save(&self.settings);
         let engine = match EngineHandle::spawn(
             engine_config(&self.settings),
             self.engine.preview.clone(),
@@ -297,11 +306,15 @@ impl StudioApp {
         self.last_event = Instant::now();
     }
 
+    /// Unpacks the demo model off the UI thread (it compares megabytes with the copy on disk),
+    /// then loads it.
     pub fn load_demo(&mut self) {
-        match demo::demo_model_path() {
-            Ok(path) => self.load_model(path),
-            Err(e) => self.error = Some(format!("the demo model is unavailable: {e:#}")),
-        }
+        self.status = "unpacking the demo model…".into();
+        self.pick(|| {
+            Some(DialogResult::Demo(
+                demo::demo_model_path().map_err(|e| format!("{e:#}")),
+            ))
+        });
     }
 
     pub fn generate(&mut self) {
@@ -356,12 +369,13 @@ impl StudioApp {
         {
             self.error = Some(format!("settings not applied: {e}"));
         }
-        if let Err(e) = self.settings.save(&self.settings_path) {
-            self.error = Some(format!("settings not saved: {e:#}"));
-        }
+        self.saver.save(&self.settings);
     }
 
     fn drain_events(&mut self, ctx: &egui::Context) {
+        if let Some(message) = self.saver.error() {
+            self.error = Some(message);
+        }
         let start = Instant::now();
         while start.elapsed() < EVENT_BUDGET {
             let event = match self.engine.events.try_recv() {
@@ -391,9 +405,7 @@ impl StudioApp {
                     self.model = Some((name, path.clone()));
                     if !demo::is_demo(&path) && self.settings.last_model.as_ref() != Some(&path) {
                         self.settings.last_model = Some(path);
-                        if let Err(e) = self.settings.save(&self.settings_path) {
-                            self.error = Some(format!("settings not saved: {e:#}"));
-                        }
+                        self.saver.save(&self.settings);
                     }
                 }
                 Event::Progress {
@@ -462,14 +474,24 @@ impl StudioApp {
                     self.settings.taesd = Some(p);
                     self.settings_changed();
                 }
-                DialogResult::SaveAs { path, source } => {
-                    let copied = std::fs::read(&source)
-                        .map_err(anyhow::Error::from)
-                        .and_then(|bytes| Ok(save_atomic(&path, &bytes, true)?));
-                    match copied {
-                        Ok(()) => self.status = format!("saved as {}", path.display()),
-                        Err(e) => self.error = Some(format!("not saved: {e:#}")),
+                DialogResult::SavedAs(Ok(path)) => {
+                    self.status = format!("saved as {}", path.display())
+                }
+                DialogResult::SavedAs(Err(e)) => self.error = Some(format!("not saved: {e}")),
+                DialogResult::Restored { path, parameters } => match parameters {
+                    Ok(p) => {
+                        let skipped = self.form.apply(&p);
+                        self.status = format!("restored parameters from {}", path.display());
+                        if !skipped.is_empty() {
+                            self.notices
+                                .push(format!("not restored: {}", skipped.join(", ")));
+                        }
                     }
+                    Err(e) => self.error = Some(format!("{}: {e}", path.display())),
+                },
+                DialogResult::Demo(Ok(path)) => self.load_model(path),
+                DialogResult::Demo(Err(e)) => {
+                    self.error = Some(format!("the demo model is unavailable: {e}"))
                 }
             }
         }
@@ -499,30 +521,29 @@ impl StudioApp {
         }
     }
 
-    /// A dropped PNG with parameters restores the prompt panel.
+    /// A dropped PNG with parameters restores the prompt panel. The file is read on its own
+    /// thread, its chunks only up to the pixels (see `png_parameters`).
     fn handle_drops(&mut self, ctx: &egui::Context) {
         let dropped = ctx.input(|i| i.raw.dropped_files.clone());
         for file in dropped {
             let path = file.path().to_path_buf();
-            let restored = file
-                .bytes()
-                .map_err(|e| anyhow::anyhow!(e))
-                .and_then(|bytes| Ok(decode_png(&bytes)?))
-                .and_then(|(_, text)| {
-                    text.ok_or_else(|| anyhow::anyhow!("it has no generation parameters"))
-                })
-                .and_then(|text| Parameters::parse_a1111(&text).map_err(|e| anyhow::anyhow!(e)));
-            match restored {
-                Ok(p) => {
-                    let skipped = self.form.apply(&p);
-                    self.status = format!("restored parameters from {}", path.display());
-                    if !skipped.is_empty() {
-                        self.notices
-                            .push(format!("not restored: {}", skipped.join(", ")));
-                    }
-                }
-                Err(e) => self.error = Some(format!("{}: {e:#}", path.display())),
-            }
+            // Without a readable path (the web), the bytes come from the file object.
+            let bytes = (!path.is_file()).then(|| file.bytes());
+            self.pick(move || {
+                let text = match bytes {
+                    None => png_parameters(&path).map_err(|e| format!("{e}")),
+                    Some(bytes) => bytes.and_then(|b| {
+                        decode_png(&b)
+                            .map(|(_, text)| text)
+                            .map_err(|e| format!("{e}"))
+                    }),
+                };
+                let parameters = text.and_then(|t| {
+                    let t = t.ok_or("it has no generation parameters")?;
+                    Parameters::parse_a1111(&t).map_err(|e| format!("{e}"))
+                });
+                Some(DialogResult::Restored { path, parameters })
+            });
         }
     }
 
@@ -535,14 +556,17 @@ impl StudioApp {
         }
     }
 
+    /// Runs `make` (a file dialog, file work) on its own thread; its result arrives with the
+    /// next frame's events.
     fn pick(&self, make: impl FnOnce() -> Option<DialogResult> + Send + 'static) {
-        let tx = self.dialogs.0.clone();
+        let (tx, wake) = (self.dialogs.0.clone(), self.wake.clone());
         // rfd blocks until the dialog closes: keep it off the UI thread.
         let _ = std::thread::Builder::new()
             .name("file-dialog".into())
             .spawn(move || {
                 if let Some(r) = make() {
                     let _ = tx.send(r);
+                    wake();
                 }
             });
     }
@@ -831,12 +855,18 @@ impl StudioApp {
                         .file_name()
                         .map(|n| n.to_string_lossy().into_owned())
                         .unwrap_or_else(|| "image.png".into());
+                    // The copy runs on the dialog's thread too.
                     self.pick(move || {
-                        rfd::FileDialog::new()
+                        let path = rfd::FileDialog::new()
                             .set_file_name(name)
                             .add_filter("PNG", &["png"])
-                            .save_file()
-                            .map(|path| DialogResult::SaveAs { path, source })
+                            .save_file()?;
+                        let copied = std::fs::read(&source)
+                            .map_err(anyhow::Error::from)
+                            .and_then(|bytes| Ok(save_atomic(&path, &bytes, true)?));
+                        Some(DialogResult::SavedAs(
+                            copied.map(|()| path).map_err(|e| format!("{e:#}")),
+                        ))
                     });
                 }
                 // Built only on click: a full-size copy every frame would cost the UI its budget.

@@ -6,6 +6,7 @@ pub mod demo;
 mod events;
 mod form;
 mod models;
+mod saver;
 mod settings;
 mod worker;
 
