@@ -6,7 +6,7 @@ use burn::tensor::{DType, Tensor};
 
 use crate::checkpoint::Weights;
 use crate::error::Result;
-use crate::kernels::conv::{Epilogue, Geometry};
+use crate::kernels::conv::{Columns, Epilogue, Geometry};
 
 /// `nn.Conv2d` with square kernel, equal stride and symmetric padding.
 #[derive(Debug, Clone)]
@@ -71,7 +71,7 @@ impl Conv2d {
     pub fn forward_adding(
         &self,
         x: Tensor<4>,
-        channel: Option<&Tensor<2>>,
+        channel: Option<Columns<'_>>,
         residual: Option<&Tensor<4>>,
     ) -> Tensor<4> {
         self.run(x, false, channel, residual)
@@ -90,7 +90,7 @@ impl Conv2d {
         &self,
         x: Tensor<4>,
         upsample: bool,
-        channel: Option<&Tensor<2>>,
+        channel: Option<Columns<'_>>,
         residual: Option<&Tensor<4>>,
     ) -> Tensor<4> {
         crate::profile::record(|| {

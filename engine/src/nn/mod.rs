@@ -37,6 +37,11 @@ impl Linear {
         Self { weight, bias }
     }
 
+    /// `[d_in, d_out]`.
+    pub fn dims(&self) -> [usize; 2] {
+        self.weight.dims()
+    }
+
     pub fn forward<const D: usize>(&self, x: Tensor<D>) -> Tensor<D> {
         crate::profile::record(|| {
             let dims = x.dims();

@@ -147,6 +147,10 @@ impl DownBlock {
         })
     }
 
+    pub fn resnets_mut(&mut self) -> impl Iterator<Item = &mut ResnetBlock2D> {
+        self.resnets.iter_mut()
+    }
+
     /// Returns the block output and the skip connections it produced, in order.
     pub fn forward(
         &self,
@@ -188,6 +192,10 @@ impl MidBlock {
             )?,
             resnet_1: ResnetBlock2D::load(&w.pp("resnets.1"), spec.resnet(channels, channels))?,
         })
+    }
+
+    pub fn resnets_mut(&mut self) -> impl Iterator<Item = &mut ResnetBlock2D> {
+        [&mut self.resnet_0, &mut self.resnet_1].into_iter()
     }
 
     pub fn forward(&self, x: Tensor<4>, temb: &Tensor<2>, context: &Tensor<3>) -> Tensor<4> {
@@ -247,6 +255,10 @@ impl UpBlock {
             attentions,
             upsampler,
         })
+    }
+
+    pub fn resnets_mut(&mut self) -> impl Iterator<Item = &mut ResnetBlock2D> {
+        self.resnets.iter_mut()
     }
 
     pub fn forward(

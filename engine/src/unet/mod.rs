@@ -10,7 +10,7 @@ use serde::Deserialize;
 
 use crate::checkpoint::Weights;
 use crate::error::{Error, Result};
-use crate::nn::{Conv2d, GroupNorm, Kernels};
+use crate::nn::{Conv2d, GroupNorm, Kernels, Linear, silu};
 use blocks::{BlockSpec, DownBlock, MidBlock, UpBlock, UpChannels};
 use embeddings::{TimestepEmbedding, timestep_projection};
 
@@ -212,6 +212,8 @@ impl UNetConfig {
 #[derive(Debug, Clone)]
 pub struct UNet2DConditionModel {
     time_embedding: TimestepEmbedding,
+    /// The resnets' `time_emb_proj` layers side by side (see `ResnetBlock2D::take_time_projection`).
+    time_projections: Option<Linear>,
     conv_in: Conv2d,
     down_blocks: Vec<DownBlock>,
     mid_block: MidBlock,
@@ -240,7 +242,7 @@ impl UNet2DConditionModel {
         };
         let heads = |i: usize, attn: bool| if attn { config.heads(i) } else { None };
 
-        let mut down_blocks = Vec::with_capacity(n);
+        let mut down_blocks: Vec<DownBlock> = Vec::with_capacity(n);
         for i in 0..n {
             let c_in = if i == 0 { c[0] } else { c[i - 1] };
             down_blocks.push(DownBlock::load(
@@ -254,9 +256,9 @@ impl UNet2DConditionModel {
             )?);
         }
         let mid_heads = config.heads(n - 1).unwrap_or(1);
-        let mid_block = MidBlock::load(&w.pp("mid_block"), &spec, c[n - 1], mid_heads)?;
+        let mut mid_block = MidBlock::load(&w.pp("mid_block"), &spec, c[n - 1], mid_heads)?;
 
-        let mut up_blocks = Vec::with_capacity(n);
+        let mut up_blocks: Vec<UpBlock> = Vec::with_capacity(n);
         for i in 0..n {
             let rev = n - 1 - i; // block width index, reversed
             let ch = UpChannels {
@@ -274,8 +276,25 @@ impl UNet2DConditionModel {
             )?);
         }
 
+        // Every resnet's time-embedding projection in one product, each reading its columns.
+        let mut column = 0;
+        let mut projections = Vec::new();
+        let resnets = down_blocks
+            .iter_mut()
+            .flat_map(|b| b.resnets_mut())
+            .chain(mid_block.resnets_mut())
+            .chain(up_blocks.iter_mut().flat_map(|b| b.resnets_mut()));
+        for resnet in resnets {
+            if let Some(proj) = resnet.take_time_projection(column) {
+                column += proj.dims()[1];
+                projections.push(proj);
+            }
+        }
+        let time_projections = (!projections.is_empty()).then(|| Linear::concat(&projections));
+
         Ok(Self {
             time_embedding: TimestepEmbedding::load(&w.pp("time_embedding"), c[0], temb)?,
+            time_projections,
             conv_in: Conv2d::load(&w.pp("conv_in"), config.in_channels, c[0], 3, 1, 1)?,
             down_blocks,
             mid_block,
@@ -352,6 +371,11 @@ impl UNet2DConditionModel {
             &device,
         );
         let temb = self.time_embedding.forward(t.cast(dtype)); // [b, 4*c0]
+        // Every resnet's projection at once, [b, Σ c_out]; each resnet reads its columns.
+        let temb = match &self.time_projections {
+            Some(proj) => proj.forward(silu(temb)),
+            None => temb,
+        };
 
         let mut x = self.conv_in.forward(x); // [b, c0, h, w]
         let mut skips = vec![x.clone()];

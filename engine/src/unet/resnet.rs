@@ -4,6 +4,7 @@ use burn::tensor::Tensor;
 
 use crate::checkpoint::Weights;
 use crate::error::Result;
+use crate::kernels::conv::Columns;
 use crate::nn::{Conv2d, GroupNorm, Kernels, Linear, silu};
 
 #[derive(Debug, Clone)]
@@ -11,6 +12,9 @@ pub struct ResnetBlock2D {
     norm1: GroupNorm,
     conv1: Conv2d,
     time_emb_proj: Option<Linear>,
+    /// Where this resnet's projection sits in the UNet's fused one, once the UNet took it
+    /// ([`Self::take_time_projection`]).
+    time_column: Option<usize>,
     norm2: GroupNorm,
     conv2: Conv2d,
     conv_shortcut: Option<Conv2d>,
@@ -63,6 +67,7 @@ impl ResnetBlock2D {
                 .temb
                 .map(|t| Linear::load(&w.pp("time_emb_proj"), t, s.c_out, true))
                 .transpose()?,
+            time_column: None,
             norm2: GroupNorm::load(&w.pp("norm2"), s.groups, s.c_out, s.eps)?,
             conv2: Conv2d::load(&w.pp("conv2"), s.c_out, s.c_out, 3, 1, 1)?,
             conv_shortcut: (s.c_in != s.c_out)
@@ -77,37 +82,55 @@ impl ResnetBlock2D {
             norm1: self.norm1.clone(),
             conv1: self.conv1.cast(dtype),
             time_emb_proj: self.time_emb_proj.as_ref().map(|l| l.cast(dtype)),
+            time_column: self.time_column,
             norm2: self.norm2.clone(),
             conv2: self.conv2.cast(dtype),
             conv_shortcut: self.conv_shortcut.as_ref().map(|c| c.cast(dtype)),
         }
     }
 
+    /// Hands this resnet's time-embedding projection to the UNet, which computes every resnet's
+    /// in one product (one launch instead of one per resnet); this resnet then reads columns
+    /// `column ..` of that product. `None` where it has none (the VAE's).
+    pub fn take_time_projection(&mut self, column: usize) -> Option<Linear> {
+        let proj = self.time_emb_proj.take()?;
+        self.time_column = Some(column);
+        Some(proj)
+    }
+
     /// # Shapes
-    /// x `[b, c_in, h, w]`, temb `[b, t]` -> `[b, c_out, h, w]`
+    /// x `[b, c_in, h, w]` -> `[b, c_out, h, w]`. `time`: the UNet's projections of every
+    /// resnet's time embedding `[b, Σ c_out]` where the UNet took this resnet's projection
+    /// ([`Self::take_time_projection`]), else the time embedding `[b, t]` itself.
     ///
     /// The GroupNorm+SiLU pairs run through our kernels where the device runs them.
-    pub fn forward(&self, x: Tensor<4>, temb: Option<&Tensor<2>>) -> Tensor<4> {
-        self.forward_with(x, temb, Kernels::Fused)
+    pub fn forward(&self, x: Tensor<4>, time: Option<&Tensor<2>>) -> Tensor<4> {
+        self.forward_with(x, time, Kernels::Fused)
     }
 
     /// [`Self::forward`] with its GroupNorm+SiLU pairs run through `kernels`.
     pub fn forward_with(
         &self,
         x: Tensor<4>,
-        temb: Option<&Tensor<2>>,
+        time: Option<&Tensor<2>>,
         kernels: Kernels,
     ) -> Tensor<4> {
-        let t = match (&self.time_emb_proj, temb) {
-            (Some(proj), Some(temb)) => Some(proj.forward(silu(temb.clone()))), // [b, c_out]
+        let own; // [b, c_out], where this resnet projects its own
+        let t = match (self.time_column, &self.time_emb_proj, time) {
+            (Some(column), _, Some(all)) => Some(Columns {
+                tensor: all,
+                column,
+            }),
+            (None, Some(proj), Some(temb)) => {
+                own = proj.forward(silu(temb.clone()));
+                Some(Columns::all(&own))
+            }
             _ => None,
         };
         // The time embedding and the shortcut are added in the convolutions' epilogues.
-        let h = self.conv1.forward_adding(
-            self.norm1.forward_with(x.clone(), true, kernels),
-            t.as_ref(),
-            None,
-        );
+        let h =
+            self.conv1
+                .forward_adding(self.norm1.forward_with(x.clone(), true, kernels), t, None);
         let shortcut = match &self.conv_shortcut {
             Some(conv) => conv.forward(x),
             None => x,

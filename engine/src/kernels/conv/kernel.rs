@@ -14,8 +14,9 @@ pub(super) const BK: usize = 16;
 pub(super) const LANES: usize = 256;
 
 /// The output value at `(co, p)`: `acc` plus the epilogue's adds, in f32, each where its flag is
-/// set: `bias[co]`, `channel_add[batch, co]` (the UNet's time embedding), `residual[out_index]`
-/// (same layout as the output: the resnet's shortcut).
+/// set: `bias[co]`, `channel_add[batch, channel_col + co]` (the UNet's time embedding: a column
+/// range of rows `channel_row` wide, the projections of every resnet made at once),
+/// `residual[out_index]` (same layout as the output: the resnet's shortcut).
 #[cube]
 #[allow(clippy::too_many_arguments)]
 fn with_adds<F: Float>(
@@ -26,7 +27,8 @@ fn with_adds<F: Float>(
     bias: &[F],
     channel_add: &[F],
     residual: &[F],
-    c_out: usize,
+    channel_row: usize,
+    channel_col: usize,
     #[comptime] add_bias: bool,
     #[comptime] add_channel: bool,
     #[comptime] add_residual: bool,
@@ -36,7 +38,7 @@ fn with_adds<F: Float>(
         v += f32::cast_from(bias[co]);
     }
     if add_channel {
-        v += f32::cast_from(channel_add[batch * c_out + co]);
+        v += f32::cast_from(channel_add[batch * channel_row + channel_col + co]);
     }
     if add_residual {
         v += f32::cast_from(residual[out_index]);
@@ -70,6 +72,8 @@ pub(super) fn conv2d_gemm<F: Float>(
     stride: usize,
     pad: usize,
     steps_per_split: usize,
+    channel_row: usize,
+    channel_col: usize,
     #[comptime] kh: usize,
     #[comptime] kw: usize,
     #[comptime] up: usize,
@@ -192,7 +196,8 @@ pub(super) fn conv2d_gemm<F: Float>(
                             bias,
                             channel_add,
                             residual,
-                            c_out,
+                            channel_row,
+                            channel_col,
                             add_bias,
                             add_channel,
                             add_residual,
@@ -221,6 +226,8 @@ pub(super) fn conv2d_split_sum<F: Float>(
     ow: usize,
     pixels: usize,
     splits: usize,
+    channel_row: usize,
+    channel_col: usize,
     #[comptime] add_bias: bool,
     #[comptime] add_channel: bool,
     #[comptime] add_residual: bool,
@@ -247,7 +254,8 @@ pub(super) fn conv2d_split_sum<F: Float>(
             bias,
             channel_add,
             residual,
-            c_out,
+            channel_row,
+            channel_col,
             add_bias,
             add_channel,
             add_residual,

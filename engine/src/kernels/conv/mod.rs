@@ -92,10 +92,37 @@ impl Geometry {
 pub struct Epilogue<'a> {
     /// `[c_out]`.
     pub bias: Option<&'a Tensor<1>>,
-    /// `[b, c_out]`, added to every pixel of image `b`, channel `c` (the time embedding).
-    pub channel: Option<&'a Tensor<2>>,
+    /// `[b, c_out]` (columns of a wider `[b, n]`), added to every pixel of image `b`, channel
+    /// `c` (the time embedding).
+    pub channel: Option<Columns<'a>>,
     /// `[b, c_out, oh, ow]` (the resnet's shortcut).
     pub residual: Option<&'a Tensor<4>>,
+}
+
+/// Columns `column ..` of a `[rows, width]` tensor, read in place: the UNet projects the time
+/// embedding for every resnet in one product and each convolution reads its own columns.
+#[derive(Debug, Clone, Copy)]
+pub struct Columns<'a> {
+    pub tensor: &'a Tensor<2>,
+    pub column: usize,
+}
+
+impl<'a> Columns<'a> {
+    /// All of `tensor`.
+    pub fn all(tensor: &'a Tensor<2>) -> Self {
+        Self { tensor, column: 0 }
+    }
+
+    /// The `n` columns as a tensor of their own (a copy where they are not all of it).
+    pub fn take(&self, n: usize) -> Tensor<2> {
+        let [rows, width] = self.tensor.dims();
+        if self.column == 0 && width == n {
+            return self.tensor.clone();
+        }
+        self.tensor
+            .clone()
+            .slice([0..rows, self.column..self.column + n])
+    }
 }
 
 impl Epilogue<'_> {
@@ -108,7 +135,7 @@ impl Epilogue<'_> {
             y = y + bias.clone().reshape([1, c, 1, 1]);
         }
         if let Some(t) = self.channel {
-            y = y + t.clone().reshape([b, c, 1, 1]);
+            y = y + t.take(c).reshape([b, c, 1, 1]);
         }
         if let Some(r) = self.residual {
             y = y + r.clone();
@@ -236,9 +263,10 @@ pub fn conv2d_with(
     let fits = epilogue
         .bias
         .is_none_or(|t| t.dtype() == dtype && t.dims() == [c_out])
-        && epilogue
-            .channel
-            .is_none_or(|t| t.dtype() == dtype && t.dims() == [b, c_out])
+        && epilogue.channel.is_none_or(|t| {
+            let [rows, width] = t.tensor.dims();
+            t.tensor.dtype() == dtype && rows == b && t.column + c_out <= width
+        })
         && epilogue
             .residual
             .is_none_or(|t| t.dtype() == dtype && t.dims() == [b, c_out, oh, ow]);
@@ -262,9 +290,9 @@ pub fn conv2d_with(
         Some(t) => resolve(t.clone())?,
         None => placeholder()?,
     };
-    let tc = match epilogue.channel {
-        Some(t) => resolve(t.clone())?,
-        None => placeholder()?,
+    let (tc, channel_row, channel_col) = match epilogue.channel {
+        Some(t) => (resolve(t.tensor.clone())?, t.tensor.dims()[1], t.column),
+        None => (placeholder()?, 0, 0),
     };
     let rc = match epilogue.residual {
         Some(t) => resolve(t.clone())?,
@@ -303,6 +331,8 @@ pub fn conv2d_with(
                 stride,
                 padding,
                 per_slice,
+                channel_row,
+                channel_col,
                 k,
                 k,
                 if upsample { 2 } else { 1 },
@@ -326,6 +356,8 @@ pub fn conv2d_with(
                     ow,
                     pixels,
                     slices,
+                    channel_row,
+                    channel_col,
                     add_bias,
                     add_channel,
                     add_residual,

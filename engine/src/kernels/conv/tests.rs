@@ -3,7 +3,7 @@ use burn::tensor::ops::ConvOptions;
 use burn::tensor::{DType, Tensor};
 
 use super::super::testing::{read, relative, tensor, values, wgpu};
-use super::Epilogue;
+use super::{Columns, Epilogue};
 
 /// One case: batch, channels in/out, map, kernel, stride, padding.
 type Case = (usize, usize, usize, usize, usize, usize, usize, usize);
@@ -33,7 +33,9 @@ fn check(case: Case, terms: &[(bool, bool, bool)], slices: &[Option<usize>]) {
             dtype,
         );
         let bias: Tensor<1> = tensor(values(c_out, 0.5), [c_out], &device, dtype);
-        let channel: Tensor<2> = tensor(values(b * c_out, -0.7), [b, c_out], &device, dtype);
+        // The channel term as columns 7.. of a wider tensor, as the UNet passes it.
+        let wide = c_out + 12;
+        let channel: Tensor<2> = tensor(values(b * wide, -0.7), [b, wide], &device, dtype);
         let residual: Tensor<4> = tensor(
             values(b * c_out * oh * ow, 0.3),
             [b, c_out, oh, ow],
@@ -56,13 +58,19 @@ fn check(case: Case, terms: &[(bool, bool, bool)], slices: &[Option<usize>]) {
             );
             let twin = Epilogue {
                 bias: with_bias.then_some(&bias32),
-                channel: with_channel.then_some(&channel32),
+                channel: with_channel.then_some(Columns {
+                    tensor: &channel32,
+                    column: 7,
+                }),
                 residual: with_residual.then_some(&residual32),
             }
             .apply(plain.clone());
             let epilogue = Epilogue {
                 bias: with_bias.then_some(&bias),
-                channel: with_channel.then_some(&channel),
+                channel: with_channel.then_some(Columns {
+                    tensor: &channel,
+                    column: 7,
+                }),
                 residual: with_residual.then_some(&residual),
             };
             for &split in slices {
