@@ -19,6 +19,8 @@
 #   PART=j  PyTorch's fp16 UNet step and VAE decode, then part g (the WGSL op report with every
 #           attention tiling timed, and the UNet step) and the WGSL VAE decode (with the VAE's
 #           512-wide attention against our tilings) in the same call
+#   PART=k  PyTorch's fp16 UNet step, then ours: the UNet step under the default compiler
+#           (SPIR-V, cooperative matrices) and under WGSL, same call
 #   PART=e  PyTorch (fp16 UNet, VAE, 20-step txt2img), then our f16 bench under perf (a flat
 #           profile per thread: where the host time of a step goes). Needs .perf/perf.txz (perf
 #           and its libraries) and a release build with symbols (CARGO_PROFILE_RELEASE_STRIP=false)
@@ -103,6 +105,11 @@ j)
   PARTS=${TORCH_PARTS:-unet16,vae} timeout 140 python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_j.txt
   LATENT_STUDIO_COMPILER=wgsl timeout ${WGSL_TIMEOUT:-300} /tmp/ls bench --device gpu --precision f16 --runs 3 --unet-only 2>&1 | grep -v "^\[F16\]   [a-z_]*  *[0-9.]* ms  {" | tee $OUT/ours_wgsl_ops.txt
   LATENT_STUDIO_COMPILER=wgsl timeout ${WGSL_VAE_TIMEOUT:-120} /tmp/ls bench --device gpu --precision f16 --runs 5 --vae-only 2>&1 | tee -a $OUT/ours_wgsl.txt
+  ;;
+k)
+  PARTS=unet16 timeout 120 python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_k.txt
+  timeout ${OURS_TIMEOUT:-220} /tmp/ls bench --device gpu --precision f16 --runs 5 --unet-only --no-ops 2>&1 | tee $OUT/ours_spirv.txt
+  LATENT_STUDIO_COMPILER=wgsl timeout ${WGSL_TIMEOUT:-220} /tmp/ls bench --device gpu --precision f16 --runs 5 --unet-only --no-ops 2>&1 | tee $OUT/ours_wgsl.txt
   ;;
 h)
   timeout ${OURS_TIMEOUT:-540} /tmp/ls bench --device gpu --precision f16 --runs 3 --unet-only 2>&1 | grep -v "^\[F16\]   [a-z_]*  *[0-9.]* ms  {" | tee $OUT/ours_spirv_ops.txt
