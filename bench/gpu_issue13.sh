@@ -21,6 +21,14 @@
 #           512-wide attention against our tilings) in the same call
 #   PART=k  PyTorch's fp16 UNet step, then ours: the UNet step under the default compiler
 #           (SPIR-V, cooperative matrices) and under WGSL, same call
+#   PART=l  PyTorch (fp16 UNet step, VAE decode, 20-step txt2img), then ours under the default
+#           compiler (SPIR-V, cooperative matrices): UNet step launch by launch and replayed from a
+#           captured graph, VAE, txt2img (which replays its steps)
+#   PART=m  PyTorch's fp16 UNet step, then ours both ways under WGSL, and under SPIR-V with
+#           LATENT_STUDIO_CMMA=off (our SIMT convolution and per-row attention, as an iGPU runs)
+#   PART=n  PyTorch (fp16 UNet step, VAE decode, 20-step txt2img), then ours (default compiler):
+#           UNet step both ways, VAE, txt2img, no per-block profile; then every SD 1.5 attention
+#           shape with each of our tilings (`bench --attention-only`)
 #   PART=e  PyTorch (fp16 UNet, VAE, 20-step txt2img), then our f16 bench under perf (a flat
 #           profile per thread: where the host time of a step goes). Needs .perf/perf.txz (perf
 #           and its libraries) and a release build with symbols (CARGO_PROFILE_RELEASE_STRIP=false)
@@ -110,6 +118,20 @@ k)
   PARTS=unet16 timeout 120 python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_k.txt
   timeout ${OURS_TIMEOUT:-220} /tmp/ls bench --device gpu --precision f16 --runs 5 --unet-only --no-ops 2>&1 | tee $OUT/ours_spirv.txt
   LATENT_STUDIO_COMPILER=wgsl timeout ${WGSL_TIMEOUT:-220} /tmp/ls bench --device gpu --precision f16 --runs 5 --unet-only --no-ops 2>&1 | tee $OUT/ours_wgsl.txt
+  ;;
+l)
+  PARTS=${TORCH_PARTS:-unet16,vae,e2e} timeout 140 python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_l.txt
+  timeout ${OURS_TIMEOUT:-420} /tmp/ls bench --device gpu --precision f16 --runs 7 --steps 20 --no-ops --no-previews 2>&1 | tee $OUT/ours_spirv.txt
+  ;;
+m)
+  PARTS=unet16 timeout 80 python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_m.txt
+  LATENT_STUDIO_COMPILER=wgsl timeout ${WGSL_TIMEOUT:-240} /tmp/ls bench --device gpu --precision f16 --runs 5 --unet-only --no-ops 2>&1 | tee $OUT/ours_wgsl.txt
+  LATENT_STUDIO_CMMA=off timeout ${SIMT_TIMEOUT:-240} /tmp/ls bench --device gpu --precision f16 --runs 5 --unet-only --no-ops 2>&1 | tee $OUT/ours_spirv_simt.txt
+  ;;
+n)
+  PARTS=${TORCH_PARTS:-unet16,vae,e2e} timeout 130 python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_n.txt
+  timeout ${OURS_TIMEOUT:-370} /tmp/ls bench --device gpu --precision f16 --runs 7 --steps 20 --no-ops --no-previews --no-profile 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_spirv.txt
+  timeout ${ATTN_TIMEOUT:-80} /tmp/ls bench --device gpu --precision f16 --runs 7 --attention-only 2>&1 | tee $OUT/ours_attention.txt
   ;;
 h)
   timeout ${OURS_TIMEOUT:-540} /tmp/ls bench --device gpu --precision f16 --runs 3 --unet-only 2>&1 | grep -v "^\[F16\]   [a-z_]*  *[0-9.]* ms  {" | tee $OUT/ours_spirv_ops.txt

@@ -3,6 +3,8 @@
 //! never a division by zero, an overflow or an allocation of terabytes. The ceilings sit well
 //! above every released Stable Diffusion model (SDXL's widest layer is 2048 channels).
 
+use crate::error::Error;
+
 /// Most channels of one layer (also hidden and cross-attention widths).
 pub const MAX_WIDTH: usize = 16_384;
 /// Most image or latent channels at a model's input or output (9 for inpainting UNets).
@@ -15,17 +17,17 @@ pub const MAX_LAYERS: usize = 64;
 pub const MAX_GROUPS: usize = 1024;
 
 /// `value` in `1..=max`, or an error naming `field`.
-pub fn count(field: &str, value: usize, max: usize) -> Result<(), String> {
+pub fn count(field: &str, value: usize, max: usize) -> crate::Result<()> {
     if value == 0 || value > max {
-        return Err(format!(
+        return Err(Error::Config(format!(
             "{field} is {value}; it must be between 1 and {max}"
-        ));
+        )));
     }
     Ok(())
 }
 
 /// Every entry of `values` in `1..=max`, and at least one and at most `most` entries.
-pub fn counts(field: &str, values: &[usize], max: usize, most: usize) -> Result<(), String> {
+pub fn counts(field: &str, values: &[usize], max: usize, most: usize) -> crate::Result<()> {
     count(
         &format!("the number of {field} entries"),
         values.len(),
@@ -38,19 +40,21 @@ pub fn counts(field: &str, values: &[usize], max: usize, most: usize) -> Result<
 }
 
 /// A finite `value` with `0 < value <= max`, or an error naming `field`.
-pub fn positive(field: &str, value: f64, max: f64) -> Result<(), String> {
+pub fn positive(field: &str, value: f64, max: f64) -> crate::Result<()> {
     if !(value.is_finite() && value > 0.0 && value <= max) {
-        return Err(format!(
+        return Err(Error::Config(format!(
             "{field} is {value}; it must be above 0 and at most {max}"
-        ));
+        )));
     }
     Ok(())
 }
 
 /// `width` splits evenly into `parts` (already checked positive), or an error naming both.
-pub fn divides(what: &str, width: usize, parts: usize, into: &str) -> Result<(), String> {
+pub fn divides(what: &str, width: usize, parts: usize, into: &str) -> crate::Result<()> {
     if parts == 0 || width % parts != 0 {
-        return Err(format!("{what} {width} does not split into {parts} {into}"));
+        return Err(Error::Config(format!(
+            "{what} {width} does not split into {parts} {into}"
+        )));
     }
     Ok(())
 }
@@ -63,12 +67,13 @@ mod tests {
     fn bounds_name_the_field() {
         assert!(count("layers", 1, 4).is_ok());
         let zero = count("layers", 0, 4).expect_err("zero");
-        assert!(zero.contains("layers is 0"), "{zero}");
+        assert!(zero.to_string().contains("layers is 0"), "{zero}");
         assert!(count("layers", 5, 4).is_err());
         assert!(counts("widths", &[], 10, 4).is_err());
         assert!(
             counts("widths", &[1, 0], 10, 4)
                 .expect_err("zero")
+                .to_string()
                 .contains("widths[1]")
         );
         assert!(positive("eps", f64::NAN, 1.0).is_err());

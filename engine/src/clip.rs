@@ -52,7 +52,7 @@ impl ClipConfig {
 
     /// Every field a layer is sized from, within [`crate::bounds`] (see
     /// [`crate::unet::UNetConfig::validate`]).
-    pub fn validate(&self) -> std::result::Result<(), String> {
+    pub fn validate(&self) -> crate::Result<()> {
         use crate::bounds::{self, MAX_GROUPS, MAX_LAYERS, MAX_WIDTH};
         bounds::count("text encoder vocab_size", self.vocab_size, 1 << 20)?;
         bounds::count("text encoder hidden_size", self.hidden_size, MAX_WIDTH)?;
@@ -150,10 +150,7 @@ pub struct ClipTextModel {
 
 impl ClipTextModel {
     pub fn load(w: &Weights, config: &ClipConfig) -> Result<Self> {
-        config.validate().map_err(|reason| Error::InvalidConfig {
-            reason,
-            path: Default::default(),
-        })?;
+        config.validate()?;
         let w = w.pp("text_model");
         let emb = w.pp("embeddings");
         let layers = (0..config.num_hidden_layers)

@@ -7,8 +7,9 @@ use std::path::PathBuf;
 pub enum Error {
     // The OS error is in the message and deliberately not a `source`: `{:#}` chains (anyhow)
     // would print it twice.
-    #[error("cannot read {what}: {cause} ({path})")]
+    #[error("cannot {access} {what}: {cause} ({path})")]
     Io {
+        access: Access,
         what: &'static str,
         path: PathBuf,
         cause: std::io::Error,
@@ -38,7 +39,7 @@ pub enum Error {
     },
     #[error(
         "tensor `{name}` takes {}, more than the {} this device allows in one buffer; \
-         use f16, a device with larger limits, or --device cpu",
+         use f16, a device with larger limits, or the CPU",
         mib(*.bytes), mib(*.limit)
     )]
     TensorTooLarge {
@@ -50,6 +51,19 @@ pub enum Error {
     UnsupportedDtype { name: String, dtype: String },
     #[error("invalid model config: {reason} ({path})")]
     InvalidConfig { reason: String, path: PathBuf },
+    /// A config problem found before the file it came from is known; [`Error::in_file`] names it.
+    #[error("invalid model config: {0}")]
+    Config(String),
+    #[error("{path} already exists and was left as it is")]
+    OutputExists { path: PathBuf },
+    #[error("unknown {what} `{value}`; expected one of: {expected}")]
+    UnknownName {
+        what: &'static str,
+        value: String,
+        expected: String,
+    },
+    #[error("not A1111 generation parameters: {0}")]
+    InvalidParameters(String),
     #[error("tokenizer: {0}")]
     Tokenizer(#[from] crate::tokenizer::TokenizerError),
     #[error("invalid input: {0}")]
@@ -58,7 +72,7 @@ pub enum Error {
     Device(String),
     #[error(
         "{adapter} did not open and compile its first kernels within {secs:.0} s (the driver may be \
-         stuck); choose another adapter (see `latent-studio devices`, --device gpu:N) or use --device cpu"
+         stuck); choose another adapter or the CPU"
     )]
     DeviceTimeout { adapter: String, secs: f64 },
     #[error("cancelled")]
@@ -75,6 +89,22 @@ pub enum Error {
     NonFiniteImage { precision: &'static str },
 }
 
+/// Which way a file operation went, so a full disk does not read as "cannot read".
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    Read,
+    Write,
+}
+
+impl std::fmt::Display for Access {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Access::Read => "read",
+            Access::Write => "write",
+        })
+    }
+}
+
 /// Bytes as MiB for messages.
 fn mib(bytes: u64) -> String {
     format!("{:.1} MiB", bytes as f64 / (1u64 << 20) as f64)
@@ -83,11 +113,87 @@ fn mib(bytes: u64) -> String {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
+    /// Reading `what` at `path` failed.
     pub(crate) fn io(what: &'static str, path: impl Into<PathBuf>, cause: std::io::Error) -> Self {
         Error::Io {
+            access: Access::Read,
             what,
             path: path.into(),
             cause,
+        }
+    }
+
+    /// Writing (creating, syncing, renaming) `what` at `path` failed.
+    pub(crate) fn write(
+        what: &'static str,
+        path: impl Into<PathBuf>,
+        cause: std::io::Error,
+    ) -> Self {
+        Error::Io {
+            access: Access::Write,
+            what,
+            path: path.into(),
+            cause,
+        }
+    }
+
+    /// A [`Error::Config`] placed in the file it came from; other errors pass unchanged.
+    pub fn in_file(self, path: impl Into<PathBuf>) -> Self {
+        match self {
+            Error::Config(reason) => Error::InvalidConfig {
+                reason,
+                path: path.into(),
+            },
+            other => other,
+        }
+    }
+
+    /// An unknown name among `expected` (a setting, a sampler, a device kind).
+    pub fn unknown(what: &'static str, value: &str, expected: &[&str]) -> Self {
+        Error::UnknownName {
+            what,
+            value: value.to_string(),
+            expected: expected.join(", "),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A failed write says "write" (a full disk once read "cannot read output file").
+    #[test]
+    fn io_errors_say_which_way_they_went() {
+        let cause = || std::io::Error::new(std::io::ErrorKind::StorageFull, "disk full");
+        let w = Error::write("output file", "/o/1.png", cause()).to_string();
+        assert!(w.starts_with("cannot write output file: disk full"), "{w}");
+        let r = Error::io("checkpoint", "/m.safetensors", cause()).to_string();
+        assert!(r.starts_with("cannot read checkpoint"), "{r}");
+    }
+
+    /// Engine messages are shown by the studio too: no command-line flags in them.
+    #[test]
+    fn messages_name_no_command_line_flags() {
+        let all = [
+            Error::TensorTooLarge {
+                name: "w".into(),
+                bytes: 1 << 30,
+                limit: 1 << 28,
+            },
+            Error::DeviceTimeout {
+                adapter: "gpu:0".into(),
+                secs: 60.0,
+            },
+            Error::OutputExists {
+                path: "a.png".into(),
+            },
+            Error::Config("zero groups".into()).in_file("m.json"),
+            Error::unknown("sampler", "eulr", &["euler", "euler_a"]),
+        ];
+        for e in all {
+            let text = e.to_string();
+            assert!(!text.contains("--"), "{text}");
         }
     }
 }

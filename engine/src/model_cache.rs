@@ -499,11 +499,11 @@ impl EntryWriter {
             }
             Err(reason) => {
                 cache.discard(stem);
-                Err(Error::Io {
-                    what: "disk cache entry",
-                    path: final_path,
-                    cause: std::io::Error::other(reason),
-                })
+                Err(Error::write(
+                    "disk cache entry",
+                    final_path,
+                    std::io::Error::other(reason),
+                ))
             }
         }
     }

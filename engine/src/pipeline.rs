@@ -13,6 +13,7 @@ use crate::model::StableDiffusion;
 use crate::noise::TorchRng;
 use crate::schedulers::{self, SamplerKind, Schedule, SchedulerConfig};
 use crate::tokenizer::ClipTokenizer;
+use crate::unet::graph::UNetSteps;
 
 /// One txt2img request, as the CLI and GUI fill it.
 #[derive(Debug, Clone, PartialEq)]
@@ -239,6 +240,8 @@ pub fn txt2img(
     ];
     let numel: usize = shape.iter().product();
     let mut out = Vec::with_capacity(req.batch_count);
+    // Every step of every image has one shape: after a few, the step replays a recorded graph.
+    let mut unet = UNetSteps::new(&model.unet, context);
     for image in 0..req.batch_count {
         let seed = req.seed.wrapping_add(image as u64);
         let start = Instant::now();
@@ -264,7 +267,7 @@ pub fn txt2img(
             } else {
                 input
             };
-            let eps = model.unet.forward(input, &[t], &context).cast(DType::F32);
+            let eps = unet.forward(input, t).cast(DType::F32);
             let eps = if guided {
                 let [uncond, text] = split_batch(eps);
                 uncond.clone() + (text - uncond) * req.cfg_scale

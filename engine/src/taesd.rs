@@ -88,17 +88,18 @@ impl TaesdConfig {
 
     /// Parses an `AutoencoderTiny` config.json (or a sidecar holding a subset of its keys); missing
     /// keys take the standard TAESD's values.
-    pub fn from_json(text: &str) -> std::result::Result<Self, String> {
-        let raw: RawConfig = serde_json::from_str(text).map_err(|e| e.to_string())?;
+    pub fn from_json(text: &str) -> Result<Self> {
+        let raw: RawConfig =
+            serde_json::from_str(text).map_err(|e| Error::Config(e.to_string()))?;
         if let Some(act) = raw.act_fn.as_deref().filter(|a| *a != "relu") {
-            return Err(format!(
+            return Err(Error::Config(format!(
                 "TAESD activation `{act}` is not supported (only relu)"
-            ));
+            )));
         }
         if let Some(mode) = raw.upsample_fn.as_deref().filter(|m| *m != "nearest") {
-            return Err(format!(
+            return Err(Error::Config(format!(
                 "TAESD upsampling `{mode}` is not supported (only nearest)"
-            ));
+            )));
         }
         let standard = Self::standard();
         let config = Self {
@@ -117,23 +118,25 @@ impl TaesdConfig {
         Ok(config)
     }
 
-    pub fn validate(&self) -> std::result::Result<(), String> {
+    pub fn validate(&self) -> Result<()> {
         if self.block_out_channels.is_empty() {
-            return Err("TAESD needs at least one block group".into());
+            return Err(Error::Config("TAESD needs at least one block group".into()));
         }
         if self.block_out_channels.len() != self.num_blocks.len() {
-            return Err(format!(
+            return Err(Error::Config(format!(
                 "TAESD has {} block widths but {} block counts",
                 self.block_out_channels.len(),
                 self.num_blocks.len()
-            ));
+            )));
         }
         if self.latent_channels == 0
             || self.out_channels == 0
             || self.upsample_factor == 0
             || self.block_out_channels.contains(&0)
         {
-            return Err("TAESD channel counts and upsample factor must be positive".into());
+            return Err(Error::Config(
+                "TAESD channel counts and upsample factor must be positive".into(),
+            ));
         }
         Ok(())
     }
@@ -282,10 +285,7 @@ impl TaesdDecoder {
     /// Builds the decoder from weights named relative to `DecoderTiny.layers` (`"0.weight"`,
     /// `"2.conv.0.weight"`, ...); [`TaesdLayout::key_map`] maps those to either layout's keys.
     pub fn load(w: &Weights, config: &TaesdConfig) -> Result<Self> {
-        config.validate().map_err(|reason| Error::InvalidConfig {
-            reason,
-            path: PathBuf::new(),
-        })?;
+        config.validate()?;
         let c = &config.block_out_channels;
         let n = c.len();
         let conv_in = conv3x3(&w.pp(0), config.latent_channels, c[0], true)?;
@@ -361,10 +361,7 @@ impl TaesdDecoder {
 
 fn read_config(path: &Path) -> Result<TaesdConfig> {
     let text = std::fs::read_to_string(path).map_err(|e| Error::io("TAESD config", path, e))?;
-    TaesdConfig::from_json(&text).map_err(|reason| Error::InvalidConfig {
-        reason,
-        path: path.to_path_buf(),
-    })
+    TaesdConfig::from_json(&text).map_err(|e| e.in_file(path))
 }
 
 /// A single file's config: `<name>.json`, else an `AutoencoderTiny` config.json in the same

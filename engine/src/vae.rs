@@ -50,7 +50,7 @@ impl VaeConfig {
 
     /// Every field a layer is sized from, within [`crate::bounds`] (see
     /// [`crate::unet::UNetConfig::validate`]).
-    pub fn validate(&self) -> std::result::Result<(), String> {
+    pub fn validate(&self) -> crate::Result<()> {
         use crate::bounds::{self, MAX_GROUPS, MAX_IO_CHANNELS, MAX_LAYERS, MAX_LEVELS, MAX_WIDTH};
         bounds::count("VAE in_channels", self.in_channels, MAX_IO_CHANNELS)?;
         bounds::count("VAE out_channels", self.out_channels, MAX_IO_CHANNELS)?;
@@ -361,10 +361,7 @@ pub struct AutoencoderKL {
 
 impl AutoencoderKL {
     pub fn load(w: &Weights, config: &VaeConfig, with_encoder: bool) -> Result<Self> {
-        config.validate().map_err(|reason| Error::InvalidConfig {
-            reason,
-            path: Default::default(),
-        })?;
+        config.validate()?;
         let encoder = with_encoder
             .then(|| Encoder::load(&w.pp("encoder"), w, config))
             .transpose()?;

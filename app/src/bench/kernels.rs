@@ -230,9 +230,59 @@ pub fn unet_report(
             op.to_string()
         );
     }
+    attention_report(&ops, device, precision, runs)?;
+    super::conv::report(&ops, device, dtype, precision, runs)?;
+    if !decisions.is_empty() {
+        println!(
+            "[{precision:?}] autotune decisions of that step ({}):",
+            decisions.len()
+        );
+        for d in &decisions {
+            println!(
+                "[{precision:?}]   {:<34} {:8.3} ms  {}",
+                d.kernel,
+                d.ms,
+                key_summary(&d.key)
+            );
+        }
+    }
+    Ok(())
+}
+
+/// SD 1.5's attention shapes per UNet step (batch 2): self- and cross-attention at each level.
+pub fn sd15_attention_shapes() -> Vec<(OpShape, usize)> {
+    let shape = |n_q, n_k, d| OpShape::Attention {
+        b: 2,
+        heads: 8,
+        n_q,
+        n_k,
+        d,
+    };
+    vec![
+        (shape(4096, 4096, 40), 5),
+        (shape(4096, 77, 40), 5),
+        (shape(1024, 1024, 80), 5),
+        (shape(1024, 77, 80), 5),
+        (shape(256, 256, 160), 5),
+        (shape(256, 77, 160), 5),
+        (shape(64, 64, 160), 1),
+        (shape(64, 77, 160), 1),
+    ]
+}
+
+/// Each attention shape of `ops`: burn's attention alone, ours against it, and every tiling of
+/// ours that fits the device, each timed alone.
+pub fn attention_report(
+    ops: &[(OpShape, usize)],
+    device: &Device,
+    precision: Precision,
+    runs: usize,
+) -> Result<()> {
+    let dtype = precision.dtype();
+    let normal = Distribution::Normal(0.0, 1.0);
     // burn's attention alone on contiguous [b, heads, n, d] inputs: what our [b, n, heads·d]
     // layout costs around it.
-    for (op, _) in &ops {
+    for (op, _) in ops {
         if let OpShape::Attention {
             b,
             heads,
@@ -298,21 +348,6 @@ pub fn unet_report(
                     op.flops() / (ms * 1e-3) / 1e12
                 );
             }
-        }
-    }
-    super::conv::report(&ops, device, dtype, precision, runs)?;
-    if !decisions.is_empty() {
-        println!(
-            "[{precision:?}] autotune decisions of that step ({}):",
-            decisions.len()
-        );
-        for d in &decisions {
-            println!(
-                "[{precision:?}]   {:<34} {:8.3} ms  {}",
-                d.kernel,
-                d.ms,
-                key_summary(&d.key)
-            );
         }
     }
     Ok(())

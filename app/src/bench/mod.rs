@@ -55,6 +55,13 @@ pub struct BenchArgs {
     /// Only the UNet step (and its host enqueue time).
     #[arg(long)]
     unet_only: bool,
+    /// Only the attention report: every SD 1.5 attention shape, burn's and each tiling of ours.
+    #[arg(long)]
+    attention_only: bool,
+    /// Skip the per-block UNet profile (a sync after each block: it tunes fused kernels of its
+    /// own, minutes on a fresh GPU, and does not describe the unsynchronised step).
+    #[arg(long)]
+    no_profile: bool,
     /// Diagnostic: divide the UNet's channel widths by this (the same ops and op count at smaller
     /// sizes), to profile the host's per-op cost on a slow device such as lavapipe.
     #[arg(long, default_value_t = 1, hide = true)]
@@ -142,6 +149,15 @@ pub fn run(args: BenchArgs) -> Result<()> {
     }
     for &precision in &args.precision {
         let dtype = precision.dtype();
+        if args.attention_only {
+            kernels::attention_report(
+                &kernels::sd15_attention_shapes(),
+                &device,
+                precision,
+                args.runs,
+            )?;
+            continue;
+        }
         let t = Instant::now();
         let model = StableDiffusion::random(&config, &device, precision)?;
         // As the CLI and the studio run it by default.
@@ -211,6 +227,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
             "[{precision:?}]   host time to enqueue one step (no sync): median {:.2} ms",
             enqueue[enqueue.len() / 2]
         );
+        graph_bench(&model, &device, precision, args.runs, &x, &ctx, unet)?;
         if latent_engine::kernels::available(&device) {
             // The same step with burn ops where our kernels (GroupNorm+SiLU, LayerNorm) run.
             latent_engine::kernels::set_enabled(false);
@@ -227,15 +244,17 @@ pub fn run(args: BenchArgs) -> Result<()> {
         if args.unet_only {
             continue;
         }
-        let dev = device.clone();
-        let profile = model.unet.forward_profiled(x.clone(), &[500.0], &ctx, &|| {
-            let _ = dev.sync();
-        });
-        for (block, t) in profile {
-            println!(
-                "[{precision:?}]   UNet {block:<28} {:8.2} ms",
-                t.as_secs_f64() * 1e3
-            );
+        if !args.no_profile {
+            let dev = device.clone();
+            let profile = model.unet.forward_profiled(x.clone(), &[500.0], &ctx, &|| {
+                let _ = dev.sync();
+            });
+            for (block, t) in profile {
+                println!(
+                    "[{precision:?}]   UNet {block:<28} {:8.2} ms",
+                    t.as_secs_f64() * 1e3
+                );
+            }
         }
 
         vae_bench(&model, &device, precision, args.runs)?;
@@ -509,5 +528,61 @@ fn vae_bench(
         );
     }
 
+    Ok(())
+}
+
+/// The UNet step replayed from a captured graph (what `txt2img` runs after its first steps):
+/// its median, its host time, and its agreement with the step run launch by launch.
+fn graph_bench(
+    model: &StableDiffusion,
+    device: &Device,
+    precision: Precision,
+    runs: usize,
+    x: &Tensor<4>,
+    ctx: &Tensor<3>,
+    plain_ms: f64,
+) -> Result<()> {
+    use latent_engine::unet::graph::{UNetSteps, WARMUP_RUNS};
+    let mut steps = UNetSteps::new(&model.unet, ctx.clone());
+    for _ in 0..=WARMUP_RUNS {
+        let _ = steps.forward(x.clone(), 500.0);
+        sync(device)?;
+    }
+    if !steps.is_replaying() {
+        println!("[{precision:?}] UNet step from a captured graph: not recorded (see the warning)");
+        return Ok(());
+    }
+    let replayed = time_ms(device, 2, runs, || {
+        let _ = steps.forward(x.clone(), 500.0);
+    })?;
+    let mut enqueue = Vec::new();
+    for _ in 0..runs.max(1) {
+        let t = Instant::now();
+        let _ = steps.forward(x.clone(), 500.0);
+        enqueue.push(t.elapsed().as_secs_f64() * 1e3);
+        sync(device)?;
+    }
+    enqueue.sort_by(f64::total_cmp);
+    let read = |t: Tensor<4>| -> Result<Vec<f32>> {
+        t.cast(burn::tensor::DType::F32)
+            .into_data()
+            .try_to_vec::<f32>()
+            .map_err(|e| anyhow::anyhow!("{e:?}"))
+    };
+    let want = read(model.unet.forward(x.clone(), &[500.0], ctx))?;
+    let got = read(steps.forward(x.clone(), 500.0))?;
+    let scale = want.iter().fold(1e-6f32, |m, v| m.max(v.abs()));
+    let diff = want
+        .iter()
+        .zip(&got)
+        .fold(0.0f32, |m, (a, b)| m.max((a - b).abs()))
+        / scale;
+    println!(
+        "[{precision:?}] UNet step replayed from a captured graph: median {replayed:.2} ms \
+         ({:+.1}% against {plain_ms:.2} ms launch by launch); host time to enqueue {:.2} ms; \
+         max relative difference {diff:.2e}",
+        (replayed / plain_ms - 1.0) * 100.0,
+        enqueue[enqueue.len() / 2]
+    );
     Ok(())
 }

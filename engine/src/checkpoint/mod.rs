@@ -37,7 +37,7 @@ impl ModelConfig {
     }
 
     /// Every field of the three configs within [`crate::bounds`]: the first problem, in words.
-    pub fn validate(&self) -> std::result::Result<(), String> {
+    pub fn validate(&self) -> crate::Result<()> {
         self.text_encoder.validate()?;
         self.unet.validate()?;
         self.vae.validate()
@@ -45,10 +45,7 @@ impl ModelConfig {
 
     /// [`Self::validate`] as the engine's error for the file that supplied the config.
     fn checked(self, path: &Path) -> Result<Self> {
-        self.validate().map_err(|reason| Error::InvalidConfig {
-            reason,
-            path: path.to_path_buf(),
-        })?;
+        self.validate().map_err(|e| e.in_file(path))?;
         Ok(self)
     }
 }

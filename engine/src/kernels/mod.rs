@@ -12,6 +12,7 @@ use burn::cubecl;
 
 pub mod attention;
 pub mod conv;
+pub mod copy;
 pub mod group_norm;
 pub mod latent2rgb;
 pub mod layer_norm;
@@ -49,6 +50,16 @@ pub fn set_enabled(on: bool) {
 }
 
 static ENABLED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
+/// Whether our kernels are to route as if the device had no cooperative matrices
+/// (`LATENT_STUDIO_CMMA=off`): the SIMT convolution and per-row attention then run under SPIR-V
+/// too, as on an Iris Xe or Meteor Lake iGPU, so one GPU can measure both routes.
+pub fn cooperative_matrices_off() -> bool {
+    static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *OFF.get_or_init(|| {
+        std::env::var("LATENT_STUDIO_CMMA").is_ok_and(|v| v.trim().eq_ignore_ascii_case("off"))
+    })
+}
 
 /// The sum of `value` over a cube of `lanes` (= 2^`log2_lanes`) lanes, returned to every lane;
 /// `shared` holds `lanes` f32.

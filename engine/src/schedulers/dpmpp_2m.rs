@@ -102,3 +102,14 @@ pub(super) fn plan(
     }
     plan
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::schedulers::SamplerKind;
+    use crate::schedulers::fixtures::reproduce_diffusers_loops;
+
+    #[test]
+    fn plans_reproduce_diffusers_loops() {
+        reproduce_diffusers_loops(SamplerKind::DpmPp2M);
+    }
+}

@@ -47,3 +47,37 @@ pub(super) fn plan(
     }
     plan
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::schedulers::SamplerKind;
+    use crate::schedulers::fixtures::reproduce_diffusers_loops;
+    use crate::schedulers::fixtures::{cases, fixtures};
+
+    #[test]
+    fn plans_reproduce_diffusers_loops() {
+        reproduce_diffusers_loops(SamplerKind::EulerAncestral);
+    }
+
+    /// Euler a's noise is the seed's generator continued: drawing the initial latents and then
+    /// one latent-sized draw per step from one `TorchRng` reproduces what diffusers drew.
+    #[test]
+    fn euler_a_noise_continues_the_seed_generator() {
+        let seed = fixtures()["seed"].as_u64().expect("seed");
+        for case in cases()
+            .into_iter()
+            .filter(|c| c.kind == SamplerKind::EulerAncestral)
+        {
+            let mut rng = crate::noise::TorchRng::new(seed);
+            assert_eq!(rng.randn(case.noise.len()), case.noise, "{}", case.name);
+            for (i, expected) in case.step_noise.iter().flatten().enumerate() {
+                assert_eq!(
+                    &rng.randn(expected.len()),
+                    expected,
+                    "{} step {i}",
+                    case.name
+                );
+            }
+        }
+    }
+}

@@ -148,3 +148,25 @@ pub(crate) fn alphas_cumprod(config: &SchedulerConfig) -> Vec<f32> {
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::schedulers::SchedulerConfig;
+    use crate::schedulers::fixtures::fixtures;
+
+    #[test]
+    fn alphas_cumprod_match_torch_bit_for_bit() {
+        let expected: Vec<u32> = fixtures()["alphas_cumprod_bits"]
+            .as_array()
+            .expect("bits")
+            .iter()
+            .map(|b| b.as_u64().expect("u32") as u32)
+            .collect();
+        let ours: Vec<u32> = SchedulerConfig::sd15()
+            .alphas_cumprod()
+            .iter()
+            .map(|a| a.to_bits())
+            .collect();
+        assert_eq!(ours, expected);
+    }
+}

@@ -3,6 +3,7 @@
 pub mod attention;
 pub mod blocks;
 pub mod embeddings;
+pub mod graph;
 pub mod resnet;
 
 use burn::tensor::Tensor;
@@ -123,7 +124,7 @@ impl UNetConfig {
 
     /// Every field a layer is sized from, within [`crate::bounds`]: a clear error for a zero,
     /// absurd or inconsistent value from a user's `config.json` or sidecar, never a panic.
-    pub fn validate(&self) -> std::result::Result<(), String> {
+    pub fn validate(&self) -> crate::Result<()> {
         use crate::bounds::{self, MAX_GROUPS, MAX_IO_CHANNELS, MAX_LAYERS, MAX_LEVELS, MAX_WIDTH};
         bounds::count("in_channels", self.in_channels, MAX_IO_CHANNELS)?;
         bounds::count("out_channels", self.out_channels, MAX_IO_CHANNELS)?;
@@ -144,24 +145,24 @@ impl UNetConfig {
         bounds::count("sample_size", self.sample_size, 4096)?;
         bounds::positive("norm_eps", self.norm_eps, 1.0)?;
         if !self.freq_shift.is_finite() || self.freq_shift.abs() > 1e3 {
-            return Err(format!(
+            return Err(Error::Config(format!(
                 "freq_shift {} is not a small finite number",
                 self.freq_shift
-            ));
+            )));
         }
         // The time embedding's frequencies divide by (half width − shift).
         let half = (self.block_out_channels[0] / 2) as f32;
         if half - self.freq_shift <= 0.0 {
-            return Err(format!(
+            return Err(Error::Config(format!(
                 "freq_shift {} leaves no time-embedding frequencies for width {}",
                 self.freq_shift, self.block_out_channels[0]
-            ));
+            )));
         }
         let n = self.block_out_channels.len();
         if self.down_block_types.len() != n || self.up_block_types.len() != n {
-            return Err(format!(
+            return Err(Error::Config(format!(
                 "UNet needs one down and one up block type per block_out_channels entry ({n})"
-            ));
+            )));
         }
         let known_down = ["CrossAttnDownBlock2D", "DownBlock2D"];
         let known_up = ["CrossAttnUpBlock2D", "UpBlock2D"];
@@ -170,14 +171,14 @@ impl UNetConfig {
             .iter()
             .find(|k| !known_down.contains(&k.as_str()))
         {
-            return Err(format!("unsupported UNet down block `{k}`"));
+            return Err(Error::Config(format!("unsupported UNet down block `{k}`")));
         }
         if let Some(k) = self
             .up_block_types
             .iter()
             .find(|k| !known_up.contains(&k.as_str()))
         {
-            return Err(format!("unsupported UNet up block `{k}`"));
+            return Err(Error::Config(format!("unsupported UNet up block `{k}`")));
         }
         for (i, &c) in self.block_out_channels.iter().enumerate() {
             bounds::divides(
@@ -191,10 +192,10 @@ impl UNetConfig {
                 Some(h) if (1..=MAX_GROUPS).contains(&h) && c % h == 0 => {}
                 _ if !attn => {}
                 h => {
-                    return Err(format!(
+                    return Err(Error::Config(format!(
                         "block {i} width {c} does not split into {h:?} heads \
                          (attention_head_dim or num_attention_heads)"
-                    ));
+                    )));
                 }
             }
         }
@@ -225,10 +226,7 @@ pub struct UNet2DConditionModel {
 
 impl UNet2DConditionModel {
     pub fn load(w: &Weights, config: &UNetConfig) -> Result<Self> {
-        config.validate().map_err(|reason| Error::InvalidConfig {
-            reason,
-            path: Default::default(),
-        })?;
+        config.validate()?;
         let c = &config.block_out_channels;
         let n = c.len();
         let temb = c[0] * 4;
@@ -345,6 +343,24 @@ impl UNet2DConditionModel {
         self.forward_with(x, timesteps, context, &mut |_, _| {})
     }
 
+    /// The sinusoidal projection of one timestep per batch item (or one for all), `[b, c0]` f32:
+    /// the step's only input computed on the host, kept apart so a recorded step can take it as
+    /// a buffer ([`graph::UNetSteps`]).
+    pub fn timestep_input(&self, timesteps: &[f32], device: &burn::tensor::Device) -> Tensor<2> {
+        timestep_projection(
+            timesteps,
+            self.config.block_out_channels[0],
+            self.config.flip_sin_to_cos,
+            self.config.freq_shift,
+            device,
+        )
+    }
+
+    /// [`Self::forward`] from the timestep projection ([`Self::timestep_input`]) `[b, c0]`.
+    pub fn forward_projected(&self, x: Tensor<4>, t: Tensor<2>, context: &Tensor<3>) -> Tensor<4> {
+        self.forward_from(x, t, context, &mut |_, _| {})
+    }
+
     /// The forward pass, calling `after_block(name, index)` after each top-level block.
     fn forward_with(
         &self,
@@ -353,9 +369,6 @@ impl UNet2DConditionModel {
         context: &Tensor<3>,
         after_block: &mut dyn FnMut(&'static str, Option<usize>),
     ) -> Tensor<4> {
-        let dtype = x.dtype();
-        let device = x.device();
-        let c0 = self.config.block_out_channels[0];
         let b = x.dims()[0];
         // One timestep for the whole batch is broadcast, as diffusers does.
         let timesteps = if timesteps.len() == 1 {
@@ -363,13 +376,18 @@ impl UNet2DConditionModel {
         } else {
             timesteps.to_vec()
         };
-        let t = timestep_projection(
-            &timesteps,
-            c0,
-            self.config.flip_sin_to_cos,
-            self.config.freq_shift,
-            &device,
-        );
+        let t = self.timestep_input(&timesteps, &x.device());
+        self.forward_from(x, t, context, after_block)
+    }
+
+    fn forward_from(
+        &self,
+        x: Tensor<4>,
+        t: Tensor<2>,
+        context: &Tensor<3>,
+        after_block: &mut dyn FnMut(&'static str, Option<usize>),
+    ) -> Tensor<4> {
+        let dtype = x.dtype();
         let temb = self.time_embedding.forward(t.cast(dtype)); // [b, 4*c0]
         // Every resnet's projection at once, [b, Σ c_out]; each resnet reads its columns.
         let temb = match &self.time_projections {

@@ -49,7 +49,8 @@ pub(super) fn flash_attention<F: Float>(
     let mut o_s = Shared::<[f32]>::new_slice(bq * dp);
     let mut m_s = Shared::<[f32]>::new_slice(bq);
     let mut l_s = Shared::<[f32]>::new_slice(bq);
-    let mut a_s = Shared::<[f32]>::new_slice(bq);
+    let mut red_max = Shared::<[f32]>::new_slice(LANES);
+    let mut red_sum = Shared::<[f32]>::new_slice(LANES);
 
     // The query tile, zero past the last row and the head width; the output starts at zero.
     let q_base = q_at + batch * q_batch + col0;
@@ -167,49 +168,71 @@ pub(super) fn flash_attention<F: Float>(
         sync_cube();
 
         // Online softmax: the new row maximum, the tile's probabilities and the rescale of what
-        // came before. One lane per row; lane r starts at column r so the lanes of a plane hit
-        // different banks (in order, all rows' column j share one bank: a 32-way conflict).
+        // came before, over every lane: `LANES / bq` lanes a row (a power of two), each taking
+        // every `lpr`-th key, their partial maxima and sums meeting in workgroup memory. One lane
+        // a row left three quarters of a 32-row cube idle through the loop that dominated it.
+        let lpr = comptime!(LANES / bq);
         let mut valid = n_k - key0;
         if valid > bk {
             valid = bk;
         }
-        let mut r = lane;
-        while r < bq {
-            let old = m_s[r];
-            let mut max = old;
-            for jj in 0..bk {
-                let j = (jj + r) % bk;
-                let s = s_s[r * bk + j] * scale;
-                if j < valid && s > max {
-                    max = s;
-                }
+        // `lpr · bq` is the cube: every lane has a row.
+        let r = lane / lpr;
+        let part = lane % lpr;
+        let old = m_s[r];
+        let mut local = old;
+        let mut j = part;
+        while j < valid {
+            let s = s_s[r * bk + j] * scale;
+            if s > local {
+                local = s;
             }
-            let mut sum = 0.0f32;
-            for jj in 0..bk {
-                let j = (jj + r) % bk;
-                let mut p = 0.0f32;
-                if j < valid {
-                    p = f32::exp(s_s[r * bk + j] * scale - max);
-                }
-                p_s[r * bk + j] = F::cast_from(p);
-                sum += p;
+            j += lpr;
+        }
+        red_max[lane] = local;
+        sync_cube();
+        let mut max = old;
+        #[unroll]
+        for i in 0..lpr {
+            let m = red_max[r * lpr + i];
+            if m > max {
+                max = m;
             }
-            let alpha = f32::exp(old - max);
-            l_s[r] = l_s[r] * alpha + sum;
+        }
+        // The output so far, rescaled to the new maximum by the same lanes (PV comes after the
+        // next barrier).
+        let alpha = f32::exp(old - max);
+        let mut c = part;
+        while c < dp {
+            o_s[r * dp + c] = o_s[r * dp + c] * alpha;
+            c += lpr;
+        }
+        let mut sum = 0.0f32;
+        let mut jj = part;
+        while jj < bk {
+            let mut p = 0.0f32;
+            if jj < valid {
+                p = f32::exp(s_s[r * bk + jj] * scale - max);
+            }
+            p_s[r * bk + jj] = F::cast_from(p);
+            sum += p;
+            jj += lpr;
+        }
+        red_sum[lane] = sum;
+        sync_cube();
+        if part == 0 {
+            let mut total = 0.0f32;
+            #[unroll]
+            for i in 0..lpr {
+                total += red_sum[r * lpr + i];
+            }
+            l_s[r] = l_s[r] * alpha + total;
             m_s[r] = max;
-            a_s[r] = alpha;
-            r += LANES;
         }
         sync_cube();
 
-        // o = o·alpha + p·v.
+        // o += p·v (o was rescaled with the softmax).
         if cmma {
-            let mut i = lane;
-            while i < bq * dp {
-                o_s[i] = o_s[i] * a_s[i / dp];
-                i += LANES;
-            }
-            sync_cube();
             let planes = LANES / PLANE_DIM as usize;
             let mut f = (UNIT_POS / PLANE_DIM) as usize;
             while f < (bq / fm) * (dp / fn_) {
@@ -260,7 +283,7 @@ pub(super) fn flash_attention<F: Float>(
             while i < bq * dp {
                 let r = i / dp;
                 let c = i % dp;
-                let mut acc = o_s[i] * a_s[r];
+                let mut acc = o_s[i];
                 for j in 0..bk {
                     acc += f32::cast_from(p_s[r * bk + j]) * f32::cast_from(v_s[j * dp + c]);
                 }

@@ -71,8 +71,8 @@ pub struct Plan {
 }
 
 impl Plan {
-    /// Workgroup bytes: q, k, v and p tiles in the element type, scores and output in f32, and
-    /// three f32 per row (max, sum, rescale); per row, only the k and v tiles in f32.
+    /// Workgroup bytes: q, k, v and p tiles in the element type, scores and output in f32,
+    /// two f32 per row (max, sum) and two per lane (partial maxima and sums); per row, only the k and v tiles in f32.
     pub fn shared_bytes(&self, element_bytes: usize) -> usize {
         let (bq, bk, dp) = (self.bq, self.bk, self.dp);
         if self.per_row {
@@ -83,7 +83,8 @@ impl Plan {
             };
             return 4 * (2 * bk * dp + partial);
         }
-        element_bytes * (bq * dp + 2 * bk * dp + bq * bk) + 4 * (bq * bk + bq * dp + 3 * bq)
+        element_bytes * (bq * dp + 2 * bk * dp + bq * bk)
+            + 4 * (bq * bk + bq * dp + 2 * bq + 2 * LANES)
     }
 
     /// The per-row plans for head width `d`: each row split over the fewest lanes that divide

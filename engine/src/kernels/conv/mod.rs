@@ -188,8 +188,9 @@ pub fn runs_for(device: &burn::tensor::Device, dtype: DType, k: usize, c_out: us
 
 /// Whether `device` lacks cooperative matrices (where burn's 3×3 convolution is `conv_direct`).
 fn without_cmma(device: &burn::tensor::Device, dtype: DType) -> bool {
-    resolve(Tensor::<1>::zeros([1], (device, dtype)))
-        .is_some_and(|t| t.client.features().matmul.cmma.is_empty())
+    resolve(Tensor::<1>::zeros([1], (device, dtype))).is_some_and(|t| {
+        super::cooperative_matrices_off() || t.client.features().matmul.cmma.is_empty()
+    })
 }
 
 /// OIHW weights `[c_out, c_in, kh, kw]` as the kernel reads them: `[c_in·kh·kw, c_out]`,

@@ -1,0 +1,239 @@
+//! The UNet's steps of one generation replayed from a captured graph.
+//!
+//! A step is ~400 kernel launches, and on wgpu each one pays for pipeline lookup, binding
+//! resolution, a metadata upload and a bind group on cubecl's device thread: 40–45 ms of host work
+//! per SD 1.5 step on an H200 (BENCHMARKS.md), more than PyTorch's whole step. cubecl records a
+//! run's launches once (a software graph: everything resolved at record time) and re-encodes them
+//! per replay. The graph replays against the buffers it was recorded with, so the step's inputs
+//! (the latents and the timestep projection) are copied into fixed buffers before each replay and
+//! the prediction copied out after it, all in stream order; the text conditioning is fixed for
+//! the generation and held by the runner.
+//!
+//! The first [`WARMUP_RUNS`] steps run as usual (burn builds and tunes its fused kernels on the
+//! first, and the pool then holds every buffer a step needs, since nothing may be allocated while
+//! recording); the next step is recorded and replayed, and the rest replay. A capture that fails
+//! costs nothing but the speed: that step runs as usual and so do the rest (one warning). The CPU
+//! backend, and `LATENT_STUDIO_GRAPH=off`, run every step as usual.
+
+use burn::backend::wgpu::CubeTensor;
+use burn::backend::{Backend, Dispatch, DispatchGraph};
+use burn::tensor::{DType, Device, Tensor};
+
+use super::UNet2DConditionModel;
+use crate::kernels::{self, copy::copy_into};
+
+/// Ordinary steps before the recorded one.
+pub const WARMUP_RUNS: usize = 2;
+
+/// Whether steps may replay from a graph on `device`: any wgpu device with our kernels on, unless
+/// `LATENT_STUDIO_GRAPH=off`.
+pub fn available(device: &Device) -> bool {
+    let off = std::env::var("LATENT_STUDIO_GRAPH")
+        .is_ok_and(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "off" | "0" | "no"));
+    !off && kernels::available(device)
+}
+
+/// Runs one generation's UNet steps (one latent shape, one text conditioning).
+pub struct UNetSteps<'a> {
+    unet: &'a UNet2DConditionModel,
+    context: Tensor<3>,
+    device: Device,
+    state: State,
+}
+
+enum State {
+    /// Every step runs as usual.
+    Plain,
+    /// The allocator is prepared for a capture; `runs` ordinary steps have run.
+    Warming {
+        runs: usize,
+    },
+    Ready(Box<Captured>),
+}
+
+/// A recorded step and the buffers it reads and writes (alive as long as the graph is).
+struct Captured {
+    graph: DispatchGraph,
+    shape: [usize; 4],
+    dtype: DType,
+    x: CubeTensor,
+    t: CubeTensor,
+    out: CubeTensor,
+    // The tensors whose buffers the graph was recorded with: held so that nothing else is ever
+    // placed there while the graph lives.
+    _held: (Tensor<4>, Tensor<2>, Tensor<4>),
+}
+
+impl<'a> UNetSteps<'a> {
+    /// Steps of `unet` conditioned on `context` `[b, 77, d]`.
+    pub fn new(unet: &'a UNet2DConditionModel, context: Tensor<3>) -> Self {
+        let device = context.device();
+        let state = if available(&device) && Dispatch::graph_prepare(device.as_dispatch()).is_ok() {
+            State::Warming { runs: 0 }
+        } else {
+            State::Plain
+        };
+        Self {
+            unet,
+            context,
+            device,
+            state,
+        }
+    }
+
+    /// Whether the steps now replay a recorded graph.
+    pub fn is_replaying(&self) -> bool {
+        matches!(self.state, State::Ready(_))
+    }
+
+    /// The UNet's prediction for `x` `[b, c, h, w]` at `timestep` (one for the whole batch).
+    pub fn forward(&mut self, x: Tensor<4>, timestep: f32) -> Tensor<4> {
+        let b = x.dims()[0];
+        let t = self.unet.timestep_input(&vec![timestep; b], &self.device);
+        let record = match &mut self.state {
+            State::Plain => false,
+            State::Warming { runs } if *runs < WARMUP_RUNS => {
+                *runs += 1;
+                false
+            }
+            State::Warming { .. } => true,
+            State::Ready(_) => return self.replay(x, t),
+        };
+        if !record {
+            return self.unet.forward_projected(x, t, &self.context);
+        }
+        match self.capture(&x, &t) {
+            Ok(captured) => {
+                self.state = State::Ready(Box::new(captured));
+                self.replay(x, t)
+            }
+            Err(reason) => {
+                tracing::warn!(
+                    "the UNet step could not be recorded as a graph ({reason}); \
+                     every step runs launch by launch"
+                );
+                self.state = State::Plain;
+                self.unet.forward_projected(x, t, &self.context)
+            }
+        }
+    }
+
+    /// Records one step on fresh input buffers; nothing recorded runs until a replay.
+    fn capture(&self, x: &Tensor<4>, t: &Tensor<2>) -> Result<Captured, String> {
+        let dispatch = self.device.as_dispatch();
+        // Own buffers, written by our copy kernel, never by burn: an op that may reuse a unique
+        // input buffer in place would otherwise write into the graph's input.
+        let x_in = Tensor::<4>::empty(x.dims(), (&self.device, x.dtype()));
+        let t_in = Tensor::<2>::empty(t.dims(), (&self.device, t.dtype()));
+        let (xb, tb) = match (
+            kernels::resolve(x_in.clone()),
+            kernels::resolve(t_in.clone()),
+        ) {
+            (Some(xb), Some(tb)) => (xb, tb),
+            _ => return Err("no device buffers".into()),
+        };
+        Dispatch::graph_start_capture(dispatch).map_err(|e| e.to_string())?;
+        let out = self
+            .unet
+            .forward_projected(x_in.clone(), t_in.clone(), &self.context);
+        // The lazy fused ops drain into the recording here; the window closes either way.
+        let outb = kernels::resolve(out.clone());
+        let graph = Dispatch::graph_stop_capture(dispatch).map_err(|e| e.to_string())?;
+        let outb = outb.ok_or("no output buffer")?;
+        Ok(Captured {
+            graph,
+            shape: x.dims(),
+            dtype: x.dtype(),
+            x: xb,
+            t: tb,
+            out: outb,
+            _held: (x_in, t_in, out),
+        })
+    }
+
+    /// Inputs in, the recorded step, the prediction out into a tensor of its own (the next replay
+    /// overwrites the graph's output buffer).
+    fn replay(&mut self, x: Tensor<4>, t: Tensor<2>) -> Tensor<4> {
+        let State::Ready(captured) = &self.state else {
+            return self.unet.forward_projected(x, t, &self.context);
+        };
+        if x.dims() != captured.shape || x.dtype() != captured.dtype {
+            // Another latent shape: this runner's graph does not fit it.
+            return self.unet.forward_projected(x, t, &self.context);
+        }
+        let copied_in = kernels::resolve(x.clone())
+            .zip(kernels::resolve(t.clone()))
+            .and_then(|(xs, ts)| {
+                copy_into(&xs, &captured.x)?;
+                copy_into(&ts, &captured.t)
+            });
+        let Some(()) = copied_in else {
+            return self.unet.forward_projected(x, t, &self.context);
+        };
+        // SAFETY: every buffer the graph reads or writes is held by `captured` (inputs, output)
+        // or by the model and `self.context` (weights, conditioning), all outliving the replay;
+        // the copies in and out are launched on this thread's stream, the one it was recorded
+        // on, so they are ordered against it; nothing else writes those buffers.
+        let replayed =
+            unsafe { Dispatch::graph_replay(self.device.as_dispatch(), &captured.graph) };
+        if let Err(e) = replayed {
+            tracing::warn!("a recorded UNet step failed to replay ({e}); running steps as usual");
+            self.state = State::Plain;
+            return self.unet.forward_projected(x, t, &self.context);
+        }
+        match kernels::output(captured.shape, captured.dtype, &self.device) {
+            Some((out, buffer)) if copy_into(&captured.out, &buffer).is_some() => out,
+            _ => {
+                tracing::warn!("the recorded UNet step's output could not be copied out");
+                self.state = State::Plain;
+                self.unet.forward_projected(x, t, &self.context)
+            }
+        }
+    }
+}
+
+impl Drop for UNetSteps<'_> {
+    fn drop(&mut self) {
+        // A prepared capture that never recorded still holds the stream apart: close it.
+        if matches!(self.state, State::Warming { .. }) {
+            let _ = Dispatch::graph_stop_capture(self.device.as_dispatch());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::checkpoint::Checkpoint;
+    use crate::kernels::testing::{read, relative, wgpu};
+    use crate::{LoadOptions, StableDiffusion};
+    use burn::tensor::Distribution;
+
+    /// On lavapipe the step is recorded after the warm-up runs, and every step, warm-up and
+    /// replayed, equals the step run launch by launch on the same inputs (new latents and
+    /// timestep each step, as in sampling; plain steps interleaved, as another model would).
+    #[test]
+    fn replayed_steps_equal_the_steps_run_launch_by_launch() {
+        let device = wgpu();
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests/fixtures/tiny-sd.safetensors");
+        let ckpt = Checkpoint::open(&path).unwrap();
+        let model = StableDiffusion::load(&ckpt, &device, LoadOptions::default()).unwrap();
+        let unet = &model.unet;
+        let d = unet.config().cross_attention_dim;
+        let random =
+            |shape: [usize; 3]| Tensor::<3>::random(shape, Distribution::Normal(0.0, 1.0), &device);
+        let context = random([2, 77, d]);
+        let mut steps = UNetSteps::new(unet, context.clone());
+        for i in 0..WARMUP_RUNS + 3 {
+            assert_eq!(steps.is_replaying(), i > WARMUP_RUNS, "step {i}");
+            let x = Tensor::<4>::random([2, 4, 8, 8], Distribution::Normal(0.0, 1.0), &device);
+            let t = 950.0 - 137.0 * i as f32;
+            let got = read(steps.forward(x.clone(), t));
+            let want = read(unet.forward(x, &[t], &context));
+            let diff = relative(&got, &want);
+            assert!(diff <= 1e-5, "step {i} (t {t}) differs by {diff:e}");
+        }
+        assert!(steps.is_replaying());
+    }
+}
