@@ -29,6 +29,8 @@
 #   PART=n  PyTorch (fp16 UNet step, VAE decode, 20-step txt2img), then ours (default compiler):
 #           UNet step both ways, VAE, txt2img, no per-block profile; then every SD 1.5 attention
 #           shape with each of our tilings (`bench --attention-only`)
+#   PART=o  PyTorch's fp16 UNet step, then ours (default compiler): the step launch by launch and
+#           replayed
 #   PART=e  PyTorch (fp16 UNet, VAE, 20-step txt2img), then our f16 bench under perf (a flat
 #           profile per thread: where the host time of a step goes). Needs .perf/perf.txz (perf
 #           and its libraries) and a release build with symbols (CARGO_PROFILE_RELEASE_STRIP=false)
@@ -132,6 +134,11 @@ n)
   PARTS=${TORCH_PARTS:-unet16,vae,e2e} timeout 130 python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_n.txt
   timeout ${OURS_TIMEOUT:-370} /tmp/ls bench --device gpu --precision f16 --runs 7 --steps 20 --no-ops --no-previews --no-profile 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_spirv.txt
   timeout ${ATTN_TIMEOUT:-80} /tmp/ls bench --device gpu --precision f16 --runs 7 --attention-only 2>&1 | tee $OUT/ours_attention.txt
+  ;;
+o)
+  PARTS=unet16 timeout 70 python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_o.txt
+  timeout ${OURS_TIMEOUT:-200} /tmp/ls bench --device gpu --precision f16 --runs 7 --unet-only --no-ops 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_spirv.txt
+  timeout ${ATTN_TIMEOUT:-45} /tmp/ls bench --device gpu --precision f16 --runs 1 --attention-only 2>&1 | grep "burn\|q64 k8" | tee $OUT/ours_attention.txt
   ;;
 h)
   timeout ${OURS_TIMEOUT:-540} /tmp/ls bench --device gpu --precision f16 --runs 3 --unet-only 2>&1 | grep -v "^\[F16\]   [a-z_]*  *[0-9.]* ms  {" | tee $OUT/ours_spirv_ops.txt

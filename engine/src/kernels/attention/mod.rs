@@ -1,10 +1,12 @@
 //! Flash attention: softmax(q·kᵀ·scale)·v for every (batch, head) without a score matrix in
 //! memory. A cube owns `bq` query rows of one head; it walks the keys in tiles of `bk`, keeps the
 //! running row maximum and sum in f32 (online softmax) and the output rows in f32 shared memory,
-//! rescaled as the maximum grows. The two products run on cooperative matrices where the device
-//! has an f16×f16→f32 shape (read from the device, never assumed). Elsewhere (WGSL: lavapipe,
-//! Iris Xe, Meteor Lake) a second kernel keeps each query row in registers, split over lanes in
-//! slices of at most 64 columns, and the tiled kernel's per-lane products stay as an alternative. q, k and v are read in place from
+//! rescaled as the maximum grows. The two products can run on cooperative matrices where the
+//! device has an f16×f16→f32 shape (read from the device, never assumed). A second kernel keeps
+//! each query row in registers, split over lanes in slices of at most 64 columns: it is the
+//! default everywhere ours runs (on an H100 it beat the cooperative-matrix tilings too; see
+//! [`default_plan`]), and the tiled kernel stays as the measured alternative. q, k and v are read
+//! in place from
 //! `[b, n, width]` tensors at a column offset, so one fused q/k/v projection feeds it with no split
 //! or head relayout, and the output comes back as `[b, n_q, heads · d]`, ready for `to_out`.
 //! The twin is [`crate::attention::multi_head_attention`] (burn's attention).
@@ -21,10 +23,11 @@ use kernel::{flash_attention, flash_attention_rows};
 pub use plan::{Fragment, Plan, device_fragment};
 use plan::{LANES, SHARED_BUDGET};
 
-/// Above this head width, where burn's attention runs on cooperative matrices too, it beat ours
-/// on an H200 (8×160 heads: 0.34 against 0.66 ms at 256 queries); ours keeps one lane per query
-/// row for the softmax and rescale, which a wide head makes long. See BENCHMARKS.md.
-const WIDEST_OURS_WITH_CMMA: usize = 128;
+/// On a device with cooperative matrices, the widest head ours takes, with the per-row kernel;
+/// wider heads go to burn's attention. Measured on an H100 (BENCHMARKS.md, ninth session): at
+/// 8×40 over 4096 keys the per-row kernel took 3.30 ms, our best cooperative-matrix tiling 3.58
+/// and burn's 4.36; at 8×80 over 1024 keys burn's took 0.35 ms against 0.87 for ours at best.
+const WIDEST_OURS_WITH_CMMA: usize = 64;
 
 /// Where one operand's heads sit: `tensor[b, n, column + head · d + i]`.
 #[derive(Debug, Clone, Copy)]
@@ -55,9 +58,8 @@ pub fn attention(
     })
 }
 
-/// The tiling [`attention`] runs for head width `d`: the preferred one that fits, except on
-/// cooperative matrices for heads wider than [`WIDEST_OURS_WITH_CMMA`], where burn's attention
-/// (`None`) was faster. A fixed rule rather than a timing at run time, so that a seed gives the
+/// The tiling [`attention`] runs for head width `d` ([`preferred`]): on cooperative matrices the
+/// per-row kernel up to [`WIDEST_OURS_WITH_CMMA`] and burn's attention (`None`) beyond. A fixed rule rather than a timing at run time, so that a seed gives the
 /// same image on every run of one machine.
 pub fn default_plan(
     device: &burn::tensor::Device,
@@ -67,22 +69,26 @@ pub fn default_plan(
     preferred(plans(device, dtype, d), d)
 }
 
-/// The first of `all` where ours is the faster kernel.
+/// The plan [`default_plan`] takes from `all` (cooperative-matrix tilings first where the device
+/// has them): where the device has cooperative matrices, the first per-row plan (measured faster
+/// than our cooperative-matrix tilings at every SD head width it fits); elsewhere the first. `None`
+/// where burn's attention is the faster one.
 fn preferred(all: Vec<Plan>, d: usize) -> Option<Plan> {
+    let cmma = all.iter().any(|p| p.fragment.is_some());
     all.into_iter()
-        .next()
-        .filter(|plan| ours_is_faster(plan, d))
+        .find(|p| !cmma || p.per_row)
+        .filter(|_| ours_is_faster(cmma, d))
 }
 
 /// On plain lanes ours beat burn's (unfused) attention at every UNet head width; the VAE's
 /// 512-wide head, which only the per-row kernel fits, stays with burn until measured.
 const WIDEST_OURS_PLAIN: usize = 160;
 
-/// The measured rule of [`default_plan`].
-fn ours_is_faster(plan: &Plan, d: usize) -> bool {
-    match plan.fragment {
-        Some(_) => d <= WIDEST_OURS_WITH_CMMA,
-        None => d <= WIDEST_OURS_PLAIN,
+/// The measured rule of [`default_plan`], on a device with or without cooperative matrices.
+fn ours_is_faster(cmma: bool, d: usize) -> bool {
+    match cmma {
+        true => d <= WIDEST_OURS_WITH_CMMA,
+        false => d <= WIDEST_OURS_PLAIN,
     }
 }
 
@@ -295,8 +301,16 @@ mod tests {
         for d in [40, 64, 80, 128, 160] {
             let cmma = Plan::choose(d, 2, square, 48 * 1024).expect("fits");
             assert_eq!((cmma.bq, cmma.bk), (32, 16));
-            assert_eq!(super::ours_is_faster(&cmma, d), d <= 128);
             let lane = Plan::choose(d, 2, None, 48 * 1024).expect("fits");
+            // With cooperative matrices: the per-row plan up to 64 wide, burn's beyond.
+            let mut all = Plan::fitting(d, 2, square, 48 * 1024);
+            all.extend(Plan::fitting(d, 2, None, 48 * 1024));
+            let on_cmma = super::preferred(all, d);
+            assert_eq!(on_cmma, (d <= 64).then_some(lane), "d {d}");
+            assert_eq!(
+                super::preferred(Plan::fitting(d, 2, None, 48 * 1024), d),
+                Some(lane)
+            );
             let parts = d.div_ceil(64);
             let parts = if d == 160 { 4 } else { parts };
             let rows = if parts >= 4 { 32 } else { 64 };
@@ -304,10 +318,9 @@ mod tests {
                 (lane.bq, lane.bk, lane.per_row, lane.parts),
                 (rows, 8, true, parts)
             );
-            assert!(super::ours_is_faster(&lane, d));
         }
         let vae = Plan::choose(512, 2, None, 48 * 1024).expect("fits");
-        assert!(vae.per_row && !super::ours_is_faster(&vae, 512));
+        assert!(vae.per_row && !super::ours_is_faster(false, 512));
     }
 
     fn at(tensor: &Tensor<3>) -> Heads<'_> {
