@@ -97,8 +97,9 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            // One line: what failed and why.
-            eprintln!("error: {e:#}");
+            // One line: what failed and why, and the command-line way out where there is one
+            // (the engine's own wording suits the studio too).
+            eprintln!("error: {e:#}{}", cli_hint(&e));
             ExitCode::FAILURE
         }
     }
@@ -180,4 +181,20 @@ fn inspect(path: &std::path::Path) -> anyhow::Result<()> {
     println!("layout: {:?}", ckpt.layout);
     println!("unet blocks: {:?}", ckpt.config.unet.block_out_channels);
     Ok(())
+}
+
+/// The flags that act on an engine error, for the one-line message on the command line.
+fn cli_hint(e: &anyhow::Error) -> &'static str {
+    match e
+        .chain()
+        .find_map(|c| c.downcast_ref::<latent_engine::error::Error>())
+    {
+        Some(latent_engine::error::Error::DeviceTimeout { .. }) => {
+            " (see `latent-studio devices`; --device gpu:N or --device cpu)"
+        }
+        Some(latent_engine::error::Error::TensorTooLarge { .. }) => {
+            " (--precision f16 or --device cpu)"
+        }
+        _ => "",
+    }
 }

@@ -133,12 +133,21 @@ impl<'a> UNetSteps<'a> {
             _ => return Err("no device buffers".into()),
         };
         Dispatch::graph_start_capture(dispatch).map_err(|e| e.to_string())?;
-        let out = self
-            .unet
-            .forward_projected(x_in.clone(), t_in.clone(), &self.context);
-        // The lazy fused ops drain into the recording here; the window closes either way.
-        let outb = kernels::resolve(out.clone());
-        let graph = Dispatch::graph_stop_capture(dispatch).map_err(|e| e.to_string())?;
+        // The lazy fused ops drain into the recording on `resolve`. A panic inside the window
+        // closes it before unwinding on: an open window would refuse every later read.
+        let recorded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let out = self
+                .unet
+                .forward_projected(x_in.clone(), t_in.clone(), &self.context);
+            let outb = kernels::resolve(out.clone());
+            (out, outb)
+        }));
+        let closed = Dispatch::graph_stop_capture(dispatch);
+        let (out, outb) = match recorded {
+            Ok(recorded) => recorded,
+            Err(panic) => std::panic::resume_unwind(panic),
+        };
+        let graph = closed.map_err(|e| e.to_string())?;
         let outb = outb.ok_or("no output buffer")?;
         Ok(Captured {
             graph,
