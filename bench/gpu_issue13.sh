@@ -31,6 +31,12 @@
 #           shape with each of our tilings (`bench --attention-only`)
 #   PART=o  PyTorch's fp16 UNet step, then ours (default compiler): the step launch by launch and
 #           replayed
+#   PART=p  PyTorch (fp16 UNet step, 20-step txt2img, then its peak memory), then ours (default
+#           compiler): UNet step both ways, VAE, 20-step txt2img with replayed steps, under the
+#           peak-memory sampler (the whole bench process: an upper bound for one txt2img)
+#   PART=r  PyTorch (fp16 UNet step, VAE decode, 20-step txt2img), then ours (default compiler):
+#           UNet step both ways, VAE, 20-step txt2img with replayed steps; no burn-ops step, no
+#           profile, no op report (each tunes kernels of its own)
 #   PART=e  PyTorch (fp16 UNet, VAE, 20-step txt2img), then our f16 bench under perf (a flat
 #           profile per thread: where the host time of a step goes). Needs .perf/perf.txz (perf
 #           and its libraries) and a release build with symbols (CARGO_PROFILE_RELEASE_STRIP=false)
@@ -139,6 +145,15 @@ o)
   PARTS=unet16 timeout 70 python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_o.txt
   timeout ${OURS_TIMEOUT:-200} /tmp/ls bench --device gpu --precision f16 --runs 7 --unet-only --no-ops 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_spirv.txt
   timeout ${ATTN_TIMEOUT:-45} /tmp/ls bench --device gpu --precision f16 --runs 1 --attention-only 2>&1 | grep "burn\|q64 k8" | tee $OUT/ours_attention.txt
+  ;;
+p)
+  PARTS=${TORCH_PARTS:-unet16,e2e} timeout 120 python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_p.txt
+  peak torch_mem timeout 90 python3 $OLDPWD/bench/torch_txt2img_mem.py
+  peak ours_spirv timeout ${OURS_TIMEOUT:-360} /tmp/ls bench --device gpu --precision f16 --runs 7 --steps 20 --no-ops --no-previews --no-profile
+  ;;
+r)
+  PARTS=${TORCH_PARTS:-unet16,vae,e2e} timeout 110 python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_r.txt
+  timeout ${OURS_TIMEOUT:-440} /tmp/ls bench --device gpu --precision f16 --runs 7 --steps 20 --no-ops --no-previews --no-profile --no-burn-ops 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_spirv.txt
   ;;
 h)
   timeout ${OURS_TIMEOUT:-540} /tmp/ls bench --device gpu --precision f16 --runs 3 --unet-only 2>&1 | grep -v "^\[F16\]   [a-z_]*  *[0-9.]* ms  {" | tee $OUT/ours_spirv_ops.txt

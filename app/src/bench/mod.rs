@@ -52,6 +52,10 @@ pub struct BenchArgs {
     /// Skip the op-by-op kernel report.
     #[arg(long)]
     no_ops: bool,
+    /// Skip the UNet step with burn ops in place of our kernels (it tunes kernels of its own:
+    /// minutes on a fresh GPU).
+    #[arg(long)]
+    no_burn_ops: bool,
     /// Only the UNet step (and its host enqueue time).
     #[arg(long)]
     unet_only: bool,
@@ -228,7 +232,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
             enqueue[enqueue.len() / 2]
         );
         graph_bench(&model, &device, precision, args.runs, &x, &ctx, unet)?;
-        if latent_engine::kernels::available(&device) {
+        if latent_engine::kernels::available(&device) && !args.no_burn_ops {
             // The same step with burn ops where our kernels (GroupNorm+SiLU, LayerNorm) run.
             latent_engine::kernels::set_enabled(false);
             let plain = time_ms(&device, 3, args.runs, || {
