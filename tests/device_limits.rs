@@ -2,11 +2,9 @@
 //! lowered `max_buffer_size` and `max_storage_buffer_binding_size`, so wgpu itself refuses anything
 //! larger) makes the same image as without them.
 //!
-//! Two sets of limits:
-//! - WebGPU's defaults (256 MiB buffer, 128 MiB binding), what a browser grants. Nothing of the
-//!   tiny model comes near them; the run checks the engine works on such a device and still makes
-//!   the diffusers image of `pipeline_parity`'s case0.
-//! - Those defaults divided by 48, the ratio of SD 1.5's text width to the tiny model's (768 / 16):
+//! The limits: WebGPU's defaults (256 MiB buffer, 128 MiB binding, what a browser grants; the
+//! test only checks a device opens with them, since nothing of the tiny model comes near them)
+//! divided by 48, the ratio of SD 1.5's text width to the tiny model's (768 / 16):
 //!   2.67 MiB binding, 5.33 MiB buffer. The tiny token embedding (49408 × 16 f32, 3.02 MiB) then
 //!   exceeds the binding limit by the same factor as SD 1.5's f32 embedding (145 MiB) exceeds
 //!   128 MiB, and must be split. At 192×192 (24×24 latents) the first UNet level's self-attention
@@ -23,8 +21,11 @@
 //! engine's query slices (it keeps no score buffer); the slices guard its unfused path, which
 //! autotune may pick and which does build the scores (unit-tested in `engine/src/attention.rs`).
 //!
-//! Cost: each device compiles every kernel it runs, about two minutes on two cores; the two tests
-//! run in parallel (about 2.7 minutes together here).
+//! On that device the tiny pipeline first makes `pipeline_parity`'s case0 (64², within 1/255 of
+//! diffusers), then the 192² image.
+//!
+//! Cost: each device compiles and tunes every kernel it runs, about two minutes on two cores, so
+//! one device does both runs.
 
 use crate::common;
 
@@ -99,21 +100,16 @@ fn case0_expected() -> Vec<u8> {
         .to_vec()
 }
 
+/// A device opened with WebGPU's defaults gets them (no generation: the scaled-down test below
+/// runs the same pipeline under limits 48 times lower).
 #[test]
-fn webgpu_default_limits_make_the_diffusers_image() {
-    let adapter = lavapipe();
-    let device = open_limited(&adapter, DeviceLimits::WEBGPU_DEFAULT).expect("limited device");
+fn webgpu_default_limits_are_granted() {
+    let device = open_limited(&lavapipe(), DeviceLimits::WEBGPU_DEFAULT).expect("limited device");
     let limits = DeviceLimits::of(&device);
     assert!(
         limits.max_buffer_bytes <= 256 << 20 && limits.max_binding_bytes <= 128 << 20,
         "{limits}"
     );
-    let model = load(&device);
-    assert_eq!(model.text_encoder.token_embedding_chunks(), 1);
-    let got = generate(&model, &request(64, 6));
-    let worst = worst(&got, &case0_expected());
-    eprintln!("WebGPU defaults ({limits}): case0 within {worst}/255 of diffusers");
-    assert!(worst <= 1, "differs from diffusers by {worst}/255");
 }
 
 #[test]
@@ -135,6 +131,15 @@ fn scaled_down_limits_split_slice_and_tile_to_the_same_image() {
     assert!(largest_decoder_buffer_bytes(vae, dims) > limit);
     let tiles = TilingConfig::default().fit_to(vae, 1, limit);
     assert!(tiles.tile_latents < latents as usize, "{tiles:?}");
+
+    // case0 as diffusers made it: at 64² only the token embedding is split.
+    let got = generate(&model, &request(64, 6));
+    let worst_case0 = worst(&got, &case0_expected());
+    eprintln!("scaled-down limits ({limits}): case0 within {worst_case0}/255 of diffusers");
+    assert!(
+        worst_case0 <= 1,
+        "differs from diffusers by {worst_case0}/255"
+    );
 
     let req = request(size, 2);
     let got = generate(&model, &req);
