@@ -7,10 +7,10 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use latent_engine::device::DeviceChoice;
-use latent_engine::image_io::{RgbImage, encode_png, next_numbered_path, save_atomic};
+use latent_engine::image_io::{RgbImage, encode_png, save_atomic};
 use latent_engine::model_cache::{CacheSettings, LoadSource, ModelCache};
 use latent_engine::parameters::Parameters;
-use latent_engine::pipeline::{Generated, Notice, Observer, StepState, Txt2ImgRequest, txt2img};
+use latent_engine::pipeline::{Generated, Notice, StepState, Txt2ImgRequest, txt2img};
 use latent_engine::preview::{
     Frame, FrameSink, FrameStore, PreviewMethod, PreviewSettings, Previewer,
 };
@@ -19,6 +19,7 @@ use latent_engine::taesd::TaesdDecoder;
 use latent_engine::tokenizer::ClipTokenizer;
 use latent_engine::vae_tiling::{TilingConfig, TilingMode};
 use latent_engine::{LoadOptions, Precision};
+use latent_studio::run::{Destination, RunEvents, SaveEach, random_seed};
 use latent_studio::stall::StallWatch;
 
 #[derive(Args, Debug)]
@@ -82,7 +83,8 @@ pub struct GenerateArgs {
     #[arg(long, default_value_t = 1)]
     preview_interval: usize,
     /// TAESD decoder for `--preview taesd|auto`: madebyollin's taesd_decoder.safetensors or a
-    /// diffusers AutoencoderTiny folder (default: taesd_decoder.safetensors next to the model).
+    /// diffusers AutoencoderTiny folder (default: taesd_decoder.safetensors next to the model, or in `vae_approx/` there or one
+    /// folder up, as ComfyUI keeps it).
     #[arg(long)]
     taesd: Option<PathBuf>,
     /// Write every published preview there as step_NNN.png.
@@ -128,14 +130,8 @@ fn load_taesd(
     let path = match &args.taesd {
         Some(p) => p.clone(),
         None => {
-            let beside = args
-                .model
-                .parent()
-                .map(|d| d.join("taesd_decoder.safetensors"))?;
-            if !beside.exists() {
-                return None;
-            }
-            beside
+            let folders = latent_studio::paths::taesd_folders_for(&args.model);
+            latent_studio::paths::find_taesd(&folders)?
         }
     };
     match TaesdDecoder::open(&path, device, precision.dtype()) {
@@ -170,45 +166,22 @@ fn preview_writer(dir: PathBuf) -> FrameSink {
     })
 }
 
-/// Prints `step n/N, it/s` on stderr, saves each image as soon as it is finished (a later
-/// failure or a stuck device never costs the finished ones), and beats the stall watch.
-struct Progress<'a> {
+/// The command line's side of a run (`latent_studio::run::SaveEach` saves the images):
+/// `step n/N, it/s` on stderr, each saved path on stdout, and a beat of the stall watch at every
+/// sign of progress.
+struct Cli {
     watch: Option<StallWatch>,
-    request: &'a Txt2ImgRequest,
-    model_hash: Option<String>,
-    model_name: String,
-    args: &'a GenerateArgs,
-    cancel: &'a AtomicBool,
-    saved: Vec<PathBuf>,
-    /// A save that failed: the run stops at the next step and reports it.
-    error: Option<anyhow::Error>,
 }
 
-impl Progress<'_> {
+impl Cli {
     fn beat(&self) {
         if let Some(w) = &self.watch {
             w.beat();
         }
     }
-
-    fn save(&self, generated: &Generated) -> Result<PathBuf> {
-        let params = Parameters::for_request(
-            self.request,
-            generated.seed,
-            self.model_hash.clone(),
-            Some(self.model_name.clone()),
-        );
-        let png = encode_png(&generated.image, Some(&params.to_a1111()))?;
-        let path = match &self.args.out {
-            Some(p) => p.clone(),
-            None => next_numbered_path(&self.args.outputs, generated.seed)?,
-        };
-        save_atomic(&path, &png, self.args.overwrite)?;
-        Ok(path)
-    }
 }
 
-impl Observer for Progress<'_> {
+impl RunEvents for Cli {
     fn notice(&mut self, notice: &Notice) {
         eprintln!("warning: {notice}");
         self.beat();
@@ -224,34 +197,20 @@ impl Observer for Progress<'_> {
             s.step as f64 / secs
         );
         self.beat();
-        latent_studio::stall::stall_here_for_tests(s.image, s.step);
     }
 
     fn decoding(&mut self, _tiles: usize) {
         self.beat();
     }
 
-    fn image(&mut self, generated: &Generated) {
+    fn saved(&mut self, _: &Generated, _: Parameters, path: PathBuf) {
         self.beat();
-        if self.error.is_some() {
-            return;
-        }
-        match self.save(generated) {
-            Ok(path) => {
-                println!("{}", path.display());
-                self.saved.push(path);
-            }
-            Err(e) => {
-                self.error = Some(e);
-                self.cancel
-                    .store(true, std::sync::atomic::Ordering::Relaxed);
-            }
-        }
+        println!("{}", path.display());
     }
 }
 
 pub fn run(args: GenerateArgs) -> Result<()> {
-    let seed = args.seed.unwrap_or_else(rand_seed);
+    let seed = args.seed.unwrap_or_else(random_seed);
     let request = Txt2ImgRequest {
         prompt: args.prompt.clone(),
         negative_prompt: args.negative.clone(),
@@ -365,16 +324,21 @@ pub fn run(args: GenerateArgs) -> Result<()> {
                 );
             })
         });
-    let mut progress = Progress {
-        watch,
-        request: &request,
-        model_hash: cache.short_hash(&checkpoint),
-        model_name: checkpoint.display_name(),
-        args: &args,
-        cancel: &cancel,
-        saved: Vec::new(),
-        error: None,
+    let destination = match &args.out {
+        Some(path) => Destination::File {
+            path: path.clone(),
+            overwrite: args.overwrite,
+        },
+        None => Destination::Numbered(args.outputs.clone()),
     };
+    let mut progress = SaveEach::new(
+        Cli { watch },
+        &request,
+        cache.short_hash(&checkpoint),
+        checkpoint.display_name(),
+        destination,
+        &cancel,
+    );
     let settings = PreviewSettings::new(args.preview, args.preview_interval);
     let store = FrameStore::new();
     let taesd = load_taesd(&args, &device, precision);
@@ -409,13 +373,4 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     }
     debug_assert_eq!(images.len(), progress.saved.len());
     Ok(())
-}
-
-/// A seed from the clock and process id; only needs to differ between runs.
-fn rand_seed() -> u64 {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0);
-    (nanos ^ ((std::process::id() as u64) << 32)) % (1u64 << 32)
 }

@@ -22,7 +22,7 @@ use burn::tensor::{DType, Device};
 use serde::{Deserialize, Serialize};
 
 use crate::checkpoint::weights::Recorder;
-use crate::checkpoint::{Checkpoint, KeyMap, SafetensorsFile, Weights};
+use crate::checkpoint::{Checkpoint, KeyMap, SafetensorsFile, Weights, sha256_file};
 use crate::error::{Error, Result};
 use crate::model::{CACHE_PREFIXES, LoadOptions, Precision, StableDiffusion};
 
@@ -359,21 +359,6 @@ impl DiskCache {
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn sha256_file(path: &Path) -> Result<String> {
-    use sha2::{Digest, Sha256};
-    let mut f = File::open(path).map_err(io("checkpoint", path))?;
-    let mut h = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let n = f.read(&mut buf).map_err(io("checkpoint", path))?;
-        if n == 0 {
-            break;
-        }
-        h.update(&buf[..n]);
-    }
-    Ok(hex(&h.finalize()))
 }
 
 /// Streams the tensors of one load into a new cache entry.

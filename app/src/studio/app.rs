@@ -326,7 +326,7 @@ impl StudioApp {
             return;
         }
         if !self.form.seed_locked {
-            self.form.seed = random_seed();
+            self.form.seed = crate::run::random_seed();
         }
         // Busy only once the engine has the request: a refused one must not look running.
         if let Err(e) = self
@@ -667,7 +667,7 @@ impl StudioApp {
                     .on_hover_text("draw a random seed")
                     .clicked()
                 {
-                    self.form.seed = random_seed();
+                    self.form.seed = crate::run::random_seed();
                 }
                 ui.checkbox(&mut self.form.seed_locked, "lock")
                     .on_hover_text("keep this seed; unlocked, every Generate draws a new one");
@@ -1233,18 +1233,6 @@ pub(super) fn engine_config(settings: &Settings) -> EngineConfig {
 
 fn color_image(image: &RgbImage) -> ColorImage {
     ColorImage::from_rgb([image.width, image.height], &image.pixels)
-}
-
-fn random_seed() -> u64 {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0);
-    // splitmix64 of the clock: an even spread over 32 bits, like A1111's seeds.
-    let mut z = nanos.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    (z ^ (z >> 31)) % (1u64 << 32)
 }
 
 /// Writes `image` with parameters (used by tests that drop a PNG onto the window).

@@ -11,9 +11,7 @@ const SIDECAR: &[u8] = include_bytes!("../../../assets/demo/latent-studio-demo.j
 const NAME: &str = "latent-studio-demo";
 
 fn demo_dir() -> PathBuf {
-    directories::ProjectDirs::from("", "", "Latent Studio")
-        .map(|d| d.cache_dir().join("demo"))
-        .unwrap_or_else(|| std::env::temp_dir().join("latent-studio-demo"))
+    crate::paths::cache_subdir("demo")
 }
 
 /// The demo checkpoint on disk, unpacked (atomically) on first use or when it differs: in the

@@ -70,12 +70,7 @@ impl Default for Settings {
 impl Settings {
     /// `settings.json` in the platform's config folder (`LATENT_STUDIO_CONFIG` overrides).
     pub fn default_path() -> PathBuf {
-        if let Some(dir) = std::env::var_os("LATENT_STUDIO_CONFIG") {
-            return PathBuf::from(dir).join("settings.json");
-        }
-        directories::ProjectDirs::from("", "", "Latent Studio")
-            .map(|d| d.config_dir().join("settings.json"))
-            .unwrap_or_else(|| PathBuf::from("latent-studio-settings.json"))
+        crate::paths::settings_file()
     }
 
     /// Reads the settings; a missing file gives defaults, a corrupt one gives defaults plus a
@@ -149,12 +144,7 @@ impl Settings {
 
     /// The platform's cache folder for converted weights (`LATENT_STUDIO_CACHE` overrides).
     pub fn default_cache_dir() -> PathBuf {
-        if let Some(dir) = std::env::var_os("LATENT_STUDIO_CACHE") {
-            return PathBuf::from(dir);
-        }
-        directories::ProjectDirs::from("", "", "Latent Studio")
-            .map(|d| d.cache_dir().join("weights"))
-            .unwrap_or_else(|| std::env::temp_dir().join("latent-studio-weights"))
+        crate::paths::weights_cache()
     }
 
     pub fn cache_settings(&self) -> CacheSettings {
@@ -183,19 +173,13 @@ impl Settings {
         self.precision.parse().ok()
     }
 
-    /// The TAESD decoder to use: the chosen one, else the one ComfyUI users keep next to models.
+    /// The TAESD decoder to use: the chosen one, else one found in the models folder
+    /// ([`crate::paths::find_taesd`], the command line's rule too).
     pub fn taesd_path(&self) -> Option<PathBuf> {
         if let Some(p) = &self.taesd {
             return Some(p.clone());
         }
-        let dir = self.models_dir.as_ref()?;
-        [
-            "taesd_decoder.safetensors",
-            "vae_approx/taesd_decoder.safetensors",
-        ]
-        .iter()
-        .map(|name| dir.join(name))
-        .find(|p| p.exists())
+        crate::paths::find_taesd(&[self.models_dir.as_deref()?])
     }
 }
 

@@ -13,12 +13,13 @@ use anyhow::{Context, Result, anyhow};
 use crossbeam_channel::{Receiver, Sender, TrySendError, bounded};
 
 use super::events::{EVENT_QUEUE, EventSender};
+use crate::run::{Destination, RunEvents, SaveEach};
 use latent_engine::checkpoint::Checkpoint;
 use latent_engine::device::DeviceChoice;
-use latent_engine::image_io::{RgbImage, encode_png, next_numbered_path, save_atomic};
+use latent_engine::image_io::RgbImage;
 use latent_engine::model_cache::{CacheSettings, LoadSource, ModelCache};
 use latent_engine::parameters::Parameters;
-use latent_engine::pipeline::{Notice, Observer, StepState, Txt2ImgRequest, txt2img};
+use latent_engine::pipeline::{Notice, StepState, Txt2ImgRequest, txt2img};
 use latent_engine::preview::{FrameStore, PreviewMethod, PreviewSettings, Previewer};
 use latent_engine::taesd::TaesdDecoder;
 use latent_engine::tokenizer::ClipTokenizer;
@@ -348,44 +349,14 @@ struct Worker {
     tuned: std::collections::HashSet<(usize, usize, Precision)>,
 }
 
-/// Forwards pipeline progress to the GUI and saves each image as soon as it is finished, so a
-/// later failure, a cancel or a stuck device never costs the finished ones.
+/// The studio's side of a run (`crate::run::SaveEach` saves the images): progress, status and
+/// each saved image as events to the window.
 struct Forward<'a> {
     events: &'a EventSender,
     images: usize,
-    request: &'a Txt2ImgRequest,
-    model_hash: Option<String>,
-    model_name: String,
-    outputs: &'a Path,
-    cancel: &'a AtomicBool,
-    /// How many images were saved.
-    saved: usize,
-    /// A save that failed: the run stops at the next step and reports it.
-    error: Option<anyhow::Error>,
 }
 
-impl Forward<'_> {
-    fn save(&self, generated: &latent_engine::pipeline::Generated) -> Result<Finished> {
-        let parameters = Parameters::for_request(
-            self.request,
-            generated.seed,
-            self.model_hash.clone(),
-            Some(self.model_name.clone()),
-        );
-        let png = encode_png(&generated.image, Some(&parameters.to_a1111()))?;
-        std::fs::create_dir_all(self.outputs)
-            .with_context(|| format!("creating the outputs folder {}", self.outputs.display()))?;
-        // Numbered and never overwriting: a race with another writer picks the next number.
-        let path = save_numbered(self.outputs, generated.seed, &png)?;
-        Ok(Finished {
-            image: Arc::new(generated.image.clone()),
-            parameters,
-            path,
-        })
-    }
-}
-
-impl Observer for Forward<'_> {
+impl RunEvents for Forward<'_> {
     fn notice(&mut self, notice: &Notice) {
         tracing::warn!("{notice}");
         self.events.send(Event::Notice(notice.to_string()));
@@ -399,7 +370,6 @@ impl Observer for Forward<'_> {
             total: s.total,
             elapsed: s.elapsed,
         });
-        crate::stall::stall_here_for_tests(s.image, s.step);
     }
 
     fn decoding(&mut self, tiles: usize) {
@@ -411,20 +381,17 @@ impl Observer for Forward<'_> {
         self.events.send(Event::Status(what));
     }
 
-    fn image(&mut self, generated: &latent_engine::pipeline::Generated) {
-        if self.error.is_some() {
-            return;
-        }
-        match self.save(generated) {
-            Ok(finished) => {
-                self.saved += 1;
-                self.events.send(Event::Finished(finished));
-            }
-            Err(e) => {
-                self.error = Some(e);
-                self.cancel.store(true, Ordering::SeqCst);
-            }
-        }
+    fn saved(
+        &mut self,
+        generated: &latent_engine::pipeline::Generated,
+        parameters: Parameters,
+        path: PathBuf,
+    ) {
+        self.events.send(Event::Finished(Finished {
+            image: Arc::new(generated.image.clone()),
+            parameters,
+            path,
+        }));
     }
 }
 
@@ -777,17 +744,17 @@ impl Worker {
         if std::env::var_os("LATENT_STUDIO_FAIL_VAE_COMPILE").is_some() {
             loaded.model.vae_compile.force_failure(true);
         }
-        let mut forward = Forward {
-            events: &self.events,
-            images: request.batch_count,
+        let mut forward = SaveEach::new(
+            Forward {
+                events: &self.events,
+                images: request.batch_count,
+            },
             request,
-            model_hash: self.cache.short_hash(&loaded.checkpoint),
-            model_name: loaded.checkpoint.display_name(),
-            outputs: &self.config.outputs,
-            cancel: &self.cancel,
-            saved: 0,
-            error: None,
-        };
+            self.cache.short_hash(&loaded.checkpoint),
+            loaded.checkpoint.display_name(),
+            Destination::Numbered(self.config.outputs.clone()),
+            &self.cancel,
+        );
         let mut previewer = Previewer::with(
             &loaded.model,
             self.preview.clone(),
@@ -816,7 +783,7 @@ impl Worker {
             Err(latent_engine::Error::Cancelled) => self.emit(Event::Cancelled),
             Err(e) => return Err(e.into()),
         }
-        tracing::debug!(saved = forward.saved, "generation finished");
+        tracing::debug!(saved = forward.saved.len(), "generation finished");
         Ok(())
     }
 }
@@ -838,22 +805,6 @@ fn is_cancelled(e: &anyhow::Error) -> bool {
             Some(latent_engine::Error::Cancelled)
         )
     })
-}
-
-/// Saves `png` as the next free `NNNNN-seed.png` in `dir`, never replacing a file.
-pub fn save_numbered(dir: &Path, seed: u64, png: &[u8]) -> Result<PathBuf> {
-    for _ in 0..8 {
-        let path = next_numbered_path(dir, seed)?;
-        match save_atomic(&path, png, false) {
-            Ok(()) => return Ok(path),
-            Err(_) if path.exists() => continue,
-            Err(e) => return Err(e).with_context(|| format!("saving {}", path.display())),
-        }
-    }
-    Err(anyhow!(
-        "could not find a free file name in {}",
-        dir.display()
-    ))
 }
 
 /// `1.6 GiB`, `350 MiB`, `12 KiB`.

@@ -262,23 +262,9 @@ impl Checkpoint {
     /// A1111's short model hash: the first 10 hex digits of the SHA-256 of the weights file (the
     /// UNet file for diffusers folders).
     pub fn short_hash(&self) -> Result<String> {
-        use sha2::{Digest, Sha256};
-        use std::io::Read;
-        let path = self.unet.path();
-        let mut file = std::fs::File::open(path).map_err(|e| Error::io("checkpoint", path, e))?;
-        let mut hasher = Sha256::new();
-        let mut buf = vec![0u8; 1 << 20];
-        loop {
-            let n = file
-                .read(&mut buf)
-                .map_err(|e| Error::io("checkpoint", path, e))?;
-            if n == 0 {
-                break;
-            }
-            hasher.update(&buf[..n]);
-        }
-        let digest = hasher.finalize();
-        Ok(digest.iter().take(5).map(|b| format!("{b:02x}")).collect())
+        let mut hash = sha256_file(self.unet.path())?;
+        hash.truncate(10);
+        Ok(hash)
     }
 
     /// The distinct weight files this checkpoint reads (one for a single file, up to three for a
@@ -326,4 +312,27 @@ impl Checkpoint {
         name.map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_else(|| "model".into())
     }
+}
+
+/// The SHA-256 of a weights file, as lowercase hex (read in 1 MiB pieces).
+pub fn sha256_file(path: &Path) -> Result<String> {
+    use sha2::{Digest, Sha256};
+    use std::io::Read;
+    let mut file = std::fs::File::open(path).map_err(|e| Error::io("checkpoint", path, e))?;
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = file
+            .read(&mut buf)
+            .map_err(|e| Error::io("checkpoint", path, e))?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+    }
+    Ok(hasher
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect())
 }

@@ -1,0 +1,94 @@
+//! The application's folders and the files it finds by convention, one rule each for the command
+//! line and the studio.
+
+use std::path::{Path, PathBuf};
+
+/// The file name of madebyollin's TAESD decoder, as ComfyUI and A1111 users keep it.
+pub const TAESD_FILE: &str = "taesd_decoder.safetensors";
+
+/// The platform's folders for "Latent Studio" (`None` where the platform has no home folder).
+fn project() -> Option<directories::ProjectDirs> {
+    directories::ProjectDirs::from("", "", "Latent Studio")
+}
+
+/// `settings.json` in the platform's config folder; `LATENT_STUDIO_CONFIG` names another folder.
+pub fn settings_file() -> PathBuf {
+    if let Some(dir) = std::env::var_os("LATENT_STUDIO_CONFIG") {
+        return PathBuf::from(dir).join("settings.json");
+    }
+    project()
+        .map(|d| d.config_dir().join("settings.json"))
+        .unwrap_or_else(|| PathBuf::from("latent-studio-settings.json"))
+}
+
+/// `name` in the platform's cache folder, else in the temp folder.
+pub fn cache_subdir(name: &str) -> PathBuf {
+    project()
+        .map(|d| d.cache_dir().join(name))
+        .unwrap_or_else(|| std::env::temp_dir().join(format!("latent-studio-{name}")))
+}
+
+/// The converted-weights cache; `LATENT_STUDIO_CACHE` names another folder.
+pub fn weights_cache() -> PathBuf {
+    match std::env::var_os("LATENT_STUDIO_CACHE") {
+        Some(dir) => PathBuf::from(dir),
+        None => cache_subdir("weights"),
+    }
+}
+
+/// The TAESD decoder to use when none was chosen: the first of `taesd_decoder.safetensors` and
+/// `vae_approx/taesd_decoder.safetensors` (ComfyUI's folder) in each of `folders`, in order.
+pub fn find_taesd(folders: &[&Path]) -> Option<PathBuf> {
+    folders
+        .iter()
+        .flat_map(|dir| {
+            [
+                dir.join(TAESD_FILE),
+                dir.join("vae_approx").join(TAESD_FILE),
+            ]
+        })
+        .find(|p| p.is_file())
+}
+
+/// The folders a model's TAESD is looked for in: the model's own, and the one above it (ComfyUI
+/// keeps `models/checkpoints/x.safetensors` beside `models/vae_approx/`).
+pub fn taesd_folders_for(model: &Path) -> Vec<&Path> {
+    let own = model.parent().filter(|p| !p.as_os_str().is_empty());
+    own.into_iter().chain(own.and_then(Path::parent)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn taesd_is_found_beside_the_model_or_in_comfyui_vae_approx() {
+        let root = std::env::temp_dir().join(format!("latent-paths-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let checkpoints = root.join("models/checkpoints");
+        std::fs::create_dir_all(&checkpoints).unwrap();
+        let model = checkpoints.join("sd15.safetensors");
+        let folders = taesd_folders_for(&model);
+        assert_eq!(find_taesd(&folders), None);
+
+        let comfy = root.join("models/vae_approx");
+        std::fs::create_dir_all(&comfy).unwrap();
+        std::fs::write(comfy.join(TAESD_FILE), b"").unwrap();
+        assert_eq!(find_taesd(&folders), Some(comfy.join(TAESD_FILE)));
+
+        // One beside the model comes first.
+        std::fs::write(checkpoints.join(TAESD_FILE), b"").unwrap();
+        assert_eq!(find_taesd(&folders), Some(checkpoints.join(TAESD_FILE)));
+        // The studio's models folder follows the same rule.
+        assert_eq!(
+            find_taesd(&[&root.join("models")]),
+            Some(comfy.join(TAESD_FILE))
+        );
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    #[test]
+    fn a_bare_file_name_has_no_folders_to_search() {
+        assert!(taesd_folders_for(Path::new("model.safetensors")).is_empty());
+    }
+}
