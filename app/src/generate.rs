@@ -34,9 +34,9 @@ pub struct GenerateArgs {
     /// Random when not given; always recorded in the PNG.
     #[arg(long)]
     seed: Option<u64>,
-    #[arg(long, default_value_t = 20)]
+    #[arg(long, default_value_t = Txt2ImgRequest::default().steps)]
     steps: usize,
-    #[arg(long, default_value_t = 7.0, allow_negative_numbers = true)]
+    #[arg(long, default_value_t = Txt2ImgRequest::default().cfg_scale, allow_negative_numbers = true)]
     cfg: f32,
     /// euler, euler_a, dpmpp_2m or ddim.
     #[arg(long, default_value = "euler")]
@@ -44,9 +44,9 @@ pub struct GenerateArgs {
     /// normal or karras.
     #[arg(long, default_value = "normal")]
     schedule: Schedule,
-    #[arg(long, default_value_t = 512)]
+    #[arg(long, default_value_t = Txt2ImgRequest::default().width)]
     width: usize,
-    #[arg(long, default_value_t = 512)]
+    #[arg(long, default_value_t = Txt2ImgRequest::default().height)]
     height: usize,
     /// auto, cpu, gpu, gpu:N or part of an adapter name (`arc`, `lavapipe`).
     #[arg(long, default_value = "auto")]

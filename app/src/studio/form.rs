@@ -32,18 +32,20 @@ pub struct Form {
 
 impl Default for Form {
     fn default() -> Self {
+        // The engine's request defaults, the command line's too.
+        let request = Txt2ImgRequest::default();
         Self {
             prompt: String::new(),
             negative: String::new(),
             seed: 1,
             seed_locked: false,
-            steps: 20,
-            cfg: 7.0,
-            sampler: SamplerKind::Euler,
-            schedule: Schedule::Normal,
-            width: 512,
-            height: 512,
-            batch_count: 1,
+            steps: request.steps,
+            cfg: request.cfg_scale,
+            sampler: request.sampler,
+            schedule: request.schedule,
+            width: request.width,
+            height: request.height,
+            batch_count: request.batch_count,
         }
     }
 }
