@@ -126,6 +126,7 @@ pub fn latent2rgb_packed(x0: &Tensor<4>, factors: &Factors) -> PackedImage {
 }
 
 /// The host reference of [`latent2rgb_packed`]: `x0` is one `[c, h, w]` latent, row-major.
+/// [`crate::preview::latent2rgb_reference`]'s values, rounded to bytes, with opaque alpha.
 pub fn latent2rgb_reference_rgba8(
     x0: &[f32],
     c: usize,
@@ -133,18 +134,13 @@ pub fn latent2rgb_reference_rgba8(
     w: usize,
     factors: &Factors,
 ) -> Vec<u8> {
-    let byte = |v: f32| (((v + 1.0) / 2.0).clamp(0.0, 1.0) * 255.0).round_ties_even() as u8;
-    let mut out = Vec::with_capacity(h * w * 4);
-    for i in 0..h * w {
-        for (ch, &bias) in factors.bias.iter().enumerate() {
-            let v = (0..c)
-                .map(|k| x0[k * h * w + i] * factors.factors[k][ch])
-                .fold(bias, |acc, t| acc + t);
-            out.push(byte(v));
-        }
-        out.push(255);
-    }
-    out
+    crate::preview::latent2rgb_reference(x0, c, h, w, factors)
+        .chunks_exact(3)
+        .flat_map(|p| {
+            let byte = |v: f32| v.round_ties_even() as u8;
+            [byte(p[0]), byte(p[1]), byte(p[2]), 255]
+        })
+        .collect()
 }
 
 #[cfg(test)]
