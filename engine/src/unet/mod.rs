@@ -141,6 +141,24 @@ impl UNetConfig {
             MAX_LAYERS,
         )?;
         bounds::count("norm_num_groups", self.norm_num_groups, MAX_GROUPS)?;
+        // A zero head count is refused wherever it stands, even in a field the other overrides
+        // or for a level without attention: a file that says 0 heads is wrong, not unused.
+        let heads = [
+            ("attention_head_dim", Some(&self.attention_head_dim)),
+            ("num_attention_heads", self.num_attention_heads.as_ref()),
+        ];
+        for (field, value) in heads {
+            let zero = match value {
+                Some(PerBlock::One(v)) => *v == 0,
+                Some(PerBlock::Each(v)) => v.contains(&0),
+                None => false,
+            };
+            if zero {
+                return Err(Error::Config(format!(
+                    "{field} has a zero; a level has at least one attention head"
+                )));
+            }
+        }
         bounds::count("cross_attention_dim", self.cross_attention_dim, MAX_WIDTH)?;
         bounds::count("sample_size", self.sample_size, 4096)?;
         bounds::positive("norm_eps", self.norm_eps, 1.0)?;
