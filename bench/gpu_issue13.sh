@@ -37,6 +37,10 @@
 #   PART=r  PyTorch (fp16 UNet step, VAE decode, 20-step txt2img), then ours (default compiler):
 #           UNet step both ways, VAE, 20-step txt2img with replayed steps; no burn-ops step, no
 #           profile, no op report (each tunes kernels of its own)
+#   PART=s  PyTorch's fp16 UNet step, then ours on the WGSL/SIMT path: the op report (every
+#           linear shape on our tiled product and burn's matmul, in both weight layouts; every
+#           convolution shape on ours and burn's) and the step; the step again with
+#           LATENT_STUDIO_MATMUL=burn; then under SPIR-V with LATENT_STUDIO_CMMA=off (the iGPU route)
 #   PART=e  PyTorch (fp16 UNet, VAE, 20-step txt2img), then our f16 bench under perf (a flat
 #           profile per thread: where the host time of a step goes). Needs .perf/perf.txz (perf
 #           and its libraries) and a release build with symbols (CARGO_PROFILE_RELEASE_STRIP=false)
@@ -154,6 +158,12 @@ p)
 r)
   PARTS=${TORCH_PARTS:-unet16,vae,e2e} timeout 110 python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_r.txt
   timeout ${OURS_TIMEOUT:-440} /tmp/ls bench --device gpu --precision f16 --runs 7 --steps 20 --no-ops --no-previews --no-profile --no-burn-ops 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_spirv.txt
+  ;;
+s)
+  PARTS=unet16 timeout 75 python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_s.txt
+  LATENT_STUDIO_COMPILER=wgsl timeout ${WGSL_TIMEOUT:-270} /tmp/ls bench --device gpu --precision f16 --runs 3 --unet-only --no-burn-ops --no-profile 2>&1 | grep -v "^\[F16\]   [a-z_]*  *[0-9.]* ms  {" | tee $OUT/ours_wgsl_ops.txt
+  LATENT_STUDIO_COMPILER=wgsl LATENT_STUDIO_MATMUL=burn timeout ${BURN_TIMEOUT:-110} /tmp/ls bench --device gpu --precision f16 --runs 5 --unet-only --no-ops --no-burn-ops --no-profile 2>&1 | tee $OUT/ours_wgsl_burn_matmul.txt
+  LATENT_STUDIO_CMMA=off timeout ${SIMT_TIMEOUT:-120} /tmp/ls bench --device gpu --precision f16 --runs 5 --unet-only --no-ops --no-burn-ops --no-profile 2>&1 | tee $OUT/ours_spirv_simt.txt
   ;;
 h)
   timeout ${OURS_TIMEOUT:-540} /tmp/ls bench --device gpu --precision f16 --runs 3 --unet-only 2>&1 | grep -v "^\[F16\]   [a-z_]*  *[0-9.]* ms  {" | tee $OUT/ours_spirv_ops.txt

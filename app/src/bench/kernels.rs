@@ -202,6 +202,10 @@ pub fn unet_report(
                     || "(no conv decision matched)".to_string(),
                     |d| d.kernel.clone(),
                 ),
+            OpShape::Linear { .. } if latent_engine::kernels::matmul::runs_on(device, dtype) => {
+                "ours, tiled GEMM (SIMT)".to_string()
+            }
+            OpShape::Linear { .. } => "burn matmul".to_string(),
             OpShape::Attention { d, .. } => {
                 latent_engine::kernels::attention::describe(device, dtype, *d)
             }
@@ -232,6 +236,7 @@ pub fn unet_report(
     }
     attention_report(&ops, device, precision, runs)?;
     super::conv::report(&ops, device, dtype, precision, runs)?;
+    super::linear::report(&ops, device, dtype, precision, runs)?;
     if !decisions.is_empty() {
         println!(
             "[{precision:?}] autotune decisions of that step ({}):",

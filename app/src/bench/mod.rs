@@ -25,6 +25,7 @@ use latent_engine::{LoadOptions, Precision, StableDiffusion};
 
 mod conv;
 mod kernels;
+mod linear;
 
 #[derive(Args, Debug)]
 pub struct BenchArgs {

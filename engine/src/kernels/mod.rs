@@ -16,6 +16,7 @@ pub mod copy;
 pub mod group_norm;
 pub mod latent2rgb;
 pub mod layer_norm;
+pub mod matmul;
 
 use burn::backend::Wgpu;
 use burn::backend::wgpu::{CubeBackend, CubeTensor, into_contiguous};
@@ -59,6 +60,15 @@ pub fn cooperative_matrices_off() -> bool {
     *OFF.get_or_init(|| {
         std::env::var("LATENT_STUDIO_CMMA").is_ok_and(|v| v.trim().eq_ignore_ascii_case("off"))
     })
+}
+
+/// Whether `device` (a wgpu device) computes `dtype` products on plain lanes: it has no cooperative
+/// matrices, or they are switched off ([`cooperative_matrices_off`]). There burn's 3×3
+/// convolution is `conv_direct` and our SIMT convolution and product run instead. A launch-free
+/// query, but it makes a tensor: callers settle it once per layer.
+pub(crate) fn plain_lanes(device: &burn::tensor::Device, dtype: DType) -> bool {
+    resolve(Tensor::<1>::zeros([1], (device, dtype)))
+        .is_some_and(|t| cooperative_matrices_off() || t.client.features().matmul.cmma.is_empty())
 }
 
 /// The sum of `value` over a cube of `lanes` (= 2^`log2_lanes`) lanes, returned to every lane;

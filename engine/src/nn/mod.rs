@@ -6,8 +6,11 @@ use burn::tensor::activation;
 use burn::tensor::module::{embedding, layer_norm, linear};
 use burn::tensor::{DType, Int, Tensor, TensorData};
 
+use std::sync::{Arc, OnceLock};
+
 use crate::checkpoint::Weights;
 use crate::error::{Error, Result};
+use crate::kernels::matmul::{self, WeightLayout};
 
 mod conv;
 
@@ -19,6 +22,11 @@ pub use conv::Conv2d;
 pub struct Linear {
     weight: Tensor<2>,
     bias: Option<Tensor<1>>,
+    /// How `weight`'s buffer lies (our product reads it in place).
+    layout: WeightLayout,
+    /// Whether this layer's device runs our product ([`crate::kernels::matmul`]), settled at the
+    /// first call; clones share it, a cast makes a new layer.
+    ours: Arc<OnceLock<bool>>,
 }
 
 impl Linear {
@@ -29,12 +37,21 @@ impl Linear {
         } else {
             None
         };
-        Ok(Self { weight, bias })
+        Ok(Self::with_layout(weight, bias, WeightLayout::OutIn))
     }
 
     /// From a `[in, out]` weight and an optional bias (benchmarks, tests).
     pub fn from_tensors(weight: Tensor<2>, bias: Option<Tensor<1>>) -> Self {
-        Self { weight, bias }
+        Self::with_layout(weight, bias, WeightLayout::InOut)
+    }
+
+    fn with_layout(weight: Tensor<2>, bias: Option<Tensor<1>>, layout: WeightLayout) -> Self {
+        Self {
+            weight,
+            bias,
+            layout,
+            ours: Arc::default(),
+        }
     }
 
     /// `[d_in, d_out]`.
@@ -53,6 +70,20 @@ impl Linear {
                 bias: self.bias.is_some(),
             }
         });
+        let ours = *self
+            .ours
+            .get_or_init(|| matmul::runs_on(&x.device(), self.weight.dtype()));
+        if ours
+            && let Some(y) = matmul::linear(
+                x.clone(),
+                &self.weight,
+                self.layout,
+                self.bias.as_ref(),
+                None,
+            )
+        {
+            return y;
+        }
         linear(x, self.weight.clone(), self.bias.clone())
     }
 
@@ -72,15 +103,22 @@ impl Linear {
                 .collect();
             Tensor::cat(biases, 0)
         });
-        Self { weight, bias }
+        // `cat` along the outputs of `[in, out]` views writes a new `[in, out]` buffer.
+        Self::with_layout(weight, bias, WeightLayout::InOut)
     }
 
     /// A copy with its weights in `dtype` (e.g. the f32 VAE retry of an f16 model).
     pub fn cast(&self, dtype: DType) -> Self {
-        Self {
-            weight: self.weight.clone().cast(dtype),
-            bias: self.bias.clone().map(|b| b.cast(dtype)),
-        }
+        // Cast the buffer as it lies, so the copy lies the same way.
+        let weight = match self.layout {
+            WeightLayout::OutIn => self.weight.clone().transpose().cast(dtype).transpose(),
+            WeightLayout::InOut => self.weight.clone().cast(dtype),
+        };
+        Self::with_layout(
+            weight,
+            self.bias.clone().map(|b| b.cast(dtype)),
+            self.layout,
+        )
     }
 }
 

@@ -16,12 +16,14 @@
 //! ([`splits`]): each slice writes f32 partial sums and a second kernel adds them and applies the
 //! epilogue. The twin is burn's `conv2d` on the OIHW weights, plus the adds.
 //!
-//! `nn::Conv2d` runs it ([`Prepared`]) for 3×3 kernels with at least 32 output channels on devices
-//! without cooperative matrices: there it was 3–20× faster than burn's `conv_direct` on every SD
-//! 1.5 UNet 3×3 shape (H200 under WGSL, BENCHMARKS.md). Where the device has cooperative
-//! matrices, burn's cmma implicit GEMM is faster and runs; 1×1 kernels stay with burn's im2col
-//! matmul (faster on every shape measured); so do the 4- and 3-channel output convolutions (a
-//! 64-channel tile would be mostly idle).
+//! `nn::Conv2d` runs it ([`Prepared`]) for every 3×3 and 1×1 layer on devices without cooperative
+//! matrices: there it was 3–20× faster than burn's `conv_direct` on every SD 1.5 UNet 3×3 shape
+//! (H200 under WGSL, BENCHMARKS.md). The rest would take burn's convolution autotune, which
+//! compiles and times 13 candidates per shape (the 1×1 layers' im2col matmul dozens more): on
+//! lavapipe those LLVM compiles were 290 of a cold parity test's 360 s, and on an iGPU they are
+//! the artist's first-run wait. That includes the 4- and 3-channel outputs, where most of a tile
+//! idles (0.67 against `conv_direct`'s 0.40 ms for 320→4 at 64², sixth session): one path, measured.
+//! Where the device has cooperative matrices, burn's cmma implicit GEMM is faster and runs.
 //!
 //! Not yet here (issue 13): a channels-last layout, a cooperative-matrix variant.
 
@@ -144,9 +146,6 @@ impl Epilogue<'_> {
     }
 }
 
-/// Fewest output channels for which ours runs (a tile holds 64).
-const MIN_OUT_CHANNELS: usize = 32;
-
 /// One convolution layer's use of our kernel: whether it runs on the layer's device and its
 /// packed weights, both settled at the first call (a layer's weights live on one device in one
 /// dtype; a cast makes a new layer). Clones share it.
@@ -170,28 +169,22 @@ impl Prepared {
         }
         let packed = self
             .0
-            .get_or_init(|| without_cmma(&device, x.dtype()).then(|| pack(weight.clone())));
+            .get_or_init(|| super::plain_lanes(&device, x.dtype()).then(|| pack(weight.clone())));
         conv2d_with(x.clone(), packed.as_ref()?, geometry, epilogue, None)
     }
 }
 
 /// The layer shapes ours takes (module docs).
 fn suits(kh: usize, kw: usize, c_out: usize) -> bool {
-    kh == 3 && kw == 3 && c_out >= MIN_OUT_CHANNELS
+    kh == kw && (kh == 3 || kh == 1) && c_out > 0
 }
 
 /// Whether a `k`×`k` convolution to `c_out` channels in `dtype` runs through our kernel on
 /// `device` (the bench's op report).
 pub fn runs_for(device: &burn::tensor::Device, dtype: DType, k: usize, c_out: usize) -> bool {
-    super::available(device) && suits(k, k, c_out) && without_cmma(device, dtype)
+    super::available(device) && suits(k, k, c_out) && super::plain_lanes(device, dtype)
 }
 
-/// Whether `device` lacks cooperative matrices (where burn's 3×3 convolution is `conv_direct`).
-fn without_cmma(device: &burn::tensor::Device, dtype: DType) -> bool {
-    resolve(Tensor::<1>::zeros([1], (device, dtype))).is_some_and(|t| {
-        super::cooperative_matrices_off() || t.client.features().matmul.cmma.is_empty()
-    })
-}
 
 /// OIHW weights `[c_out, c_in, kh, kw]` as the kernel reads them: `[c_in·kh·kw, c_out]`,
 /// contiguous (a round trip through the host, so once per model at load, never per call).

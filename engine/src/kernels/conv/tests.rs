@@ -153,8 +153,8 @@ fn splits_only_small_grids_with_long_reductions() {
     }
 }
 
-/// `nn::Conv2d`'s route on lavapipe (no cooperative matrices): ours for a 3×3 layer with 32 or
-/// more output channels (packed once, shared by clones), burn for 1×1 and narrow outputs.
+/// `nn::Conv2d`'s route on lavapipe (no cooperative matrices): ours for every 3×3 and 1×1 layer,
+/// narrow outputs included (packed once, shared by clones); other kernel sizes are burn's.
 #[test]
 fn prepared_routes_by_shape_and_device() {
     let device = wgpu();
@@ -199,19 +199,29 @@ fn prepared_routes_by_shape_and_device() {
     );
     let none = Epilogue::default();
     let narrow = weight(4, 3);
-    assert!(
-        super::Prepared::default()
-            .forward(&x, &narrow, geometry(3, 1), &none)
-            .is_none()
+    let ours = super::Prepared::default()
+        .forward(&x, &narrow, geometry(3, 1), &none)
+        .expect("ours runs narrow outputs too");
+    let twin = conv2d(
+        x.clone(),
+        narrow,
+        None,
+        ConvOptions::new([1, 1], [1, 1], [1, 1], 1),
     );
-    assert!(!super::runs_for(&device, dtype, 3, 4));
+    assert!(relative(&read(ours), &read(twin)) <= 1e-4);
     let pointwise = weight(40, 1);
-    assert!(
-        super::Prepared::default()
-            .forward(&x, &pointwise, geometry(1, 0), &none)
-            .is_none()
+    let ours = super::Prepared::default()
+        .forward(&x, &pointwise, geometry(1, 0), &none)
+        .expect("ours runs 1×1 layers too");
+    assert!(super::runs_for(&device, dtype, 1, 40));
+    let twin = conv2d(
+        x.clone(),
+        pointwise,
+        None,
+        ConvOptions::new([1, 1], [0, 0], [1, 1], 1),
     );
-    assert!(!super::runs_for(&device, dtype, 1, 40));
+    assert!(relative(&read(ours), &read(twin)) <= 1e-4);
+    assert!(!super::runs_for(&device, dtype, 5, 40));
 }
 
 /// The ×2 nearest upsampling read in place: equal to burn's `interpolate` then `conv2d`, on an

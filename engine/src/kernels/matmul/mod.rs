@@ -1,0 +1,156 @@
+//! A linear layer's product on plain lanes (no cooperative matrices): `y = x · Wᵀ + b` as a
+//! tiled GEMM, for adapters where burn's matmul is the only candidate (Iris Xe, Meteor Lake,
+//! every WGSL adapter). On an H100 under WGSL burn's matmul ran the UNet's q/k/v projections at
+//! 4–4.8 TFLOP/s whatever their width (K = 320–1280; BENCHMARKS.md, tenth session), where our
+//! convolution's same tiling reaches 12–17 on large maps.
+//!
+//! The tiling is the convolution's ([`super::conv`]): a 64 (rows) × 64 (output features) tile per
+//! 256-lane cube, 4 × 4 f32 accumulators per lane, the reduction staged 16 at a time in workgroup
+//! memory (8.3 KiB), the bias added in f32 before the one cast. The weight is read in place in
+//! either layout a layer holds ([`WeightLayout`]): nothing is packed or copied. Few row tiles
+//! (the 8×8 level's 128 tokens, cross-attention's 154 context rows) split the reduction as the
+//! convolution does ([`super::conv::splits`]). The twin is burn's `linear`.
+//!
+//! `nn::Linear` runs it ([`runs_on`]) for every layer on devices without cooperative matrices,
+//! unless `LATENT_STUDIO_MATMUL=burn` (to compare the two in one build): the few narrow ones (the
+//! time embedding's 2 rows) leave most of a tile idle, but burn's matmul autotune compiles and
+//! times dozens of candidates per shape, the artist's first-run wait on an iGPU (and 290 of a
+//! cold lavapipe parity test's 360 s).
+
+mod kernel;
+#[cfg(test)]
+mod tests;
+
+use burn::cubecl::prelude::*;
+use burn::tensor::{DType, Tensor};
+
+use super::{Element, buffer_arg, grid, output, resolve};
+use kernel::{BK, BM, BN, LANES, matmul_nt, matmul_split_sum};
+
+/// How a linear layer's weight lies in memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WeightLayout {
+    /// `[out, in]` row-major, as checkpoints store it; the layer's `[in, out]` tensor is its
+    /// transposed view.
+    OutIn,
+    /// `[in, out]` row-major (q, k and v concatenated along their outputs).
+    InOut,
+}
+
+/// Whether ours is switched off for products (`LATENT_STUDIO_MATMUL=burn`).
+fn switched_off() -> bool {
+    static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *OFF.get_or_init(|| {
+        std::env::var("LATENT_STUDIO_MATMUL").is_ok_and(|v| v.trim().eq_ignore_ascii_case("burn"))
+    })
+}
+
+/// Whether a layer on `device` in `dtype` takes ours (settled once per layer).
+pub fn runs_on(device: &burn::tensor::Device, dtype: DType) -> bool {
+    super::available(device)
+        && !switched_off()
+        && Element::of(dtype).is_some()
+        && super::plain_lanes(device, dtype)
+}
+
+/// `x` `[.., in]` times the layer's `weight` (`[in, out]`, laid out as `layout` says) plus
+/// `bias` `[out]`, through our kernel; `None` where it does not run here (CPU backend, dtype,
+/// shapes past the grid). `slices`: the reduction split (`None`: as the convolution's rule).
+///
+/// # Shapes
+/// `[.., in] -> [.., out]`
+pub fn linear<const D: usize>(
+    x: Tensor<D>,
+    weight: &Tensor<2>,
+    layout: WeightLayout,
+    bias: Option<&Tensor<1>>,
+    slices: Option<usize>,
+) -> Option<Tensor<D>> {
+    let device = x.device();
+    if !super::available(&device) {
+        return None;
+    }
+    let dtype = x.dtype();
+    let element = Element::of(dtype)?;
+    let dims = x.dims();
+    let depth = dims[D - 1];
+    let rows: usize = dims[..D - 1].iter().product();
+    let [w_in, cols] = weight.dims();
+    if w_in != depth
+        || weight.dtype() != dtype
+        || bias.is_some_and(|b| b.dims() != [cols] || b.dtype() != dtype)
+    {
+        return None;
+    }
+    let (nx, ny) = (cols.div_ceil(BN), rows.div_ceil(BM));
+    if rows == 0 || cols == 0 || depth == 0 || nx > 65_535 || ny > 65_535 {
+        return None;
+    }
+    let steps = depth.div_ceil(BK);
+    let slices = slices
+        .unwrap_or_else(|| super::conv::splits(nx * ny, steps))
+        .clamp(1, steps);
+    let per_slice = steps.div_ceil(slices);
+    let slices = steps.div_ceil(per_slice).max(1);
+    let split = slices > 1;
+
+    let xc = resolve(x)?;
+    // The buffer as it lies: `[out, in]` is the transposed view's source, contiguous.
+    let wc = match layout {
+        WeightLayout::OutIn => resolve(weight.clone().transpose())?,
+        WeightLayout::InOut => resolve(weight.clone())?,
+    };
+    let bc = match bias {
+        Some(b) => resolve(b.clone())?,
+        None => resolve(Tensor::<1>::zeros([1], (&device, dtype)))?,
+    };
+    let partial_len = if split { slices * rows * cols } else { 1 };
+    let (_partial, pc) = output([partial_len], DType::F32, &device)?;
+    let mut out_shape = dims;
+    out_shape[D - 1] = cols;
+    let (out, oc) = output(out_shape, dtype, &device)?;
+    let client = xc.client.clone();
+    let add_bias = bias.is_some();
+    let w_out_in = layout == WeightLayout::OutIn;
+    let (gx, gy) = grid((rows * cols).div_ceil(LANES))?;
+    macro_rules! launch {
+        ($t:ty) => {{
+            matmul_nt::launch::<$t>(
+                &client,
+                CubeCount::Static(nx as u32, ny as u32, slices as u32),
+                CubeDim::new_1d(LANES as u32),
+                buffer_arg(&xc),
+                buffer_arg(&wc),
+                buffer_arg(&bc),
+                buffer_arg(&oc),
+                buffer_arg(&pc),
+                rows,
+                cols,
+                depth,
+                per_slice,
+                w_out_in,
+                add_bias,
+                split,
+            );
+            if split {
+                matmul_split_sum::launch::<$t>(
+                    &client,
+                    CubeCount::Static(gx, gy, 1),
+                    CubeDim::new_1d(LANES as u32),
+                    buffer_arg(&pc),
+                    buffer_arg(&bc),
+                    buffer_arg(&oc),
+                    rows,
+                    cols,
+                    slices,
+                    add_bias,
+                );
+            }
+        }};
+    }
+    match element {
+        Element::F32 => launch!(f32),
+        Element::F16 => launch!(half::f16),
+    }
+    Some(out)
+}
