@@ -41,6 +41,9 @@
 #           linear shape on our tiled product and burn's matmul, in both weight layouts; every
 #           convolution shape on ours and burn's) and the step; the step again with
 #           LATENT_STUDIO_MATMUL=burn; then under SPIR-V with LATENT_STUDIO_CMMA=off (the iGPU route)
+#   PART=t  PyTorch's fp16 UNet step, then ours: the step under the default compiler (SPIR-V,
+#           cooperative matrices) and under WGSL, then the SPIR-V op report (every linear shape
+#           with burn's matmul in both weight layouts)
 #   PART=e  PyTorch (fp16 UNet, VAE, 20-step txt2img), then our f16 bench under perf (a flat
 #           profile per thread: where the host time of a step goes). Needs .perf/perf.txz (perf
 #           and its libraries) and a release build with symbols (CARGO_PROFILE_RELEASE_STRIP=false)
@@ -164,6 +167,12 @@ s)
   LATENT_STUDIO_COMPILER=wgsl timeout ${WGSL_TIMEOUT:-270} /tmp/ls bench --device gpu --precision f16 --runs 3 --unet-only --no-burn-ops --no-profile 2>&1 | grep -v "^\[F16\]   [a-z_]*  *[0-9.]* ms  {" | tee $OUT/ours_wgsl_ops.txt
   LATENT_STUDIO_COMPILER=wgsl LATENT_STUDIO_MATMUL=burn timeout ${BURN_TIMEOUT:-110} /tmp/ls bench --device gpu --precision f16 --runs 5 --unet-only --no-ops --no-burn-ops --no-profile 2>&1 | tee $OUT/ours_wgsl_burn_matmul.txt
   LATENT_STUDIO_CMMA=off timeout ${SIMT_TIMEOUT:-120} /tmp/ls bench --device gpu --precision f16 --runs 5 --unet-only --no-ops --no-burn-ops --no-profile 2>&1 | tee $OUT/ours_spirv_simt.txt
+  ;;
+t)
+  PARTS=unet16 timeout 70 python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_t.txt
+  timeout ${OURS_TIMEOUT:-150} /tmp/ls bench --device gpu --precision f16 --runs 7 --unet-only --no-ops --no-burn-ops --no-profile 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_spirv.txt
+  LATENT_STUDIO_COMPILER=wgsl timeout ${WGSL_TIMEOUT:-120} /tmp/ls bench --device gpu --precision f16 --runs 7 --unet-only --no-ops --no-burn-ops --no-profile 2>&1 | tee $OUT/ours_wgsl.txt
+  timeout ${OPS_TIMEOUT:-230} /tmp/ls bench --device gpu --precision f16 --runs 3 --unet-only --no-burn-ops --no-profile 2>&1 | grep -v "^\[F16\]   [a-z_]*  *[0-9.]* ms  {" | tee $OUT/ours_spirv_ops.txt
   ;;
 h)
   timeout ${OURS_TIMEOUT:-540} /tmp/ls bench --device gpu --precision f16 --runs 3 --unet-only 2>&1 | grep -v "^\[F16\]   [a-z_]*  *[0-9.]* ms  {" | tee $OUT/ours_spirv_ops.txt

@@ -65,7 +65,7 @@ impl CompilerOverride {
 }
 
 /// Names software rasterisers report even where the device type says otherwise.
-fn software_by_name(name: &str) -> bool {
+pub(crate) fn software_by_name(name: &str) -> bool {
     let name = name.to_ascii_lowercase();
     [
         "llvmpipe",

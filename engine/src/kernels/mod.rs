@@ -71,6 +71,18 @@ pub(crate) fn plain_lanes(device: &burn::tensor::Device, dtype: DType) -> bool {
         .is_some_and(|t| cooperative_matrices_off() || t.client.features().matmul.cmma.is_empty())
 }
 
+/// Whether `device` is a software adapter (lavapipe/llvmpipe, SwiftShader: no card behind it, or
+/// named as one). There a kernel's first launch is an LLVM compile of seconds, so burn's
+/// autotune (13–33 candidates compiled and timed per shape) costs minutes, and our one kernel per
+/// op runs instead even where burn's tuned choice is faster on a card (linears, 1×1 and narrow
+/// convolutions; BENCHMARKS.md, eleventh session). Makes a tensor: callers settle it once.
+pub(crate) fn software(device: &burn::tensor::Device) -> bool {
+    resolve(Tensor::<1>::zeros([1], device)).is_some_and(|t| {
+        let identity = &t.client.properties().identity;
+        identity.physical.is_none() || crate::compiler::software_by_name(&identity.name)
+    })
+}
+
 /// The sum of `value` over a cube of `lanes` (= 2^`log2_lanes`) lanes, returned to every lane;
 /// `shared` holds `lanes` f32.
 #[cubecl::cube]

@@ -90,7 +90,13 @@ impl Linear {
     /// One layer computing `parts` side by side: output columns are each part's in order (q, k and
     /// v of an attention as one matmul). Parts without a bias get zeros where another has one.
     pub fn concat(parts: &[Linear]) -> Self {
-        let weight = Tensor::cat(parts.iter().map(|p| p.weight.clone()).collect(), 1);
+        // Stacked as checkpoints store weights, `[out, in]`, and used through the transposed
+        // view: burn's matmul on plain lanes ran q/k/v 2–4× faster that way than from a written
+        // `[in, out]` (H100 under WGSL, eleventh session, BENCHMARKS.md).
+        let out_in = Tensor::cat(
+            parts.iter().map(|p| p.weight.clone().transpose()).collect(),
+            0,
+        );
         let bias = parts.iter().any(|p| p.bias.is_some()).then(|| {
             let biases = parts
                 .iter()
@@ -103,8 +109,7 @@ impl Linear {
                 .collect();
             Tensor::cat(biases, 0)
         });
-        // `cat` along the outputs of `[in, out]` views writes a new `[in, out]` buffer.
-        Self::with_layout(weight, bias, WeightLayout::InOut)
+        Self::with_layout(out_in.transpose(), bias, WeightLayout::OutIn)
     }
 
     /// A copy with its weights in `dtype` (e.g. the f32 VAE retry of an f16 model).

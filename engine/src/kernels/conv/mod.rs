@@ -16,14 +16,15 @@
 //! ([`splits`]): each slice writes f32 partial sums and a second kernel adds them and applies the
 //! epilogue. The twin is burn's `conv2d` on the OIHW weights, plus the adds.
 //!
-//! `nn::Conv2d` runs it ([`Prepared`]) for every 3×3 and 1×1 layer on devices without cooperative
-//! matrices: there it was 3–20× faster than burn's `conv_direct` on every SD 1.5 UNet 3×3 shape
-//! (H200 under WGSL, BENCHMARKS.md). The rest would take burn's convolution autotune, which
-//! compiles and times 13 candidates per shape (the 1×1 layers' im2col matmul dozens more): on
-//! lavapipe those LLVM compiles were 290 of a cold parity test's 360 s, and on an iGPU they are
-//! the artist's first-run wait. That includes the 4- and 3-channel outputs, where most of a tile
-//! idles (0.67 against `conv_direct`'s 0.40 ms for 320→4 at 64², sixth session): one path, measured.
-//! Where the device has cooperative matrices, burn's cmma implicit GEMM is faster and runs.
+//! `nn::Conv2d` runs it ([`Prepared`]) on devices without cooperative matrices for 3×3 layers
+//! with at least 32 output channels: there it was 3–20× faster than burn's `conv_direct` on every
+//! SD 1.5 UNet 3×3 shape (H200 and H100 under WGSL, BENCHMARKS.md). The 1×1 layers and the 4- and
+//! 3-channel outputs stay with burn on a card (its im2col matmul and `conv_direct` were 1.3–2×
+//! faster there, eleventh session) but take ours on a software adapter
+//! ([`super::software`]): burn's convolution autotune compiles and times 13 candidates per
+//! shape (the im2col matmul's dozens more), and on lavapipe those LLVM compiles were 290 of a cold
+//! parity test's 360 s. Where the device has cooperative matrices, burn's cmma implicit GEMM is
+//! faster and runs.
 //!
 //! Not yet here (issue 13): a channels-last layout, a cooperative-matrix variant.
 
@@ -146,6 +147,41 @@ impl Epilogue<'_> {
     }
 }
 
+/// Fewest output channels for which ours runs on a card (a tile holds 64).
+const MIN_OUT_CHANNELS: usize = 32;
+
+/// Where a layer's device stands: whether ours runs at all, and for which shapes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Route {
+    /// Cooperative matrices (or the CPU backend): burn's convolution.
+    Burn,
+    /// A card without cooperative matrices: ours for the shapes it is faster at.
+    Card,
+    /// A software adapter: ours for every 3×3 and 1×1 layer.
+    Software,
+}
+
+impl Route {
+    fn of(device: &burn::tensor::Device, dtype: DType) -> Self {
+        if !super::available(device) || !super::plain_lanes(device, dtype) {
+            Route::Burn
+        } else if super::software(device) {
+            Route::Software
+        } else {
+            Route::Card
+        }
+    }
+
+    /// The layer shapes ours takes here (module docs).
+    fn takes(self, kh: usize, kw: usize, c_out: usize) -> bool {
+        match self {
+            Route::Burn => false,
+            Route::Card => kh == 3 && kw == 3 && c_out >= MIN_OUT_CHANNELS,
+            Route::Software => kh == kw && (kh == 3 || kh == 1) && c_out > 0,
+        }
+    }
+}
+
 /// One convolution layer's use of our kernel: whether it runs on the layer's device and its
 /// packed weights, both settled at the first call (a layer's weights live on one device in one
 /// dtype; a cast makes a new layer). Clones share it.
@@ -164,27 +200,23 @@ impl Prepared {
     ) -> Option<Tensor<4>> {
         let device = x.device();
         let [c_out, _, kh, kw] = weight.dims();
-        if !super::available(&device) || !suits(kh, kw, c_out) || geometry.k != kh {
+        if !super::available(&device) || geometry.k != kh {
             return None;
         }
-        let packed = self
-            .0
-            .get_or_init(|| super::plain_lanes(&device, x.dtype()).then(|| pack(weight.clone())));
+        let packed = self.0.get_or_init(|| {
+            Route::of(&device, x.dtype())
+                .takes(kh, kw, c_out)
+                .then(|| pack(weight.clone()))
+        });
         conv2d_with(x.clone(), packed.as_ref()?, geometry, epilogue, None)
     }
-}
-
-/// The layer shapes ours takes (module docs).
-fn suits(kh: usize, kw: usize, c_out: usize) -> bool {
-    kh == kw && (kh == 3 || kh == 1) && c_out > 0
 }
 
 /// Whether a `k`×`k` convolution to `c_out` channels in `dtype` runs through our kernel on
 /// `device` (the bench's op report).
 pub fn runs_for(device: &burn::tensor::Device, dtype: DType, k: usize, c_out: usize) -> bool {
-    super::available(device) && suits(k, k, c_out) && super::plain_lanes(device, dtype)
+    Route::of(device, dtype).takes(k, k, c_out)
 }
-
 
 /// OIHW weights `[c_out, c_in, kh, kw]` as the kernel reads them: `[c_in·kh·kw, c_out]`,
 /// contiguous (a round trip through the host, so once per model at load, never per call).

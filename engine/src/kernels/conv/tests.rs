@@ -153,11 +153,13 @@ fn splits_only_small_grids_with_long_reductions() {
     }
 }
 
-/// `nn::Conv2d`'s route on lavapipe (no cooperative matrices): ours for every 3×3 and 1×1 layer,
-/// narrow outputs included (packed once, shared by clones); other kernel sizes are burn's.
+/// `nn::Conv2d`'s route on lavapipe (a software adapter, no cooperative matrices): ours for every
+/// 3×3 and 1×1 layer, narrow outputs included (packed once, shared by clones); other kernel sizes
+/// are burn's.
 #[test]
 fn prepared_routes_by_shape_and_device() {
     let device = wgpu();
+    assert!(super::super::software(&device), "lavapipe is a software adapter");
     let dtype = DType::F32;
     let x = tensor(values(2 * 8 * 6 * 6, 0.2), [2, 8, 6, 6], &device, dtype);
     let weight = |c_out: usize, k: usize| {
@@ -279,4 +281,18 @@ fn upsampled_input_matches_interpolate_then_conv() {
             assert!(rel <= tol, "{dtype:?} slices {slices:?}: rel {rel}");
         }
     }
+}
+
+/// Which layers ours takes on each kind of device (module docs).
+#[test]
+fn routes_by_adapter() {
+    use super::Route;
+    assert!(Route::Card.takes(3, 3, 32));
+    assert!(!Route::Card.takes(3, 3, 4), "narrow outputs stay with burn on a card");
+    assert!(!Route::Card.takes(1, 1, 320), "1×1 layers stay with burn on a card");
+    assert!(Route::Software.takes(1, 1, 4));
+    assert!(Route::Software.takes(3, 3, 3));
+    assert!(!Route::Software.takes(5, 5, 40));
+    assert!(!Route::Software.takes(3, 1, 40));
+    assert!(!Route::Burn.takes(3, 3, 320));
 }

@@ -1,8 +1,7 @@
 //! A linear layer's product on plain lanes (no cooperative matrices): `y = x · Wᵀ + b` as a
-//! tiled GEMM, for adapters where burn's matmul is the only candidate (Iris Xe, Meteor Lake,
-//! every WGSL adapter). On an H100 under WGSL burn's matmul ran the UNet's q/k/v projections at
-//! 4–4.8 TFLOP/s whatever their width (K = 320–1280; BENCHMARKS.md, tenth session), where our
-//! convolution's same tiling reaches 12–17 on large maps.
+//! tiled GEMM, written when burn's matmul ran the UNet's fused q/k/v projections at 4–4.8 TFLOP/s
+//! on an H100 under WGSL (tenth session); that turned out to be their `[in, out]` layout (see
+//! `nn::Linear::concat`), not burn's kernels.
 //!
 //! The tiling is the convolution's ([`super::conv`]): a 64 (rows) × 64 (output features) tile per
 //! 256-lane cube, 4 × 4 f32 accumulators per lane, the reduction staged 16 at a time in workgroup
@@ -11,11 +10,12 @@
 //! (the 8×8 level's 128 tokens, cross-attention's 154 context rows) split the reduction as the
 //! convolution does ([`super::conv::splits`]). The twin is burn's `linear`.
 //!
-//! `nn::Linear` runs it ([`runs_on`]) for every layer on devices without cooperative matrices,
-//! unless `LATENT_STUDIO_MATMUL=burn` (to compare the two in one build): the few narrow ones (the
-//! time embedding's 2 rows) leave most of a tile idle, but burn's matmul autotune compiles and
-//! times dozens of candidates per shape, the artist's first-run wait on an iGPU (and 290 of a
-//! cold lavapipe parity test's 360 s).
+//! On an H100 under WGSL it reached 6–15 TFLOP/s on the UNet's linears but burn's matmul was
+//! 1.3–1.6× faster on most of them once the weights lay as checkpoints store them (eleventh
+//! session, BENCHMARKS.md), so cards keep burn's. `nn::Linear` runs ours ([`runs_on`]) on software
+//! adapters ([`super::software`]), where burn's matmul autotune compiles and times up to 33
+//! candidates per shape through LLVM: 290 of a cold lavapipe parity test's 360 s.
+//! `LATENT_STUDIO_MATMUL=burn` turns it off there too.
 
 mod kernel;
 #[cfg(test)]
@@ -51,6 +51,7 @@ pub fn runs_on(device: &burn::tensor::Device, dtype: DType) -> bool {
         && !switched_off()
         && Element::of(dtype).is_some()
         && super::plain_lanes(device, dtype)
+        && super::software(device)
 }
 
 /// `x` `[.., in]` times the layer's `weight` (`[in, out]`, laid out as `layout` says) plus
