@@ -1,0 +1,131 @@
+//! The engine's events, drained each frame within a time budget: progress, previews, finished
+//! images into the gallery, errors, and the engine's stop.
+
+use super::*;
+
+impl StudioApp {
+    pub(super) fn drain_events(&mut self, ctx: &egui::Context) {
+        if let Some(message) = self.saver.error() {
+            self.error = Some(message);
+        }
+        let start = Instant::now();
+        while start.elapsed() < EVENT_BUDGET {
+            let event = match self.engine.events.try_recv() {
+                Ok(event) => event,
+                Err(crossbeam_channel::TryRecvError::Empty) => break,
+                Err(crossbeam_channel::TryRecvError::Disconnected) => {
+                    // The engine thread is gone (a panic outside a command): say so once.
+                    if self.busy || self.loading || self.error.is_none() {
+                        self.error = Some(
+                            "The engine stopped unexpectedly. Finished images are kept; \
+                             restart the studio to generate again."
+                                .into(),
+                        );
+                    }
+                    self.busy = false;
+                    self.loading = false;
+                    self.progress = None;
+                    break;
+                }
+            };
+            self.last_event = Instant::now();
+            match event {
+                Event::Status(s) => self.status = s,
+                Event::ModelLoaded { name, path } => {
+                    self.loading = false;
+                    self.status = format!("{name} ready");
+                    self.model = Some((name, path.clone()));
+                    if !demo::is_demo(&path) && self.settings.last_model.as_ref() != Some(&path) {
+                        self.settings.last_model = Some(path);
+                        self.saver.save(&self.settings);
+                    }
+                }
+                Event::Progress {
+                    image,
+                    images,
+                    step,
+                    total,
+                    elapsed,
+                } => {
+                    self.progress = Some(Progress {
+                        image,
+                        images,
+                        step,
+                        total,
+                        elapsed,
+                    })
+                }
+                Event::Finished(finished) => {
+                    let texture = ctx.load_texture(
+                        finished.path.display().to_string(),
+                        color_image(&finished.image),
+                        TextureOptions::LINEAR,
+                    );
+                    self.status = format!("saved {}", finished.path.display());
+                    self.gallery.push(GalleryItem { finished, texture });
+                    self.selected = Some(self.gallery.len() - 1);
+                }
+                Event::Idle => {
+                    self.busy = false;
+                    self.loading = false;
+                    self.progress = None;
+                }
+                Event::Cancelled => self.status = "cancelled".into(),
+                Event::Failed(message) => {
+                    self.loading = false;
+                    self.error = Some(message);
+                }
+                Event::Crashed(message) => {
+                    self.loading = false;
+                    self.progress = None;
+                    self.error = Some(format!(
+                        "The engine stopped: {message}. Finished images are kept; it restarted \
+                         and reloads the model with the next generation."
+                    ));
+                }
+                Event::Notice(n) => self.notices.push(n),
+                Event::Cache(report) => self.cache_report = report,
+                Event::DeviceCheck { passed, lines } => self.device_check = Some((passed, lines)),
+                Event::DeviceReady { label, shared } => self.engine_device = Some((label, shared)),
+            }
+        }
+        // Dialog answers.
+        while let Ok(result) = self.dialogs.1.try_recv() {
+            match result {
+                DialogResult::Model(p) => self.load_model(p),
+                DialogResult::ModelsDir(p) => {
+                    self.models = scan_models(&p);
+                    self.settings.models_dir = Some(p);
+                    self.settings_changed();
+                }
+                DialogResult::OutputsDir(p) => {
+                    self.settings.outputs_dir = p;
+                    self.settings_changed();
+                }
+                DialogResult::Taesd(p) => {
+                    self.settings.taesd = Some(p);
+                    self.settings_changed();
+                }
+                DialogResult::SavedAs(Ok(path)) => {
+                    self.status = format!("saved as {}", path.display())
+                }
+                DialogResult::SavedAs(Err(e)) => self.error = Some(format!("not saved: {e}")),
+                DialogResult::Restored { path, parameters } => match parameters {
+                    Ok(p) => {
+                        let skipped = self.form.apply(&p);
+                        self.status = format!("restored parameters from {}", path.display());
+                        if !skipped.is_empty() {
+                            self.notices
+                                .push(format!("not restored: {}", skipped.join(", ")));
+                        }
+                    }
+                    Err(e) => self.error = Some(format!("{}: {e}", path.display())),
+                },
+                DialogResult::Demo(Ok(path)) => self.load_model(path),
+                DialogResult::Demo(Err(e)) => {
+                    self.error = Some(format!("the demo model is unavailable: {e}"))
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,66 @@
+//! The model panel: what is loaded, and loading another.
+
+use super::*;
+
+impl StudioApp {
+    pub(super) fn model_ui(&mut self, ui: &mut egui::Ui) {
+        ui.heading("Model");
+        match &self.model {
+            Some((name, path)) => {
+                ui.label(format!("Loaded: {name}"));
+                if demo::is_demo(path) {
+                    ui.weak("Demo model: random weights, it paints abstract images only.");
+                }
+            }
+            None if !self.loading => {
+                ui.label("No model yet. Open a .safetensors checkpoint or a diffusers folder, set a models folder in Settings, or try the demo model.");
+            }
+            None => {}
+        }
+        if self.loading {
+            ui.horizontal(|ui| {
+                ui.spinner();
+                ui.label(&self.status);
+            });
+        }
+        ui.horizontal_wrapped(|ui| {
+            if ui.button("Open checkpoint…").clicked() {
+                self.pick(|| {
+                    rfd::FileDialog::new()
+                        .add_filter("safetensors", &["safetensors"])
+                        .pick_file()
+                        .map(DialogResult::Model)
+                });
+            }
+            if ui.button("Open diffusers folder…").clicked() {
+                self.pick(|| rfd::FileDialog::new().pick_folder().map(DialogResult::Model));
+            }
+            if ui
+                .button("Demo model")
+                .on_hover_text("A tiny random-weight model of the real architecture: it makes abstract images, but runs the whole loop.")
+                .clicked()
+            {
+                self.load_demo();
+            }
+        });
+        if !self.models.is_empty() {
+            let mut chosen = None;
+            egui::ComboBox::from_label("Models folder")
+                .selected_text(self.model_name().unwrap_or("choose…").to_string())
+                .show_ui(ui, |ui| {
+                    for path in &self.models {
+                        let name = path
+                            .file_name()
+                            .map(|n| n.to_string_lossy().into_owned())
+                            .unwrap_or_default();
+                        if ui.selectable_label(false, name).clicked() {
+                            chosen = Some(path.clone());
+                        }
+                    }
+                });
+            if let Some(p) = chosen {
+                self.load_model(p);
+            }
+        }
+    }
+}

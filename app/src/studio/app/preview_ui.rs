@@ -1,0 +1,52 @@
+//! The preview panel: the preview method and the latest frame.
+
+use super::*;
+
+impl StudioApp {
+    pub(super) fn preview_ui(&mut self, ui: &mut egui::Ui) {
+        ui.horizontal(|ui| {
+            ui.label("Preview:");
+            let current = self.engine.preview.method();
+            for (method, label) in PREVIEW_CHOICES {
+                if ui.selectable_label(current == method, label).clicked() {
+                    self.set_preview_method(method);
+                }
+            }
+        });
+        let available = ui.available_size();
+        let target = egui::vec2(self.form.width as f32, self.form.height as f32);
+        let scale = (available.x / target.x)
+            .min(available.y / target.y)
+            .min(1.5);
+        let size = target * scale.max(0.05);
+        // The final image while idle (or the selected one), else the newest preview frame.
+        let texture = match (self.busy, self.selected, &self.preview) {
+            (false, Some(i), _) => self.gallery.get(i).map(|g| g.texture.clone()),
+            (true, _, Some((_, t))) => Some(t.clone()),
+            (_, None, Some((_, t))) => Some(t.clone()),
+            _ => None,
+        };
+        match texture {
+            Some(t) => {
+                ui.add(egui::Image::new(&t).fit_to_exact_size(size));
+            }
+            None => {
+                ui.allocate_ui(size, |ui| {
+                    ui.centered_and_justified(|ui| {
+                        ui.weak("The image appears here as it forms.");
+                    });
+                });
+            }
+        }
+        if let Some(frame) = self.preview.as_ref().map(|(f, _)| f.clone()) {
+            if self.busy {
+                ui.weak(format!(
+                    "preview step {}/{} ({})",
+                    frame.step,
+                    frame.total,
+                    frame.method.map(|m| m.id()).unwrap_or("-")
+                ));
+            }
+        }
+    }
+}

@@ -1,0 +1,171 @@
+//! The prompt panel: prompts with their token count, the generation settings, Generate/Cancel.
+
+use super::*;
+
+impl StudioApp {
+    pub(super) fn prompt_ui(&mut self, ui: &mut egui::Ui) {
+        let label = ui.label("Prompt");
+        ui.add(
+            egui::TextEdit::multiline(&mut self.form.prompt)
+                .desired_rows(4)
+                .desired_width(f32::INFINITY)
+                .hint_text("what to see"),
+        )
+        .labelled_by(label.id);
+        let count = self.token_count();
+        let colour = if count > MAX_PROMPT_TOKENS {
+            Color32::from_rgb(220, 120, 40)
+        } else {
+            ui.visuals().weak_text_color()
+        };
+        ui.colored_label(colour, format!("{count}/{MAX_PROMPT_TOKENS}"))
+            .on_hover_text("CLIP tokens; beyond 75 the prompt is truncated");
+        let label = ui.label("Negative prompt");
+        ui.add(
+            egui::TextEdit::multiline(&mut self.form.negative)
+                .desired_rows(2)
+                .desired_width(f32::INFINITY),
+        )
+        .labelled_by(label.id);
+
+        egui::Grid::new("params").num_columns(2).show(ui, |ui| {
+            let label = ui.label("Seed");
+            ui.horizontal(|ui| {
+                ui.add(egui::DragValue::new(&mut self.form.seed))
+                    .labelled_by(label.id);
+                if ui
+                    .button("Random")
+                    .on_hover_text("draw a random seed")
+                    .clicked()
+                {
+                    self.form.seed = crate::run::random_seed();
+                }
+                ui.checkbox(&mut self.form.seed_locked, "lock")
+                    .on_hover_text("keep this seed; unlocked, every Generate draws a new one");
+            });
+            ui.end_row();
+            let label = ui.label("Steps");
+            ui.add(egui::Slider::new(&mut self.form.steps, 1..=150))
+                .labelled_by(label.id);
+            ui.end_row();
+            let label = ui.label("CFG");
+            ui.add(egui::Slider::new(&mut self.form.cfg, 1.0..=30.0).step_by(0.5))
+                .labelled_by(label.id);
+            ui.end_row();
+            let label = ui.label("Sampler");
+            egui::ComboBox::from_id_salt("sampler")
+                .selected_text(self.form.sampler.a1111_name())
+                .show_ui(ui, |ui| {
+                    for s in SamplerKind::ALL {
+                        ui.selectable_value(&mut self.form.sampler, s, s.a1111_name());
+                    }
+                })
+                .response
+                .labelled_by(label.id);
+            ui.end_row();
+            let label = ui.label("Schedule");
+            egui::ComboBox::from_id_salt("schedule")
+                .selected_text(self.form.schedule.a1111_name())
+                .show_ui(ui, |ui| {
+                    for s in Schedule::ALL {
+                        ui.selectable_value(&mut self.form.schedule, s, s.a1111_name());
+                    }
+                })
+                .response
+                .labelled_by(label.id);
+            ui.end_row();
+            ui.label("Size");
+            ui.horizontal(|ui| {
+                let label = ui.label("W");
+                ui.add(
+                    egui::DragValue::new(&mut self.form.width)
+                        .range(64..=2048)
+                        .speed(8),
+                )
+                .labelled_by(label.id);
+                let label = ui.label("H");
+                ui.add(
+                    egui::DragValue::new(&mut self.form.height)
+                        .range(64..=2048)
+                        .speed(8),
+                )
+                .labelled_by(label.id);
+                egui::ComboBox::from_label("presets")
+                    .selected_text(format!("{}×{}", self.form.width, self.form.height))
+                    .show_ui(ui, |ui| {
+                        for &(w, h) in SIZE_PRESETS {
+                            if ui.selectable_label(false, format!("{w}×{h}")).clicked() {
+                                (self.form.width, self.form.height) = (w, h);
+                            }
+                        }
+                    });
+            });
+            // Sizes snap to multiples of 8 (the VAE's factor).
+            self.form.width = (self.form.width / 8).max(8) * 8;
+            self.form.height = (self.form.height / 8).max(8) * 8;
+            ui.end_row();
+            let label = ui.label("Batch count");
+            ui.add(egui::DragValue::new(&mut self.form.batch_count).range(1..=100))
+                .labelled_by(label.id);
+            ui.end_row();
+        });
+
+        ui.add_space(8.0);
+        ui.horizontal(|ui| {
+            let generate =
+                ui.add_enabled(!self.busy && !self.loading, egui::Button::new("Generate"));
+            if generate.on_hover_text("Ctrl+Enter").clicked() {
+                self.generate();
+            }
+            if ui
+                .add_enabled(self.busy || self.loading, egui::Button::new("Cancel"))
+                .on_hover_text("Esc")
+                .clicked()
+            {
+                self.cancel();
+            }
+        });
+        if let Some(p) = &self.progress {
+            let done = p.step as f32 / p.total.max(1) as f32;
+            let secs = p.elapsed.as_secs_f64().max(1e-6);
+            let rate = p.step as f64 / secs;
+            let eta = (p.total - p.step.min(p.total)) as f64 / rate.max(1e-6);
+            ui.add(egui::ProgressBar::new(done).text(format!(
+                "image {}/{} · step {}/{} · {rate:.2} it/s · ETA {eta:.0} s",
+                p.image + 1,
+                p.images,
+                p.step,
+                p.total
+            )));
+        }
+        if let Some(silent) = self.stalled() {
+            ui.colored_label(
+                ui.visuals().warn_fg_color,
+                format!(
+                    "No progress for {:.0} s: the device may be stuck compiling kernels or hung.",
+                    silent.as_secs_f64()
+                ),
+            );
+            ui.horizontal(|ui| {
+                if ui.button("Keep waiting").clicked() {
+                    self.last_event = Instant::now();
+                }
+                if ui.button("Restart on the CPU").clicked() {
+                    self.restart_engine_on_cpu();
+                }
+            });
+        }
+    }
+
+    fn token_count(&mut self) -> usize {
+        if self.token_count.0 != self.form.prompt {
+            let n = self
+                .tokenizer
+                .as_ref()
+                .map(|t| t.encode(&self.form.prompt).len())
+                .unwrap_or(0);
+            self.token_count = (self.form.prompt.clone(), n);
+        }
+        self.token_count.1
+    }
+}

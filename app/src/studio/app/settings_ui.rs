@@ -1,0 +1,263 @@
+//! The settings window: device, precision, caches, previews, folders.
+
+use super::*;
+
+impl StudioApp {
+    pub(super) fn settings_ui(&mut self, ctx: &egui::Context) {
+        let mut open = self.show_settings;
+        let mut changed = false;
+        egui::Window::new("Settings")
+            .open(&mut open)
+            .resizable(false)
+            .show(ctx, |ui| {
+                egui::Grid::new("settings").num_columns(2).show(ui, |ui| {
+                    let label = ui.label("Preview method");
+                    let mut method = self.settings.preview();
+                    egui::ComboBox::from_id_salt("preview-method")
+                        .selected_text(method.id())
+                        .show_ui(ui, |ui| {
+                            for (m, text) in PREVIEW_CHOICES {
+                                ui.selectable_value(&mut method, m, text);
+                            }
+                        })
+                        .response
+                        .labelled_by(label.id);
+                    if method != self.settings.preview() {
+                        self.engine.preview.set_method(method);
+                        self.settings.preview_method = method.id().into();
+                        changed = true;
+                    }
+                    ui.end_row();
+                    let label = ui.label("Preview every N steps");
+                    changed |= ui
+                        .add(
+                            egui::DragValue::new(&mut self.settings.preview_interval).range(1..=50),
+                        )
+                        .labelled_by(label.id)
+                        .changed();
+                    ui.end_row();
+                    ui.label("Model cache");
+                    changed |= ui
+                        .checkbox(
+                            &mut self.settings.model_cache,
+                            "keep models loaded and converted weights on disk",
+                        )
+                        .changed();
+                    ui.end_row();
+                    let label = ui.label("Cache memory budget (GiB)");
+                    changed |= ui
+                        .add_enabled(
+                            self.settings.model_cache,
+                            egui::DragValue::new(&mut self.settings.cache_memory_gib)
+                                .range(0.0..=256.0)
+                                .speed(0.25),
+                        )
+                        .labelled_by(label.id)
+                        .changed();
+                    ui.end_row();
+                    let label = ui.label("Disk cache limit (GiB)");
+                    changed |= ui
+                        .add_enabled(
+                            self.settings.model_cache,
+                            egui::DragValue::new(&mut self.settings.disk_cache_gib)
+                                .range(0.0..=2048.0)
+                                .speed(0.5),
+                        )
+                        .labelled_by(label.id)
+                        .changed();
+                    ui.end_row();
+                    ui.label("Cached now");
+                    ui.vertical(|ui| {
+                        let r = &self.cache_report;
+                        let resident: Vec<String> = r
+                            .resident
+                            .iter()
+                            .map(|(name, bytes)| format!("{name} ({})", human_bytes(*bytes)))
+                            .collect();
+                        ui.label(if resident.is_empty() {
+                            "in memory: nothing".to_string()
+                        } else {
+                            format!("in memory: {}", resident.join(", "))
+                        });
+                        let disk: u64 = r.disk.iter().map(|(_, b)| *b).sum();
+                        ui.label(format!(
+                            "on disk: {} entries, {}",
+                            r.disk.len(),
+                            human_bytes(disk)
+                        ));
+                        if ui.button("Clear disk cache").clicked()
+                            && let Err(e) = self.engine.send(Command::ClearDiskCache)
+                        {
+                            self.error = Some(format!("disk cache not cleared: {e}"));
+                        }
+                    });
+                    ui.end_row();
+                    ui.label("VAE compilation");
+                    changed |= ui
+                        .checkbox(
+                            &mut self.settings.vae_compile,
+                            "fused GPU kernels for the VAE decode",
+                        )
+                        .on_hover_text(
+                            "Checked against the plain path at first use; falls back with one notice if it fails",
+                        )
+                        .changed();
+                    ui.end_row();
+                    let label = ui.label("Device");
+                    let mut choices = vec![
+                        (
+                            "auto".to_string(),
+                            "auto (Intel discrete first)".to_string(),
+                        ),
+                        ("cpu".to_string(), "cpu (burn's CPU backend)".to_string()),
+                    ];
+                    if let Some(list) = self.adapters.lock().ok().and_then(|l| l.clone()) {
+                        choices.extend(list.iter().map(|a| {
+                            (
+                                format!("gpu:{}", a.index),
+                                format!("gpu:{} {} ({})", a.index, a.name, a.kind),
+                            )
+                        }));
+                    }
+                    let selected = choices
+                        .iter()
+                        .find(|(id, _)| *id == self.settings.device)
+                        .map(|(_, text)| text.clone())
+                        .unwrap_or_else(|| self.settings.device.clone());
+                    egui::ComboBox::from_id_salt("device")
+                        .selected_text(selected)
+                        .show_ui(ui, |ui| {
+                            for (id, text) in &choices {
+                                changed |= ui
+                                    .selectable_value(&mut self.settings.device, id.clone(), text)
+                                    .changed();
+                            }
+                        })
+                        .response
+                        .labelled_by(label.id);
+                    ui.end_row();
+                    ui.label("Device in use");
+                    ui.label(match &self.engine_device {
+                        Some((label, true)) if self.window_shares_device => {
+                            format!("{label}, shared with this window")
+                        }
+                        Some((label, _)) => label.clone(),
+                        None => "not opened yet".into(),
+                    });
+                    ui.end_row();
+                    let label = ui.label("Device timeout (s)");
+                    changed |= ui
+                        .add(
+                            egui::DragValue::new(&mut self.settings.device_timeout_secs)
+                                .range(1.0..=3600.0)
+                                .speed(1.0),
+                        )
+                        .labelled_by(label.id)
+                        .on_hover_text(
+                            "How long opening the device and compiling its first kernels may take",
+                        )
+                        .changed();
+                    ui.end_row();
+                    ui.label("Device check");
+                    ui.vertical(|ui| {
+                        if ui
+                            .add_enabled(!self.busy, egui::Button::new("Verify device"))
+                            .on_hover_text(
+                                "Runs the demo model here and on the CPU backend and compares them",
+                            )
+                            .clicked()
+                        {
+                            self.device_check = None;
+                            match self.engine.send(Command::VerifyDevice) {
+                                Ok(()) => {
+                                    self.busy = true;
+                                    self.last_event = Instant::now();
+                                }
+                                Err(e) => self.error = Some(format!("not verified: {e}")),
+                            }
+                        }
+                        if let Some((passed, lines)) = &self.device_check {
+                            let color = if *passed {
+                                ui.visuals().text_color()
+                            } else {
+                                ui.visuals().error_fg_color
+                            };
+                            for line in lines {
+                                ui.colored_label(color, line);
+                            }
+                        }
+                    });
+                    ui.end_row();
+                    let label = ui.label("Precision");
+                    egui::ComboBox::from_id_salt("precision")
+                        .selected_text(self.settings.precision.clone())
+                        .show_ui(ui, |ui| {
+                            for p in ["auto", "f16", "f32"] {
+                                changed |= ui
+                                    .selectable_value(
+                                        &mut self.settings.precision,
+                                        p.to_string(),
+                                        p,
+                                    )
+                                    .changed();
+                            }
+                        })
+                        .response
+                        .labelled_by(label.id);
+                    ui.end_row();
+                    ui.label("Models folder");
+                    ui.horizontal(|ui| {
+                        ui.label(
+                            self.settings
+                                .models_dir
+                                .as_ref()
+                                .map(|p| p.display().to_string())
+                                .unwrap_or_else(|| "none".into()),
+                        );
+                        if ui.button("Choose…").clicked() {
+                            self.pick(|| {
+                                rfd::FileDialog::new()
+                                    .pick_folder()
+                                    .map(DialogResult::ModelsDir)
+                            });
+                        }
+                    });
+                    ui.end_row();
+                    ui.label("Outputs folder");
+                    ui.horizontal(|ui| {
+                        ui.label(self.settings.outputs_dir.display().to_string());
+                        if ui.button("Choose…").clicked() {
+                            self.pick(|| {
+                                rfd::FileDialog::new()
+                                    .pick_folder()
+                                    .map(DialogResult::OutputsDir)
+                            });
+                        }
+                    });
+                    ui.end_row();
+                    ui.label("TAESD decoder");
+                    ui.horizontal(|ui| {
+                        ui.label(
+                            self.settings
+                                .taesd_path()
+                                .map(|p| p.display().to_string())
+                                .unwrap_or_else(|| "none (previews use latent2rgb)".into()),
+                        );
+                        if ui.button("Choose…").clicked() {
+                            self.pick(|| {
+                                rfd::FileDialog::new()
+                                    .add_filter("safetensors", &["safetensors"])
+                                    .pick_file()
+                                    .map(DialogResult::Taesd)
+                            });
+                        }
+                    });
+                    ui.end_row();
+                });
+            });
+        self.show_settings = open;
+        if changed {
+            self.settings_changed();
+        }
+    }
+}

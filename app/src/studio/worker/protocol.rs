@@ -1,0 +1,112 @@
+//! What the window and the engine say to each other: the settings the engine needs, commands
+//! (window → engine) and events (engine → window).
+
+use super::*;
+
+/// What the engine needs to know from the settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EngineConfig {
+    pub device: DeviceChoice,
+    /// `None`: the device's preference (f16 where supported).
+    pub precision: Option<Precision>,
+    pub outputs: PathBuf,
+    pub taesd: Option<PathBuf>,
+    /// Model cache on: models stay resident (within the budget) and converted weights go to the
+    /// disk cache; off: the model is released after each generation and reloaded for the next,
+    /// and nothing is written to the cache folder.
+    pub cache: CacheSettings,
+    /// Decode through the fused VAE kernels (verified, with a one-warning fallback).
+    pub vae_compile: bool,
+    /// Watchdog for opening the device and compiling its first kernels.
+    pub device_timeout: Duration,
+}
+
+/// GUI → engine.
+#[derive(Debug)]
+pub enum Command {
+    LoadModel(PathBuf),
+    Generate(Box<Txt2ImgRequest>),
+    /// New settings; [`EngineHandle::send`] keeps only the latest until the worker reads it.
+    Configure(EngineConfig),
+    /// The worker's side of `Configure`: take the latest settings from the pending slot.
+    ApplyConfig,
+    /// Delete every disk-cache entry.
+    ClearDiskCache,
+    /// Run the demo model on the device and on the CPU backend and compare (`doctor`).
+    VerifyDevice,
+    Shutdown,
+}
+
+/// What the model cache holds, for the settings window.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CacheReport {
+    /// Resident models, least recently used first: (name, bytes).
+    pub resident: Vec<(String, u64)>,
+    /// Disk-cache entries, least recently used first: (name, bytes).
+    pub disk: Vec<(String, u64)>,
+}
+
+/// A finished, saved image.
+#[derive(Debug, Clone)]
+pub struct Finished {
+    pub image: Arc<RgbImage>,
+    pub parameters: Parameters,
+    pub path: PathBuf,
+}
+
+/// Engine → GUI.
+#[derive(Debug, Clone)]
+pub enum Event {
+    Status(String),
+    ModelLoaded {
+        name: String,
+        path: PathBuf,
+    },
+    Progress {
+        image: usize,
+        images: usize,
+        step: usize,
+        total: usize,
+        elapsed: Duration,
+    },
+    Finished(Finished),
+    /// The whole request is done (all images, or cancelled, or failed).
+    Idle,
+    Cancelled,
+    Failed(String),
+    /// A command panicked; the engine recovered (see `Worker::recover`). The panic's message.
+    Crashed(String),
+    Notice(String),
+    Cache(CacheReport),
+    /// The engine's device is open and its first kernels compiled.
+    DeviceReady {
+        label: String,
+        /// It is the [`SharedDevice`] the window renders with.
+        shared: bool,
+    },
+    /// The result of [`Command::VerifyDevice`]: one line per component, and whether all agree.
+    DeviceCheck {
+        passed: bool,
+        lines: Vec<String>,
+    },
+}
+
+/// Why [`EngineHandle::send`] did not queue a command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SendError {
+    Full,
+    EngineStopped,
+}
+
+impl std::fmt::Display for SendError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            SendError::Full => {
+                "the engine has too many commands waiting; try again when it is done"
+            }
+            SendError::EngineStopped => "the engine has stopped",
+        })
+    }
+}
+
+impl std::error::Error for SendError {}
