@@ -1,0 +1,214 @@
+//! The model cache: loaded models kept resident between generations and across model switches up
+//! to a memory budget (least recently used first out), and converted weights written to a disk
+//! cache keyed by the checkpoint's content hash, dtype and cache format, so the next launch loads
+//! the exact bytes it uploaded last time. With the cache off, every request loads from the
+//! checkpoint and nothing is written to the cache folder.
+//!
+//! A disk entry is `<key>.safetensors` (tensors named `unet.…`, `vae.…`, `text_encoder.…`, already
+//! in the target dtype) plus `<key>.json`, written last, holding its size and CRC-32. An entry
+//! whose sidecar is missing, or whose size or checksum disagree, is deleted and rebuilt, never
+//! used.
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::fs::{self, File};
+use std::io::{BufWriter, Read, Write};
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Instant, SystemTime};
+
+use burn::tensor::{DType, Device};
+use serde::{Deserialize, Serialize};
+
+use crate::checkpoint::weights::Recorder;
+use crate::checkpoint::{Checkpoint, KeyMap, SafetensorsFile, Weights, sha256_file};
+use crate::error::{Error, Result};
+use crate::model::{CACHE_PREFIXES, LoadOptions, Precision, StableDiffusion};
+
+// The disk cache (entries, their checks, the hash index) and the writer that fills it live beside
+// this file.
+mod disk;
+mod writer;
+
+pub use disk::{DiskCache, DiskEntry};
+pub use writer::load_through_disk;
+use disk::EntryMeta;
+
+/// Bumped whenever what a cache entry holds changes meaning (names, layout, conversions).
+pub const CACHE_FORMAT: u32 = 1;
+const FORMAT_TAG: &str = "latent-studio-weights";
+const HASH_INDEX: &str = "hashes.json";
+
+/// The cache settings, as the studio and `--model-cache` set them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CacheSettings {
+    pub enabled: bool,
+    /// Bytes of weights kept resident across models (the device memory they occupy).
+    pub memory_budget: u64,
+    /// The disk cache folder; `None` keeps the cache in memory only.
+    pub disk_dir: Option<PathBuf>,
+    /// Upper bound of the disk cache's size; the least recently used entries go first.
+    pub disk_limit: u64,
+}
+
+impl CacheSettings {
+    /// Cache off: load from the checkpoint every time, write nothing.
+    pub fn off() -> Self {
+        Self {
+            enabled: false,
+            memory_budget: 0,
+            disk_dir: None,
+            disk_limit: 0,
+        }
+    }
+}
+
+/// Where a model came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LoadSource {
+    /// Already resident.
+    Memory,
+    /// The disk cache's converted weights.
+    DiskCache,
+    /// The checkpoint itself.
+    Checkpoint,
+}
+
+/// A model held by the cache.
+pub struct Resident {
+    pub model: Arc<StableDiffusion>,
+    pub checkpoint: Arc<Checkpoint>,
+    pub path: PathBuf,
+    pub precision: Precision,
+    device: String,
+    pub bytes: u64,
+}
+
+/// Resident models (LRU, within a budget) in front of the disk cache.
+pub struct ModelCache {
+    settings: CacheSettings,
+    /// Least recently used first.
+    resident: Vec<Resident>,
+}
+
+impl ModelCache {
+    pub fn new(settings: CacheSettings) -> Self {
+        Self {
+            settings,
+            resident: Vec::new(),
+        }
+    }
+
+    pub fn settings(&self) -> &CacheSettings {
+        &self.settings
+    }
+
+    /// Applies new settings: off releases every resident model, a smaller budget evicts.
+    pub fn configure(&mut self, settings: CacheSettings) {
+        self.settings = settings;
+        if !self.settings.enabled {
+            self.resident.clear();
+        } else {
+            self.evict_to(self.settings.memory_budget, true);
+        }
+    }
+
+    fn disk(&self) -> Option<DiskCache> {
+        match (&self.settings.disk_dir, self.settings.enabled) {
+            (Some(dir), true) => Some(DiskCache::new(dir, self.settings.disk_limit)),
+            _ => None,
+        }
+    }
+
+    /// The disk cache, when the cache is on and has a folder.
+    pub fn disk_cache(&self) -> Option<DiskCache> {
+        self.disk()
+    }
+
+    /// Evicts least recently used models until at most `budget` bytes stay resident; with
+    /// `spare_newest` the most recently used one stays even if it alone exceeds the budget.
+    fn evict_to(&mut self, budget: u64, spare_newest: bool) {
+        let floor = usize::from(spare_newest);
+        while self.resident_bytes() > budget && self.resident.len() > floor {
+            let gone = self.resident.remove(0);
+            tracing::info!(model = %gone.path.display(), bytes = gone.bytes, "model cache: evicting");
+        }
+    }
+
+    pub fn resident_bytes(&self) -> u64 {
+        self.resident.iter().map(|r| r.bytes).sum()
+    }
+
+    /// `(name, bytes)` of every resident model, least recently used first.
+    pub fn resident(&self) -> Vec<(String, u64)> {
+        self.resident
+            .iter()
+            .map(|r| (r.checkpoint.display_name(), r.bytes))
+            .collect()
+    }
+
+    /// Drops every resident model.
+    pub fn release_all(&mut self) {
+        self.resident.clear();
+    }
+
+    /// The model at `path` on `device`: resident, from the disk cache, or loaded from the
+    /// checkpoint. With the cache off nothing is kept: the caller's `Arc` is the only owner.
+    pub fn get(
+        &mut self,
+        path: &Path,
+        device: &Device,
+        options: LoadOptions,
+    ) -> Result<(Arc<StableDiffusion>, Arc<Checkpoint>, LoadSource)> {
+        let device_key = format!("{device:?}");
+        if let Some(i) = self.resident.iter().position(|r| {
+            r.path == path && r.precision == options.precision && r.device == device_key
+        }) {
+            let r = self.resident.remove(i);
+            let out = (r.model.clone(), r.checkpoint.clone(), LoadSource::Memory);
+            self.resident.push(r);
+            return Ok(out);
+        }
+        let checkpoint = Arc::new(Checkpoint::open(path)?);
+        if self.settings.enabled {
+            // Make room first: the old models and the new one may not fit together.
+            let wanted = checkpoint.stored_bytes();
+            let budget = self.settings.memory_budget.saturating_sub(wanted);
+            self.evict_to(budget, false);
+        } else {
+            self.resident.clear();
+        }
+        let (model, source) = match self.disk() {
+            Some(disk) => load_through_disk(&disk, &checkpoint, device, options)?,
+            None => (
+                StableDiffusion::load(&checkpoint, device, options)?,
+                LoadSource::Checkpoint,
+            ),
+        };
+        let model = Arc::new(model);
+        if self.settings.enabled {
+            self.resident.push(Resident {
+                model: model.clone(),
+                checkpoint: checkpoint.clone(),
+                path: path.to_path_buf(),
+                precision: options.precision,
+                device: device_key,
+                bytes: model.weight_bytes(),
+            });
+            self.evict_to(self.settings.memory_budget, true);
+        }
+        Ok((model, checkpoint, source))
+    }
+
+    /// A1111's short hash of a checkpoint, from the disk cache's hash index when the cache is on.
+    pub fn short_hash(&self, checkpoint: &Checkpoint) -> Option<String> {
+        match self.disk() {
+            Some(disk) => disk
+                .file_hash(checkpoint.unet_file())
+                .ok()
+                .map(|h| h[..10].to_string()),
+            None => checkpoint.short_hash().ok(),
+        }
+    }
+}
