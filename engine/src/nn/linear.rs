@@ -1,0 +1,120 @@
+//! `nn.Linear`, with our product where the device runs it ([`crate::kernels::matmul`]).
+
+use std::sync::{Arc, OnceLock};
+
+use burn::tensor::module::linear;
+use burn::tensor::{DType, Tensor};
+
+use crate::checkpoint::Weights;
+use crate::error::Result;
+use crate::kernels::matmul::{self, WeightLayout};
+
+/// `nn.Linear`; the weight is kept as `[in, out]`.
+#[derive(Debug, Clone)]
+pub struct Linear {
+    weight: Tensor<2>,
+    bias: Option<Tensor<1>>,
+    /// How `weight`'s buffer lies (our product reads it in place).
+    layout: WeightLayout,
+    /// Whether this layer's device runs our product ([`crate::kernels::matmul`]), settled at the
+    /// first call; clones share it, a cast makes a new layer.
+    ours: Arc<OnceLock<bool>>,
+}
+
+impl Linear {
+    pub fn load(w: &Weights, d_in: usize, d_out: usize, bias: bool) -> Result<Self> {
+        let weight = w.tensor("weight", [d_out, d_in])?.transpose();
+        let bias = if bias {
+            Some(w.tensor("bias", [d_out])?)
+        } else {
+            None
+        };
+        Ok(Self::with_layout(weight, bias, WeightLayout::OutIn))
+    }
+
+    /// From a `[in, out]` weight and an optional bias (benchmarks, tests).
+    pub fn from_tensors(weight: Tensor<2>, bias: Option<Tensor<1>>) -> Self {
+        Self::with_layout(weight, bias, WeightLayout::InOut)
+    }
+
+    fn with_layout(weight: Tensor<2>, bias: Option<Tensor<1>>, layout: WeightLayout) -> Self {
+        Self {
+            weight,
+            bias,
+            layout,
+            ours: Arc::default(),
+        }
+    }
+
+    /// `[d_in, d_out]`.
+    pub fn dims(&self) -> [usize; 2] {
+        self.weight.dims()
+    }
+
+    pub fn forward<const D: usize>(&self, x: Tensor<D>) -> Tensor<D> {
+        crate::profile::record(|| {
+            let dims = x.dims();
+            let [d_in, d_out] = self.weight.dims();
+            crate::profile::OpShape::Linear {
+                rows: dims[..D - 1].iter().product(),
+                d_in,
+                d_out,
+                bias: self.bias.is_some(),
+            }
+        });
+        let ours = *self
+            .ours
+            .get_or_init(|| matmul::runs_on(&x.device(), self.weight.dtype()));
+        if ours
+            && let Some(y) = matmul::linear(
+                x.clone(),
+                &self.weight,
+                self.layout,
+                self.bias.as_ref(),
+                None,
+            )
+        {
+            return y;
+        }
+        linear(x, self.weight.clone(), self.bias.clone())
+    }
+
+    /// One layer computing `parts` side by side: output columns are each part's in order (q, k and
+    /// v of an attention as one matmul). Parts without a bias get zeros where another has one.
+    pub fn concat(parts: &[Linear]) -> Self {
+        // Stacked as checkpoints store weights, `[out, in]`, and used through the transposed
+        // view: burn's matmul on plain lanes ran q/k/v 2–4× faster that way than from a written
+        // `[in, out]` (H100 under WGSL, eleventh session, BENCHMARKS.md).
+        let out_in = Tensor::cat(
+            parts.iter().map(|p| p.weight.clone().transpose()).collect(),
+            0,
+        );
+        let bias = parts.iter().any(|p| p.bias.is_some()).then(|| {
+            let biases = parts
+                .iter()
+                .map(|p| {
+                    p.bias.clone().unwrap_or_else(|| {
+                        let [_, d_out] = p.weight.dims();
+                        Tensor::zeros([d_out], (&p.weight.device(), p.weight.dtype()))
+                    })
+                })
+                .collect();
+            Tensor::cat(biases, 0)
+        });
+        Self::with_layout(out_in.transpose(), bias, WeightLayout::OutIn)
+    }
+
+    /// A copy with its weights in `dtype` (e.g. the f32 VAE retry of an f16 model).
+    pub fn cast(&self, dtype: DType) -> Self {
+        // Cast the buffer as it lies, so the copy lies the same way.
+        let weight = match self.layout {
+            WeightLayout::OutIn => self.weight.clone().transpose().cast(dtype).transpose(),
+            WeightLayout::InOut => self.weight.clone().cast(dtype),
+        };
+        Self::with_layout(
+            weight,
+            self.bias.clone().map(|b| b.cast(dtype)),
+            self.layout,
+        )
+    }
+}
