@@ -110,6 +110,42 @@ pub(crate) fn cube_total(
     total
 }
 
+/// One staged reduction step of a 64 × 64 output tile on 256 lanes (the SIMT convolution's and
+/// product's): lane `(tx, ty)` adds `a[q, ty·4 + i] · b[q, tx + 16·j]` for the `bk` staged rows
+/// `q` to its 4 × 4 f32 accumulators (`acc[i·4 + j]`). Row `q` of `a` starts at `q·a_stride`, of
+/// `b` at `q·b_stride`.
+#[cubecl::cube]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn accumulate_4x4(
+    a_s: cubecl::prelude::Shared<[f32]>,
+    b_s: cubecl::prelude::Shared<[f32]>,
+    acc: &mut cubecl::prelude::Array<f32>,
+    tx: usize,
+    ty: usize,
+    #[comptime] bk: usize,
+    #[comptime] a_stride: usize,
+    #[comptime] b_stride: usize,
+) {
+    // Used by the expansion (the plain build calls it unused).
+    #[allow(unused_imports)]
+    use cubecl::prelude::*;
+    #[unroll]
+    for q in 0..bk {
+        let a0 = a_s[q * a_stride + ty * 4];
+        let a1 = a_s[q * a_stride + ty * 4 + 1];
+        let a2 = a_s[q * a_stride + ty * 4 + 2];
+        let a3 = a_s[q * a_stride + ty * 4 + 3];
+        #[unroll]
+        for j in 0..4usize {
+            let b = b_s[q * b_stride + tx + 16 * j];
+            acc[j] += a0 * b;
+            acc[4 + j] += a1 * b;
+            acc[8 + j] += a2 * b;
+            acc[12 + j] += a3 * b;
+        }
+    }
+}
+
 /// Mean and M2 (sum of squared deviations from the mean) of `x[base..base + len]` in f32, over a
 /// cube of `lanes` lanes, returned to every lane. Two passes: the span stays in cache.
 #[cubecl::cube]

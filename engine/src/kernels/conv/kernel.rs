@@ -4,6 +4,8 @@
 use burn::cubecl;
 use burn::cubecl::prelude::*;
 
+use super::super::accumulate_4x4;
+
 /// Output channels per cube.
 pub(super) const BM: usize = 64;
 /// Output pixels per cube.
@@ -156,21 +158,7 @@ pub(super) fn conv2d_gemm<F: Float>(
             b_s[kk * BN + col] = b;
         }
         sync_cube();
-        #[unroll]
-        for kk in 0..BK {
-            let a0 = a_s[kk * BM + ty * 4];
-            let a1 = a_s[kk * BM + ty * 4 + 1];
-            let a2 = a_s[kk * BM + ty * 4 + 2];
-            let a3 = a_s[kk * BM + ty * 4 + 3];
-            #[unroll]
-            for j in 0..4usize {
-                let b = b_s[kk * BN + tx + 16 * j];
-                acc[j] += a0 * b;
-                acc[4 + j] += a1 * b;
-                acc[8 + j] += a2 * b;
-                acc[12 + j] += a3 * b;
-            }
-        }
+        accumulate_4x4(a_s.clone(), b_s.clone(), &mut acc, tx, ty, BK, BM, BN);
         sync_cube();
     }
 

@@ -4,6 +4,8 @@
 use burn::cubecl;
 use burn::cubecl::prelude::*;
 
+use super::super::accumulate_4x4;
+
 /// Rows (tokens) per cube.
 pub(super) const BM: usize = 64;
 /// Columns (output features) per cube.
@@ -99,21 +101,7 @@ pub(super) fn matmul_nt<F: Float>(
             }
         }
         sync_cube();
-        #[unroll]
-        for q in 0..BK {
-            let a0 = a_s[q * STRIDE + ty * 4];
-            let a1 = a_s[q * STRIDE + ty * 4 + 1];
-            let a2 = a_s[q * STRIDE + ty * 4 + 2];
-            let a3 = a_s[q * STRIDE + ty * 4 + 3];
-            #[unroll]
-            for j in 0..4usize {
-                let b = b_s[q * STRIDE + tx + 16 * j];
-                acc[j] += a0 * b;
-                acc[4 + j] += a1 * b;
-                acc[8 + j] += a2 * b;
-                acc[12 + j] += a3 * b;
-            }
-        }
+        accumulate_4x4(a_s.clone(), b_s.clone(), &mut acc, tx, ty, BK, STRIDE, STRIDE);
         sync_cube();
     }
 
