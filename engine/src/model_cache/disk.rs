@@ -43,7 +43,10 @@ pub struct DiskCache {
     pub(super) limit: u64,
 }
 
-pub(super) fn io<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> Error + 'a {
+pub(super) fn io<'a>(
+    what: &'static str,
+    path: &'a Path,
+) -> impl FnOnce(std::io::Error) -> Error + 'a {
     move |e| Error::io(what, path, e)
 }
 

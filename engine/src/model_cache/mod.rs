@@ -31,9 +31,9 @@ use crate::model::{CACHE_PREFIXES, LoadOptions, Precision, StableDiffusion};
 mod disk;
 mod writer;
 
+use disk::EntryMeta;
 pub use disk::{DiskCache, DiskEntry};
 pub use writer::load_through_disk;
-use disk::EntryMeta;
 
 /// Bumped whenever what a cache entry holds changes meaning (names, layout, conversions).
 pub const CACHE_FORMAT: u32 = 1;

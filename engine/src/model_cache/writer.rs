@@ -1,7 +1,7 @@
 //! Writing a cache entry while a model loads from its checkpoint, and loading through the cache.
 
-use super::*;
 use super::disk::{dtype_tag, io, temp_name};
+use super::*;
 
 /// Streams the tensors of one load into a new cache entry.
 struct EntryWriter {

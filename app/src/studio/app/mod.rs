@@ -454,7 +454,6 @@ impl StudioApp {
                 }
             });
     }
-
 }
 
 impl eframe::App for StudioApp {

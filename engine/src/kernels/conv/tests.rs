@@ -159,7 +159,10 @@ fn splits_only_small_grids_with_long_reductions() {
 #[test]
 fn prepared_routes_by_shape_and_device() {
     let device = wgpu();
-    assert!(super::super::software(&device), "lavapipe is a software adapter");
+    assert!(
+        super::super::software(&device),
+        "lavapipe is a software adapter"
+    );
     let dtype = DType::F32;
     let x = tensor(values(2 * 8 * 6 * 6, 0.2), [2, 8, 6, 6], &device, dtype);
     let weight = |c_out: usize, k: usize| {
@@ -288,8 +291,14 @@ fn upsampled_input_matches_interpolate_then_conv() {
 fn routes_by_adapter() {
     use super::Route;
     assert!(Route::Card.takes(3, 3, 32));
-    assert!(!Route::Card.takes(3, 3, 4), "narrow outputs stay with burn on a card");
-    assert!(!Route::Card.takes(1, 1, 320), "1×1 layers stay with burn on a card");
+    assert!(
+        !Route::Card.takes(3, 3, 4),
+        "narrow outputs stay with burn on a card"
+    );
+    assert!(
+        !Route::Card.takes(1, 1, 320),
+        "1×1 layers stay with burn on a card"
+    );
     assert!(Route::Software.takes(1, 1, 4));
     assert!(Route::Software.takes(3, 3, 3));
     assert!(!Route::Software.takes(5, 5, 40));

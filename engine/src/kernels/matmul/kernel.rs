@@ -101,7 +101,16 @@ pub(super) fn matmul_nt<F: Float>(
             }
         }
         sync_cube();
-        accumulate_4x4(a_s.clone(), b_s.clone(), &mut acc, tx, ty, BK, STRIDE, STRIDE);
+        accumulate_4x4(
+            a_s.clone(),
+            b_s.clone(),
+            &mut acc,
+            tx,
+            ty,
+            BK,
+            STRIDE,
+            STRIDE,
+        );
         sync_cube();
     }
 

@@ -43,14 +43,8 @@ fn check(rows: usize, depth: usize, cols: usize, slices: &[Option<usize>]) {
                 (&as_in_out, WeightLayout::InOut),
             ] {
                 for &split in slices {
-                    let ours = linear(
-                        x.clone(),
-                        weight,
-                        layout,
-                        with_bias.then_some(&bias),
-                        split,
-                    )
-                    .expect("ours runs on wgpu");
+                    let ours = linear(x.clone(), weight, layout, with_bias.then_some(&bias), split)
+                        .expect("ours runs on wgpu");
                     assert_eq!(ours.dims(), [2, rows / 2, cols]);
                     let rel = relative(&read(ours), &expected);
                     assert!(
