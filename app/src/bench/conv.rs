@@ -122,6 +122,48 @@ pub fn report(
             rate(ours_ms),
             rate(burn_ms),
         );
+        // Our cooperative-matrix variant, where the device has one it can use.
+        if let Some(mma) = conv::mma_on(device, dtype) {
+            let epilogue = conv::Epilogue {
+                bias: bias.then_some(&bias_t),
+                ..Default::default()
+            };
+            let geometry = conv::Geometry {
+                k,
+                stride,
+                padding,
+                upsample: false,
+            };
+            let run = |slices| conv::conv2d_mma(x.clone(), &weight, mma, geometry, &epilogue, slices);
+            let Some(ours) = run(None) else {
+                println!("[{precision:?}]   {:<40} ours on cooperative matrices: does not run", op.to_string());
+                continue;
+            };
+            let rel = match (read(ours), read(burn())) {
+                (Ok(a), Ok(b)) => latent_engine::vae_compile::relative_difference(&a, &b),
+                _ => f32::NAN,
+            };
+            let mut timed = Vec::new();
+            for slices in [None, Some(1)] {
+                let ms = time_ms(device, 1, runs, || {
+                    for _ in 0..REPS {
+                        let _ = run(slices);
+                    }
+                })? / REPS as f64;
+                timed.push(ms);
+            }
+            println!(
+                "[{precision:?}]   {:<40} implicit GEMM (cmma {}x{}x{}, plane {}) {:8.3} ms {:6.1} TFLOP/s, {slices} slices | whole reduction {:8.3} ms | rel diff {rel:.1e}",
+                op.to_string(),
+                mma.fragment.m,
+                mma.fragment.n,
+                mma.fragment.k,
+                mma.plane,
+                timed[0],
+                rate(timed[0]),
+                timed[1],
+            );
+        }
     }
     Ok(())
 }

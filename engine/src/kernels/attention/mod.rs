@@ -13,6 +13,7 @@
 
 mod kernel;
 mod plan;
+mod planes;
 
 use burn::cubecl;
 use burn::cubecl::prelude::*;
@@ -20,6 +21,7 @@ use burn::tensor::Tensor;
 
 use super::{Element, buffer_arg, output, resolve};
 use kernel::{flash_attention, flash_attention_rows};
+use planes::flash_attention_planes;
 pub use plan::{Fragment, Plan, device_fragment};
 use plan::{LANES, SHARED_BUDGET};
 
@@ -70,11 +72,14 @@ pub fn default_plan(
 }
 
 /// The plan [`default_plan`] takes from `all` (cooperative-matrix tilings first where the device
-/// has them): where the device has cooperative matrices, the first per-row plan (measured faster
-/// than our cooperative-matrix tilings at every SD head width it fits); elsewhere the first. `None`
-/// where burn's attention is the faster one.
+/// has them): where the device has cooperative matrices, the first planes plan where one fits,
+/// else the first per-row plan (measured faster than our tiled cooperative-matrix kernel at every
+/// SD head width it fits); elsewhere the first. `None` where burn's attention is the faster one.
 fn preferred(all: Vec<Plan>, d: usize) -> Option<Plan> {
     let cmma = all.iter().any(|p| p.fragment.is_some());
+    if let Some(planes) = all.iter().find(|p| p.plane.is_some()) {
+        return Some(*planes);
+    }
     all.into_iter()
         .find(|p| !cmma || p.per_row)
         .filter(|_| ours_is_faster(cmma, d))
@@ -131,8 +136,18 @@ fn plans_on(client: &cubecl::client::Client, dtype: burn::tensor::DType, d: usiz
         Element::F16 => None,
         Element::F32 => None,
     };
-    let budget = SHARED_BUDGET.min(client.properties().hardware.max_shared_memory_size);
-    let mut all = Plan::fitting(d, dtype.size(), fragment, budget);
+    let hardware = &client.properties().hardware;
+    let budget = SHARED_BUDGET.min(hardware.max_shared_memory_size);
+    let mut all = Vec::new();
+    // The planes kernel needs one plane width, known when it compiles, and plane shuffles.
+    let fixed_plane = (hardware.plane_size_min == hardware.plane_size_max)
+        .then_some(hardware.plane_size_max as usize);
+    let shuffles = client.features().plane.contains(cubecl::ir::features::Plane::Ops);
+    if let (Some(f), Some(plane), true) = (fragment, fixed_plane, shuffles) {
+        let max_lanes = (hardware.max_units_per_cube as usize).min(256);
+        all.extend(Plan::on_planes(d, dtype.size(), f, plane, max_lanes, budget));
+    }
+    all.extend(Plan::fitting(d, dtype.size(), fragment, budget));
     if fragment.is_some() {
         all.extend(Plan::fitting(d, dtype.size(), None, budget));
     }
@@ -194,18 +209,49 @@ fn launch(
     }
     let (out, oc) = output([b, n_q, width], dtype, &device)?;
     let count = CubeCount::Static(q_tiles as u32, (b * heads) as u32, 1);
-    let lanes = if plan.per_row {
-        plan.bq * plan.parts
-    } else {
-        LANES
+    let f = plan.fragment.unwrap_or(Fragment { m: 1, n: 1, k: 1 });
+    let lanes = match plan.plane {
+        Some(plane) => plan.bq / f.m * plane,
+        None if plan.per_row => plan.bq * plan.parts,
+        None => LANES,
     };
     let cube = CubeDim::new_1d(lanes as u32);
     let scale = (d as f32).powf(-0.5);
-    let f = plan.fragment.unwrap_or(Fragment { m: 1, n: 1, k: 1 });
     tracing::trace!(?plan, b, heads, d, n_q, n_k, "flash attention");
     macro_rules! launch {
         ($t:ty) => {
-            if plan.per_row {
+            if let Some(plane) = plan.plane {
+                flash_attention_planes::launch::<$t>(
+                    &client,
+                    count,
+                    cube,
+                    buffer_arg(&qc),
+                    buffer_arg(&kc),
+                    buffer_arg(&vc),
+                    buffer_arg(&oc),
+                    q.column,
+                    q_width,
+                    n_q * q_width,
+                    k.column,
+                    k_width,
+                    n_k * k_width,
+                    v.column,
+                    v_width,
+                    n_k * v_width,
+                    n_q,
+                    n_k,
+                    heads,
+                    scale,
+                    d,
+                    plan.dp,
+                    plan.bq / f.m,
+                    plane,
+                    plan.bk,
+                    f.m,
+                    f.n,
+                    f.k,
+                )
+            } else if plan.per_row {
                 flash_attention_rows::launch::<$t>(
                     &client,
                     count,
@@ -318,6 +364,14 @@ mod tests {
                 (lane.bq, lane.bk, lane.per_row, lane.parts),
                 (rows, 8, true, parts)
             );
+        }
+        // Where the planes kernel fits, it comes first on cooperative matrices, at any width.
+        for d in [40, 80] {
+            let mut all = Plan::on_planes(d, 2, square.expect("square"), 32, 256, 48 * 1024);
+            let first = all[0];
+            all.extend(Plan::fitting(d, 2, square, 48 * 1024));
+            all.extend(Plan::fitting(d, 2, None, 48 * 1024));
+            assert_eq!(super::preferred(all, d), Some(first), "d {d}");
         }
         let vae = Plan::choose(512, 2, None, 48 * 1024).expect("fits");
         assert!(vae.per_row && !super::ours_is_faster(false, 512));

@@ -5,6 +5,8 @@ use burn::cubecl;
 use burn::cubecl::ir::features::MmaConfig;
 use burn::cubecl::ir::{ElemType, FloatKind};
 
+use super::planes::{PROB_PAD, SCORE_PAD};
+
 /// Lanes per cube: a multiple of every plane width (8 to 64).
 pub(super) const LANES: usize = 128;
 /// Workgroup memory we allow ourselves: Intel's and most GPUs' floor, whatever the device offers.
@@ -15,6 +17,10 @@ pub(super) const SHARED_BUDGET: usize = 48 * 1024;
 /// tiles lose on the 77-token cross-attention, 64 query rows leave too few cubes at 1024 queries.
 const CMMA_TILES: [(usize, usize); 6] =
     [(32, 16), (16, 16), (32, 32), (64, 32), (64, 16), (64, 64)];
+
+/// Planes per cube × keys per tile of the planes kernel ([`super::planes`]), best first. Not yet
+/// ordered by measurement: four planes of 16 rows over 64 keys is FlashAttention-2's usual shape.
+const PLANE_TILES: [(usize, usize); 6] = [(4, 64), (4, 32), (2, 64), (8, 32), (2, 32), (4, 16)];
 
 /// The same for per-lane products (no cooperative matrices): 16×8 was fastest or within 5 %.
 /// Small tiles also suit small iGPUs, whose workgroup memory is shared by fewer lanes.
@@ -68,6 +74,9 @@ pub struct Plan {
     pub per_row: bool,
     /// Lanes per query row of the per-row kernel (1 for heads up to 64 wide).
     pub parts: usize,
+    /// The planes kernel ([`super::planes`]) for planes of this many lanes, each owning
+    /// `fragment.m` query rows (`bq / m` planes a cube).
+    pub plane: Option<usize>,
 }
 
 impl Plan {
@@ -75,6 +84,10 @@ impl Plan {
     /// two f32 per row (max, sum) and two per lane (partial maxima and sums); per row, only the k and v tiles in f32.
     pub fn shared_bytes(&self, element_bytes: usize) -> usize {
         let (bq, bk, dp) = (self.bq, self.bk, self.dp);
+        if self.plane.is_some() {
+            return element_bytes * (bq * dp + 2 * bk * dp + bq * (bk + PROB_PAD))
+                + 4 * bq * (bk.max(dp) + SCORE_PAD);
+        }
         if self.per_row {
             let partial = if self.parts > 1 {
                 bk * bq * self.parts
@@ -109,6 +122,48 @@ impl Plan {
                 fragment: None,
                 per_row: true,
                 parts,
+                plane: None,
+            })
+            .collect()
+    }
+
+    /// The planes kernel's tilings for head width `d` on planes of `plane` lanes with cooperative
+    /// matrices of shape `fragment`, best first; empty where the shapes do not divide (each row
+    /// takes `plane / m` lanes, a power of two dividing the padded width and the key tile).
+    pub fn on_planes(
+        d: usize,
+        element_bytes: usize,
+        fragment: Fragment,
+        plane: usize,
+        max_lanes: usize,
+        budget: usize,
+    ) -> Vec<Self> {
+        let f = fragment;
+        if d == 0 || plane == 0 || f.m == 0 || plane % f.m != 0 {
+            return Vec::new();
+        }
+        let lpr = plane / f.m;
+        let dp = d.div_ceil(lcm(f.n, f.k)) * lcm(f.n, f.k);
+        if !lpr.is_power_of_two() || dp % lpr != 0 {
+            return Vec::new();
+        }
+        PLANE_TILES
+            .iter()
+            .map(|&(planes, bk)| Plan {
+                bq: planes * f.m,
+                bk,
+                dp,
+                fragment: Some(f),
+                per_row: false,
+                parts: 1,
+                plane: Some(plane),
+            })
+            .filter(|p| {
+                p.bk % f.n == 0
+                    && p.bk % f.k == 0
+                    && p.bk % lpr == 0
+                    && (p.bq / f.m) * plane <= max_lanes
+                    && p.shared_bytes(element_bytes) <= budget
             })
             .collect()
     }
@@ -151,6 +206,7 @@ impl Plan {
             fragment,
             per_row: false,
             parts: 1,
+            plane: None,
         });
         // On plain lanes the per-row kernel comes first.
         let per_row = match fragment {
@@ -211,6 +267,11 @@ pub fn device_fragment(client: &cubecl::client::Client) -> Option<Fragment> {
 impl std::fmt::Display for Plan {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self.fragment {
+            Some(m) if self.plane.is_some() => write!(
+                f,
+                "cmma planes {}x{}x{} q{} k{}",
+                m.m, m.n, m.k, self.bq, self.bk
+            ),
             Some(m) => write!(f, "cmma {}x{}x{} q{} k{}", m.m, m.n, m.k, self.bq, self.bk),
             None if self.per_row && self.parts > 1 => {
                 write!(f, "per-row q{} k{} x{}", self.bq, self.bk, self.parts)
@@ -224,6 +285,34 @@ impl std::fmt::Display for Plan {
 #[cfg(test)]
 mod tests {
     use super::{Fragment, Plan};
+
+    /// The planes kernel: a row's lanes divide the key tile and padded width, the cube stays
+    /// within the lanes and workgroup memory allowed, and widths no tiling fits get none.
+    #[test]
+    fn plane_plans_fit() {
+        let square = Fragment {
+            m: 16,
+            n: 16,
+            k: 16,
+        };
+        let first = |d: usize| Plan::on_planes(d, 2, square, 32, 256, 48 * 1024).first().copied();
+        let p = first(40).expect("fits");
+        assert_eq!((p.bq, p.bk, p.dp, p.plane), (64, 64, 48, Some(32)));
+        assert!(p.shared_bytes(2) <= 48 * 1024);
+        // 80 wide: 64 keys would pass 48 KiB, so 32.
+        assert_eq!(first(80).map(|p| (p.bq, p.bk)), Some((64, 32)));
+        assert!(first(160).is_none());
+        for p in Plan::on_planes(64, 2, square, 32, 128, 48 * 1024) {
+            assert!(p.bq / 16 * 32 <= 128 && p.to_string().contains("planes"));
+        }
+        // A plane narrower than the fragment's rows, or an odd split, gets nothing.
+        assert!(Plan::on_planes(40, 2, square, 8, 256, 48 * 1024).is_empty());
+        assert!(Plan::on_planes(40, 2, square, 48, 256, 48 * 1024).is_empty());
+        // Intel's 8×16×16 on 16-lane planes: two lanes a row, 8 rows a plane.
+        let arc = Fragment { m: 8, n: 16, k: 16 };
+        let p = Plan::on_planes(40, 2, arc, 16, 256, 48 * 1024)[0];
+        assert_eq!((p.bq, p.bk), (32, 64));
+    }
 
     /// Tiles fit the budget for SD's head widths, pad to the fragment, and the VAE's 512-wide
     /// head is left to the twin.

@@ -89,8 +89,7 @@ pub(super) fn conv2d_gemm<F: Float>(
     let ty = lane / 16;
     let n0 = CUBE_POS_X as usize * BN;
     let m0 = CUBE_POS_Y as usize * BM;
-    let taps = kh * kw;
-    let k_total = c_in * taps;
+    let k_total = c_in * kh * kw;
     let plane = oh * ow;
 
     // The staging position of this lane is the same at every step (256 is a multiple of 64):
@@ -143,17 +142,7 @@ pub(super) fn conv2d_gemm<F: Float>(
 
             let mut b = 0.0f32;
             if k < k_total && p_valid {
-                let ci = k / taps;
-                let tap = k % taps;
-                let iy = iy0 + tap / kw;
-                let ix = ix0 + tap % kw;
-                // Unsigned: `iy - pad` is only formed inside the (upsampled) image, whose
-                // pixel (y, x) is the input's (y / up, x / up).
-                if iy >= pad && ix >= pad && iy - pad < h * up && ix - pad < wd * up {
-                    let sy = (iy - pad) / up;
-                    let sx = (ix - pad) / up;
-                    b = f32::cast_from(x[x_base + (ci * h + sy) * wd + sx]);
-                }
+                b = gather::<F>(x, x_base, k, iy0, ix0, h, wd, pad, kh, kw, up);
             }
             b_s[kk * BN + col] = b;
         }
@@ -162,6 +151,88 @@ pub(super) fn conv2d_gemm<F: Float>(
         sync_cube();
     }
 
+    write_block::<F>(
+        &acc,
+        out,
+        partial,
+        bias,
+        channel_add,
+        residual,
+        m0,
+        n0,
+        tx,
+        ty,
+        c_out,
+        pixels,
+        plane,
+        channel_row,
+        channel_col,
+        add_bias,
+        add_channel,
+        add_residual,
+        split,
+    );
+}
+
+/// The (upsampled, zero-padded) input value at reduction index `k = (ci, ky, kx)` for the output
+/// pixel whose top-left input corner is `(iy0, ix0)` in image `x_base`, in f32.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+pub(super) fn gather<F: Float>(
+    x: &[F],
+    x_base: usize,
+    k: usize,
+    iy0: usize,
+    ix0: usize,
+    h: usize,
+    wd: usize,
+    pad: usize,
+    #[comptime] kh: usize,
+    #[comptime] kw: usize,
+    #[comptime] up: usize,
+) -> f32 {
+    let taps = comptime!(kh * kw);
+    let ci = k / taps;
+    let tap = k % taps;
+    let iy = iy0 + tap / kw;
+    let ix = ix0 + tap % kw;
+    let mut b = 0.0f32;
+    // Unsigned: `iy - pad` is only formed inside the (upsampled) image, whose pixel (y, x) is
+    // the input's (y / up, x / up).
+    if iy >= pad && ix >= pad && iy - pad < h * up && ix - pad < wd * up {
+        let sy = (iy - pad) / up;
+        let sx = (ix - pad) / up;
+        b = f32::cast_from(x[x_base + (ci * h + sy) * wd + sx]);
+    }
+    b
+}
+
+/// Lane `(tx, ty)`'s 4 × 4 block of a 64 × 64 tile at `(m0, n0)`: output channels `ty·4 ..`,
+/// pixels `tx + 16·j`, written to the slice's partial sums (`split`) or, with the epilogue's
+/// adds, to the output.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+pub(super) fn write_block<F: Float>(
+    acc: &Array<f32>,
+    out: &mut [F],
+    partial: &mut [f32],
+    bias: &[F],
+    channel_add: &[F],
+    residual: &[F],
+    m0: usize,
+    n0: usize,
+    tx: usize,
+    ty: usize,
+    c_out: usize,
+    pixels: usize,
+    plane: usize,
+    channel_row: usize,
+    channel_col: usize,
+    #[comptime] add_bias: bool,
+    #[comptime] add_channel: bool,
+    #[comptime] add_residual: bool,
+    #[comptime] split: bool,
+) {
     #[unroll]
     for i in 0..4usize {
         let co = m0 + ty * 4 + i;

@@ -23,22 +23,27 @@
 //! faster there, eleventh session) but take ours on a software adapter
 //! ([`super::software`]): burn's convolution autotune compiles and times 13 candidates per
 //! shape (the im2col matmul's dozens more), and on lavapipe those LLVM compiles were 290 of a cold
-//! parity test's 360 s. Where the device has cooperative matrices, burn's cmma implicit GEMM is
-//! faster and runs.
+//! parity test's 360 s.
 //!
-//! Not yet here (issue 13): a channels-last layout, a cooperative-matrix variant.
+//! Where the device has cooperative matrices, burn's cooperative-matrix implicit GEMM runs on
+//! large maps; on maps small enough that the reduction is split (the UNet's 8×8 and 16×16
+//! levels at 512²), a cooperative-matrix variant of ours ([`cmma`]) runs, reading the weights as
+//! stored. Not yet here (issue 13): a channels-last layout.
 
+mod cmma;
 mod kernel;
+mod route;
 #[cfg(test)]
 mod tests;
 
-use std::sync::{Arc, OnceLock};
 
 use burn::cubecl::prelude::*;
 use burn::tensor::{DType, Tensor};
 
 use super::{Element, buffer_arg, grid, output, resolve};
+use cmma::{BK_MMA, conv2d_gemm_mma};
 use kernel::{BK, BM, BN, LANES, conv2d_gemm, conv2d_split_sum};
+pub use route::{Mma, Prepared, mma_on, runs_for};
 
 /// Cubes a launch should have before the reduction is split: a few per compute unit on the
 /// GPUs we target (an H200 has 132 SMs, an A770 32 Xe-cores, Iris Xe 6 subslices).
@@ -147,77 +152,6 @@ impl Epilogue<'_> {
     }
 }
 
-/// Fewest output channels for which ours runs on a card (a tile holds 64).
-const MIN_OUT_CHANNELS: usize = 32;
-
-/// Where a layer's device stands: whether ours runs at all, and for which shapes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Route {
-    /// Cooperative matrices (or the CPU backend): burn's convolution.
-    Burn,
-    /// A card without cooperative matrices: ours for the shapes it is faster at.
-    Card,
-    /// A software adapter: ours for every 3×3 and 1×1 layer.
-    Software,
-}
-
-impl Route {
-    fn of(device: &burn::tensor::Device, dtype: DType) -> Self {
-        if !super::available(device) || !super::plain_lanes(device, dtype) {
-            Route::Burn
-        } else if super::software(device) {
-            Route::Software
-        } else {
-            Route::Card
-        }
-    }
-
-    /// The layer shapes ours takes here (module docs).
-    fn takes(self, kh: usize, kw: usize, c_out: usize) -> bool {
-        match self {
-            Route::Burn => false,
-            Route::Card => kh == 3 && kw == 3 && c_out >= MIN_OUT_CHANNELS,
-            Route::Software => kh == kw && (kh == 3 || kh == 1) && c_out > 0,
-        }
-    }
-}
-
-/// One convolution layer's use of our kernel: whether it runs on the layer's device and its
-/// packed weights, both settled at the first call (a layer's weights live on one device in one
-/// dtype; a cast makes a new layer). Clones share it.
-#[derive(Debug, Clone, Default)]
-pub struct Prepared(Arc<OnceLock<Option<Tensor<2>>>>);
-
-impl Prepared {
-    /// `x` through our kernel with `weight` (OIHW) and the `epilogue`, where it runs (see the
-    /// module docs); `None` for burn's `conv2d`.
-    pub fn forward(
-        &self,
-        x: &Tensor<4>,
-        weight: &Tensor<4>,
-        geometry: Geometry,
-        epilogue: &Epilogue<'_>,
-    ) -> Option<Tensor<4>> {
-        let device = x.device();
-        let [c_out, _, kh, kw] = weight.dims();
-        if !super::available(&device) || geometry.k != kh {
-            return None;
-        }
-        let packed = self.0.get_or_init(|| {
-            Route::of(&device, x.dtype())
-                .takes(kh, kw, c_out)
-                .then(|| pack(weight.clone()))
-        });
-        conv2d_with(x.clone(), packed.as_ref()?, geometry, epilogue, None)
-    }
-}
-
-/// Whether a `k`×`k` convolution to `c_out` channels in `dtype` runs through our kernel on
-/// `device` (the bench's op report).
-pub fn runs_for(device: &burn::tensor::Device, dtype: DType, k: usize, c_out: usize) -> bool {
-    Route::of(device, dtype).takes(k, k, c_out)
-}
-
 /// OIHW weights `[c_out, c_in, kh, kw]` as the kernel reads them: `[c_in·kh·kw, c_out]`,
 /// contiguous (a round trip through the host, so once per model at load, never per call).
 pub fn pack(weight: Tensor<4>) -> Tensor<2> {
@@ -266,6 +200,37 @@ pub fn conv2d_with(
     epilogue: &Epilogue<'_>,
     slices: Option<usize>,
 ) -> Option<Tensor<4>> {
+    run(x, Weights::Packed(packed), geometry, epilogue, slices)
+}
+
+/// [`conv2d_with`] on cooperative matrices ([`mma_on`]), with the OIHW weights as stored.
+pub fn conv2d_mma(
+    x: Tensor<4>,
+    weight: &Tensor<4>,
+    mma: Mma,
+    geometry: Geometry,
+    epilogue: &Epilogue<'_>,
+    slices: Option<usize>,
+) -> Option<Tensor<4>> {
+    run(x, Weights::Stored(weight, mma), geometry, epilogue, slices)
+}
+
+/// The weights one launch reads, and so its kernel.
+#[derive(Clone, Copy)]
+enum Weights<'a> {
+    /// `[c_in·kh·kw, c_out]` ([`pack`]): the SIMT kernel.
+    Packed(&'a Tensor<2>),
+    /// OIHW `[c_out, c_in, kh, kw]`: the cooperative-matrix kernel.
+    Stored(&'a Tensor<4>, Mma),
+}
+
+fn run(
+    x: Tensor<4>,
+    weights: Weights<'_>,
+    geometry: Geometry,
+    epilogue: &Epilogue<'_>,
+    slices: Option<usize>,
+) -> Option<Tensor<4>> {
     let device = x.device();
     if !super::available(&device) {
         return None;
@@ -279,8 +244,23 @@ pub fn conv2d_with(
     let dtype = x.dtype();
     let element = Element::of(dtype)?;
     let [b, c_in, h, w] = x.dims();
-    let [k_total, c_out] = packed.dims();
-    if k_total != c_in * k * k || packed.dtype() != dtype {
+    let k_total = c_in * k * k;
+    let (c_out, step, weight_dtype) = match weights {
+        Weights::Packed(p) => {
+            let [rows, c_out] = p.dims();
+            (rows == k_total).then_some(())?;
+            (c_out, BK, p.dtype())
+        }
+        Weights::Stored(wt, mma) => {
+            let [c_out, wc_in, kh, kw] = wt.dims();
+            let ok = wc_in == c_in && kh == k && kw == k && dtype == DType::F16 && mma.fits();
+            if !ok {
+                return None;
+            }
+            (c_out, BK_MMA, wt.dtype())
+        }
+    };
+    if weight_dtype != dtype {
         return None;
     }
     let [oh, ow] = geometry.output(h, w)?;
@@ -300,16 +280,20 @@ pub fn conv2d_with(
     if !fits || pixels == 0 || c_out == 0 || nx > 65_535 || ny > 65_535 {
         return None;
     }
-    let steps = k_total.div_ceil(BK);
-    let slices = slices
-        .unwrap_or_else(|| splits(nx * ny, steps))
-        .clamp(1, steps.max(1));
+    // The split is chosen in steps of 16 whatever the kernel's step, so both kernels split a
+    // layer alike.
+    let slices = slices.unwrap_or_else(|| splits(nx * ny, k_total.div_ceil(BK)));
+    let steps = k_total.div_ceil(step);
+    let slices = slices.clamp(1, steps.max(1));
     let per_slice = steps.div_ceil(slices);
     let slices = steps.div_ceil(per_slice).max(1);
     let split = slices > 1;
 
     let xc = resolve(x)?;
-    let wc = resolve(packed.clone())?;
+    let wc = match weights {
+        Weights::Packed(p) => resolve(p.clone())?,
+        Weights::Stored(wt, _) => resolve(wt.clone())?,
+    };
     // Absent terms are bound to a one-value placeholder the kernel never reads.
     let placeholder = || resolve(Tensor::<1>::zeros([1], (&device, dtype)));
     let bc = match epilogue.bias {
@@ -336,37 +320,76 @@ pub fn conv2d_with(
     let (gx, gy) = grid((pixels * c_out).div_ceil(LANES))?;
     macro_rules! launch {
         ($t:ty) => {{
-            conv2d_gemm::launch::<$t>(
-                &client,
-                CubeCount::Static(nx as u32, ny as u32, slices as u32),
-                CubeDim::new_1d(LANES as u32),
-                buffer_arg(&xc),
-                buffer_arg(&wc),
-                buffer_arg(&bc),
-                buffer_arg(&tc),
-                buffer_arg(&rc),
-                buffer_arg(&oc),
-                buffer_arg(&pc),
-                c_in,
-                h,
-                w,
-                c_out,
-                oh,
-                ow,
-                pixels,
-                stride,
-                padding,
-                per_slice,
-                channel_row,
-                channel_col,
-                k,
-                k,
-                if upsample { 2 } else { 1 },
-                add_bias,
-                add_channel,
-                add_residual,
-                split,
-            );
+            let count = CubeCount::Static(nx as u32, ny as u32, slices as u32);
+            let up = if upsample { 2 } else { 1 };
+            match weights {
+                Weights::Packed(_) => conv2d_gemm::launch::<$t>(
+                    &client,
+                    count,
+                    CubeDim::new_1d(LANES as u32),
+                    buffer_arg(&xc),
+                    buffer_arg(&wc),
+                    buffer_arg(&bc),
+                    buffer_arg(&tc),
+                    buffer_arg(&rc),
+                    buffer_arg(&oc),
+                    buffer_arg(&pc),
+                    c_in,
+                    h,
+                    w,
+                    c_out,
+                    oh,
+                    ow,
+                    pixels,
+                    stride,
+                    padding,
+                    per_slice,
+                    channel_row,
+                    channel_col,
+                    k,
+                    k,
+                    up,
+                    add_bias,
+                    add_channel,
+                    add_residual,
+                    split,
+                ),
+                Weights::Stored(_, mma) => conv2d_gemm_mma::launch::<$t>(
+                    &client,
+                    count,
+                    CubeDim::new_1d(LANES as u32),
+                    buffer_arg(&xc),
+                    buffer_arg(&wc),
+                    buffer_arg(&bc),
+                    buffer_arg(&tc),
+                    buffer_arg(&rc),
+                    buffer_arg(&oc),
+                    buffer_arg(&pc),
+                    c_in,
+                    h,
+                    w,
+                    c_out,
+                    oh,
+                    ow,
+                    pixels,
+                    stride,
+                    padding,
+                    per_slice,
+                    channel_row,
+                    channel_col,
+                    k,
+                    k,
+                    up,
+                    add_bias,
+                    add_channel,
+                    add_residual,
+                    split,
+                    mma.plane,
+                    mma.fragment.m,
+                    mma.fragment.n,
+                    mma.fragment.k,
+                ),
+            }
             if split {
                 conv2d_split_sum::launch::<$t>(
                     &client,

@@ -199,7 +199,7 @@ fn prepared_routes_by_shape_and_device() {
     assert!(relative(&read(ours), &read(twin)) <= 1e-4);
     let shared = prepared.clone();
     assert!(
-        shared.0.get().is_some_and(|p| p.is_some()),
+        shared.is_packed(),
         "packed once, shared"
     );
     let none = Epilogue::default();
@@ -284,24 +284,4 @@ fn upsampled_input_matches_interpolate_then_conv() {
             assert!(rel <= tol, "{dtype:?} slices {slices:?}: rel {rel}");
         }
     }
-}
-
-/// Which layers ours takes on each kind of device (module docs).
-#[test]
-fn routes_by_adapter() {
-    use super::Route;
-    assert!(Route::Card.takes(3, 3, 32));
-    assert!(
-        !Route::Card.takes(3, 3, 4),
-        "narrow outputs stay with burn on a card"
-    );
-    assert!(
-        !Route::Card.takes(1, 1, 320),
-        "1×1 layers stay with burn on a card"
-    );
-    assert!(Route::Software.takes(1, 1, 4));
-    assert!(Route::Software.takes(3, 3, 3));
-    assert!(!Route::Software.takes(5, 5, 40));
-    assert!(!Route::Software.takes(3, 1, 40));
-    assert!(!Route::Burn.takes(3, 3, 320));
 }

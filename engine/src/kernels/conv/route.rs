@@ -1,0 +1,219 @@
+//! Which convolution runs where: the device's route, settled once per layer ([`Prepared`]).
+
+use std::sync::{Arc, OnceLock};
+
+use burn::tensor::{DType, Tensor};
+
+use super::super::attention::{Fragment, device_fragment};
+use super::super::resolve;
+use super::cmma::BK_MMA;
+use super::kernel::{BK, BM, BN, LANES};
+use super::{Epilogue, Geometry, Weights, pack, run, splits};
+
+/// Fewest output channels for which ours runs on a card (a tile holds 64).
+const MIN_OUT_CHANNELS: usize = 32;
+
+/// The cooperative-matrix kernel's shape on one device ([`cmma`]): its plane width, fixed when
+/// the kernel compiles, and its f16×f16→f32 fragment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Mma {
+    pub plane: usize,
+    pub fragment: Fragment,
+}
+
+impl Mma {
+    /// The device's, where it has an f16 fragment and one plane width that give each plane two
+    /// fragments of the 64 × 64 tile.
+    fn of(client: &burn::cubecl::client::Client) -> Option<Self> {
+        let hardware = &client.properties().hardware;
+        if hardware.plane_size_min != hardware.plane_size_max {
+            return None;
+        }
+        let mma = Mma {
+            plane: hardware.plane_size_max as usize,
+            fragment: device_fragment(client)?,
+        };
+        mma.fits().then_some(mma)
+    }
+
+    /// Whether the fragments tile the block two a plane (the kernel's layout).
+    pub(super) fn fits(&self) -> bool {
+        let (f, plane) = (self.fragment, self.plane);
+        plane > 0
+            && f.m > 0
+            && f.n > 0
+            && f.k > 0
+            && LANES % plane == 0
+            && BM % f.m == 0
+            && BN % (2 * f.n) == 0
+            && BK_MMA % f.k == 0
+            && (BM / f.m) * (BN / f.n) == 2 * (LANES / plane)
+    }
+}
+
+/// Where a layer's device stands: whether ours runs at all, and for which shapes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Route {
+    /// The CPU backend, f32 on cooperative matrices, or a device whose fragments or planes
+    /// our cooperative-matrix kernel cannot use: burn's convolution.
+    Burn,
+    /// Cooperative matrices in f16: ours on them for 3×3 layers, on maps small enough that the
+    /// reduction is split ([`splits`]); burn's cooperative-matrix kernel elsewhere.
+    Mma(Mma),
+    /// A card without cooperative matrices: ours for the shapes it is faster at.
+    Card,
+    /// A software adapter: ours for every 3×3 and 1×1 layer.
+    Software,
+}
+
+impl Route {
+    fn of(device: &burn::tensor::Device, dtype: DType) -> Self {
+        if !super::super::available(device) {
+            Route::Burn
+        } else if !super::super::plain_lanes(device, dtype) {
+            let probe = (dtype == DType::F16)
+                .then(|| resolve(Tensor::<1>::zeros([1], (device, dtype))))
+                .flatten();
+            match probe.and_then(|p| Mma::of(&p.client)) {
+                Some(mma) => Route::Mma(mma),
+                None => Route::Burn,
+            }
+        } else if super::super::software(device) {
+            Route::Software
+        } else {
+            Route::Card
+        }
+    }
+
+    /// The layer shapes ours takes here (module docs).
+    fn takes(self, kh: usize, kw: usize, c_out: usize) -> bool {
+        match self {
+            Route::Burn => false,
+            Route::Mma(_) | Route::Card => kh == 3 && kw == 3 && c_out >= MIN_OUT_CHANNELS,
+            Route::Software => kh == kw && (kh == 3 || kh == 1) && c_out > 0,
+        }
+    }
+}
+
+/// How a layer runs, settled at its first call.
+#[derive(Debug, Clone)]
+enum Use {
+    Burn,
+    /// The SIMT kernel on the weights packed once ([`pack`]).
+    Packed(Tensor<2>),
+    /// The cooperative-matrix kernel, on the weights as stored, where the map is small.
+    Stored(Mma),
+}
+
+/// One convolution layer's use of our kernel: whether it runs on the layer's device and, for
+/// the SIMT kernel, its packed weights, both settled at the first call (a layer's weights live
+/// on one device in one dtype; a cast makes a new layer). Clones share it.
+#[derive(Debug, Clone, Default)]
+pub struct Prepared(Arc<OnceLock<Use>>);
+
+impl Prepared {
+    /// Whether the first call packed the weights for the SIMT kernel.
+    #[cfg(test)]
+    pub(super) fn is_packed(&self) -> bool {
+        matches!(self.0.get(), Some(Use::Packed(_)))
+    }
+
+    /// `x` through our kernel with `weight` (OIHW) and the `epilogue`, where it runs (see the
+    /// module docs); `None` for burn's `conv2d`.
+    pub fn forward(
+        &self,
+        x: &Tensor<4>,
+        weight: &Tensor<4>,
+        geometry: Geometry,
+        epilogue: &Epilogue<'_>,
+    ) -> Option<Tensor<4>> {
+        let device = x.device();
+        let [c_out, _, kh, kw] = weight.dims();
+        if !super::super::available(&device) || geometry.k != kh {
+            return None;
+        }
+        let prepared = self.0.get_or_init(|| {
+            let route = Route::of(&device, x.dtype());
+            match route {
+                _ if !route.takes(kh, kw, c_out) => Use::Burn,
+                Route::Mma(mma) => Use::Stored(mma),
+                _ => Use::Packed(pack(weight.clone())),
+            }
+        });
+        match prepared {
+            Use::Burn => None,
+            Use::Packed(packed) => run(x.clone(), Weights::Packed(packed), geometry, epilogue, None),
+            Use::Stored(mma) => {
+                let [b, _, h, w] = x.dims();
+                let [oh, ow] = geometry.output(h, w)?;
+                let tiles = (b * oh * ow).div_ceil(BN) * c_out.div_ceil(BM);
+                let steps = (weight.dims()[1] * kh * kw).div_ceil(BK);
+                (splits(tiles, steps) > 1).then_some(())?;
+                run(x.clone(), Weights::Stored(weight, *mma), geometry, epilogue, None)
+            }
+        }
+    }
+}
+
+/// Whether a `k`×`k` convolution to `c_out` channels in `dtype` runs through our kernel on
+/// `device` (the bench's op report): on cooperative matrices, on maps small enough to split.
+pub fn runs_for(device: &burn::tensor::Device, dtype: DType, k: usize, c_out: usize) -> bool {
+    Route::of(device, dtype).takes(k, k, c_out)
+}
+
+/// Our cooperative-matrix convolution on `device` in `dtype`, where it runs (f16, a fragment
+/// and plane width it can use); `None` elsewhere.
+pub fn mma_on(device: &burn::tensor::Device, dtype: DType) -> Option<Mma> {
+    match Route::of(device, dtype) {
+        Route::Mma(mma) => Some(mma),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Fragment, Mma, Route};
+
+    /// Which layers ours takes on each kind of device (module docs).
+    #[test]
+    fn routes_by_adapter() {
+        assert!(Route::Card.takes(3, 3, 32));
+        assert!(
+            !Route::Card.takes(3, 3, 4),
+            "narrow outputs stay with burn on a card"
+        );
+        assert!(
+            !Route::Card.takes(1, 1, 320),
+            "1×1 layers stay with burn on a card"
+        );
+        assert!(Route::Software.takes(1, 1, 4));
+        assert!(Route::Software.takes(3, 3, 3));
+        assert!(!Route::Software.takes(5, 5, 40));
+        assert!(!Route::Software.takes(3, 1, 40));
+        assert!(!Route::Burn.takes(3, 3, 320));
+        let square = Fragment {
+            m: 16,
+            n: 16,
+            k: 16,
+        };
+        let nvidia = Mma {
+            plane: 32,
+            fragment: square,
+        };
+        assert!(Route::Mma(nvidia).takes(3, 3, 1280));
+        assert!(!Route::Mma(nvidia).takes(1, 1, 1280));
+    }
+
+    /// The cooperative-matrix kernel's layout: two fragments a plane over the 64 × 64 tile.
+    #[test]
+    fn mma_shapes_that_tile_the_block() {
+        let f = |m, n, k| Fragment { m, n, k };
+        let fits = |plane, fragment| Mma { plane, fragment }.fits();
+        assert!(fits(32, f(16, 16, 16)), "NVIDIA");
+        assert!(fits(16, f(8, 16, 16)), "Intel Arc, were its plane width fixed");
+        assert!(!fits(64, f(16, 16, 16)), "four planes of 64 would need four fragments each");
+        assert!(!fits(32, f(16, 16, 48)), "the step is not a multiple of k");
+        assert!(!fits(16, f(16, 16, 16)), "sixteen planes for sixteen fragments");
+        assert!(!fits(0, f(16, 16, 16)));
+    }
+}
