@@ -44,6 +44,10 @@
 #   PART=t  PyTorch's fp16 UNet step, then ours: the step under the default compiler (SPIR-V,
 #           cooperative matrices) and under WGSL, then the SPIR-V op report (every linear shape
 #           with burn's matmul in both weight layouts)
+#   PART=u  PyTorch's fp16 UNet step, then ours (default compiler): every SD 1.5 attention shape
+#           with each tiling (the planes kernel among them) and every 3×3 convolution shape on
+#           burn's, our SIMT and our cooperative-matrix kernel (`--conv-only`), each with its
+#           difference from burn's; then the UNet step launch by launch and replayed
 #   PART=e  PyTorch (fp16 UNet, VAE, 20-step txt2img), then our f16 bench under perf (a flat
 #           profile per thread: where the host time of a step goes). Needs .perf/perf.txz (perf
 #           and its libraries) and a release build with symbols (CARGO_PROFILE_RELEASE_STRIP=false)
@@ -173,6 +177,12 @@ t)
   timeout ${OURS_TIMEOUT:-150} /tmp/ls bench --device gpu --precision f16 --runs 7 --unet-only --no-ops --no-burn-ops --no-profile 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_spirv.txt
   LATENT_STUDIO_COMPILER=wgsl timeout ${WGSL_TIMEOUT:-120} /tmp/ls bench --device gpu --precision f16 --runs 7 --unet-only --no-ops --no-burn-ops --no-profile 2>&1 | tee $OUT/ours_wgsl.txt
   timeout ${OPS_TIMEOUT:-230} /tmp/ls bench --device gpu --precision f16 --runs 3 --unet-only --no-burn-ops --no-profile 2>&1 | grep -v "^\[F16\]   [a-z_]*  *[0-9.]* ms  {" | tee $OUT/ours_spirv_ops.txt
+  ;;
+u)
+  PARTS=unet16 timeout 70 python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_u.txt
+  timeout ${ATT_TIMEOUT:-100} /tmp/ls bench --device gpu --precision f16 --runs 5 --attention-only 2>&1 | tee $OUT/ours_attention.txt
+  timeout ${CONV_TIMEOUT:-150} /tmp/ls bench --device gpu --precision f16 --runs 5 --conv-only 2>&1 | tee $OUT/ours_conv.txt
+  timeout ${OURS_TIMEOUT:-250} /tmp/ls bench --device gpu --precision f16 --runs 7 --unet-only --no-ops --no-burn-ops --no-profile 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_spirv.txt
   ;;
 h)
   timeout ${OURS_TIMEOUT:-540} /tmp/ls bench --device gpu --precision f16 --runs 3 --unet-only 2>&1 | grep -v "^\[F16\]   [a-z_]*  *[0-9.]* ms  {" | tee $OUT/ours_spirv_ops.txt

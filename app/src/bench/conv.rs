@@ -134,9 +134,13 @@ pub fn report(
                 padding,
                 upsample: false,
             };
-            let run = |slices| conv::conv2d_mma(x.clone(), &weight, mma, geometry, &epilogue, slices);
+            let run =
+                |slices| conv::conv2d_mma(x.clone(), &weight, mma, geometry, &epilogue, slices);
             let Some(ours) = run(None) else {
-                println!("[{precision:?}]   {:<40} ours on cooperative matrices: does not run", op.to_string());
+                println!(
+                    "[{precision:?}]   {:<40} ours on cooperative matrices: does not run",
+                    op.to_string()
+                );
                 continue;
             };
             let rel = match (read(ours), read(burn())) {

@@ -190,10 +190,31 @@ pub fn unet_report(
             format!("{:7.0} GB/s   ", op.min_bytes(element) / (ms * 1e-3) / 1e9)
         };
         let kernel = match op {
-            OpShape::Conv { k, c_out, .. }
-                if latent_engine::kernels::conv::runs_for(device, dtype, *k, *c_out) =>
-            {
-                "ours, implicit GEMM (SIMT)".to_string()
+            OpShape::Conv {
+                k,
+                c_out,
+                c_in,
+                b,
+                h,
+                w,
+                stride,
+                padding,
+                ..
+            } if latent_engine::kernels::conv::runs_for(device, dtype, *k, *c_out) => {
+                match latent_engine::kernels::conv::mma_on(device, dtype) {
+                    None => "ours, implicit GEMM (SIMT)".to_string(),
+                    Some(_) => {
+                        let side = |n: usize| (n + 2 * padding - k) / stride + 1;
+                        let tiles = (b * side(*h) * side(*w)).div_ceil(64) * c_out.div_ceil(64);
+                        match latent_engine::kernels::conv::splits(
+                            tiles,
+                            (c_in * k * k).div_ceil(16),
+                        ) {
+                            1 => "burn (large map)".to_string(),
+                            _ => "ours, implicit GEMM (cmma, split)".to_string(),
+                        }
+                    }
+                }
             }
             OpShape::Conv { .. } => decisions
                 .iter()
@@ -272,6 +293,46 @@ pub fn sd15_attention_shapes() -> Vec<(OpShape, usize)> {
         (shape(256, 77, 160), 5),
         (shape(64, 64, 160), 1),
         (shape(64, 77, 160), 1),
+    ]
+}
+
+/// SD 1.5's 3×3 convolution shapes per UNet step at 512² (batch 2, with bias), with their
+/// counts: resnets, down- and upsamplers (the upsampler's as a plain convolution of the
+/// upsampled size), `conv_in` and `conv_out`.
+pub fn sd15_conv_shapes() -> Vec<(OpShape, usize)> {
+    let conv = |c_in, c_out, side, stride| OpShape::Conv {
+        b: 2,
+        c_in,
+        c_out,
+        h: side,
+        w: side,
+        k: 3,
+        stride,
+        padding: 1,
+        bias: true,
+    };
+    vec![
+        (conv(4, 320, 64, 1), 1),
+        (conv(320, 320, 64, 1), 7),
+        (conv(320, 320, 64, 2), 1),
+        (conv(320, 640, 32, 1), 1),
+        (conv(640, 640, 32, 1), 6),
+        (conv(640, 640, 32, 2), 1),
+        (conv(640, 1280, 16, 1), 1),
+        (conv(1280, 1280, 16, 1), 7),
+        (conv(1280, 1280, 16, 2), 1),
+        (conv(1280, 1280, 8, 1), 11),
+        (conv(2560, 1280, 8, 1), 3),
+        (conv(2560, 1280, 16, 1), 2),
+        (conv(1920, 1280, 16, 1), 1),
+        (conv(1280, 1280, 32, 1), 1),
+        (conv(1920, 640, 32, 1), 1),
+        (conv(1280, 640, 32, 1), 1),
+        (conv(960, 640, 32, 1), 1),
+        (conv(640, 640, 64, 1), 1),
+        (conv(960, 320, 64, 1), 1),
+        (conv(640, 320, 64, 1), 2),
+        (conv(320, 4, 64, 1), 1),
     ]
 }
 

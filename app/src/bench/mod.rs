@@ -63,6 +63,9 @@ pub struct BenchArgs {
     /// Only the attention report: every SD 1.5 attention shape, burn's and each tiling of ours.
     #[arg(long)]
     attention_only: bool,
+    /// Only the convolution report: every SD 1.5 UNet 3×3 convolution shape, burn's and ours.
+    #[arg(long)]
+    conv_only: bool,
     /// Skip the per-block UNet profile (a sync after each block: it tunes fused kernels of its
     /// own, minutes on a fresh GPU, and does not describe the unsynchronised step).
     #[arg(long)]
@@ -158,6 +161,16 @@ pub fn run(args: BenchArgs) -> Result<()> {
             kernels::attention_report(
                 &kernels::sd15_attention_shapes(),
                 &device,
+                precision,
+                args.runs,
+            )?;
+            continue;
+        }
+        if args.conv_only {
+            conv::report(
+                &kernels::sd15_conv_shapes(),
+                &device,
+                dtype,
                 precision,
                 args.runs,
             )?;

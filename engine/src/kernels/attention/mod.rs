@@ -21,9 +21,9 @@ use burn::tensor::Tensor;
 
 use super::{Element, buffer_arg, output, resolve};
 use kernel::{flash_attention, flash_attention_rows};
-use planes::flash_attention_planes;
 pub use plan::{Fragment, Plan, device_fragment};
 use plan::{LANES, SHARED_BUDGET};
+use planes::flash_attention_planes;
 
 /// On a device with cooperative matrices, the widest head ours takes, with the per-row kernel;
 /// wider heads go to burn's attention. Measured on an H100 (BENCHMARKS.md, ninth session): at
@@ -142,10 +142,20 @@ fn plans_on(client: &cubecl::client::Client, dtype: burn::tensor::DType, d: usiz
     // The planes kernel needs one plane width, known when it compiles, and plane shuffles.
     let fixed_plane = (hardware.plane_size_min == hardware.plane_size_max)
         .then_some(hardware.plane_size_max as usize);
-    let shuffles = client.features().plane.contains(cubecl::ir::features::Plane::Ops);
+    let shuffles = client
+        .features()
+        .plane
+        .contains(cubecl::ir::features::Plane::Ops);
     if let (Some(f), Some(plane), true) = (fragment, fixed_plane, shuffles) {
         let max_lanes = (hardware.max_units_per_cube as usize).min(256);
-        all.extend(Plan::on_planes(d, dtype.size(), f, plane, max_lanes, budget));
+        all.extend(Plan::on_planes(
+            d,
+            dtype.size(),
+            f,
+            plane,
+            max_lanes,
+            budget,
+        ));
     }
     all.extend(Plan::fitting(d, dtype.size(), fragment, budget));
     if fragment.is_some() {

@@ -295,7 +295,11 @@ mod tests {
             n: 16,
             k: 16,
         };
-        let first = |d: usize| Plan::on_planes(d, 2, square, 32, 256, 48 * 1024).first().copied();
+        let first = |d: usize| {
+            Plan::on_planes(d, 2, square, 32, 256, 48 * 1024)
+                .first()
+                .copied()
+        };
         let p = first(40).expect("fits");
         assert_eq!((p.bq, p.bk, p.dp, p.plane), (64, 64, 48, Some(32)));
         assert!(p.shared_bytes(2) <= 48 * 1024);

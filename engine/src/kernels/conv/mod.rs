@@ -36,7 +36,6 @@ mod route;
 #[cfg(test)]
 mod tests;
 
-
 use burn::cubecl::prelude::*;
 use burn::tensor::{DType, Tensor};
 

@@ -142,14 +142,22 @@ impl Prepared {
         });
         match prepared {
             Use::Burn => None,
-            Use::Packed(packed) => run(x.clone(), Weights::Packed(packed), geometry, epilogue, None),
+            Use::Packed(packed) => {
+                run(x.clone(), Weights::Packed(packed), geometry, epilogue, None)
+            }
             Use::Stored(mma) => {
                 let [b, _, h, w] = x.dims();
                 let [oh, ow] = geometry.output(h, w)?;
                 let tiles = (b * oh * ow).div_ceil(BN) * c_out.div_ceil(BM);
                 let steps = (weight.dims()[1] * kh * kw).div_ceil(BK);
                 (splits(tiles, steps) > 1).then_some(())?;
-                run(x.clone(), Weights::Stored(weight, *mma), geometry, epilogue, None)
+                run(
+                    x.clone(),
+                    Weights::Stored(weight, *mma),
+                    geometry,
+                    epilogue,
+                    None,
+                )
             }
         }
     }
@@ -210,10 +218,19 @@ mod tests {
         let f = |m, n, k| Fragment { m, n, k };
         let fits = |plane, fragment| Mma { plane, fragment }.fits();
         assert!(fits(32, f(16, 16, 16)), "NVIDIA");
-        assert!(fits(16, f(8, 16, 16)), "Intel Arc, were its plane width fixed");
-        assert!(!fits(64, f(16, 16, 16)), "four planes of 64 would need four fragments each");
+        assert!(
+            fits(16, f(8, 16, 16)),
+            "Intel Arc, were its plane width fixed"
+        );
+        assert!(
+            !fits(64, f(16, 16, 16)),
+            "four planes of 64 would need four fragments each"
+        );
         assert!(!fits(32, f(16, 16, 48)), "the step is not a multiple of k");
-        assert!(!fits(16, f(16, 16, 16)), "sixteen planes for sixteen fragments");
+        assert!(
+            !fits(16, f(16, 16, 16)),
+            "sixteen planes for sixteen fragments"
+        );
         assert!(!fits(0, f(16, 16, 16)));
     }
 }

@@ -198,10 +198,7 @@ fn prepared_routes_by_shape_and_device() {
     );
     assert!(relative(&read(ours), &read(twin)) <= 1e-4);
     let shared = prepared.clone();
-    assert!(
-        shared.is_packed(),
-        "packed once, shared"
-    );
+    assert!(shared.is_packed(), "packed once, shared");
     let none = Epilogue::default();
     let narrow = weight(4, 3);
     let ours = super::Prepared::default()
