@@ -206,12 +206,12 @@ pub fn unet_report(
                     Some(_) => {
                         let side = |n: usize| (n + 2 * padding - k) / stride + 1;
                         let tiles = (b * side(*h) * side(*w)).div_ceil(64) * c_out.div_ceil(64);
-                        match latent_engine::kernels::conv::splits(
-                            tiles,
-                            (c_in * k * k).div_ceil(16),
-                        ) {
-                            1 => "burn (large map)".to_string(),
-                            _ => "ours, implicit GEMM (cmma, split)".to_string(),
+                        let steps = (c_in * k * k).div_ceil(16);
+                        let split = latent_engine::kernels::conv::splits(tiles, steps) > 1;
+                        if split && tiles <= latent_engine::kernels::conv::MMA_MAX_TILES {
+                            "ours, implicit GEMM (cmma, split)".to_string()
+                        } else {
+                            "burn (larger map)".to_string()
                         }
                     }
                 }
@@ -227,8 +227,8 @@ pub fn unet_report(
                 "ours, tiled GEMM (SIMT)".to_string()
             }
             OpShape::Linear { .. } => "burn matmul".to_string(),
-            OpShape::Attention { d, .. } => {
-                latent_engine::kernels::attention::describe(device, dtype, *d)
+            OpShape::Attention { d, n_k, .. } => {
+                latent_engine::kernels::attention::describe(device, dtype, *d, *n_k)
             }
             _ => String::new(),
         };

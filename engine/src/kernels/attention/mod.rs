@@ -25,11 +25,17 @@ pub use plan::{Fragment, Plan, device_fragment};
 use plan::{LANES, SHARED_BUDGET};
 use planes::flash_attention_planes;
 
-/// On a device with cooperative matrices, the widest head ours takes, with the per-row kernel;
-/// wider heads go to burn's attention. Measured on an H100 (BENCHMARKS.md, ninth session): at
-/// 8×40 over 4096 keys the per-row kernel took 3.30 ms, our best cooperative-matrix tiling 3.58
-/// and burn's 4.36; at 8×80 over 1024 keys burn's took 0.35 ms against 0.87 for ours at best.
-const WIDEST_OURS_WITH_CMMA: usize = 64;
+/// On a device with cooperative matrices, the widest head ours takes (wider heads go to burn's
+/// attention), and the widest the planes kernel takes. Measured on an H100 (BENCHMARKS.md,
+/// twelfth session, each shape alone): at 8×40 over 4096 keys the planes kernel took 1.83 ms, the
+/// per-row kernel 3.22 and burn's 4.32; at 8×80 over 1024 keys the per-row kernel 0.88 ms, the
+/// planes kernel 1.04 and burn's 1.11 (its flash attention asked for more workgroup memory than
+/// the device has and fell back). 160-wide heads (16×16 maps) stay with burn's until measured.
+const WIDEST_OURS_WITH_CMMA: usize = 80;
+const WIDEST_PLANES: usize = 64;
+/// Fewest keys for which the planes kernel runs: over the 77 prompt tokens the per-row kernel
+/// was faster (8×40 over 4096 queries: 0.33 against 0.53 ms, same run).
+const PLANES_MIN_KEYS: usize = 256;
 
 /// Where one operand's heads sit: `tensor[b, n, column + head · d + i]`.
 #[derive(Debug, Clone, Copy)]
@@ -56,29 +62,32 @@ pub fn attention(
     let dtype = q.tensor.dtype();
     // The tiling comes from q's own client: no probe tensor per call in the sampling loop.
     launch(q, k, v, heads, d, |client| {
-        preferred(plans_on(client, dtype, d), d)
+        preferred(plans_on(client, dtype, d), d, k.tensor.dims()[1])
     })
 }
 
-/// The tiling [`attention`] runs for head width `d` ([`preferred`]): on cooperative matrices the
-/// per-row kernel up to [`WIDEST_OURS_WITH_CMMA`] and burn's attention (`None`) beyond. A fixed rule rather than a timing at run time, so that a seed gives the
-/// same image on every run of one machine.
+/// The tiling [`attention`] runs for head width `d` over `n_k` keys ([`preferred`]). A fixed
+/// rule rather than a timing at run time, so that a seed gives the same image on every run of
+/// one machine.
 pub fn default_plan(
     device: &burn::tensor::Device,
     dtype: burn::tensor::DType,
     d: usize,
+    n_k: usize,
 ) -> Option<Plan> {
-    preferred(plans(device, dtype, d), d)
+    preferred(plans(device, dtype, d), d, n_k)
 }
 
 /// The plan [`default_plan`] takes from `all` (cooperative-matrix tilings first where the device
-/// has them): where the device has cooperative matrices, the first planes plan where one fits,
-/// else the first per-row plan (measured faster than our tiled cooperative-matrix kernel at every
-/// SD head width it fits); elsewhere the first. `None` where burn's attention is the faster one.
-fn preferred(all: Vec<Plan>, d: usize) -> Option<Plan> {
+/// has them). With cooperative matrices: the first planes plan for heads up to
+/// [`WIDEST_PLANES`] over at least [`PLANES_MIN_KEYS`] keys, else the first per-row plan up to
+/// [`WIDEST_OURS_WITH_CMMA`], else burn's (`None`). On plain lanes: the first plan.
+fn preferred(all: Vec<Plan>, d: usize, n_k: usize) -> Option<Plan> {
     let cmma = all.iter().any(|p| p.fragment.is_some());
-    if let Some(planes) = all.iter().find(|p| p.plane.is_some()) {
-        return Some(*planes);
+    if cmma && d <= WIDEST_PLANES && n_k >= PLANES_MIN_KEYS {
+        if let Some(planes) = all.iter().find(|p| p.plane.is_some()) {
+            return Some(*planes);
+        }
     }
     all.into_iter()
         .find(|p| !cmma || p.per_row)
@@ -99,9 +108,14 @@ fn ours_is_faster(cmma: bool, d: usize) -> bool {
 
 /// Which attention kernel runs for head width `d` in `dtype` on `device`, in words (the bench's
 /// op report).
-pub fn describe(device: &burn::tensor::Device, dtype: burn::tensor::DType, d: usize) -> String {
+pub fn describe(
+    device: &burn::tensor::Device,
+    dtype: burn::tensor::DType,
+    d: usize,
+    n_k: usize,
+) -> String {
     match (
-        default_plan(device, dtype, d),
+        default_plan(device, dtype, d, n_k),
         plans(device, dtype, d).is_empty(),
     ) {
         (Some(p), _) => format!("ours, {p}"),
@@ -345,7 +359,7 @@ mod tests {
     use crate::attention::multi_head_attention;
 
     /// Ours runs every head width without cooperative matrices (burn's attention there is the
-    /// unfused one) and up to 128 with them; the first tiling of each kind is the measured best:
+    /// unfused one) and up to 80 with them; the first tiling of each kind is the measured best:
     /// on plain lanes, rows in registers, one lane per 64 columns or fewer.
     #[test]
     fn default_plan_rule() {
@@ -358,13 +372,14 @@ mod tests {
             let cmma = Plan::choose(d, 2, square, 48 * 1024).expect("fits");
             assert_eq!((cmma.bq, cmma.bk), (32, 16));
             let lane = Plan::choose(d, 2, None, 48 * 1024).expect("fits");
-            // With cooperative matrices: the per-row plan up to 64 wide, burn's beyond.
+            // With cooperative matrices and no planes plan: the per-row plan up to 80 wide,
+            // burn's beyond.
             let mut all = Plan::fitting(d, 2, square, 48 * 1024);
             all.extend(Plan::fitting(d, 2, None, 48 * 1024));
-            let on_cmma = super::preferred(all, d);
-            assert_eq!(on_cmma, (d <= 64).then_some(lane), "d {d}");
+            let on_cmma = super::preferred(all, d, 4096);
+            assert_eq!(on_cmma, (d <= 80).then_some(lane), "d {d}");
             assert_eq!(
-                super::preferred(Plan::fitting(d, 2, None, 48 * 1024), d),
+                super::preferred(Plan::fitting(d, 2, None, 48 * 1024), d, 4096),
                 Some(lane)
             );
             let parts = d.div_ceil(64);
@@ -375,13 +390,21 @@ mod tests {
                 (rows, 8, true, parts)
             );
         }
-        // Where the planes kernel fits, it comes first on cooperative matrices, at any width.
-        for d in [40, 80] {
+        // Where the planes kernel fits, it takes heads up to 64 wide over 256 keys or more; the
+        // per-row kernel the 77-token cross-attention and 80-wide heads.
+        for (d, n_k, planes) in [
+            (40, 4096, true),
+            (40, 77, false),
+            (64, 256, true),
+            (80, 1024, false),
+        ] {
             let mut all = Plan::on_planes(d, 2, square.expect("square"), 32, 256, 48 * 1024);
             let first = all[0];
             all.extend(Plan::fitting(d, 2, square, 48 * 1024));
             all.extend(Plan::fitting(d, 2, None, 48 * 1024));
-            assert_eq!(super::preferred(all, d), Some(first), "d {d}");
+            let chosen = super::preferred(all, d, n_k).expect("ours");
+            assert_eq!(chosen == first, planes, "d {d} keys {n_k}");
+            assert_eq!(chosen.per_row, !planes, "d {d} keys {n_k}");
         }
         let vae = Plan::choose(512, 2, None, 48 * 1024).expect("fits");
         assert!(vae.per_row && !super::ours_is_faster(false, 512));

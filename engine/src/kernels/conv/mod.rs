@@ -42,7 +42,7 @@ use burn::tensor::{DType, Tensor};
 use super::{Element, buffer_arg, grid, output, resolve};
 use cmma::{BK_MMA, conv2d_gemm_mma};
 use kernel::{BK, BM, BN, LANES, conv2d_gemm, conv2d_split_sum};
-pub use route::{Mma, Prepared, mma_on, runs_for};
+pub use route::{MMA_MAX_TILES, Mma, Prepared, mma_on, runs_for};
 
 /// Cubes a launch should have before the reduction is split: a few per compute unit on the
 /// GPUs we target (an H200 has 132 SMs, an A770 32 Xe-cores, Iris Xe 6 subslices).

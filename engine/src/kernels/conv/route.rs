@@ -13,6 +13,12 @@ use super::{Epilogue, Geometry, Weights, pack, run, splits};
 /// Fewest output channels for which ours runs on a card (a tile holds 64).
 const MIN_OUT_CHANNELS: usize = 32;
 
+/// Most 64 × 64 tiles for which our cooperative-matrix convolution runs (split) instead of
+/// burn's. Measured on an H100 (BENCHMARKS.md, twelfth session, each shape alone): on the 8×8
+/// outputs (40 tiles) ours took 0.45 against 0.71 ms (1280→1280) and 0.83 against 1.30 ms
+/// (2560→1280); on 16×16 (80–160 tiles) burn's was faster (1280→1280: 0.74 against 1.25 ms).
+pub const MMA_MAX_TILES: usize = 64;
+
 /// The cooperative-matrix kernel's shape on one device ([`cmma`]): its plane width, fixed when
 /// the kernel compiles, and its f16×f16→f32 fragment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,8 +63,8 @@ enum Route {
     /// The CPU backend, f32 on cooperative matrices, or a device whose fragments or planes
     /// our cooperative-matrix kernel cannot use: burn's convolution.
     Burn,
-    /// Cooperative matrices in f16: ours on them for 3×3 layers, on maps small enough that the
-    /// reduction is split ([`splits`]); burn's cooperative-matrix kernel elsewhere.
+    /// Cooperative matrices in f16: ours on them for 3×3 layers on the smallest maps (at most
+    /// [`MMA_MAX_TILES`] tiles, the reduction split); burn's cooperative-matrix kernel elsewhere.
     Mma(Mma),
     /// A card without cooperative matrices: ours for the shapes it is faster at.
     Card,
@@ -150,7 +156,7 @@ impl Prepared {
                 let [oh, ow] = geometry.output(h, w)?;
                 let tiles = (b * oh * ow).div_ceil(BN) * c_out.div_ceil(BM);
                 let steps = (weight.dims()[1] * kh * kw).div_ceil(BK);
-                (splits(tiles, steps) > 1).then_some(())?;
+                (tiles <= MMA_MAX_TILES && splits(tiles, steps) > 1).then_some(())?;
                 run(
                     x.clone(),
                     Weights::Stored(weight, *mma),
