@@ -415,7 +415,8 @@ fn empty_and_overlong_prompts_make_images() {
     assert_eq!(steps, vec![1, 2]);
     assert!(notices.is_empty(), "{notices:?}");
 
-    // 10,000 characters: CLIP reads 75 tokens; the rest is dropped with a notice.
+    // 10,000 characters (about 3,300 tokens): the first 32 chunks of 75 are read, the rest is
+    // dropped with a notice.
     let long: String = "a fox in snow, ".repeat(667).chars().take(10_000).collect();
     assert_eq!(long.chars().count(), 10_000);
     let req = Txt2ImgRequest {
@@ -436,11 +437,11 @@ fn empty_and_overlong_prompts_make_images() {
         })
         .collect();
     assert_eq!(truncated, vec!["prompt", "negative prompt"], "{notices:?}");
-    // Only the first 75 tokens count: the same start with a different tail is the same image.
+    // Only the first 2,400 tokens count: the same start with a different tail is the same image.
     let mut other = req.clone();
     other.prompt = format!(
         "{}{}",
-        &req.prompt[..600],
+        &req.prompt[..8000],
         "a castle at night, ".repeat(400)
     );
     other.negative_prompt = other.prompt.clone();

@@ -116,3 +116,42 @@ fn load_reports_only_known_extras_as_unused() {
         ["cond_stage_model.transformer.text_model.embeddings.position_ids"]
     );
 }
+
+/// Weighted, long, `BREAK` and empty prompts through the chunker and each emphasis mode against
+/// the conditioning A1111's rules give with transformers (tests/fixtures/make_prompt_fixtures.py),
+/// in f32 on every backend.
+#[test]
+fn weighted_and_long_prompts_match_the_reference() {
+    use latent_engine::prompt::{Chunks, Emphasis, encode};
+    #[derive(serde::Deserialize)]
+    struct Case {
+        name: String,
+        prompt: String,
+        clip_skip: usize,
+        emphasis: String,
+    }
+    let cases: Vec<Case> = serde_json::from_str(
+        &std::fs::read_to_string(fixtures().join("prompt_cases.json")).unwrap(),
+    )
+    .unwrap();
+    let bytes = std::fs::read(fixtures().join("prompt-expected.safetensors")).unwrap();
+    let expected = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let tokenizer = latent_engine::tokenizer::ClipTokenizer::new().unwrap();
+    for (backend, device) in devices() {
+        let model = load("diffusers-folder", &device, Precision::F32);
+        for case in &cases {
+            let emphasis = Emphasis::from_name(&case.emphasis).unwrap();
+            let chunks = Chunks::new(&tokenizer, &case.prompt, emphasis);
+            let got = encode(&model.text_encoder, &chunks, case.clip_skip, emphasis).unwrap();
+            let want = expected.tensor(&case.name).unwrap();
+            assert_eq!(got.dims().to_vec(), want.shape().to_vec(), "{}", case.name);
+            let want: Vec<f32> = want
+                .data()
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .collect();
+            let what = format!("{backend}/prompt/{}", case.name);
+            assert_close(&what, &to_vec(got), &want, burn::tensor::DType::F32);
+        }
+    }
+}

@@ -14,6 +14,7 @@ use latent_engine::pipeline::{Generated, Notice, StepState, Txt2ImgRequest, txt2
 use latent_engine::preview::{
     Frame, FrameSink, FrameStore, PreviewMethod, PreviewSettings, Previewer,
 };
+use latent_engine::prompt::Emphasis;
 use latent_engine::schedulers::{SamplerKind, Schedule};
 use latent_engine::taesd::TaesdDecoder;
 use latent_engine::tokenizer::ClipTokenizer;
@@ -76,6 +77,12 @@ pub struct GenerateArgs {
     /// Images in a row, seeds seed, seed+1, …
     #[arg(long, default_value_t = 1)]
     batch_count: usize,
+    /// Text encoder layers to skip from the end, A1111's way (1 = the last layer).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=12))]
+    clip_skip: u16,
+    /// How `(word:1.3)` weights apply: Original (A1111), "No norm", ComfyUI, Ignore, None.
+    #[arg(long, default_value = "Original", value_parser = parse_emphasis)]
+    emphasis: Emphasis,
     /// Live preview method: none, latent2rgb, taesd, full or auto (never changes the image).
     #[arg(long, default_value = "none")]
     preview: PreviewMethod,
@@ -209,6 +216,13 @@ impl RunEvents for Cli {
     }
 }
 
+/// An emphasis mode by its A1111 name.
+fn parse_emphasis(name: &str) -> std::result::Result<Emphasis, String> {
+    Emphasis::from_name(name).ok_or_else(|| {
+        format!("unknown emphasis `{name}`: Original, No norm, ComfyUI, Ignore or None")
+    })
+}
+
 pub fn run(args: GenerateArgs) -> Result<()> {
     let seed = args.seed.unwrap_or_else(random_seed);
     let request = Txt2ImgRequest {
@@ -222,7 +236,8 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         width: args.width,
         height: args.height,
         batch_count: args.batch_count,
-        clip_skip: 1,
+        clip_skip: usize::from(args.clip_skip),
+        emphasis: args.emphasis,
     };
     if args.out.is_some() && args.batch_count > 1 {
         bail!("--out names one file; use --outputs with --batch-count > 1");

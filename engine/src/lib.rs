@@ -21,6 +21,7 @@ pub mod pipeline;
 pub mod preview;
 pub mod probe;
 pub mod profile;
+pub mod prompt;
 pub mod schedulers;
 pub mod selfcheck;
 pub mod shaders;

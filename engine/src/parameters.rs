@@ -49,6 +49,18 @@ fn quote(v: &str) -> String {
     }
 }
 
+/// The request's settings A1111 writes only when they are not their defaults.
+fn request_extras(request: &crate::pipeline::Txt2ImgRequest) -> Vec<(String, String)> {
+    let mut extra = Vec::new();
+    if request.clip_skip > 1 {
+        extra.push(("Clip skip".to_string(), request.clip_skip.to_string()));
+    }
+    if request.emphasis != crate::prompt::Emphasis::Original {
+        extra.push(("Emphasis".to_string(), request.emphasis.name().to_string()));
+    }
+    extra
+}
+
 impl Parameters {
     /// What one image of `request` was made with (`seed` is that image's seed in a batch count).
     pub fn for_request(
@@ -69,7 +81,23 @@ impl Parameters {
             height: request.height,
             model_hash,
             model,
-            extra: Vec::new(),
+            extra: request_extras(request),
+        }
+    }
+
+    /// The emphasis mode a parameters text names (A1111 writes it only when not "Original").
+    pub fn emphasis(&self) -> Option<crate::prompt::Emphasis> {
+        match self.extra.iter().find(|(k, _)| k == "Emphasis") {
+            Some((_, v)) => crate::prompt::Emphasis::from_name(v),
+            None => Some(crate::prompt::Emphasis::Original),
+        }
+    }
+
+    /// The clip skip a parameters text names (1 when absent, as A1111 writes it only past 1).
+    pub fn clip_skip(&self) -> Option<usize> {
+        match self.extra.iter().find(|(k, _)| k == "Clip skip") {
+            Some((_, v)) => v.trim().parse().ok().filter(|&n| n >= 1),
+            None => Some(1),
         }
     }
 

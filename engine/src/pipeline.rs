@@ -11,6 +11,7 @@ use crate::error::{Error, Result};
 use crate::image_io::RgbImage;
 use crate::model::StableDiffusion;
 use crate::noise::TorchRng;
+use crate::prompt;
 use crate::schedulers::{self, SamplerKind, Schedule, SchedulerConfig};
 use crate::tokenizer::ClipTokenizer;
 use crate::unet::graph::UNetSteps;
@@ -31,6 +32,8 @@ pub struct Txt2ImgRequest {
     pub batch_count: usize,
     /// A1111 convention: 1 = last text encoder layer, 2 = penultimate.
     pub clip_skip: usize,
+    /// How `(word:1.3)` weights apply (A1111's emphasis mode).
+    pub emphasis: crate::prompt::Emphasis,
 }
 
 impl Default for Txt2ImgRequest {
@@ -47,6 +50,7 @@ impl Default for Txt2ImgRequest {
             height: 512,
             batch_count: 1,
             clip_skip: 1,
+            emphasis: crate::prompt::Emphasis::default(),
         }
     }
 }
@@ -68,6 +72,7 @@ pub struct StepState<'a> {
 /// Things worth telling the artist that are not errors.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Notice {
+    /// The prompt passed [`prompt::MAX_CHUNKS`] chunks of 75 tokens; the rest was not read.
     PromptTruncated {
         which: &'static str,
         tokens: usize,
@@ -94,7 +99,7 @@ impl std::fmt::Display for Notice {
                 kept,
             } => write!(
                 f,
-                "the {which} has {tokens} tokens; only the first {kept} are used (CLIP reads 77 including start and end)"
+                "the {which} has {tokens} tokens; only the first {kept} are read"
             ),
             Notice::PreviewFallback {
                 wanted,
@@ -205,28 +210,34 @@ pub fn txt2img(
     let device = &model.device;
     let dtype = model.precision.dtype();
 
-    // 2. Encode the prompt. CFG ≤ 1 skips the unconditional pass, as diffusers does.
+    // 2. Encode the prompt in A1111's 75-token chunks with its emphasis weights. CFG ≤ 1 skips
+    // the unconditional pass, as diffusers does.
     let guided = req.cfg_scale > 1.0;
     let encode =
         |text: &str, which: &'static str, observer: &mut dyn Observer| -> Result<Tensor<3>> {
-            let enc = tokenizer.encode_padded(text);
-            if enc.truncated {
+            let chunks = prompt::Chunks::new(tokenizer, text, req.emphasis);
+            if chunks.truncated {
                 let notice = Notice::PromptTruncated {
                     which,
-                    tokens: enc.token_count,
-                    kept: crate::tokenizer::MAX_PROMPT_TOKENS,
+                    tokens: chunks.token_count,
+                    kept: prompt::MAX_CHUNKS * crate::tokenizer::MAX_PROMPT_TOKENS,
                 };
                 tracing::warn!("{notice}");
                 observer.notice(&notice);
             }
-            model
-                .text_encoder
-                .forward(&[enc.ids.to_vec()], req.clip_skip)
+            prompt::encode(&model.text_encoder, &chunks, req.clip_skip, req.emphasis)
         };
     let cond = encode(&req.prompt, "prompt", observer)?;
     let context = if guided {
         let uncond = encode(&req.negative_prompt, "negative prompt", observer)?;
-        Tensor::cat(vec![uncond, cond], 0) // [2, 77, d]: unconditional first, as diffusers
+        // Different chunk counts meet at their least common multiple (exact for attention).
+        let chunks = |t: &Tensor<3>| t.dims()[1] / crate::tokenizer::CONTEXT_LEN;
+        let common = prompt::common_chunks(chunks(&cond), chunks(&uncond));
+        let (uncond, cond) = (
+            prompt::repeat_chunks(uncond, common),
+            prompt::repeat_chunks(cond, common),
+        );
+        Tensor::cat(vec![uncond, cond], 0) // [2, 77·k, d]: unconditional first, as diffusers
     } else {
         cond
     };

@@ -2,6 +2,7 @@
 
 use latent_engine::parameters::Parameters;
 use latent_engine::pipeline::Txt2ImgRequest;
+use latent_engine::prompt::Emphasis;
 use latent_engine::schedulers::{SamplerKind, Schedule};
 
 /// Size presets, all multiples of 8 (SD 1.x native sizes first).
@@ -28,6 +29,9 @@ pub struct Form {
     pub width: usize,
     pub height: usize,
     pub batch_count: usize,
+    /// A1111's clip skip (1 = last layer) and emphasis mode, as restored from a PNG.
+    pub clip_skip: usize,
+    pub emphasis: Emphasis,
 }
 
 impl Default for Form {
@@ -46,6 +50,8 @@ impl Default for Form {
             width: request.width,
             height: request.height,
             batch_count: request.batch_count,
+            clip_skip: request.clip_skip,
+            emphasis: request.emphasis,
         }
     }
 }
@@ -63,7 +69,8 @@ impl Form {
             width: self.width,
             height: self.height,
             batch_count: self.batch_count,
-            clip_skip: 1,
+            clip_skip: self.clip_skip,
+            emphasis: self.emphasis,
         }
     }
 
@@ -91,6 +98,14 @@ impl Form {
             Some(s) => self.schedule = *s,
             None if p.schedule.is_empty() => {}
             None => skipped.push(format!("schedule `{}`", p.schedule)),
+        }
+        match p.clip_skip() {
+            Some(n) => self.clip_skip = n,
+            None => skipped.push("clip skip".to_string()),
+        }
+        match p.emphasis() {
+            Some(e) => self.emphasis = e,
+            None => skipped.push("emphasis mode".to_string()),
         }
         if p.width % 8 == 0 && p.height % 8 == 0 && p.width > 0 && p.height > 0 {
             self.width = p.width;

@@ -1,0 +1,100 @@
+//! From prompt text to the text encoder's conditioning, as A1111 builds it: emphasis weights in
+//! its syntax ([`weights`]), 75-token chunks with `BREAK` and comma backtracking ([`Chunks`]),
+//! each chunk encoded on its own, weighted ([`Emphasis`]), and the chunks concatenated along
+//! the tokens, so that a prompt longer than 75 tokens is read whole rather than truncated.
+
+mod chunks;
+#[cfg(test)]
+mod tests;
+pub mod weights;
+
+use burn::tensor::{DType, Tensor, TensorData};
+
+pub use chunks::{Chunk, Chunks, Emphasis, MAX_CHUNKS};
+
+use crate::Result;
+use crate::clip::ClipTextModel;
+use crate::tokenizer::CONTEXT_LEN;
+
+/// The conditioning of `chunks`: each chunk through `encoder` (A1111's `clip_skip`), its
+/// weights applied as `emphasis` says, the chunks side by side.
+///
+/// # Shapes
+/// -> `[1, 77 · chunks, hidden]`, in the encoder's dtype
+pub fn encode(
+    encoder: &ClipTextModel,
+    chunks: &Chunks,
+    clip_skip: usize,
+    emphasis: Emphasis,
+) -> Result<Tensor<3>> {
+    let weighted = chunks.chunks.iter().any(Chunk::weighted)
+        && !matches!(emphasis, Emphasis::Ignore | Emphasis::Off);
+    let mut ids: Vec<Vec<u32>> = chunks.chunks.iter().map(|c| c.ids.to_vec()).collect();
+    // ComfyUI's rule moves each state away from the empty prompt's: encoded in the same batch.
+    let with_empty = weighted && emphasis == Emphasis::Comfy;
+    if with_empty {
+        ids.push(Chunk::empty().ids.to_vec());
+    }
+    let z = encoder.forward(&ids, clip_skip)?; // [n (+1), 77, d]
+    let [rows, n_tok, d] = z.dims();
+    let n = chunks.chunks.len();
+    let z = if weighted {
+        let dtype = z.dtype();
+        let device = z.device();
+        let z = z.cast(DType::F32);
+        let w: Vec<f32> = chunks.chunks.iter().flat_map(|c| c.weights).collect();
+        let w = Tensor::<3>::from_data(
+            TensorData::new(w, [n, CONTEXT_LEN, 1]),
+            (&device, DType::F32),
+        );
+        let zc = z.clone().slice([0..n, 0..n_tok, 0..d]);
+        let out = match emphasis {
+            Emphasis::Original => {
+                // Per chunk, as A1111 (one prompt per batch): the mean over tokens and channels
+                // restored after scaling.
+                let before = zc.clone().mean_dim(2).mean_dim(1);
+                let scaled = zc * w;
+                let after = scaled.clone().mean_dim(2).mean_dim(1);
+                scaled * (before / after)
+            }
+            Emphasis::NoNorm => zc * w,
+            Emphasis::Comfy => {
+                let empty = z.slice([n..rows, 0..n_tok, 0..d]); // [1, 77, d]
+                let empty = empty.repeat_dim(0, n);
+                (zc - empty.clone()) * w + empty
+            }
+            Emphasis::Ignore | Emphasis::Off => zc,
+        };
+        out.cast(dtype)
+    } else {
+        z.slice([0..n, 0..n_tok, 0..d])
+    };
+    // [n, 77, d] -> [1, n·77, d]: the chunks one after another.
+    Ok(z.reshape([1, n * n_tok, d]))
+}
+
+/// `context` (`[b, 77·k, d]`) repeated along the tokens to `77·chunks` (a multiple of `k`).
+/// Attention over keys repeated whole is attention over the keys once (each weight and the
+/// softmax's sum scale alike), so a prompt and a negative prompt of different chunk counts can
+/// share one batch at their least common multiple, as ComfyUI batches them; A1111 runs the two
+/// apart, with the same result.
+pub fn repeat_chunks(context: Tensor<3>, chunks: usize) -> Tensor<3> {
+    let [_, n, _] = context.dims();
+    let have = n / CONTEXT_LEN;
+    if have == 0 || chunks <= have || chunks % have != 0 {
+        return context;
+    }
+    context.repeat_dim(1, chunks / have)
+}
+
+/// The least common multiple of two chunk counts (at least 1).
+pub fn common_chunks(a: usize, b: usize) -> usize {
+    let gcd = |mut x: usize, mut y: usize| {
+        while y != 0 {
+            (x, y) = (y, x % y);
+        }
+        x
+    };
+    let (a, b) = (a.max(1), b.max(1));
+    a / gcd(a, b) * b
+}
