@@ -121,6 +121,47 @@ impl Form {
 mod tests {
     use super::*;
 
+    /// Clip skip and emphasis travel through the PNG text: written only past their defaults (as
+    /// A1111 writes them), read back into the form, an unknown mode reported.
+    #[test]
+    fn clip_skip_and_emphasis_round_trip() {
+        let mut form = Form {
+            prompt: "a (fox:1.2)".into(),
+            clip_skip: 2,
+            emphasis: Emphasis::NoNorm,
+            ..Form::default()
+        };
+        let text = Parameters::for_request(&form.request(), 7, None, None).to_a1111();
+        assert!(
+            text.contains("Clip skip: 2") && text.contains("Emphasis: No norm"),
+            "{text}"
+        );
+        let plain = Parameters::for_request(&Form::default().request(), 7, None, None).to_a1111();
+        assert!(
+            !plain.contains("Clip skip") && !plain.contains("Emphasis"),
+            "{plain}"
+        );
+
+        let mut restored = Form::default();
+        let p = Parameters::parse_a1111(&text).unwrap();
+        assert!(restored.apply(&p).is_empty());
+        assert_eq!(
+            (restored.clip_skip, restored.emphasis),
+            (2, Emphasis::NoNorm)
+        );
+        // A file without them restores the defaults.
+        let p = Parameters::parse_a1111(&plain).unwrap();
+        assert!(restored.apply(&p).is_empty());
+        assert_eq!(
+            (restored.clip_skip, restored.emphasis),
+            (1, Emphasis::Original)
+        );
+
+        let odd = text.replace("No norm", "Sideways");
+        let p = Parameters::parse_a1111(&odd).unwrap();
+        assert_eq!(restored.apply(&p), vec!["emphasis mode".to_string()]);
+    }
+
     #[test]
     fn parameters_restore_the_form() {
         let text = "a fox\nNegative prompt: blurry\nSteps: 30, Sampler: DPM++ 2M, Schedule type: Karras, CFG scale: 5.5, Seed: 1234, Size: 512x768, Model hash: abcdef0123, Model: x";

@@ -35,6 +35,15 @@ pub enum Emphasis {
 }
 
 impl Emphasis {
+    /// Every mode, A1111's default first.
+    pub const ALL: [Emphasis; 5] = [
+        Emphasis::Original,
+        Emphasis::NoNorm,
+        Emphasis::Comfy,
+        Emphasis::Ignore,
+        Emphasis::Off,
+    ];
+
     /// The name in the PNG's parameters text (A1111's option values; "ComfyUI" is ours).
     pub fn name(self) -> &'static str {
         match self {
@@ -48,15 +57,9 @@ impl Emphasis {
 
     /// The mode a parameters text names, case-insensitively.
     pub fn from_name(name: &str) -> Option<Self> {
-        [
-            Emphasis::Original,
-            Emphasis::NoNorm,
-            Emphasis::Comfy,
-            Emphasis::Ignore,
-            Emphasis::Off,
-        ]
-        .into_iter()
-        .find(|e| e.name().eq_ignore_ascii_case(name.trim()))
+        Self::ALL
+            .into_iter()
+            .find(|e| e.name().eq_ignore_ascii_case(name.trim()))
     }
 }
 

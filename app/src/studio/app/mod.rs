@@ -13,6 +13,7 @@ use latent_engine::adapters::AdapterSummary;
 use latent_engine::image_io::{RgbImage, decode_png, encode_png, png_parameters, save_atomic};
 use latent_engine::parameters::Parameters;
 use latent_engine::preview::{Frame, PreviewMethod, PreviewSettings};
+use latent_engine::prompt::{Chunks, Emphasis};
 use latent_engine::schedulers::{SamplerKind, Schedule};
 use latent_engine::tokenizer::{ClipTokenizer, MAX_PROMPT_TOKENS};
 
@@ -83,7 +84,8 @@ pub struct StudioApp {
     saver: SettingsSaver,
     engine: EngineHandle,
     tokenizer: Option<ClipTokenizer>,
-    token_count: (String, usize),
+    /// The prompt and emphasis last counted, and their tokens, chunks and truncation.
+    token_count: ((String, Emphasis), (usize, usize, bool)),
     model: Option<(String, PathBuf)>,
     models: Vec<PathBuf>,
     busy: bool,
@@ -171,7 +173,7 @@ impl StudioApp {
             saver: SettingsSaver::new(settings_path),
             engine,
             tokenizer: ClipTokenizer::new().ok(),
-            token_count: (String::new(), 0),
+            token_count: ((String::new(), Emphasis::Original), (0, 1, false)),
             model: None,
             busy: false,
             loading: false,

@@ -12,14 +12,20 @@ impl StudioApp {
                 .hint_text("what to see"),
         )
         .labelled_by(label.id);
-        let count = self.token_count();
-        let colour = if count > MAX_PROMPT_TOKENS {
+        let (count, chunks, truncated) = self.token_count();
+        let colour = if truncated {
             Color32::from_rgb(220, 120, 40)
         } else {
             ui.visuals().weak_text_color()
         };
-        ui.colored_label(colour, format!("{count}/{MAX_PROMPT_TOKENS}"))
-            .on_hover_text("CLIP tokens; beyond 75 the prompt is truncated");
+        let text = match chunks {
+            1 => format!("{count}/{MAX_PROMPT_TOKENS}"),
+            n => format!("{count}/{} · {n} chunks", n * MAX_PROMPT_TOKENS),
+        };
+        ui.colored_label(colour, text).on_hover_text(
+            "CLIP tokens, read in chunks of 75 as A1111 does (BREAK starts a new chunk); \
+             past 32 chunks the rest is not read",
+        );
         let label = ui.label("Negative prompt");
         ui.add(
             egui::TextEdit::multiline(&mut self.form.negative)
@@ -61,6 +67,21 @@ impl StudioApp {
                     }
                 })
                 .response
+                .labelled_by(label.id);
+            ui.end_row();
+            let label = ui.label("Emphasis");
+            egui::ComboBox::from_id_salt("emphasis")
+                .selected_text(self.form.emphasis.name())
+                .show_ui(ui, |ui| {
+                    for e in Emphasis::ALL {
+                        ui.selectable_value(&mut self.form.emphasis, e, e.name());
+                    }
+                })
+                .response
+                .on_hover_text(
+                    "how (word:1.3) weights apply: Original and No norm as A1111, ComfyUI's \
+                     rule, Ignore (weights dropped) or None (brackets are text)",
+                )
                 .labelled_by(label.id);
             ui.end_row();
             let label = ui.label("Schedule");
@@ -157,14 +178,19 @@ impl StudioApp {
         }
     }
 
-    fn token_count(&mut self) -> usize {
-        if self.token_count.0 != self.form.prompt {
-            let n = self
+    /// The prompt's tokens, chunks and whether it is cut, recounted when the prompt or the
+    /// emphasis mode changes.
+    fn token_count(&mut self) -> (usize, usize, bool) {
+        let key = (self.form.prompt.clone(), self.form.emphasis);
+        if self.token_count.0 != key {
+            let counted = self
                 .tokenizer
                 .as_ref()
-                .map(|t| t.encode(&self.form.prompt).len())
-                .unwrap_or(0);
-            self.token_count = (self.form.prompt.clone(), n);
+                .map(|t| Chunks::new(t, &self.form.prompt, self.form.emphasis))
+                .map_or((0, 1, false), |c| {
+                    (c.token_count, c.chunks.len(), c.truncated)
+                });
+            self.token_count = (key, counted);
         }
         self.token_count.1
     }
