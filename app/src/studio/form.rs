@@ -125,7 +125,7 @@ mod tests {
     /// A1111 writes them), read back into the form, an unknown mode reported.
     #[test]
     fn clip_skip_and_emphasis_round_trip() {
-        let mut form = Form {
+        let form = Form {
             prompt: "a (fox:1.2)".into(),
             clip_skip: 2,
             emphasis: Emphasis::NoNorm,

@@ -84,6 +84,13 @@ fn emphasis_modes_and_breaks() {
         (over.chunks.len(), over.token_count),
         (2, MAX_PROMPT_TOKENS + 1)
     );
+    assert!(!over.truncated);
+    // Past 32 chunks the rest is cut, the count still whole.
+    let novel = vec!["cat"; MAX_PROMPT_TOKENS * MAX_CHUNKS + 10].join(" ");
+    let novel = Chunks::new(&tok, &novel, Emphasis::Original);
+    assert_eq!(novel.chunks.len(), MAX_CHUNKS);
+    assert!(novel.truncated);
+    assert_eq!(novel.token_count, MAX_PROMPT_TOKENS * MAX_CHUNKS + 10);
 
     for e in [
         Emphasis::Original,

@@ -30,6 +30,7 @@ use super::worker::{
 // child modules.
 mod engine_events;
 mod gallery_ui;
+mod input;
 mod model_ui;
 mod preview_ui;
 mod prompt_ui;
@@ -383,79 +384,6 @@ impl StudioApp {
         self.saver.save(&self.settings);
     }
 
-    fn update_preview(&mut self, ctx: &egui::Context) {
-        let frame = self.engine.frames.latest();
-        if frame.width == 0 || frame.rgba.len() != frame.width * frame.height * 4 {
-            return;
-        }
-        if let Some((shown, texture)) = &mut self.preview {
-            if Arc::ptr_eq(shown, &frame) {
-                return;
-            }
-            texture.set(
-                ColorImage::from_rgba_unmultiplied([frame.width, frame.height], &frame.rgba),
-                TextureOptions::LINEAR,
-            );
-            *shown = frame;
-        } else {
-            let texture = ctx.load_texture(
-                "preview",
-                ColorImage::from_rgba_unmultiplied([frame.width, frame.height], &frame.rgba),
-                TextureOptions::LINEAR,
-            );
-            self.preview = Some((frame, texture));
-        }
-    }
-
-    /// A dropped PNG with parameters restores the prompt panel. The file is read on its own
-    /// thread, its chunks only up to the pixels (see `png_parameters`).
-    fn handle_drops(&mut self, ctx: &egui::Context) {
-        let dropped = ctx.input(|i| i.raw.dropped_files.clone());
-        for file in dropped {
-            let path = file.path().to_path_buf();
-            // Without a readable path (the web), the bytes come from the file object.
-            let bytes = (!path.is_file()).then(|| file.bytes());
-            self.pick(move || {
-                let text = match bytes {
-                    None => png_parameters(&path).map_err(|e| format!("{e}")),
-                    Some(bytes) => bytes.and_then(|b| {
-                        decode_png(&b)
-                            .map(|(_, text)| text)
-                            .map_err(|e| format!("{e}"))
-                    }),
-                };
-                let parameters = text.and_then(|t| {
-                    let t = t.ok_or("it has no generation parameters")?;
-                    Parameters::parse_a1111(&t).map_err(|e| format!("{e}"))
-                });
-                Some(DialogResult::Restored { path, parameters })
-            });
-        }
-    }
-
-    fn shortcuts(&mut self, ctx: &egui::Context) {
-        if ctx.input_mut(|i| i.consume_key(Modifiers::COMMAND, Key::Enter)) {
-            self.generate();
-        }
-        if ctx.input_mut(|i| i.consume_key(Modifiers::NONE, Key::Escape)) {
-            self.cancel();
-        }
-    }
-
-    /// Runs `make` (a file dialog, file work) on its own thread; its result arrives with the
-    /// next frame's events.
-    fn pick(&self, make: impl FnOnce() -> Option<DialogResult> + Send + 'static) {
-        let (tx, wake) = (self.dialogs.0.clone(), self.wake.clone());
-        // rfd blocks until the dialog closes: keep it off the UI thread.
-        let _ = std::thread::Builder::new()
-            .name("file-dialog".into())
-            .spawn(move || {
-                if let Some(r) = make() {
-                    let _ = tx.send(r);
-                    wake();
-                }
-            });
-    }
 }
 
 impl eframe::App for StudioApp {

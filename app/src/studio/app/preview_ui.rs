@@ -49,4 +49,29 @@ impl StudioApp {
             }
         }
     }
+
+    /// Uploads the latest preview frame, once per new frame.
+    pub(super) fn update_preview(&mut self, ctx: &egui::Context) {
+        let frame = self.engine.frames.latest();
+        if frame.width == 0 || frame.rgba.len() != frame.width * frame.height * 4 {
+            return;
+        }
+        if let Some((shown, texture)) = &mut self.preview {
+            if Arc::ptr_eq(shown, &frame) {
+                return;
+            }
+            texture.set(
+                ColorImage::from_rgba_unmultiplied([frame.width, frame.height], &frame.rgba),
+                TextureOptions::LINEAR,
+            );
+            *shown = frame;
+        } else {
+            let texture = ctx.load_texture(
+                "preview",
+                ColorImage::from_rgba_unmultiplied([frame.width, frame.height], &frame.rgba),
+                TextureOptions::LINEAR,
+            );
+            self.preview = Some((frame, texture));
+        }
+    }
 }
