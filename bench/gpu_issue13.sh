@@ -48,6 +48,15 @@
 #           with each tiling (the planes kernel among them) and every 3×3 convolution shape on
 #           burn's, our SIMT and our cooperative-matrix kernel (`--conv-only`), each with its
 #           difference from burn's; then the UNet step launch by launch and replayed
+#   PART=v  PyTorch's fp16 UNet step, then ours: every SD 1.5 attention shape with each tiling
+#           (default compiler, the shapes part u's limit cut), then the UNet step on the WGSL/SIMT
+#           path (the iGPU route; the SIMT convolution now shares its staging and epilogue with
+#           the cooperative-matrix one)
+#   PART=w  PyTorch's fp16 UNet step, then ours (default compiler): every SD 1.5 attention shape
+#           on burn's, each planes tiling (output in lanes, resident in fragments, resident with
+#           the next tile prefetched) and the per-row kernel, each with its difference from
+#           burn's; then the UNet step (launch by launch, replayed) and, in the same process, the
+#           step under other planes rules (`--planes-ab`)
 #   PART=e  PyTorch (fp16 UNet, VAE, 20-step txt2img), then our f16 bench under perf (a flat
 #           profile per thread: where the host time of a step goes). Needs .perf/perf.txz (perf
 #           and its libraries) and a release build with symbols (CARGO_PROFILE_RELEASE_STRIP=false)
@@ -183,6 +192,16 @@ u)
   timeout ${ATT_TIMEOUT:-100} /tmp/ls bench --device gpu --precision f16 --runs 5 --attention-only 2>&1 | tee $OUT/ours_attention.txt
   timeout ${CONV_TIMEOUT:-150} /tmp/ls bench --device gpu --precision f16 --runs 5 --conv-only 2>&1 | tee $OUT/ours_conv.txt
   timeout ${OURS_TIMEOUT:-250} /tmp/ls bench --device gpu --precision f16 --runs 7 --unet-only --no-ops --no-burn-ops --no-profile 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_spirv.txt
+  ;;
+v)
+  PARTS=unet16 timeout 70 python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_v.txt
+  timeout ${ATT_TIMEOUT:-230} /tmp/ls bench --device gpu --precision f16 --runs 3 --attention-only 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_attention.txt
+  LATENT_STUDIO_COMPILER=wgsl timeout ${WGSL_TIMEOUT:-200} /tmp/ls bench --device gpu --precision f16 --runs 5 --unet-only --no-ops --no-burn-ops --no-profile 2>&1 | tee $OUT/ours_wgsl.txt
+  ;;
+w)
+  PARTS=unet16 timeout 70 python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_w.txt
+  LATENT_STUDIO_BENCH_PLANS=${PLANS:-planes,per-row} timeout ${ATT_TIMEOUT:-130} /tmp/ls bench --device gpu --precision f16 --runs 5 --attention-only 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_attention.txt
+  timeout ${OURS_TIMEOUT:-260} /tmp/ls bench --device gpu --precision f16 --runs 7 --unet-only --no-ops --no-burn-ops --no-profile --planes-ab 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_spirv.txt
   ;;
 h)
   timeout ${OURS_TIMEOUT:-540} /tmp/ls bench --device gpu --precision f16 --runs 3 --unet-only 2>&1 | grep -v "^\[F16\]   [a-z_]*  *[0-9.]* ms  {" | tee $OUT/ours_spirv_ops.txt

@@ -392,7 +392,7 @@ pub fn attention_report(
                 latent_engine::attention::heads_attention(at(&qt), at(&kt), at(&vt), heads, d);
             let burn = tokens(attention(q, k, v, None, None, options), n_q);
             let read = |t: Tensor<3>| t.cast(DType::F32).into_data().try_to_vec::<f32>();
-            let rel = match (read(ours), read(burn)) {
+            let rel = match (read(ours), read(burn.clone())) {
                 (Ok(a), Ok(b)) => latent_engine::vae_compile::relative_difference(&a, &b),
                 _ => f32::NAN,
             };
@@ -400,16 +400,31 @@ pub fn attention_report(
                 "[{precision:?}]   {:<40} ours vs burn attention: max rel diff {rel:.2e}",
                 op.to_string()
             );
-            // Every tiling of ours that fits the device, timed alone on the same inputs.
+            // Every tiling of ours that fits the device (those named in LATENT_STUDIO_BENCH_PLANS,
+            // comma-separated parts of their names, where set), timed alone on the same inputs,
+            // each with its difference from burn's.
             use latent_engine::kernels::attention::{attention_planned, plans};
+            let wanted = std::env::var("LATENT_STUDIO_BENCH_PLANS").unwrap_or_default();
+            let burn = read(burn).ok();
             for plan in plans(device, dtype, d) {
+                let name = plan.to_string();
+                if !wanted.is_empty() && !wanted.split(',').any(|w| name.contains(w)) {
+                    continue;
+                }
                 let ms = time_ms(device, 1, runs, || {
                     for _ in 0..REPS {
                         let _ = attention_planned(at(&qt), at(&kt), at(&vt), heads, d, plan);
                     }
                 })? / REPS as f64;
+                let rel = match (
+                    attention_planned(at(&qt), at(&kt), at(&vt), heads, d, plan).map(read),
+                    &burn,
+                ) {
+                    (Some(Ok(a)), Some(b)) => latent_engine::vae_compile::relative_difference(&a, b),
+                    _ => f32::NAN,
+                };
                 println!(
-                    "[{precision:?}]   {:<40} ours {plan}: {ms:8.3} ms  {:7.1} TFLOP/s",
+                    "[{precision:?}]   {:<40} ours {plan}: {ms:8.3} ms  {:7.1} TFLOP/s  rel {rel:.1e}",
                     op.to_string(),
                     op.flops() / (ms * 1e-3) / 1e12
                 );

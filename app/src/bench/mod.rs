@@ -78,6 +78,10 @@ pub struct BenchArgs {
     /// the checkpoint, from the disk cache, resident; second-generation start with cache on/off).
     #[arg(long)]
     cache_model: Option<std::path::PathBuf>,
+    /// After the UNet step, the same step with other rules for the planes attention kernel
+    /// (where the output is kept, the widest head it takes), in the same process.
+    #[arg(long)]
+    planes_ab: bool,
     /// Only the VAE decode (plain and compiled) and the GroupNorm kernels.
     #[arg(long)]
     vae_only: bool,
@@ -246,6 +250,25 @@ pub fn run(args: BenchArgs) -> Result<()> {
             enqueue[enqueue.len() / 2]
         );
         graph_bench(&model, &device, precision, args.runs, &x, &ctx, unet)?;
+        if args.planes_ab {
+            use latent_engine::kernels::attention::{Keep, WIDEST_PLANES, set_planes_rule};
+            // The same step, same process (kernels already tuned), with other planes rules.
+            for (keep, widest, what) in [
+                (Some(Keep::Lanes), WIDEST_PLANES, "output in lanes (twelfth session's)"),
+                (Some(Keep::Fragments), WIDEST_PLANES, "resident output, no prefetch"),
+                (None, 80, "default keeping, planes also for 80-wide heads"),
+            ] {
+                set_planes_rule(keep, widest);
+                let ms = time_ms(&device, 2, args.runs, || {
+                    let _ = model.unet.forward(x.clone(), &[500.0], &ctx);
+                });
+                set_planes_rule(None, WIDEST_PLANES);
+                println!(
+                    "[{precision:?}] UNet step, planes kernel with {what}: median {:.2} ms (default {unet:.2})",
+                    ms?
+                );
+            }
+        }
         if latent_engine::kernels::available(&device) && !args.no_burn_ops {
             // The same step with burn ops where our kernels (GroupNorm+SiLU, LayerNorm) run.
             latent_engine::kernels::set_enabled(false);

@@ -14,6 +14,9 @@
 mod kernel;
 mod plan;
 mod planes;
+mod resident;
+
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 
 use burn::cubecl;
 use burn::cubecl::prelude::*;
@@ -21,9 +24,10 @@ use burn::tensor::Tensor;
 
 use super::{Element, buffer_arg, output, resolve};
 use kernel::{flash_attention, flash_attention_rows};
-pub use plan::{Fragment, Plan, device_fragment};
+pub use plan::{Fragment, Keep, Plan, device_fragment};
 use plan::{LANES, SHARED_BUDGET};
 use planes::flash_attention_planes;
+use resident::flash_attention_resident;
 
 /// On a device with cooperative matrices, the widest head ours takes (wider heads go to burn's
 /// attention), and the widest the planes kernel takes. Measured on an H100 (BENCHMARKS.md,
@@ -32,7 +36,7 @@ use planes::flash_attention_planes;
 /// planes kernel 1.04 and burn's 1.11 (its flash attention asked for more workgroup memory than
 /// the device has and fell back). 160-wide heads (16×16 maps) stay with burn's until measured.
 const WIDEST_OURS_WITH_CMMA: usize = 80;
-const WIDEST_PLANES: usize = 64;
+pub const WIDEST_PLANES: usize = 64;
 /// Fewest keys for which the planes kernel runs: over the 77 prompt tokens the per-row kernel
 /// was faster (8×40 over 4096 queries: 0.33 against 0.53 ms, same run).
 const PLANES_MIN_KEYS: usize = 256;
@@ -84,14 +88,47 @@ pub fn default_plan(
 /// [`WIDEST_OURS_WITH_CMMA`], else burn's (`None`). On plain lanes: the first plan.
 fn preferred(all: Vec<Plan>, d: usize, n_k: usize) -> Option<Plan> {
     let cmma = all.iter().any(|p| p.fragment.is_some());
-    if cmma && d <= WIDEST_PLANES && n_k >= PLANES_MIN_KEYS {
-        if let Some(planes) = all.iter().find(|p| p.plane.is_some()) {
+    let (keep, widest) = planes_rule();
+    if cmma && d <= widest && n_k >= PLANES_MIN_KEYS {
+        let chosen = all
+            .iter()
+            .find(|p| p.plane.is_some() && keep.is_none_or(|k| p.keep == k));
+        if let Some(planes) = chosen {
             return Some(*planes);
         }
     }
     all.into_iter()
         .find(|p| !cmma || p.per_row)
         .filter(|_| ours_is_faster(cmma, d))
+}
+
+/// The bench's A/B switch for the planes kernel (one process, one autotune): the output keeping
+/// the default plan must have (0: whichever comes first) and the widest head it takes.
+static PLANES_KEEP: AtomicU8 = AtomicU8::new(0);
+static PLANES_WIDEST: AtomicUsize = AtomicUsize::new(WIDEST_PLANES);
+
+/// Sets the planes rule [`default_plan`] follows: `keep` forces one output keeping (`None`: the
+/// measured order), `widest` the widest head the planes kernel takes. For measuring only; the
+/// studio and the CLI never call it.
+pub fn set_planes_rule(keep: Option<Keep>, widest: usize) {
+    let code = match keep {
+        None => 0,
+        Some(Keep::Lanes) => 1,
+        Some(Keep::Fragments) => 2,
+        Some(Keep::FragmentsPrefetch) => 3,
+    };
+    PLANES_KEEP.store(code, Ordering::Relaxed);
+    PLANES_WIDEST.store(widest, Ordering::Relaxed);
+}
+
+fn planes_rule() -> (Option<Keep>, usize) {
+    let keep = match PLANES_KEEP.load(Ordering::Relaxed) {
+        1 => Some(Keep::Lanes),
+        2 => Some(Keep::Fragments),
+        3 => Some(Keep::FragmentsPrefetch),
+        _ => None,
+    };
+    (keep, PLANES_WIDEST.load(Ordering::Relaxed))
 }
 
 /// On plain lanes ours beat burn's (unfused) attention at every UNet head width; the VAE's
@@ -244,7 +281,39 @@ fn launch(
     tracing::trace!(?plan, b, heads, d, n_q, n_k, "flash attention");
     macro_rules! launch {
         ($t:ty) => {
-            if let Some(plane) = plan.plane {
+            if let (Some(plane), true) = (plan.plane, plan.keep != Keep::Lanes) {
+                flash_attention_resident::launch::<$t>(
+                    &client,
+                    count,
+                    cube,
+                    buffer_arg(&qc),
+                    buffer_arg(&kc),
+                    buffer_arg(&vc),
+                    buffer_arg(&oc),
+                    q.column,
+                    q_width,
+                    n_q * q_width,
+                    k.column,
+                    k_width,
+                    n_k * k_width,
+                    v.column,
+                    v_width,
+                    n_k * v_width,
+                    n_q,
+                    n_k,
+                    heads,
+                    scale,
+                    d,
+                    plan.dp,
+                    plan.bq / f.m,
+                    plane,
+                    plan.bk,
+                    f.m,
+                    f.n,
+                    f.k,
+                    plan.keep == Keep::FragmentsPrefetch,
+                )
+            } else if let Some(plane) = plan.plane {
                 flash_attention_planes::launch::<$t>(
                     &client,
                     count,

@@ -22,6 +22,10 @@ const CMMA_TILES: [(usize, usize); 6] =
 /// ordered by measurement: four planes of 16 rows over 64 keys is FlashAttention-2's usual shape.
 const PLANE_TILES: [(usize, usize); 6] = [(4, 64), (4, 32), (2, 64), (8, 32), (2, 32), (4, 16)];
 
+/// How the planes kernel keeps its output, best first for each tiling. Not yet ordered by
+/// measurement: the resident fragments save a workgroup-memory round trip per key tile.
+const PLANE_KEEPS: [Keep; 3] = [Keep::FragmentsPrefetch, Keep::Fragments, Keep::Lanes];
+
 /// The same for per-lane products (no cooperative matrices): 16×8 was fastest or within 5 %.
 /// Small tiles also suit small iGPUs, whose workgroup memory is shared by fewer lanes.
 const LANE_TILES: [(usize, usize); 8] = [
@@ -59,6 +63,20 @@ pub struct Fragment {
     pub k: usize,
 }
 
+/// Where the planes kernel keeps each row's output between key tiles.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Keep {
+    /// In each lane's registers, each tile's p·v added through workgroup memory
+    /// ([`super::planes`]); also every plan that is not a planes plan.
+    Lanes,
+    /// In accumulator fragments for the whole walk, rescaled only when a row's maximum passes
+    /// its reference by a margin ([`super::resident`]).
+    Fragments,
+    /// [`Keep::Fragments`], with the next key and value tile loaded into registers while the
+    /// plane multiplies this one.
+    FragmentsPrefetch,
+}
+
 /// The tiling of one launch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Plan {
@@ -77,6 +95,8 @@ pub struct Plan {
     /// The planes kernel ([`super::planes`]) for planes of this many lanes, each owning
     /// `fragment.m` query rows (`bq / m` planes a cube).
     pub plane: Option<usize>,
+    /// How a planes plan keeps its output.
+    pub keep: Keep,
 }
 
 impl Plan {
@@ -123,6 +143,7 @@ impl Plan {
                 per_row: true,
                 parts,
                 plane: None,
+                keep: Keep::Lanes,
             })
             .collect()
     }
@@ -149,14 +170,17 @@ impl Plan {
         }
         PLANE_TILES
             .iter()
-            .map(|&(planes, bk)| Plan {
-                bq: planes * f.m,
-                bk,
-                dp,
-                fragment: Some(f),
-                per_row: false,
-                parts: 1,
-                plane: Some(plane),
+            .flat_map(|&(planes, bk)| {
+                PLANE_KEEPS.map(|keep| Plan {
+                    bq: planes * f.m,
+                    bk,
+                    dp,
+                    fragment: Some(f),
+                    per_row: false,
+                    parts: 1,
+                    plane: Some(plane),
+                    keep,
+                })
             })
             .filter(|p| {
                 p.bk % f.n == 0
@@ -207,6 +231,7 @@ impl Plan {
             per_row: false,
             parts: 1,
             plane: None,
+            keep: Keep::Lanes,
         });
         // On plain lanes the per-row kernel comes first.
         let per_row = match fragment {
@@ -267,11 +292,18 @@ pub fn device_fragment(client: &cubecl::client::Client) -> Option<Fragment> {
 impl std::fmt::Display for Plan {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self.fragment {
-            Some(m) if self.plane.is_some() => write!(
-                f,
-                "cmma planes {}x{}x{} q{} k{}",
-                m.m, m.n, m.k, self.bq, self.bk
-            ),
+            Some(m) if self.plane.is_some() => {
+                let keep = match self.keep {
+                    Keep::Lanes => "",
+                    Keep::Fragments => " resident",
+                    Keep::FragmentsPrefetch => " resident prefetch",
+                };
+                write!(
+                    f,
+                    "cmma planes{keep} {}x{}x{} q{} k{}",
+                    m.m, m.n, m.k, self.bq, self.bk
+                )
+            }
             Some(m) => write!(f, "cmma {}x{}x{} q{} k{}", m.m, m.n, m.k, self.bq, self.bk),
             None if self.per_row && self.parts > 1 => {
                 write!(f, "per-row q{} k{} x{}", self.bq, self.bk, self.parts)
