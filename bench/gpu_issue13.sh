@@ -57,6 +57,10 @@
 #           the next tile prefetched) and the per-row kernel, each with its difference from
 #           burn's; then the UNet step (launch by launch, replayed) and, in the same process, the
 #           step under other planes rules (`--planes-ab`)
+#   PART=x  PyTorch (fp16 UNet step, VAE decode, 20-step txt2img), then ours: the resident planes
+#           tilings that the routing rules pick on every SD 1.5 attention shape (their difference
+#           from burn's), then the default path end to end (step both ways, the step under each
+#           planes rule interleaved over three rounds, VAE, 20-step txt2img)
 #   PART=e  PyTorch (fp16 UNet, VAE, 20-step txt2img), then our f16 bench under perf (a flat
 #           profile per thread: where the host time of a step goes). Needs .perf/perf.txz (perf
 #           and its libraries) and a release build with symbols (CARGO_PROFILE_RELEASE_STRIP=false)
@@ -202,6 +206,11 @@ w)
   PARTS=unet16 timeout 70 python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_w.txt
   LATENT_STUDIO_BENCH_PLANS=${PLANS:-planes,per-row} timeout ${ATT_TIMEOUT:-130} /tmp/ls bench --device gpu --precision f16 --runs 5 --attention-only 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_attention.txt
   timeout ${OURS_TIMEOUT:-260} /tmp/ls bench --device gpu --precision f16 --runs 7 --unet-only --no-ops --no-burn-ops --no-profile --planes-ab 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_spirv.txt
+  ;;
+x)
+  PARTS=${TORCH_PARTS:-unet16,vae,e2e} timeout 110 python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_x.txt
+  LATENT_STUDIO_BENCH_PLANS=${PLANS:-resident prefetch 16x16x16 q64 k16,resident prefetch 16x16x16 q32 k16} timeout ${ATT_TIMEOUT:-60} /tmp/ls bench --device gpu --precision f16 --runs 3 --attention-only 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_attention.txt
+  timeout ${OURS_TIMEOUT:-320} /tmp/ls bench --device gpu --precision f16 --runs 7 --steps 20 --no-ops --no-previews --no-profile --no-burn-ops --planes-ab 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_spirv.txt
   ;;
 h)
   timeout ${OURS_TIMEOUT:-540} /tmp/ls bench --device gpu --precision f16 --runs 3 --unet-only 2>&1 | grep -v "^\[F16\]   [a-z_]*  *[0-9.]* ms  {" | tee $OUT/ours_spirv_ops.txt

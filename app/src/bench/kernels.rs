@@ -420,7 +420,9 @@ pub fn attention_report(
                     attention_planned(at(&qt), at(&kt), at(&vt), heads, d, plan).map(read),
                     &burn,
                 ) {
-                    (Some(Ok(a)), Some(b)) => latent_engine::vae_compile::relative_difference(&a, b),
+                    (Some(Ok(a)), Some(b)) => {
+                        latent_engine::vae_compile::relative_difference(&a, b)
+                    }
                     _ => f32::NAN,
                 };
                 println!(

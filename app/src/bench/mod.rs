@@ -251,21 +251,60 @@ pub fn run(args: BenchArgs) -> Result<()> {
         );
         graph_bench(&model, &device, precision, args.runs, &x, &ctx, unet)?;
         if args.planes_ab {
-            use latent_engine::kernels::attention::{Keep, WIDEST_PLANES, set_planes_rule};
-            // The same step, same process (kernels already tuned), with other planes rules.
-            for (keep, widest, what) in [
-                (Some(Keep::Lanes), WIDEST_PLANES, "output in lanes (twelfth session's)"),
-                (Some(Keep::Fragments), WIDEST_PLANES, "resident output, no prefetch"),
-                (None, 80, "default keeping, planes also for 80-wide heads"),
-            ] {
-                set_planes_rule(keep, widest);
-                let ms = time_ms(&device, 2, args.runs, || {
-                    let _ = model.unet.forward(x.clone(), &[500.0], &ctx);
-                });
-                set_planes_rule(None, WIDEST_PLANES);
+            use latent_engine::kernels::attention::{
+                Keep, PLANES_MIN_KEYS, WIDEST_PLANES, set_planes_rule,
+            };
+            // The same step, same process (kernels already tuned), under other planes rules,
+            // the rules interleaved over rounds so that drift over the run falls on each alike.
+            let rules = [
+                (None, WIDEST_PLANES, PLANES_MIN_KEYS, "default rule"),
+                (
+                    Some(Keep::Lanes),
+                    WIDEST_PLANES,
+                    PLANES_MIN_KEYS,
+                    "output in lanes (twelfth session's)",
+                ),
+                (None, 80, PLANES_MIN_KEYS, "planes also for 80-wide heads"),
+                (
+                    None,
+                    80,
+                    0,
+                    "planes for 80-wide heads and the 77-token cross-attention",
+                ),
+                (
+                    None,
+                    WIDEST_PLANES,
+                    0,
+                    "planes also for the cross-attention up to 64 wide",
+                ),
+                (
+                    None,
+                    160,
+                    PLANES_MIN_KEYS,
+                    "planes for self-attention up to 160 wide",
+                ),
+            ];
+            let mut times = vec![Vec::new(); rules.len()];
+            for _ in 0..3 {
+                for (i, &(keep, widest, min_keys, _)) in rules.iter().enumerate() {
+                    set_planes_rule(keep, widest, min_keys);
+                    let ms = time_ms(&device, 2, args.runs, || {
+                        let _ = model.unet.forward(x.clone(), &[500.0], &ctx);
+                    });
+                    set_planes_rule(None, WIDEST_PLANES, PLANES_MIN_KEYS);
+                    times[i].push(ms?);
+                }
+            }
+            for ((.., what), t) in rules.iter().zip(&times) {
+                let mut sorted = t.clone();
+                sorted.sort_by(f64::total_cmp);
                 println!(
-                    "[{precision:?}] UNet step, planes kernel with {what}: median {:.2} ms (default {unet:.2})",
-                    ms?
+                    "[{precision:?}] UNet step, planes rule: {what}: median of rounds {:.2} ms (rounds {})",
+                    sorted[sorted.len() / 2],
+                    t.iter()
+                        .map(|m| format!("{m:.2}"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 );
             }
         }

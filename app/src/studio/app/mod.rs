@@ -383,7 +383,6 @@ impl StudioApp {
         }
         self.saver.save(&self.settings);
     }
-
 }
 
 impl eframe::App for StudioApp {

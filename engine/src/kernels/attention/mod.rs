@@ -39,7 +39,7 @@ const WIDEST_OURS_WITH_CMMA: usize = 80;
 pub const WIDEST_PLANES: usize = 64;
 /// Fewest keys for which the planes kernel runs: over the 77 prompt tokens the per-row kernel
 /// was faster (8×40 over 4096 queries: 0.33 against 0.53 ms, same run).
-const PLANES_MIN_KEYS: usize = 256;
+pub const PLANES_MIN_KEYS: usize = 256;
 
 /// Where one operand's heads sit: `tensor[b, n, column + head · d + i]`.
 #[derive(Debug, Clone, Copy)]
@@ -88,11 +88,16 @@ pub fn default_plan(
 /// [`WIDEST_OURS_WITH_CMMA`], else burn's (`None`). On plain lanes: the first plan.
 fn preferred(all: Vec<Plan>, d: usize, n_k: usize) -> Option<Plan> {
     let cmma = all.iter().any(|p| p.fragment.is_some());
-    let (keep, widest) = planes_rule();
-    if cmma && d <= widest && n_k >= PLANES_MIN_KEYS {
-        let chosen = all
+    let (keep, widest, min_keys) = planes_rule();
+    if cmma && d <= widest && n_k >= min_keys {
+        let mut planes = all
             .iter()
-            .find(|p| p.plane.is_some() && keep.is_none_or(|k| p.keep == k));
+            .filter(|p| p.plane.is_some() && keep.is_none_or(|k| p.keep == k));
+        // Over a few keys (the 77 prompt tokens) the narrowest key tile wastes least.
+        let chosen = match n_k < PLANES_MIN_KEYS {
+            true => planes.min_by_key(|p| p.bk),
+            false => planes.next(),
+        };
         if let Some(planes) = chosen {
             return Some(*planes);
         }
@@ -106,11 +111,12 @@ fn preferred(all: Vec<Plan>, d: usize, n_k: usize) -> Option<Plan> {
 /// the default plan must have (0: whichever comes first) and the widest head it takes.
 static PLANES_KEEP: AtomicU8 = AtomicU8::new(0);
 static PLANES_WIDEST: AtomicUsize = AtomicUsize::new(WIDEST_PLANES);
+static PLANES_FEWEST_KEYS: AtomicUsize = AtomicUsize::new(PLANES_MIN_KEYS);
 
 /// Sets the planes rule [`default_plan`] follows: `keep` forces one output keeping (`None`: the
-/// measured order), `widest` the widest head the planes kernel takes. For measuring only; the
-/// studio and the CLI never call it.
-pub fn set_planes_rule(keep: Option<Keep>, widest: usize) {
+/// measured order), `widest` the widest head the planes kernel takes, `min_keys` the fewest keys
+/// it runs over. For measuring only; the studio and the CLI never call it.
+pub fn set_planes_rule(keep: Option<Keep>, widest: usize, min_keys: usize) {
     let code = match keep {
         None => 0,
         Some(Keep::Lanes) => 1,
@@ -119,16 +125,21 @@ pub fn set_planes_rule(keep: Option<Keep>, widest: usize) {
     };
     PLANES_KEEP.store(code, Ordering::Relaxed);
     PLANES_WIDEST.store(widest, Ordering::Relaxed);
+    PLANES_FEWEST_KEYS.store(min_keys, Ordering::Relaxed);
 }
 
-fn planes_rule() -> (Option<Keep>, usize) {
+fn planes_rule() -> (Option<Keep>, usize, usize) {
     let keep = match PLANES_KEEP.load(Ordering::Relaxed) {
         1 => Some(Keep::Lanes),
         2 => Some(Keep::Fragments),
         3 => Some(Keep::FragmentsPrefetch),
         _ => None,
     };
-    (keep, PLANES_WIDEST.load(Ordering::Relaxed))
+    (
+        keep,
+        PLANES_WIDEST.load(Ordering::Relaxed),
+        PLANES_FEWEST_KEYS.load(Ordering::Relaxed),
+    )
 }
 
 /// On plain lanes ours beat burn's (unfused) attention at every UNet head width; the VAE's

@@ -18,12 +18,23 @@ pub(super) const SHARED_BUDGET: usize = 48 * 1024;
 const CMMA_TILES: [(usize, usize); 6] =
     [(32, 16), (16, 16), (32, 32), (64, 32), (64, 16), (64, 64)];
 
-/// Planes per cube × keys per tile of the planes kernel ([`super::planes`]), best first. Not yet
-/// ordered by measurement: four planes of 16 rows over 64 keys is FlashAttention-2's usual shape.
-const PLANE_TILES: [(usize, usize); 6] = [(4, 64), (4, 32), (2, 64), (8, 32), (2, 32), (4, 16)];
+/// Planes per cube × keys per tile of the planes kernel ([`super::planes`]), best first as
+/// measured on an H100 with the output resident (BENCHMARKS.md, thirteenth session): at 8×40
+/// over 4096 keys 64×64 took 1.56 ms, 64×16 1.89, 32×32 2.08, 64×32 2.11, 32×64 3.82; at 8×80
+/// (where 64×64 passes 48 KiB) 64×16 took 0.59 ms, 64×32 0.77, 32×32 0.94.
+/// The last, two planes over 16 keys, is the one that fits SD's 160-wide heads (not yet measured).
+const PLANE_TILES: [(usize, usize); 7] = [
+    (4, 64),
+    (4, 16),
+    (2, 32),
+    (4, 32),
+    (2, 64),
+    (8, 32),
+    (2, 16),
+];
 
-/// How the planes kernel keeps its output, best first for each tiling. Not yet ordered by
-/// measurement: the resident fragments save a workgroup-memory round trip per key tile.
+/// How the planes kernel keeps its output, best first for each tiling: resident with the next
+/// tile prefetched was fastest at every SD 1.5 shape but one (H100, thirteenth session).
 const PLANE_KEEPS: [Keep; 3] = [Keep::FragmentsPrefetch, Keep::Fragments, Keep::Lanes];
 
 /// The same for per-lane products (no cooperative matrices): 16×8 was fastest or within 5 %.
@@ -335,9 +346,11 @@ mod tests {
         let p = first(40).expect("fits");
         assert_eq!((p.bq, p.bk, p.dp, p.plane), (64, 64, 48, Some(32)));
         assert!(p.shared_bytes(2) <= 48 * 1024);
-        // 80 wide: 64 keys would pass 48 KiB, so 32.
-        assert_eq!(first(80).map(|p| (p.bq, p.bk)), Some((64, 32)));
-        assert!(first(160).is_none());
+        // 80 wide: 64 keys would pass 48 KiB; 16 was the faster of the rest.
+        assert_eq!(first(80).map(|p| (p.bq, p.bk)), Some((64, 16)));
+        // 160 wide: only two planes over 16 keys fit.
+        assert_eq!(first(160).map(|p| (p.bq, p.bk)), Some((32, 16)));
+        assert!(first(208).is_none());
         for p in Plan::on_planes(64, 2, square, 32, 128, 48 * 1024) {
             assert!(p.bq / 16 * 32 <= 128 && p.to_string().contains("planes"));
         }

@@ -135,7 +135,8 @@ pub(super) fn flash_attention_resident<F: Float>(
     let mut vr = Array::<F>::new(per_lane);
     if comptime!(prefetch) {
         load_tile::<F>(
-            k, v, &mut kr, &mut vr, k_base, k_row, v_base, v_row, 0usize, n_k, lane, d, dp, bk, lanes,
+            k, v, &mut kr, &mut vr, k_base, k_row, v_base, v_row, 0usize, n_k, lane, d, dp, bk,
+            lanes,
         );
     }
     for t in 0..tiles {
