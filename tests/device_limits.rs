@@ -146,8 +146,9 @@ fn scaled_down_limits_split_slice_and_tile_to_the_same_image() {
 
     // The reference: the CPU backend, without limits, decoding the whole image at once.
     let cpu = load(&Device::flex());
-    cpu.set_vae_tiling(TilingConfig::with_mode(TilingMode::Never));
-    let want = generate(&cpu, &req);
+    let mut whole = req.clone();
+    whole.decode.tiling = TilingConfig::with_mode(TilingMode::Never);
+    let want = generate(&cpu, &whole);
     let worst = worst(&got, &want);
     eprintln!(
         "scaled-down limits ({limits}): {size}² within {worst}/255 of the CPU backend, \

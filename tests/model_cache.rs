@@ -67,12 +67,15 @@ fn request(seed: u64) -> Txt2ImgRequest {
     }
 }
 
-fn generate(model: &StableDiffusion, seed: u64, notices: &mut Notices) -> Vec<u8> {
+/// One image; `compile`: through VAE compilation (the request's decode option).
+fn generate(model: &StableDiffusion, seed: u64, compile: bool, notices: &mut Notices) -> Vec<u8> {
     let tokenizer = ClipTokenizer::new().unwrap();
+    let mut request = request(seed);
+    request.decode.compile = compile;
     let out = txt2img(
         model,
         &tokenizer,
-        &request(seed),
+        &request,
         &AtomicBool::new(false),
         notices,
     )
@@ -125,9 +128,8 @@ fn every_cache_and_compile_combination_generates_the_same_images() {
             let mut notices = Notices::default();
             for (i, path) in models.iter().enumerate() {
                 let (model, _, source) = cache.get(path, &device, f32_options()).unwrap();
-                model.vae_compile.set_enabled(compile_on);
                 sources.push(source);
-                run.push(generate(&model, 7 + i as u64, &mut notices));
+                run.push(generate(&model, 7 + i as u64, compile_on, &mut notices));
                 if compile_on {
                     assert_eq!(
                         model.vae_compile.fallback_reason(),
@@ -283,14 +285,13 @@ fn a_forced_compile_failure_warns_once_and_still_generates() {
     let mut cache = ModelCache::new(CacheSettings::off());
     let (model, _, _) = cache.get(&model_a(), &device, f32_options()).unwrap();
     let mut plain_notices = Notices::default();
-    let plain = generate(&model, 3, &mut plain_notices);
+    let plain = generate(&model, 3, false, &mut plain_notices);
 
     let (model, _, _) = cache.get(&model_a(), &device, f32_options()).unwrap();
-    model.vae_compile.set_enabled(true);
     model.vae_compile.force_failure(true);
     let mut notices = Notices::default();
-    let first = generate(&model, 3, &mut notices);
-    let second = generate(&model, 3, &mut notices);
+    let first = generate(&model, 3, true, &mut notices);
+    let second = generate(&model, 3, true, &mut notices);
     let warnings: Vec<_> = notices
         .0
         .iter()

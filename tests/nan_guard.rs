@@ -10,7 +10,7 @@ use burn::tensor::{DType, Device, Tensor, TensorData};
 use common::fixtures;
 use latent_engine::checkpoint::Checkpoint;
 use latent_engine::noise::TorchRng;
-use latent_engine::pipeline::{Notice, Observer, decode};
+use latent_engine::pipeline::{DecodeOptions, Notice, Observer, decode};
 use latent_engine::{Error, LoadOptions, Precision, StableDiffusion};
 
 fn tiny_model(precision: Precision) -> StableDiffusion {
@@ -47,7 +47,13 @@ impl Observer for Notices {
 fn f16_overflow_is_retried_in_f32() {
     let z = latents(2e4);
     let f32_model = tiny_model(Precision::F32);
-    let want = decode(&f32_model, z.clone(), &mut Notices::default()).expect("f32 decodes");
+    let want = decode(
+        &f32_model,
+        z.clone(),
+        &DecodeOptions::default(),
+        &mut Notices::default(),
+    )
+    .expect("f32 decodes");
 
     let f16_model = tiny_model(Precision::F16);
     // Without the guard this is what would be saved: the f16 decode is not finite.
@@ -58,7 +64,13 @@ fn f16_overflow_is_retried_in_f32() {
     );
 
     let mut notices = Notices::default();
-    let got = decode(&f16_model, z.clone(), &mut notices).expect("retried in f32");
+    let got = decode(
+        &f16_model,
+        z.clone(),
+        &DecodeOptions::default(),
+        &mut notices,
+    )
+    .expect("retried in f32");
     assert_eq!(notices.0, vec![Notice::VaeRetriedInF32]);
     let diff = got
         .pixels
@@ -78,7 +90,7 @@ fn f16_overflow_is_retried_in_f32() {
 
     // The VAE stays in f32: the next decode needs no retry and warns no more.
     assert!(f16_model.vae_upcast());
-    let again = decode(&f16_model, z, &mut notices).expect("decodes");
+    let again = decode(&f16_model, z, &DecodeOptions::default(), &mut notices).expect("decodes");
     assert_eq!(again, got);
     assert_eq!(notices.0.len(), 1, "one warning per model");
 }
@@ -87,7 +99,13 @@ fn f16_overflow_is_retried_in_f32() {
 fn an_f16_decode_that_is_finite_is_not_retried() {
     let model = tiny_model(Precision::F16);
     let mut notices = Notices::default();
-    decode(&model, latents(1.0), &mut notices).expect("decodes");
+    decode(
+        &model,
+        latents(1.0),
+        &DecodeOptions::default(),
+        &mut notices,
+    )
+    .expect("decodes");
     assert!(notices.0.is_empty(), "{:?}", notices.0);
     assert!(!model.vae_upcast());
 }
@@ -98,7 +116,13 @@ fn overflow_even_in_f32_is_a_clear_error() {
     for precision in [Precision::F32, Precision::F16] {
         let model = tiny_model(precision);
         let mut notices = Notices::default();
-        let e = decode(&model, latents(1e37), &mut notices).expect_err("no image");
+        let e = decode(
+            &model,
+            latents(1e37),
+            &DecodeOptions::default(),
+            &mut notices,
+        )
+        .expect_err("no image");
         assert!(
             matches!(e, Error::NonFiniteImage { precision: "f32" }),
             "{precision:?}: {e}"
@@ -117,7 +141,13 @@ fn non_finite_latents_are_a_clear_error() {
             TensorData::new(values, [1, 4, 8, 8]),
             (&Device::flex(), DType::F32),
         );
-        let e = decode(&model, z, &mut Notices::default()).expect_err("no image");
+        let e = decode(
+            &model,
+            z,
+            &DecodeOptions::default(),
+            &mut Notices::default(),
+        )
+        .expect_err("no image");
         assert!(matches!(e, Error::NonFiniteLatents), "{e}");
         assert!(e.to_string().contains("lower CFG"), "{e}");
     }

@@ -59,6 +59,7 @@ fn request(c: &Case) -> Txt2ImgRequest {
         batch_count: 1,
         clip_skip: 1,
         emphasis: Default::default(),
+        decode: Default::default(),
     }
 }
 

@@ -9,6 +9,8 @@ use std::time::{Duration, Instant};
 use eframe::egui;
 use egui_kittest::Harness;
 use egui_kittest::kittest::Queryable;
+use latent_engine::Precision;
+use latent_engine::device::DeviceChoice;
 use latent_engine::image_io::{RgbImage, decode_png};
 use latent_engine::parameters::Parameters;
 use latent_engine::preview::PreviewMethod;
@@ -31,9 +33,9 @@ fn scratch(name: &str) -> PathBuf {
 /// A studio with its own settings file: CPU engine, outputs in `dir/outputs`.
 fn studio(dir: &Path, preview: &str) -> Harness<'static, StudioApp> {
     let settings = Settings {
-        device: "cpu".into(),
-        precision: "f32".into(),
-        preview_method: preview.into(),
+        device: DeviceChoice::Cpu,
+        precision: Some(Precision::F32),
+        preview_method: preview.parse().expect("a preview method"),
         outputs_dir: dir.join("outputs"),
         cache_dir: Some(dir.join("cache")),
         ..Settings::default()
@@ -172,7 +174,7 @@ fn preview_method_changes_mid_run_and_cancel_leaves_the_app_ready() {
             .is_some_and(|f| f.method == Some(PreviewMethod::Full) && f.width == 64)
     });
     assert_eq!(
-        h.state().settings().preview(),
+        h.state().settings().preview_method,
         PreviewMethod::Full,
         "the choice is kept"
     );
@@ -305,7 +307,7 @@ fn settings_window_changes_persist_atomically() {
         !saved.vae_compile,
         "the change reached the file (default on)"
     );
-    assert_eq!(saved.device, "cpu", "the rest is unchanged");
+    assert_eq!(saved.device, DeviceChoice::Cpu, "the rest is unchanged");
     let leftovers: Vec<_> = std::fs::read_dir(&dir)
         .unwrap()
         .flatten()
@@ -347,9 +349,9 @@ fn snapshots_of_the_empty_studio_and_the_settings_window() {
     let _serial = serial();
     let dir = scratch("snapshots");
     let settings = Settings {
-        device: "cpu".into(),
-        precision: "f32".into(),
-        preview_method: "auto".into(),
+        device: DeviceChoice::Cpu,
+        precision: Some(Precision::F32),
+        preview_method: PreviewMethod::Auto,
         // Shown in the settings window: a fixed text, not the scratch path.
         outputs_dir: PathBuf::from("outputs"),
         cache_dir: Some(dir.join("cache")),
@@ -382,9 +384,9 @@ fn window_and_engine_share_one_wgpu_device() {
     let _serial = serial();
     let dir = scratch("shared-device");
     let settings = Settings {
-        device: "lavapipe".into(),
-        precision: "f32".into(),
-        preview_method: "latent2rgb".into(),
+        device: DeviceChoice::Named("lavapipe".into()),
+        precision: Some(Precision::F32),
+        preview_method: PreviewMethod::Latent2Rgb,
         outputs_dir: dir.join("outputs"),
         cache_dir: Some(dir.join("cache")),
         ..Settings::default()
@@ -454,9 +456,9 @@ fn a_stalled_device_is_reported_and_the_engine_restarts_on_the_cpu() {
     let _serial = serial();
     let dir = scratch("stall");
     let settings = Settings {
-        device: "cpu".into(),
-        precision: "f32".into(),
-        preview_method: "latent2rgb".into(),
+        device: DeviceChoice::Cpu,
+        precision: Some(Precision::F32),
+        preview_method: PreviewMethod::Latent2Rgb,
         outputs_dir: dir.join("outputs"),
         cache_dir: Some(dir.join("cache")),
         device_timeout_secs: 2.0,
@@ -508,7 +510,7 @@ fn a_stalled_device_is_reported_and_the_engine_restarts_on_the_cpu() {
         h.state().model_name(),
         h.state().last_error()
     );
-    assert_eq!(h.state().settings().device, "cpu");
+    assert_eq!(h.state().settings().device, DeviceChoice::Cpu);
     run_until(&mut h, "the model on the new engine", |a| {
         a.model_name().is_some() && !a.is_busy()
     });
@@ -600,7 +602,8 @@ fn dragging_a_setting_and_dropping_a_png_keep_the_window_responsive() {
     });
     let saved = Settings::load(&dir.join("settings.json")).0;
     assert_eq!(
-        saved.preview_method, "latent2rgb",
+        saved.preview_method,
+        PreviewMethod::Latent2Rgb,
         "the last change was saved"
     );
 }

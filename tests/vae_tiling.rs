@@ -11,7 +11,7 @@ use common::fixtures;
 use latent_engine::checkpoint::Checkpoint;
 use latent_engine::image_io::RgbImage;
 use latent_engine::noise::TorchRng;
-use latent_engine::pipeline::{Notice, Observer, decode, to_rgb8};
+use latent_engine::pipeline::{DecodeOptions, Notice, Observer, decode, to_rgb8};
 use latent_engine::vae_tiling::{TilingConfig, TilingMode, tiled_decode};
 use latent_engine::{LoadOptions, Precision, StableDiffusion};
 
@@ -66,8 +66,11 @@ fn max_channel_diff(a: &RgbImage, b: &RgbImage) -> u8 {
 fn decode_both(name: &str, model: &StableDiffusion, z: &Tensor<4>, tiles: usize) -> [RgbImage; 2] {
     let mut notices = Notices::default();
     let mut run = |mode| {
-        model.set_vae_tiling(small_tiles(mode));
-        decode(model, z.clone(), &mut notices).expect("decodes")
+        let options = DecodeOptions {
+            tiling: small_tiles(mode),
+            compile: false,
+        };
+        decode(model, z.clone(), &options, &mut notices).expect("decodes")
     };
     let images = [run(TilingMode::Never), run(TilingMode::Always)];
     assert_eq!(notices.1, [1, tiles], "{name}: the pipeline tiles as set");
@@ -104,7 +107,9 @@ fn tiled_decode_matches_whole_decode_on_cpu() {
         rows.iter().chain(&cols).all(|s| s.len() <= 6),
         "{rows:?} {cols:?}"
     );
-    let kernels = model.vae_compile.kernels(&model.vae, &z, &mut |_| {});
+    let kernels = model
+        .vae_compile
+        .kernels(false, &model.vae, &z, &mut |_| {});
     let tiled = tiled_decode(&model.vae, z.clone(), &config, kernels);
     let whole = model.vae.decode(z);
     let worst = max_abs_diff(&tiled, &whole);
@@ -162,9 +167,12 @@ fn auto_tiles_only_large_images() {
     let z = latents(&device, 16, 16, 3);
     // The decoded image and how many tiles the decode ran in.
     let run = |config: TilingConfig| {
-        model.set_vae_tiling(config);
+        let options = DecodeOptions {
+            tiling: config,
+            compile: false,
+        };
         let mut seen = Notices::default();
-        let image = decode(&model, z.clone(), &mut seen).expect("decodes");
+        let image = decode(&model, z.clone(), &options, &mut seen).expect("decodes");
         (image, seen.1)
     };
     let auto = |max_pixels| {

@@ -10,7 +10,9 @@ use latent_engine::device::DeviceChoice;
 use latent_engine::image_io::{RgbImage, encode_png, save_atomic};
 use latent_engine::model_cache::{CacheSettings, LoadSource, ModelCache};
 use latent_engine::parameters::Parameters;
-use latent_engine::pipeline::{Generated, Notice, StepState, Txt2ImgRequest, txt2img};
+use latent_engine::pipeline::{
+    DecodeOptions, Generated, Notice, StepState, Txt2ImgRequest, txt2img,
+};
 use latent_engine::preview::{
     Frame, FrameSink, FrameStore, PreviewMethod, PreviewSettings, Previewer,
 };
@@ -238,6 +240,10 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         batch_count: args.batch_count,
         clip_skip: usize::from(args.clip_skip),
         emphasis: args.emphasis,
+        decode: DecodeOptions {
+            tiling: TilingConfig::with_mode(args.vae_tiling),
+            compile: args.vae_compile == OnOff::On,
+        },
     };
     if args.out.is_some() && args.batch_count > 1 {
         bail!("--out names one file; use --outputs with --batch-count > 1");
@@ -261,13 +267,10 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         bail!("--device-timeout must be a number of seconds > 0");
     }
     let timeout = std::time::Duration::from_secs_f64(args.device_timeout.min(1e9));
-    let probe_exe = (args.probe == OnOff::On && latent_studio::probe::probing_enabled(true))
-        .then(latent_studio::probe::probe_exe)
-        .flatten();
-    let choice = latent_studio::probe::resolve_auto(
+    let choice = latent_studio::probe::select_device(
         &args.device,
-        probe_exe.as_deref().map(|exe| (exe, timeout)),
-        &latent_studio::probe::verdict_path(),
+        args.probe == OnOff::On,
+        timeout,
         &mut |note| match note {
             latent_studio::probe::ResolveNote::Status(s) => eprintln!("{s}"),
             latent_studio::probe::ResolveNote::Notice(s) => eprintln!("warning: {s}"),
@@ -312,8 +315,6 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         "model loaded from {from} in {:.2} s",
         started.elapsed().as_secs_f64()
     );
-    model.vae_compile.set_enabled(args.vae_compile == OnOff::On);
-    model.set_vae_tiling(TilingConfig::with_mode(args.vae_tiling));
     if std::env::var_os("LATENT_STUDIO_FAIL_VAE_COMPILE").is_some() {
         model.vae_compile.force_failure(true);
     }

@@ -26,7 +26,7 @@ pub const NO_PROBE_ENV: &str = "LATENT_STUDIO_NO_PROBE";
 /// `probes.json` beside the settings (`LATENT_STUDIO_CONFIG` overrides the folder): verdicts are
 /// about this machine's drivers, not disposable cache.
 pub fn verdict_path() -> PathBuf {
-    crate::studio::Settings::default_path().with_file_name("probes.json")
+    crate::paths::settings_file().with_file_name("probes.json")
 }
 
 /// The `latent-studio` binary to re-invoke, when this process is one. Test harnesses that embed
@@ -125,6 +125,24 @@ pub enum ResolveNote {
     Status(String),
     /// Something the artist should know (an adapter skipped).
     Notice(String),
+}
+
+/// The device `choice` names on this machine: the one rule the CLI and the studio follow. `auto`
+/// resolves by remembered probe verdicts, an adapter seen for the first time probed in a child
+/// process (within `timeout`) when `probe` is on and this process is the `latent-studio` binary.
+pub fn select_device(
+    choice: &DeviceChoice,
+    probe: bool,
+    timeout: Duration,
+    note: &mut dyn FnMut(ResolveNote),
+) -> DeviceChoice {
+    let exe = (probe && probing_enabled(true)).then(probe_exe).flatten();
+    resolve_auto(
+        choice,
+        exe.as_deref().map(|exe| (exe, timeout)),
+        &verdict_path(),
+        note,
+    )
 }
 
 /// `--device auto` with memory: the adapters in preference order, skipping any whose remembered

@@ -1,6 +1,6 @@
 //! A loaded Stable Diffusion model: text encoder, UNet and VAE on one device in one dtype.
 
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
 
 use burn::tensor::{DType, Device};
 
@@ -11,7 +11,6 @@ use crate::error::Result;
 use crate::unet::UNet2DConditionModel;
 use crate::vae::AutoencoderKL;
 use crate::vae_compile::VaeCompiler;
-use crate::vae_tiling::TilingConfig;
 
 /// Float precision of a model's weights and activations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -61,10 +60,9 @@ pub struct StableDiffusion {
     pub precision: Precision,
     /// Per component: how many tensors were read and which stored keys went unused.
     pub reports: Vec<LoadReport>,
-    /// The VAE compilation setting (off unless turned on) and its verdicts for this model.
+    /// VAE compilation's verdicts for this model (whether a decode uses it is the request's
+    /// choice: [`crate::pipeline::DecodeOptions`]).
     pub vae_compile: VaeCompiler,
-    /// When and how the decode is tiled (a setting, like `vae_compile`).
-    vae_tiling: Mutex<TilingConfig>,
     /// An f32 copy of the decoder, made the first time an f16 decode is not finite.
     vae_f32: OnceLock<AutoencoderKL>,
 }
@@ -160,18 +158,8 @@ impl StableDiffusion {
             precision: options.precision,
             reports,
             vae_compile: VaeCompiler::default(),
-            vae_tiling: Mutex::default(),
             vae_f32: OnceLock::new(),
         })
-    }
-
-    /// The VAE tiling setting decodes use.
-    pub fn vae_tiling(&self) -> TilingConfig {
-        *self.vae_tiling.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    pub fn set_vae_tiling(&self, config: TilingConfig) {
-        *self.vae_tiling.lock().unwrap_or_else(|e| e.into_inner()) = config;
     }
 
     /// The decoder in f32: the model's own when it is f32, else a copy cast once and kept (the
@@ -216,7 +204,6 @@ impl StableDiffusion {
             precision,
             reports: Vec::new(),
             vae_compile: VaeCompiler::default(),
-            vae_tiling: Mutex::default(),
             vae_f32: OnceLock::new(),
         })
     }

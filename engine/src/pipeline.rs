@@ -15,6 +15,29 @@ use crate::prompt;
 use crate::schedulers::{self, SamplerKind, Schedule, SchedulerConfig};
 use crate::tokenizer::ClipTokenizer;
 use crate::unet::graph::UNetSteps;
+use crate::vae_tiling::TilingConfig;
+
+/// How a request's images are decoded. Part of the request, not of the (shared, cached) model,
+/// so that one front end's choice never changes another's decode.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DecodeOptions {
+    /// Tiled or whole; the device's limits can still force tiles
+    /// ([`crate::vae_tiling::TilingConfig::fit_to`]).
+    pub tiling: TilingConfig,
+    /// Our verified GroupNorm+SiLU kernels ([`crate::vae_compile`]), else burn's plain ops.
+    pub compile: bool,
+}
+
+impl Default for DecodeOptions {
+    /// Auto tiling, burn's plain ops: the engine compiles nothing it is not asked to. The CLI's
+    /// `--vae-compile` and the studio's setting turn compilation on by default.
+    fn default() -> Self {
+        Self {
+            tiling: TilingConfig::default(),
+            compile: false,
+        }
+    }
+}
 
 /// One txt2img request, as the CLI and GUI fill it.
 #[derive(Debug, Clone, PartialEq)]
@@ -34,6 +57,7 @@ pub struct Txt2ImgRequest {
     pub clip_skip: usize,
     /// How `(word:1.3)` weights apply (A1111's emphasis mode).
     pub emphasis: crate::prompt::Emphasis,
+    pub decode: DecodeOptions,
 }
 
 impl Default for Txt2ImgRequest {
@@ -51,6 +75,7 @@ impl Default for Txt2ImgRequest {
             batch_count: 1,
             clip_skip: 1,
             emphasis: crate::prompt::Emphasis::default(),
+            decode: DecodeOptions::default(),
         }
     }
 }
@@ -319,7 +344,7 @@ pub fn txt2img(
             return cancelled(out);
         }
         let generated = Generated {
-            image: decode(model, latents, observer)?,
+            image: decode(model, latents, &req.decode, observer)?,
             seed,
         };
         observer.image(&generated);
@@ -337,14 +362,15 @@ fn cancelled(done: Vec<Generated>) -> Result<Vec<Generated>> {
     }
 }
 
-/// Decodes the sampler's f32 latents `[1, c, h, w]` to an image, tiled when the model's tiling
-/// setting says so, through the VAE compiler. Never returns a black image for NaN: non-finite
+/// Decodes the sampler's f32 latents `[1, c, h, w]` to an image as `options` say (tiled or whole,
+/// through the VAE compiler or not). Never returns a black image for NaN: non-finite
 /// latents are [`Error::NonFiniteLatents`]; an f16 decode with non-finite pixels is decoded again
 /// with an f32 copy of the VAE (one [`Notice::VaeRetriedInF32`], and f32 from then on), and pixels
 /// still not finite are [`Error::NonFiniteImage`].
 pub fn decode(
     model: &StableDiffusion,
     latents: Tensor<4>,
+    options: &DecodeOptions,
     observer: &mut dyn Observer,
 ) -> Result<RgbImage> {
     let latents = latents.cast(DType::F32);
@@ -354,7 +380,7 @@ pub fn decode(
     let f32_failure = Error::NonFiniteImage { precision: "f32" };
     if model.precision == crate::Precision::F32 || model.vae_upcast() {
         let (vae, _) = model.vae_f32();
-        let pixels = decode_with(model, vae, latents, observer);
+        let pixels = decode_with(model, vae, latents, options, observer);
         return if all_finite(&pixels)? {
             to_rgb8(pixels)
         } else {
@@ -365,6 +391,7 @@ pub fn decode(
         model,
         &model.vae,
         latents.clone().cast(model.precision.dtype()),
+        options,
         observer,
     );
     if all_finite(&pixels)? {
@@ -376,7 +403,7 @@ pub fn decode(
         tracing::debug!("f16 VAE decode was not finite; retrying in f32");
         observer.notice(&Notice::VaeRetriedInF32);
     }
-    let pixels = decode_with(model, vae, latents, observer);
+    let pixels = decode_with(model, vae, latents, options, observer);
     if all_finite(&pixels)? {
         to_rgb8(pixels)
     } else {
@@ -384,22 +411,23 @@ pub fn decode(
     }
 }
 
-/// One decode with `vae` (the model's, or its f32 copy), tiled or whole as the setting says,
-/// with the kernels VAE compilation chose.
+/// One decode with `vae` (the model's, or its f32 copy), tiled or whole as `options` say, with
+/// the kernels VAE compilation chose.
 fn decode_with(
     model: &StableDiffusion,
     vae: &crate::vae::AutoencoderKL,
     latents: Tensor<4>,
+    options: &DecodeOptions,
     observer: &mut dyn Observer,
 ) -> Tensor<4> {
     let dims = latents.dims();
     let limit = crate::limits::DeviceLimits::of(&model.device).max_tensor_bytes();
-    let tiling = model.vae_tiling().fit_to(vae.config(), dims[0], limit);
+    let tiling = options.tiling.fit_to(vae.config(), dims[0], limit);
     // The device's limit wins over "never": a decode that cannot fit would fail.
     let too_large = crate::vae_tiling::largest_decoder_buffer_bytes(vae.config(), dims) > limit;
     let kernels = model
         .vae_compile
-        .kernels(vae, &latents, &mut |n| observer.notice(&n));
+        .kernels(options.compile, vae, &latents, &mut |n| observer.notice(&n));
     if tiling.should_tile(vae.config(), dims) || too_large {
         tracing::debug!(?dims, ?tiling, "tiled VAE decode");
         observer.decoding(tiling.tile_count(dims));

@@ -30,10 +30,11 @@ struct State {
     disabled: Option<String>,
 }
 
-/// The VAE compilation setting of one loaded model and what it has learned.
+/// What VAE compilation has learned for one loaded model: the shapes verified, or why the fused
+/// path was abandoned. Whether a decode uses it is the request's choice
+/// ([`crate::pipeline::DecodeOptions::compile`]), not this shared model's.
 #[derive(Default)]
 pub struct VaeCompiler {
-    enabled: AtomicBool,
     /// Test hook: the check fails as if the kernels had not compiled.
     force_failure: AtomicBool,
     state: Mutex<State>,
@@ -42,28 +43,12 @@ pub struct VaeCompiler {
 impl std::fmt::Debug for VaeCompiler {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("VaeCompiler")
-            .field("enabled", &self.enabled())
             .field("fallback", &self.fallback_reason())
             .finish()
     }
 }
 
 impl VaeCompiler {
-    pub fn new(enabled: bool) -> Self {
-        let c = Self::default();
-        c.set_enabled(enabled);
-        c
-    }
-
-    pub fn enabled(&self) -> bool {
-        self.enabled.load(Ordering::Relaxed)
-    }
-
-    /// Off: the plain path, no compile or check work at all.
-    pub fn set_enabled(&self, on: bool) {
-        self.enabled.store(on, Ordering::Relaxed);
-    }
-
     /// Makes every check fail, as a kernel that does not compile would (for tests and `--vae-compile`
     /// fault drills via `LATENT_STUDIO_FAIL_VAE_COMPILE=1`).
     pub fn force_failure(&self, fail: bool) {
@@ -85,29 +70,18 @@ impl VaeCompiler {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Decodes `latents` (as [`AutoencoderKL::decode`]) through the compiled path when it is on,
-    /// available and verified for this shape; otherwise through the plain path. `notice` hears the
-    /// single fallback warning.
-    pub fn decode(
-        &self,
-        vae: &AutoencoderKL,
-        latents: Tensor<4>,
-        notice: &mut dyn FnMut(Notice),
-    ) -> Tensor<4> {
-        let kernels = self.kernels(vae, &latents, notice);
-        vae.decode_with(latents, kernels)
-    }
-
-    /// Which kernels a decode of `latents` uses: `Fused` when compilation is on, available and
-    /// verified for this shape and dtype (verifying it now if it was not), else `Plain`. The tiled
-    /// decode runs its whole-latent layers through these (`crate::vae_tiling`).
+    /// Which kernels a decode of `latents` uses: `Fused` when compilation is `on`, available and
+    /// verified for this shape and dtype (verifying it now if it was not), else `Plain` (off: no
+    /// compile or check work at all). The tiled decode runs its whole-latent layers through these
+    /// (`crate::vae_tiling`).
     pub fn kernels(
         &self,
+        on: bool,
         vae: &AutoencoderKL,
         latents: &Tensor<4>,
         notice: &mut dyn FnMut(Notice),
     ) -> Kernels {
-        if !self.enabled() || !crate::kernels::available(&latents.device()) {
+        if !on || !crate::kernels::available(&latents.device()) {
             return Kernels::Plain;
         }
         let key = (latents.dims(), latents.dtype());

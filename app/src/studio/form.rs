@@ -71,6 +71,8 @@ impl Form {
             batch_count: self.batch_count,
             clip_skip: self.clip_skip,
             emphasis: self.emphasis,
+            // The window adds its VAE compilation setting ([`super::app`]).
+            decode: Default::default(),
         }
     }
 

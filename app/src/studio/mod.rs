@@ -83,9 +83,9 @@ pub fn screenshot(out: std::path::PathBuf, prompt: String, timeout_secs: u64) ->
     use std::sync::{Arc, Mutex};
     let dir = std::env::temp_dir().join(format!("latent-studio-screenshot-{}", std::process::id()));
     let settings = Settings {
-        device: "cpu".into(),
-        precision: "f32".into(),
-        preview_method: "latent2rgb".into(),
+        device: latent_engine::device::DeviceChoice::Cpu,
+        precision: Some(latent_engine::Precision::F32),
+        preview_method: latent_engine::preview::PreviewMethod::Latent2Rgb,
         outputs_dir: dir.join("outputs"),
         cache_dir: Some(dir.join("cache")),
         ..Settings::default()

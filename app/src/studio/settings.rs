@@ -14,8 +14,9 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Settings {
-    /// none, latent2rgb, taesd, full or auto.
-    pub preview_method: String,
+    /// Stored as its id: none, latent2rgb, taesd, full or auto.
+    #[serde(with = "as_text")]
+    pub preview_method: PreviewMethod,
     pub preview_interval: usize,
     /// Keep models resident between generations and converted weights on disk.
     pub model_cache: bool,
@@ -28,12 +29,14 @@ pub struct Settings {
     /// Our GroupNorm+SiLU kernels for the VAE decode (verified against the plain path). On by
     /// default: on an H200 they made the whole 512² f16 decode 18 % faster (BENCHMARKS.md).
     pub vae_compile: bool,
-    /// auto, cpu, gpu, gpu:N or part of an adapter name.
-    pub device: String,
+    /// Stored as the command line writes it: auto, cpu, gpu, gpu:N or part of an adapter name.
+    #[serde(with = "as_text")]
+    pub device: DeviceChoice,
     /// Seconds to wait for the device to open and compile its first kernels.
     pub device_timeout_secs: f64,
-    /// auto, f32 or f16.
-    pub precision: String,
+    /// `None` for the device's preferred precision; stored as auto, f32 or f16.
+    #[serde(with = "as_text")]
+    pub precision: Option<Precision>,
     /// Scanned for `.safetensors` checkpoints and diffusers folders.
     pub models_dir: Option<PathBuf>,
     pub outputs_dir: PathBuf,
@@ -49,16 +52,16 @@ impl Default for Settings {
             .and_then(|u| u.picture_dir().map(|p| p.join("Latent Studio")))
             .unwrap_or_else(|| PathBuf::from("outputs"));
         Self {
-            preview_method: PreviewMethod::Auto.id().into(),
+            preview_method: as_text::Text::fallback(),
             preview_interval: 1,
             model_cache: true,
             cache_memory_gib: 6.0,
             disk_cache_gib: 20.0,
             cache_dir: None,
             vae_compile: true,
-            device: "auto".into(),
+            device: as_text::Text::fallback(),
             device_timeout_secs: 60.0,
-            precision: "auto".into(),
+            precision: as_text::Text::fallback(),
             models_dir: None,
             outputs_dir: outputs,
             taesd: None,
@@ -118,17 +121,8 @@ impl Settings {
     /// Values out of range replaced by defaults, so a hand-edited file cannot break the studio.
     fn sanitized(mut self) -> Self {
         let d = Self::default();
-        if self.preview_method.parse::<PreviewMethod>().is_err() {
-            self.preview_method = d.preview_method;
-        }
         if self.preview_interval == 0 {
             self.preview_interval = 1;
-        }
-        if self.device.parse::<DeviceChoice>().is_err() {
-            self.device = d.device;
-        }
-        if self.precision != "auto" && self.precision.parse::<Precision>().is_err() {
-            self.precision = d.precision;
         }
         if !(self.cache_memory_gib.is_finite() && self.cache_memory_gib >= 0.0) {
             self.cache_memory_gib = d.cache_memory_gib;
@@ -161,18 +155,6 @@ impl Settings {
         }
     }
 
-    pub fn preview(&self) -> PreviewMethod {
-        self.preview_method.parse().unwrap_or(PreviewMethod::Auto)
-    }
-
-    pub fn device_choice(&self) -> DeviceChoice {
-        self.device.parse().unwrap_or_default()
-    }
-
-    pub fn precision_choice(&self) -> Option<Precision> {
-        self.precision.parse().ok()
-    }
-
     /// The TAESD decoder to use: the chosen one, else one found in the models folder
     /// ([`crate::paths::find_taesd`], the command line's rule too).
     pub fn taesd_path(&self) -> Option<PathBuf> {
@@ -180,6 +162,78 @@ impl Settings {
             return Some(p.clone());
         }
         crate::paths::find_taesd(&[self.models_dir.as_deref()?])
+    }
+}
+
+/// A setting stored as the text the command line takes for it (older settings files wrote these
+/// fields as strings, and still read). Text this version does not know, or a value that is not
+/// text, reads as the setting's default ([`as_text::Text::fallback`], which
+/// [`Settings::default`] uses too): a hand-edited or newer file still loads, the rest of it
+/// intact.
+mod as_text {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub trait Text: Sized {
+        fn to_text(&self) -> String;
+        fn from_text(text: &str) -> Option<Self>;
+        /// The setting's default (not necessarily the type's).
+        fn fallback() -> Self;
+    }
+
+    pub fn serialize<T: Text, S: Serializer>(value: &T, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&value.to_text())
+    }
+
+    pub fn deserialize<'de, T: Text, D: Deserializer<'de>>(d: D) -> Result<T, D::Error> {
+        let value = serde_json::Value::deserialize(d)?;
+        Ok(value
+            .as_str()
+            .and_then(T::from_text)
+            .unwrap_or_else(T::fallback))
+    }
+}
+
+impl as_text::Text for PreviewMethod {
+    fn to_text(&self) -> String {
+        self.id().into()
+    }
+    fn from_text(text: &str) -> Option<Self> {
+        text.parse().ok()
+    }
+    fn fallback() -> Self {
+        PreviewMethod::Auto
+    }
+}
+
+impl as_text::Text for DeviceChoice {
+    fn to_text(&self) -> String {
+        self.to_string()
+    }
+    fn from_text(text: &str) -> Option<Self> {
+        text.parse().ok()
+    }
+    fn fallback() -> Self {
+        DeviceChoice::Auto
+    }
+}
+
+impl as_text::Text for Option<Precision> {
+    fn to_text(&self) -> String {
+        match self {
+            None => "auto",
+            Some(Precision::F32) => "f32",
+            Some(Precision::F16) => "f16",
+        }
+        .into()
+    }
+    fn from_text(text: &str) -> Option<Self> {
+        match text {
+            "auto" => Some(None),
+            other => other.parse().ok().map(Some),
+        }
+    }
+    fn fallback() -> Self {
+        None
     }
 }
 
@@ -200,9 +254,10 @@ mod tests {
         let dir = scratch("rt");
         let path = dir.join("settings.json");
         let mut s = Settings::default();
-        s.preview_method = "full".into();
+        s.preview_method = PreviewMethod::Full;
         s.preview_interval = 3;
-        s.device = "cpu".into();
+        s.device = DeviceChoice::Cpu;
+        s.precision = Some(Precision::F16);
         s.save(&path).unwrap();
         s.model_cache = false;
         s.save(&path).unwrap();
@@ -210,6 +265,42 @@ mod tests {
         assert_eq!((back, note), (s, None));
         // No temp files left behind.
         assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1);
+    }
+
+    /// A settings file as the last release wrote it (every choice a string) reads into the
+    /// typed fields, and is written back in the same words.
+    #[test]
+    fn reads_and_writes_the_old_string_form() {
+        let dir = scratch("old");
+        let path = dir.join("settings.json");
+        std::fs::write(
+            &path,
+            br#"{"preview_method": "taesd", "device": "gpu:1", "precision": "f32", "preview_interval": 2}"#,
+        )
+        .unwrap();
+        let (s, note) = Settings::load(&path);
+        assert!(note.is_none());
+        assert_eq!(
+            (s.preview_method, &s.device, s.precision),
+            (
+                PreviewMethod::Taesd,
+                &DeviceChoice::Gpu(Some(1)),
+                Some(Precision::F32)
+            )
+        );
+        s.save(&path).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        for pair in [
+            r#""preview_method": "taesd""#,
+            r#""device": "gpu:1""#,
+            r#""precision": "f32""#,
+        ] {
+            assert!(text.contains(pair), "{pair} in {text}");
+        }
+        let auto = Settings::default();
+        auto.save(&path).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.contains(r#""precision": "auto""#), "{text}");
     }
 
     #[test]
@@ -233,8 +324,21 @@ mod tests {
         let (s, note) = Settings::load(&path);
         assert!(note.is_none());
         assert_eq!(
-            (s.preview(), s.preview_interval, s.device.as_str()),
-            (PreviewMethod::Auto, 1, "auto")
+            (s.preview_method, s.preview_interval, s.device),
+            (PreviewMethod::Auto, 1, DeviceChoice::Auto)
+        );
+
+        // A value of the wrong kind falls back alone; the rest of the file is kept.
+        std::fs::write(
+            &path,
+            br#"{"preview_method": 3, "precision": "f16", "preview_interval": 4}"#,
+        )
+        .unwrap();
+        let (s, note) = Settings::load(&path);
+        assert!(note.is_none());
+        assert_eq!(
+            (s.preview_method, s.precision, s.preview_interval),
+            (PreviewMethod::Auto, Some(Precision::F16), 4)
         );
 
         let (s, note) = Settings::load(&dir.join("missing.json"));

@@ -15,16 +15,14 @@ impl StudioApp {
                 Err(crossbeam_channel::TryRecvError::Empty) => break,
                 Err(crossbeam_channel::TryRecvError::Disconnected) => {
                     // The engine thread is gone (a panic outside a command): say so once.
-                    if self.busy || self.loading || self.error.is_none() {
+                    if !self.activity.idle() || self.error.is_none() {
                         self.error = Some(
                             "The engine stopped unexpectedly. Finished images are kept; \
                              restart the studio to generate again."
                                 .into(),
                         );
                     }
-                    self.busy = false;
-                    self.loading = false;
-                    self.progress = None;
+                    self.activity = Activity::Idle;
                     break;
                 }
             };
@@ -32,7 +30,7 @@ impl StudioApp {
             match event {
                 Event::Status(s) => self.status = s,
                 Event::ModelLoaded { name, path } => {
-                    self.loading = false;
+                    self.activity = self.activity.loaded();
                     self.status = format!("{name} ready");
                     self.model = Some((name, path.clone()));
                     if !demo::is_demo(&path) && self.settings.last_model.as_ref() != Some(&path) {
@@ -47,13 +45,15 @@ impl StudioApp {
                     total,
                     elapsed,
                 } => {
-                    self.progress = Some(Progress {
-                        image,
-                        images,
-                        step,
-                        total,
-                        elapsed,
-                    })
+                    if self.activity.working() {
+                        self.activity = Activity::Working(Some(Progress {
+                            image,
+                            images,
+                            step,
+                            total,
+                            elapsed,
+                        }));
+                    }
                 }
                 Event::Finished(finished) => {
                     let texture = ctx.load_texture(
@@ -65,19 +65,17 @@ impl StudioApp {
                     self.gallery.push(GalleryItem { finished, texture });
                     self.selected = Some(self.gallery.len() - 1);
                 }
-                Event::Idle => {
-                    self.busy = false;
-                    self.loading = false;
-                    self.progress = None;
-                }
+                Event::Idle => self.activity = Activity::Idle,
                 Event::Cancelled => self.status = "cancelled".into(),
                 Event::Failed(message) => {
-                    self.loading = false;
+                    self.activity = self.activity.loaded();
                     self.error = Some(message);
                 }
                 Event::Crashed(message) => {
-                    self.loading = false;
-                    self.progress = None;
+                    self.activity = match self.activity {
+                        Activity::Working(_) => Activity::Working(None),
+                        _ => Activity::Idle,
+                    };
                     self.error = Some(format!(
                         "The engine stopped: {message}. Finished images are kept; it restarted \
                          and reloads the model with the next generation."

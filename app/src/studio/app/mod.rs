@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender, unbounded};
 use eframe::egui;
 use egui::{Color32, ColorImage, Key, Modifiers, TextureHandle, TextureOptions};
+use latent_engine::Precision;
 use latent_engine::adapters::AdapterSummary;
+use latent_engine::device::DeviceChoice;
 use latent_engine::image_io::{RgbImage, decode_png, encode_png, png_parameters, save_atomic};
 use latent_engine::parameters::Parameters;
 use latent_engine::preview::{Frame, PreviewMethod, PreviewSettings};
@@ -70,12 +72,46 @@ enum DialogResult {
     Demo(Result<PathBuf, String>),
 }
 
+#[derive(Debug, Clone, Copy, PartialEq)]
 struct Progress {
     image: usize,
     images: usize,
     step: usize,
     total: usize,
     elapsed: Duration,
+}
+
+/// What the window waits on the engine for: one value, so that no two flags can disagree.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+enum Activity {
+    #[default]
+    Idle,
+    /// A model is loading (sent, and neither loaded, failed nor idle yet).
+    Loading,
+    /// A generation or a device check runs, with its latest progress.
+    Working(Option<Progress>),
+}
+
+impl Activity {
+    fn working(self) -> bool {
+        matches!(self, Activity::Working(_))
+    }
+
+    fn loading(self) -> bool {
+        self == Activity::Loading
+    }
+
+    fn idle(self) -> bool {
+        self == Activity::Idle
+    }
+
+    /// The load finished (or failed): a generation sent meanwhile keeps running.
+    fn loaded(self) -> Self {
+        match self {
+            Activity::Loading => Activity::Idle,
+            other => other,
+        }
+    }
 }
 
 pub struct StudioApp {
@@ -89,9 +125,7 @@ pub struct StudioApp {
     token_count: ((String, Emphasis), (usize, usize, bool)),
     model: Option<(String, PathBuf)>,
     models: Vec<PathBuf>,
-    busy: bool,
-    loading: bool,
-    progress: Option<Progress>,
+    activity: Activity,
     status: String,
     error: Option<String>,
     notices: Vec<String>,
@@ -159,7 +193,7 @@ impl StudioApp {
     ) -> anyhow::Result<Self> {
         let (settings, notice) = Settings::load(&settings_path);
         notices.extend(notice);
-        let preview = PreviewSettings::new(settings.preview(), settings.preview_interval);
+        let preview = PreviewSettings::new(settings.preview_method, settings.preview_interval);
         let repaint = ctx.clone();
         let wake: Arc<dyn Fn() + Send + Sync> = Arc::new(move || repaint.request_repaint());
         let engine = EngineHandle::spawn(engine_config(&settings), preview, wake.clone(), shared)?;
@@ -176,9 +210,7 @@ impl StudioApp {
             tokenizer: ClipTokenizer::new().ok(),
             token_count: ((String::new(), Emphasis::Original), (0, 1, false)),
             model: None,
-            busy: false,
-            loading: false,
-            progress: None,
+            activity: Activity::Idle,
             status: "Choose a checkpoint, or try the demo model.".into(),
             error: None,
             notices,
@@ -229,14 +261,14 @@ impl StudioApp {
     pub fn stalled(&self) -> Option<Duration> {
         let silent = self.last_event.elapsed();
         let limit = Duration::from_secs_f64(self.settings.device_timeout_secs.clamp(1.0, 3600.0));
-        ((self.busy || self.loading) && silent > limit).then_some(silent)
+        (!self.activity.idle() && silent > limit).then_some(silent)
     }
 
     /// Leaves a stuck engine behind (its thread cannot be interrupted inside a driver call; it is
     /// detached and ends with the process) and starts a new one on the CPU backend, reloading the
     /// current model. The device setting becomes `cpu`, so the next start does not hang either.
     pub fn restart_engine_on_cpu(&mut self) {
-        self.settings.device = "cpu".into();
+        self.settings.device = DeviceChoice::Cpu;
         self.saver.save(&self.settings);
         let engine = match EngineHandle::spawn(
             engine_config(&self.settings),
@@ -251,7 +283,7 @@ impl StudioApp {
             }
         };
         std::mem::replace(&mut self.engine, engine).abandon();
-        (self.busy, self.loading, self.progress) = (false, false, None);
+        self.activity = Activity::Idle;
         (self.engine_device, self.window_shares_device) = (None, false);
         self.last_event = Instant::now();
         self.notices.push(
@@ -280,7 +312,7 @@ impl StudioApp {
     }
 
     pub fn is_busy(&self) -> bool {
-        self.busy || self.loading
+        !self.activity.idle()
     }
 
     pub fn model_name(&self) -> Option<&str> {
@@ -312,7 +344,9 @@ impl StudioApp {
             self.error = Some(format!("not loaded: {e}"));
             return;
         }
-        self.loading = true;
+        if !self.activity.working() {
+            self.activity = Activity::Loading;
+        }
         self.error = None;
         self.status = status;
         self.last_event = Instant::now();
@@ -330,7 +364,7 @@ impl StudioApp {
     }
 
     pub fn generate(&mut self) {
-        if self.busy {
+        if self.activity.working() {
             return;
         }
         if self.model.is_none() {
@@ -340,23 +374,21 @@ impl StudioApp {
         if !self.form.seed_locked {
             self.form.seed = crate::run::random_seed();
         }
+        let mut request = self.form.request();
+        request.decode.compile = self.settings.vae_compile;
         // Busy only once the engine has the request: a refused one must not look running.
-        if let Err(e) = self
-            .engine
-            .send(Command::Generate(Box::new(self.form.request())))
-        {
+        if let Err(e) = self.engine.send(Command::Generate(Box::new(request))) {
             self.error = Some(format!("not generated: {e}"));
             return;
         }
-        self.busy = true;
+        self.activity = Activity::Working(None);
         self.error = None;
-        self.progress = None;
         self.last_event = Instant::now();
     }
 
     /// Stops the running generation at the next step, or a model load at the next tensor.
     pub fn cancel(&mut self) {
-        if self.busy || self.loading {
+        if !self.activity.idle() {
             self.engine.cancel();
             self.status = "cancelling…".into();
         }
@@ -365,8 +397,8 @@ impl StudioApp {
     /// Changes the preview method; a running generation picks it up at its next preview step.
     pub fn set_preview_method(&mut self, method: PreviewMethod) {
         self.engine.preview.set_method(method);
-        if self.settings.preview() != method {
-            self.settings.preview_method = method.id().into();
+        if self.settings.preview_method != method {
+            self.settings.preview_method = method;
             self.settings_changed();
         }
     }
@@ -403,7 +435,7 @@ impl eframe::App for StudioApp {
                 }
             });
         });
-        if self.busy || self.loading {
+        if !self.activity.idle() {
             // Without events a stuck engine sends no repaints: look again every second.
             ctx.request_repaint_after(Duration::from_secs(1));
         }
@@ -453,12 +485,11 @@ impl eframe::App for StudioApp {
 
 pub(super) fn engine_config(settings: &Settings) -> EngineConfig {
     EngineConfig {
-        device: settings.device_choice(),
-        precision: settings.precision_choice(),
+        device: settings.device.clone(),
+        precision: settings.precision,
         outputs: settings.outputs_dir.clone(),
         taesd: settings.taesd_path(),
         cache: settings.cache_settings(),
-        vae_compile: settings.vae_compile,
         device_timeout: Duration::from_secs_f64(settings.device_timeout_secs.clamp(1.0, 3600.0)),
     }
 }

@@ -12,12 +12,12 @@ impl StudioApp {
                     ui.weak("Demo model: random weights, it paints abstract images only.");
                 }
             }
-            None if !self.loading => {
+            None if !self.activity.loading() => {
                 ui.label("No model yet. Open a .safetensors checkpoint or a diffusers folder, set a models folder in Settings, or try the demo model.");
             }
             None => {}
         }
-        if self.loading {
+        if self.activity.loading() {
             ui.horizontal(|ui| {
                 ui.spinner();
                 ui.label(&self.status);

@@ -20,7 +20,7 @@ impl StudioApp {
             .min(1.5);
         let size = target * scale.max(0.05);
         // The final image while idle (or the selected one), else the newest preview frame.
-        let texture = match (self.busy, self.selected, &self.preview) {
+        let texture = match (self.activity.working(), self.selected, &self.preview) {
             (false, Some(i), _) => self.gallery.get(i).map(|g| g.texture.clone()),
             (true, _, Some((_, t))) => Some(t.clone()),
             (_, None, Some((_, t))) => Some(t.clone()),
@@ -39,7 +39,7 @@ impl StudioApp {
             }
         }
         if let Some(frame) = self.preview.as_ref().map(|(f, _)| f.clone()) {
-            if self.busy {
+            if self.activity.working() {
                 ui.weak(format!(
                     "preview step {}/{} ({})",
                     frame.step,

@@ -133,20 +133,19 @@ impl StudioApp {
 
         ui.add_space(8.0);
         ui.horizontal(|ui| {
-            let generate =
-                ui.add_enabled(!self.busy && !self.loading, egui::Button::new("Generate"));
+            let generate = ui.add_enabled(self.activity.idle(), egui::Button::new("Generate"));
             if generate.on_hover_text("Ctrl+Enter").clicked() {
                 self.generate();
             }
             if ui
-                .add_enabled(self.busy || self.loading, egui::Button::new("Cancel"))
+                .add_enabled(!self.activity.idle(), egui::Button::new("Cancel"))
                 .on_hover_text("Esc")
                 .clicked()
             {
                 self.cancel();
             }
         });
-        if let Some(p) = &self.progress {
+        if let Activity::Working(Some(p)) = &self.activity {
             let done = p.step as f32 / p.total.max(1) as f32;
             let secs = p.elapsed.as_secs_f64().max(1e-6);
             let rate = p.step as f64 / secs;

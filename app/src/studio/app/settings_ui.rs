@@ -12,7 +12,7 @@ impl StudioApp {
             .show(ctx, |ui| {
                 egui::Grid::new("settings").num_columns(2).show(ui, |ui| {
                     let label = ui.label("Preview method");
-                    let mut method = self.settings.preview();
+                    let mut method = self.settings.preview_method;
                     egui::ComboBox::from_id_salt("preview-method")
                         .selected_text(method.id())
                         .show_ui(ui, |ui| {
@@ -22,9 +22,9 @@ impl StudioApp {
                         })
                         .response
                         .labelled_by(label.id);
-                    if method != self.settings.preview() {
+                    if method != self.settings.preview_method {
                         self.engine.preview.set_method(method);
-                        self.settings.preview_method = method.id().into();
+                        self.settings.preview_method = method;
                         changed = true;
                     }
                     ui.end_row();
@@ -106,15 +106,15 @@ impl StudioApp {
                     let label = ui.label("Device");
                     let mut choices = vec![
                         (
-                            "auto".to_string(),
+                            DeviceChoice::Auto,
                             "auto (Intel discrete first)".to_string(),
                         ),
-                        ("cpu".to_string(), "cpu (burn's CPU backend)".to_string()),
+                        (DeviceChoice::Cpu, "cpu (burn's CPU backend)".to_string()),
                     ];
                     if let Some(list) = self.adapters.lock().ok().and_then(|l| l.clone()) {
                         choices.extend(list.iter().map(|a| {
                             (
-                                format!("gpu:{}", a.index),
+                                DeviceChoice::Gpu(Some(a.index)),
                                 format!("gpu:{} {} ({})", a.index, a.name, a.kind),
                             )
                         }));
@@ -123,7 +123,7 @@ impl StudioApp {
                         .iter()
                         .find(|(id, _)| *id == self.settings.device)
                         .map(|(_, text)| text.clone())
-                        .unwrap_or_else(|| self.settings.device.clone());
+                        .unwrap_or_else(|| self.settings.device.to_string());
                     egui::ComboBox::from_id_salt("device")
                         .selected_text(selected)
                         .show_ui(ui, |ui| {
@@ -161,7 +161,7 @@ impl StudioApp {
                     ui.label("Device check");
                     ui.vertical(|ui| {
                         if ui
-                            .add_enabled(!self.busy, egui::Button::new("Verify device"))
+                            .add_enabled(!self.activity.working(), egui::Button::new("Verify device"))
                             .on_hover_text(
                                 "Runs the demo model here and on the CPU backend and compares them",
                             )
@@ -170,7 +170,7 @@ impl StudioApp {
                             self.device_check = None;
                             match self.engine.send(Command::VerifyDevice) {
                                 Ok(()) => {
-                                    self.busy = true;
+                                    self.activity = Activity::Working(None);
                                     self.last_event = Instant::now();
                                 }
                                 Err(e) => self.error = Some(format!("not verified: {e}")),
@@ -190,14 +190,14 @@ impl StudioApp {
                     ui.end_row();
                     let label = ui.label("Precision");
                     egui::ComboBox::from_id_salt("precision")
-                        .selected_text(self.settings.precision.clone())
+                        .selected_text(precision_text(self.settings.precision))
                         .show_ui(ui, |ui| {
-                            for p in ["auto", "f16", "f32"] {
+                            for p in [None, Some(Precision::F16), Some(Precision::F32)] {
                                 changed |= ui
                                     .selectable_value(
                                         &mut self.settings.precision,
-                                        p.to_string(),
                                         p,
+                                        precision_text(p),
                                     )
                                     .changed();
                             }
@@ -259,5 +259,14 @@ impl StudioApp {
         if changed {
             self.settings_changed();
         }
+    }
+}
+
+/// A precision setting as the settings window and file name it.
+fn precision_text(precision: Option<Precision>) -> &'static str {
+    match precision {
+        None => "auto",
+        Some(Precision::F16) => "f16",
+        Some(Precision::F32) => "f32",
     }
 }

@@ -42,18 +42,10 @@ pub fn open_for_window(
     let timeout = device_timeout()
         .unwrap_or(config.device_timeout)
         .min(Duration::from_secs(20));
-    let probe_exe = crate::probe::probing_enabled(true)
-        .then(crate::probe::probe_exe)
-        .flatten();
-    let choice = crate::probe::resolve_auto(
-        &config.device,
-        probe_exe.as_deref().map(|exe| (exe, timeout)),
-        &crate::probe::verdict_path(),
-        &mut |n| match n {
-            crate::probe::ResolveNote::Status(s) => tracing::info!("{s}"),
-            crate::probe::ResolveNote::Notice(s) => note(s),
-        },
-    );
+    let choice = crate::probe::select_device(&config.device, true, timeout, &mut |n| match n {
+        crate::probe::ResolveNote::Status(s) => tracing::info!("{s}"),
+        crate::probe::ResolveNote::Notice(s) => note(s),
+    });
     let gpu = latent_engine::device::open_shared(&choice, timeout)
         .with_context(|| format!("opening device {choice}"))?;
     Ok(gpu.map(|gpu| SharedDevice {
@@ -90,18 +82,16 @@ impl Worker {
         }
         // Probing is on by default here: a driver crash on first use must cost a child process,
         // not the artist's window.
-        let probe_exe = crate::probe::probing_enabled(true)
-            .then(crate::probe::probe_exe)
-            .flatten();
-        let choice = crate::probe::resolve_auto(
-            &self.config.device,
-            probe_exe.as_deref().map(|exe| (exe, timeout)),
-            &crate::probe::verdict_path(),
-            &mut |note| match note {
-                crate::probe::ResolveNote::Status(s) => self.emit(Event::Status(s)),
-                crate::probe::ResolveNote::Notice(s) => self.emit(Event::Notice(s)),
-            },
-        );
+        let choice =
+            crate::probe::select_device(
+                &self.config.device,
+                true,
+                timeout,
+                &mut |note| match note {
+                    crate::probe::ResolveNote::Status(s) => self.emit(Event::Status(s)),
+                    crate::probe::ResolveNote::Notice(s) => self.emit(Event::Notice(s)),
+                },
+            );
         self.emit(Event::Status(format!(
             "opening device {choice} and compiling kernels…"
         )));

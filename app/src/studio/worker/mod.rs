@@ -365,10 +365,6 @@ impl Worker {
                 request.width, request.height
             )));
         }
-        loaded
-            .model
-            .vae_compile
-            .set_enabled(self.config.vae_compile);
         if std::env::var_os("LATENT_STUDIO_FAIL_VAE_COMPILE").is_some() {
             loaded.model.vae_compile.force_failure(true);
         }

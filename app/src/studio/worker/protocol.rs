@@ -15,8 +15,6 @@ pub struct EngineConfig {
     /// disk cache; off: the model is released after each generation and reloaded for the next,
     /// and nothing is written to the cache folder.
     pub cache: CacheSettings,
-    /// Decode through the fused VAE kernels (verified, with a one-warning fallback).
-    pub vae_compile: bool,
     /// Watchdog for opening the device and compiling its first kernels.
     pub device_timeout: Duration,
 }

@@ -1,30 +1,30 @@
-//! Flash attention on cooperative matrices with each plane owning its own query rows.
+//! The planes kernel ([`super::planes`]) with each plane's output held in accumulator fragments
+//! for the whole walk over the keys, as FlashAttention-2 holds it in registers.
 //!
-//! The tiled kernel ([`super::kernel::flash_attention`]) shares a cube's rows among all its
-//! lanes: four cube-wide barriers per key tile and the output rescaled in workgroup memory. On an
-//! H100 it reached about 12 TFLOP/s, no better than plain lanes. Here each plane (warp/subgroup)
-//! owns `m` query rows of the fragment shape outright: the cube shares only the staged key and
-//! value tiles (one barrier pair per tile), the scores and probabilities of a plane's rows never
-//! leave the plane (plane barriers, row maxima and sums by lane shuffles), and each lane keeps its
-//! row's slice of the output in registers, rescaling it there and adding the tile's p·v, which the
-//! plane computes on fresh accumulators. The plane width is fixed at compile time, so this runs only
-//! where the device has one width (every NVIDIA and AMD card; Intel's, which varies, keeps the
-//! per-row kernel).
+//! The first planes kernel computes every tile's p·v on fresh accumulators, stores them to
+//! workgroup memory and adds them to each lane's registers after rescaling those: per key tile a
+//! store, a plane barrier and `dp / lanes-per-row` reads per lane. A fragment's elements cannot be
+//! scaled in place through cubecl's cooperative-matrix API, so this kernel rescales lazily (as
+//! FlashAttention-4 does): a row's probabilities are taken against a reference maximum that
+//! moves only when a score passes it by more than [`RESCALE_MARGIN`] (so p ≤ e^8 ≈ 2981, exact
+//! enough in f16 and far from its range), and only then are the plane's accumulators stored,
+//! scaled row by row and loaded back. After the first few tiles that is rare. The query fragments
+//! are loaded once, the probability fragments once per tile, and with `prefetch` each lane loads
+//! its share of the next key and value tile into registers while the plane multiplies this one.
 
 use burn::cubecl;
 use burn::cubecl::prelude::*;
 
-/// f32 words of padding per score row in workgroup memory: 16 bytes keeps fragment stores aligned
-/// and spreads the rows a plane's lanes read over the banks.
-pub(super) const SCORE_PAD: usize = 4;
-/// Elements of padding per probability row (16 bytes of f16).
-pub(super) const PROB_PAD: usize = 8;
+use super::planes::{PROB_PAD, SCORE_PAD};
+
+/// How far (natural log) a score may pass a row's reference maximum before the reference moves.
+const RESCALE_MARGIN: f32 = 8.0;
 
 /// Cube `(t, bh)`: query rows `t·planes·fm ..` of batch `bh / heads`, head `bh % heads`;
-/// `planes · plane` lanes.
+/// `planes · plane` lanes. Same arguments and workgroup memory as the first planes kernel.
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
-pub(super) fn flash_attention_planes<F: Float>(
+pub(super) fn flash_attention_resident<F: Float>(
     q: &[F],
     k: &[F],
     v: &[F],
@@ -50,15 +50,16 @@ pub(super) fn flash_attention_planes<F: Float>(
     #[comptime] fm: usize,
     #[comptime] fn_: usize,
     #[comptime] fk: usize,
+    #[comptime] prefetch: bool,
 ) {
     let lanes = comptime!(planes * plane);
     let bq = comptime!(planes * fm);
-    // Lanes per query row (a power of two), the output columns each keeps, and the strides of
-    // the plane-private score (or p·v) and probability rows.
     let lpr = comptime!(plane / fm);
     let cols = comptime!(dp / lpr);
     let s_row = comptime!(bk.max(dp) + SCORE_PAD);
     let p_row = comptime!(bk + PROB_PAD);
+    // Key/value elements each lane stages per tile.
+    let per_lane = comptime!((bk * dp).div_ceil(planes * plane));
 
     let lane = UNIT_POS as usize;
     let pi = lane / plane;
@@ -76,7 +77,6 @@ pub(super) fn flash_attention_planes<F: Float>(
     let mut s_s = Shared::<[f32]>::new_slice(comptime!(bq * s_row));
     let mut p_s = Shared::<[F]>::new_slice(comptime!(bq * p_row));
 
-    // The query tile, zero past the last row and the head width.
     let q_base = q_at + batch * q_batch + col0;
     let mut i = lane;
     while i < bq * dp {
@@ -89,48 +89,113 @@ pub(super) fn flash_attention_planes<F: Float>(
         q_s[i] = value;
         i += lanes;
     }
+    sync_cube();
 
-    let mut o = Array::<f32>::new(cols);
-    #[unroll]
-    for c in 0..cols {
-        o[c] = 0.0f32;
-    }
-    let mut m = f32::cast_from(-1.0e30f32);
-    let mut l = 0.0f32;
-    // This plane's rows: of q in q_s, of scores in s_s, of probabilities in p_s.
     let q_at_plane = pi * fm * dp;
     let s_at_plane = pi * fm * s_row;
     let p_at_plane = pi * fm * p_row;
     let s_at_row = s_at_plane + r * s_row;
     let p_at_row = p_at_plane + r * p_row;
 
+    // The plane's query fragments, once.
+    let mut qf = Sequence::<cmma::Matrix<F>>::new();
+    #[unroll]
+    for kk in 0..dp / fk {
+        qf.push(cmma::Matrix::<F>::from_slice(
+            cmma::MatrixIdent::A,
+            fm,
+            fn_,
+            fk,
+            cmma::MatrixLayout::RowMajor,
+            &q_s[q_at_plane + kk * fk..bq * dp],
+            dp as u32,
+        ));
+    }
+    // The plane's output rows, resident for the whole walk.
+    let mut acc = Sequence::<cmma::Matrix<f32>>::new();
+    #[unroll]
+    for _ in 0..dp / fn_ {
+        acc.push(cmma::Matrix::<f32>::from_value(
+            cmma::MatrixIdent::Accumulator,
+            fm,
+            fn_,
+            fk,
+            cmma::MatrixLayout::Undefined,
+            0.0f32,
+        ));
+    }
+    let mut m = f32::cast_from(-1.0e30f32);
+    let mut l = 0.0f32;
+
     let k_base = k_at + batch * k_batch + col0;
     let v_base = v_at + batch * v_batch + col0;
     let tiles = n_k.div_ceil(bk);
+    // This lane's share of the next tile (used with `prefetch`).
+    let mut kr = Array::<F>::new(per_lane);
+    let mut vr = Array::<F>::new(per_lane);
+    if comptime!(prefetch) {
+        load_tile::<F>(
+            k, v, &mut kr, &mut vr, k_base, k_row, v_base, v_row, 0usize, n_k, lane, d, dp, bk,
+            lanes,
+        );
+    }
     for t in 0..tiles {
         let key0 = t * bk;
-        // Every lane is done with the previous tile (and its plane with its scores).
+        // Every lane is done with the previous tile.
         sync_cube();
-        let mut i = lane;
-        while i < bk * dp {
-            let key = key0 + i / dp;
-            let c = i % dp;
-            let mut kv = F::from_int(0);
-            let mut vv = F::from_int(0);
-            if key < n_k && c < d {
-                kv = k[k_base + key * k_row + c];
-                vv = v[v_base + key * v_row + c];
+        if comptime!(prefetch) {
+            #[unroll]
+            for e in 0..per_lane {
+                let i = lane + e * lanes;
+                if i < bk * dp {
+                    k_s[i] = kr[e];
+                    v_s[i] = vr[e];
+                }
             }
-            k_s[i] = kv;
-            v_s[i] = vv;
-            i += lanes;
+        } else {
+            let mut i = lane;
+            while i < bk * dp {
+                let key = key0 + i / dp;
+                let c = i % dp;
+                let mut kv = F::from_int(0);
+                let mut vv = F::from_int(0);
+                if key < n_k && c < d {
+                    kv = k[k_base + key * k_row + c];
+                    vv = v[v_base + key * v_row + c];
+                }
+                k_s[i] = kv;
+                v_s[i] = vv;
+                i += lanes;
+            }
         }
         sync_cube();
+        if comptime!(prefetch) {
+            // The next tile's loads are in flight while this one is multiplied.
+            if t + 1 < tiles {
+                load_tile::<F>(
+                    k,
+                    v,
+                    &mut kr,
+                    &mut vr,
+                    k_base,
+                    k_row,
+                    v_base,
+                    v_row,
+                    key0 + bk,
+                    n_k,
+                    lane,
+                    d,
+                    dp,
+                    bk,
+                    lanes,
+                );
+            }
+        }
 
         // Scores s = q·kᵀ (unscaled) for this plane's rows.
         #[unroll]
         for fc in 0..bk / fn_ {
-            let acc = cmma::Matrix::<f32>::from_value(
+            let s = cmma::Matrix::<f32>::from_value(
                 cmma::MatrixIdent::Accumulator,
                 fm,
                 fn_,
@@ -140,15 +205,6 @@ pub(super) fn flash_attention_planes<F: Float>(
             );
             #[unroll]
             for kk in 0..dp / fk {
-                let a = cmma::Matrix::<F>::from_slice(
-                    cmma::MatrixIdent::A,
-                    fm,
-                    fn_,
-                    fk,
-                    cmma::MatrixLayout::RowMajor,
-                    &q_s[q_at_plane + kk * fk..bq * dp],
-                    dp as u32,
-                );
                 // kᵀ's column j is k's row j: column-major with the row stride.
                 let b = cmma::Matrix::<F>::from_slice(
                     cmma::MatrixIdent::B,
@@ -159,23 +215,23 @@ pub(super) fn flash_attention_planes<F: Float>(
                     &k_s[fc * fn_ * dp + kk * fk..bk * dp],
                     dp as u32,
                 );
-                cmma::execute(&a, &b, &acc, &acc);
+                cmma::execute(qf.index(kk), &b, &s, &s);
             }
             cmma::store(
                 &mut s_s[s_at_plane + fc * fn_..bq * s_row],
-                &acc,
+                &s,
                 s_row as u32,
                 cmma::MatrixLayout::RowMajor,
             );
         }
         sync_plane();
 
-        // Online softmax of the row, its keys spread over the row's `lpr` lanes.
+        // The tile's row maximum, its keys spread over the row's `lpr` lanes.
         let mut valid = n_k - key0;
         if valid > bk {
             valid = bk;
         }
-        let mut local = m;
+        let mut local = f32::cast_from(-1.0e30f32);
         #[unroll]
         for jj in 0..bk / lpr {
             let j = part + jj * lpr;
@@ -193,15 +249,20 @@ pub(super) fn flash_attention_planes<F: Float>(
             }
             mask *= 2;
         }
-        let max = local;
-        let alpha = f32::exp(m - max);
+        // The reference moves only past the margin (always on the first tile).
+        let grow = local > m + RESCALE_MARGIN;
+        let mut reference = m;
+        if grow {
+            reference = local;
+        }
+        let alpha = f32::exp(m - reference);
         let mut sum = 0.0f32;
         #[unroll]
         for jj in 0..bk / lpr {
             let j = part + jj * lpr;
             let mut p = 0.0f32;
             if j < valid {
-                p = f32::exp(s_s[s_at_row + j] * scale - max);
+                p = f32::exp(s_s[s_at_row + j] * scale - reference);
             }
             p_s[p_at_row + j] = F::cast_from(p);
             sum += p;
@@ -213,31 +274,58 @@ pub(super) fn flash_attention_planes<F: Float>(
             mask *= 2;
         }
         l = l * alpha + sum;
-        m = max;
+        m = reference;
         sync_plane();
 
-        // This tile's p·v on fresh accumulators, into the plane's score rows (read above).
+        // Where a row's reference moved, its accumulated output is scaled to the new one: the
+        // plane's fragments go through its (now free) score rows. Nothing to scale at first.
+        let moved = plane_any(grow);
+        if t > 0 && moved {
+            #[unroll]
+            for fc in 0..dp / fn_ {
+                cmma::store(
+                    &mut s_s[s_at_plane + fc * fn_..bq * s_row],
+                    acc.index(fc),
+                    s_row as u32,
+                    cmma::MatrixLayout::RowMajor,
+                );
+            }
+            sync_plane();
+            #[unroll]
+            for c in 0..cols {
+                let at = s_at_row + part + c * lpr;
+                s_s[at] = s_s[at] * alpha;
+            }
+            sync_plane();
+            #[unroll]
+            for fc in 0..dp / fn_ {
+                cmma::load_with_layout(
+                    acc.index_mut(fc),
+                    &s_s[s_at_plane + fc * fn_..bq * s_row],
+                    s_row as u32,
+                    cmma::MatrixLayout::RowMajor,
+                );
+            }
+        }
+
+        // This tile's p·v, added to the resident output.
+        let mut pf = Sequence::<cmma::Matrix<F>>::new();
         #[unroll]
-        for fc in 0..dp / fn_ {
-            let acc = cmma::Matrix::<f32>::from_value(
-                cmma::MatrixIdent::Accumulator,
+        for kk in 0..bk / fk {
+            pf.push(cmma::Matrix::<F>::from_slice(
+                cmma::MatrixIdent::A,
                 fm,
                 fn_,
                 fk,
-                cmma::MatrixLayout::Undefined,
-                0.0f32,
-            );
+                cmma::MatrixLayout::RowMajor,
+                &p_s[p_at_plane + kk * fk..bq * p_row],
+                p_row as u32,
+            ));
+        }
+        #[unroll]
+        for fc in 0..dp / fn_ {
             #[unroll]
             for kk in 0..bk / fk {
-                let a = cmma::Matrix::<F>::from_slice(
-                    cmma::MatrixIdent::A,
-                    fm,
-                    fn_,
-                    fk,
-                    cmma::MatrixLayout::RowMajor,
-                    &p_s[p_at_plane + kk * fk..bq * p_row],
-                    p_row as u32,
-                );
                 let b = cmma::Matrix::<F>::from_slice(
                     cmma::MatrixIdent::B,
                     fm,
@@ -247,24 +335,23 @@ pub(super) fn flash_attention_planes<F: Float>(
                     &v_s[kk * fk * dp + fc * fn_..bk * dp],
                     dp as u32,
                 );
-                cmma::execute(&a, &b, &acc, &acc);
+                cmma::execute(pf.index(kk), &b, acc.index(fc), acc.index(fc));
             }
-            cmma::store(
-                &mut s_s[s_at_plane + fc * fn_..bq * s_row],
-                &acc,
-                s_row as u32,
-                cmma::MatrixLayout::RowMajor,
-            );
-        }
-        sync_plane();
-
-        // The output so far, rescaled to the new maximum, plus this tile's share.
-        #[unroll]
-        for c in 0..cols {
-            o[c] = o[c] * alpha + s_s[s_at_row + part + c * lpr];
         }
     }
 
+    // The output rows through the plane's score rows, divided by the row sums.
+    sync_plane();
+    #[unroll]
+    for fc in 0..dp / fn_ {
+        cmma::store(
+            &mut s_s[s_at_plane + fc * fn_..bq * s_row],
+            acc.index(fc),
+            s_row as u32,
+            cmma::MatrixLayout::RowMajor,
+        );
+    }
+    sync_plane();
     let row = row0 + pi * fm + r;
     if row < n_q {
         let o_base = (batch * n_q + row) * heads * d + col0;
@@ -272,8 +359,46 @@ pub(super) fn flash_attention_planes<F: Float>(
         for c in 0..cols {
             let col = part + c * lpr;
             if col < d {
-                out[o_base + col] = F::cast_from(o[c] / l);
+                out[o_base + col] = F::cast_from(s_s[s_at_row + col] / l);
             }
         }
+    }
+}
+
+/// This lane's share of the key and value tile from `key0`, zero past the last key and the head
+/// width: element `lane + e · lanes` of the `bk × dp` tile into `kr[e]`, `vr[e]`.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn load_tile<F: Float>(
+    k: &[F],
+    v: &[F],
+    kr: &mut Array<F>,
+    vr: &mut Array<F>,
+    k_base: usize,
+    k_row: usize,
+    v_base: usize,
+    v_row: usize,
+    key0: usize,
+    n_k: usize,
+    lane: usize,
+    #[comptime] d: usize,
+    #[comptime] dp: usize,
+    #[comptime] bk: usize,
+    #[comptime] lanes: usize,
+) {
+    let per_lane = comptime!((bk * dp).div_ceil(lanes));
+    #[unroll]
+    for e in 0..per_lane {
+        let i = lane + e * lanes;
+        let key = key0 + i / dp;
+        let c = i % dp;
+        let mut kv = F::from_int(0);
+        let mut vv = F::from_int(0);
+        if i < bk * dp && key < n_k && c < d {
+            kv = k[k_base + key * k_row + c];
+            vv = v[v_base + key * v_row + c];
+        }
+        kr[e] = kv;
+        vr[e] = vv;
     }
 }
