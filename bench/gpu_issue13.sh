@@ -54,10 +54,10 @@
 #           the cooperative-matrix one)
 #   PART=w  PyTorch's fp16 UNet step, then ours (default compiler): every SD 1.5 attention shape
 #           on burn's, each planes tiling (output in lanes, resident in fragments, resident with
-#           the next tile prefetched) and the per-row kernel, each with its difference from
+#           the next tile prefetched; the lanes variant has since been removed) and the per-row kernel, each with its difference from
 #           burn's; then the UNet step (launch by launch, replayed) and, in the same process, the
 #           step under other planes rules (`--planes-ab`)
-#   PART=x  PyTorch (fp16 UNet step, VAE decode, 20-step txt2img), then ours: the resident planes
+#   PART=x  PyTorch (fp16 UNet step, VAE decode, 20-step txt2img), then ours: the planes
 #           tilings that the routing rules pick on every SD 1.5 attention shape (their difference
 #           from burn's), then the default path end to end (step both ways, the step under each
 #           planes rule interleaved over three rounds, VAE, 20-step txt2img)
@@ -209,7 +209,7 @@ w)
   ;;
 x)
   PARTS=${TORCH_PARTS:-unet16,vae,e2e} timeout 110 python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_x.txt
-  LATENT_STUDIO_BENCH_PLANS=${PLANS:-resident prefetch 16x16x16 q64 k16,resident prefetch 16x16x16 q32 k16} timeout ${ATT_TIMEOUT:-60} /tmp/ls bench --device gpu --precision f16 --runs 3 --attention-only 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_attention.txt
+  LATENT_STUDIO_BENCH_PLANS=${PLANS:-planes prefetch 16x16x16 q64 k16,planes prefetch 16x16x16 q32 k16} timeout ${ATT_TIMEOUT:-60} /tmp/ls bench --device gpu --precision f16 --runs 3 --attention-only 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_attention.txt
   timeout ${OURS_TIMEOUT:-320} /tmp/ls bench --device gpu --precision f16 --runs 7 --steps 20 --no-ops --no-previews --no-profile --no-burn-ops --planes-ab 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_spirv.txt
   ;;
 h)

@@ -78,8 +78,9 @@ pub struct BenchArgs {
     /// the checkpoint, from the disk cache, resident; second-generation start with cache on/off).
     #[arg(long)]
     cache_model: Option<std::path::PathBuf>,
-    /// After the UNet step, the same step with other rules for the planes attention kernel
-    /// (where the output is kept, the widest head it takes), in the same process.
+    /// After the UNet step, the same step under other rules for the planes attention kernel
+    /// (without the prefetch, wider heads, fewer keys), interleaved over three rounds in the same
+    /// process.
     #[arg(long)]
     planes_ab: bool,
     /// Only the VAE decode (plain and compiled) and the GroupNorm kernels.
@@ -101,6 +102,11 @@ fn bench_request(steps: usize) -> Txt2ImgRequest {
         cfg_scale: 7.5,
         sampler: SamplerKind::Euler,
         schedule: Schedule::Normal,
+        // As the CLI and the studio decode by default.
+        decode: latent_engine::pipeline::DecodeOptions {
+            compile: true,
+            ..Default::default()
+        },
         ..Default::default()
     }
 }
@@ -182,8 +188,6 @@ pub fn run(args: BenchArgs) -> Result<()> {
         }
         let t = Instant::now();
         let model = StableDiffusion::random(&config, &device, precision)?;
-        // As the CLI and the studio run it by default.
-        model.vae_compile.set_enabled(true);
         sync(&device)?;
         println!(
             "[{precision:?}] build full-size SD 1.5 (random weights): {:.0} ms",
@@ -252,17 +256,17 @@ pub fn run(args: BenchArgs) -> Result<()> {
         graph_bench(&model, &device, precision, args.runs, &x, &ctx, unet)?;
         if args.planes_ab {
             use latent_engine::kernels::attention::{
-                Keep, PLANES_MIN_KEYS, WIDEST_PLANES, set_planes_rule,
+                PLANES_MIN_KEYS, WIDEST_PLANES, set_planes_rule,
             };
             // The same step, same process (kernels already tuned), under other planes rules,
             // the rules interleaved over rounds so that drift over the run falls on each alike.
             let rules = [
                 (None, WIDEST_PLANES, PLANES_MIN_KEYS, "default rule"),
                 (
-                    Some(Keep::Lanes),
+                    Some(false),
                     WIDEST_PLANES,
                     PLANES_MIN_KEYS,
-                    "output in lanes (twelfth session's)",
+                    "no prefetch of the next key/value tile",
                 ),
                 (None, 80, PLANES_MIN_KEYS, "planes also for 80-wide heads"),
                 (
@@ -286,8 +290,8 @@ pub fn run(args: BenchArgs) -> Result<()> {
             ];
             let mut times = vec![Vec::new(); rules.len()];
             for _ in 0..3 {
-                for (i, &(keep, widest, min_keys, _)) in rules.iter().enumerate() {
-                    set_planes_rule(keep, widest, min_keys);
+                for (i, &(prefetch, widest, min_keys, _)) in rules.iter().enumerate() {
+                    set_planes_rule(prefetch, widest, min_keys);
                     let ms = time_ms(&device, 2, args.runs, || {
                         let _ = model.unet.forward(x.clone(), &[500.0], &ctx);
                     });

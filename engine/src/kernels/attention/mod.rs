@@ -3,10 +3,11 @@
 //! running row maximum and sum in f32 (online softmax) and the output rows in f32 shared memory,
 //! rescaled as the maximum grows. The two products can run on cooperative matrices where the
 //! device has an f16×f16→f32 shape (read from the device, never assumed). A second kernel keeps
-//! each query row in registers, split over lanes in slices of at most 64 columns: it is the
-//! default everywhere ours runs (on an H100 it beat the cooperative-matrix tilings too; see
-//! [`default_plan`]), and the tiled kernel stays as the measured alternative. q, k and v are read
-//! in place from
+//! each query row in registers, split over lanes in slices of at most 64 columns: the default on
+//! plain lanes. A third ([`planes`]) gives each plane of a cooperative-matrix device its own query
+//! rows and keeps their output in accumulator fragments: the default there for self-attention up
+//! to 64 wide (see [`default_plan`]). The tiled kernel stays as the measured alternative. q, k and
+//! v are read in place from
 //! `[b, n, width]` tensors at a column offset, so one fused q/k/v projection feeds it with no split
 //! or head relayout, and the output comes back as `[b, n_q, heads · d]`, ready for `to_out`.
 //! The twin is [`crate::attention::multi_head_attention`] (burn's attention).
@@ -14,7 +15,6 @@
 mod kernel;
 mod plan;
 mod planes;
-mod resident;
 
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 
@@ -24,17 +24,17 @@ use burn::tensor::Tensor;
 
 use super::{Element, buffer_arg, output, resolve};
 use kernel::{flash_attention, flash_attention_rows};
-pub use plan::{Fragment, Keep, Plan, device_fragment};
+pub use plan::{Fragment, Plan, device_fragment};
 use plan::{LANES, SHARED_BUDGET};
 use planes::flash_attention_planes;
-use resident::flash_attention_resident;
 
 /// On a device with cooperative matrices, the widest head ours takes (wider heads go to burn's
 /// attention), and the widest the planes kernel takes. Measured on an H100 (BENCHMARKS.md,
-/// twelfth session, each shape alone): at 8×40 over 4096 keys the planes kernel took 1.83 ms, the
-/// per-row kernel 3.22 and burn's 4.32; at 8×80 over 1024 keys the per-row kernel 0.88 ms, the
-/// planes kernel 1.04 and burn's 1.11 (its flash attention asked for more workgroup memory than
-/// the device has and fell back). 160-wide heads (16×16 maps) stay with burn's until measured.
+/// thirteenth session): at 8×40 over 4096 keys the planes kernel took 1.56 ms, the per-row kernel
+/// 3.25 and burn's 4.35; at 8×80 over 1024 keys the planes kernel took 0.59 ms alone against 1.18
+/// for the per-row kernel, but on a whole step the difference stayed inside a noisy machine's
+/// spread, so 80-wide heads keep the per-row kernel until a quiet machine decides. 160-wide heads
+/// (16×16 maps) stay with burn's until measured.
 const WIDEST_OURS_WITH_CMMA: usize = 80;
 pub const WIDEST_PLANES: usize = 64;
 /// Fewest keys for which the planes kernel runs: over the 77 prompt tokens the per-row kernel
@@ -88,11 +88,11 @@ pub fn default_plan(
 /// [`WIDEST_OURS_WITH_CMMA`], else burn's (`None`). On plain lanes: the first plan.
 fn preferred(all: Vec<Plan>, d: usize, n_k: usize) -> Option<Plan> {
     let cmma = all.iter().any(|p| p.fragment.is_some());
-    let (keep, widest, min_keys) = planes_rule();
+    let (prefetch, widest, min_keys) = planes_rule();
     if cmma && d <= widest && n_k >= min_keys {
         let mut planes = all
             .iter()
-            .filter(|p| p.plane.is_some() && keep.is_none_or(|k| p.keep == k));
+            .filter(|p| p.plane.is_some() && prefetch.is_none_or(|f| p.prefetch == f));
         // Over a few keys (the 77 prompt tokens) the narrowest key tile wastes least.
         let chosen = match n_k < PLANES_MIN_KEYS {
             true => planes.min_by_key(|p| p.bk),
@@ -107,36 +107,36 @@ fn preferred(all: Vec<Plan>, d: usize, n_k: usize) -> Option<Plan> {
         .filter(|_| ours_is_faster(cmma, d))
 }
 
-/// The bench's A/B switch for the planes kernel (one process, one autotune): the output keeping
-/// the default plan must have (0: whichever comes first) and the widest head it takes.
-static PLANES_KEEP: AtomicU8 = AtomicU8::new(0);
+/// The bench's A/B switch for the planes kernel (one process, one autotune): whether the default
+/// plan must prefetch (0: whichever comes first, 1: no, 2: yes), the widest head it takes and the
+/// fewest keys it runs over.
+static PLANES_PREFETCH: AtomicU8 = AtomicU8::new(0);
 static PLANES_WIDEST: AtomicUsize = AtomicUsize::new(WIDEST_PLANES);
 static PLANES_FEWEST_KEYS: AtomicUsize = AtomicUsize::new(PLANES_MIN_KEYS);
 
-/// Sets the planes rule [`default_plan`] follows: `keep` forces one output keeping (`None`: the
-/// measured order), `widest` the widest head the planes kernel takes, `min_keys` the fewest keys
-/// it runs over. For measuring only; the studio and the CLI never call it.
-pub fn set_planes_rule(keep: Option<Keep>, widest: usize, min_keys: usize) {
-    let code = match keep {
+/// Sets the planes rule [`default_plan`] follows: `prefetch` forces the planes plan with or
+/// without the next tile's prefetch (`None`: the measured order), `widest` the widest head the
+/// planes kernel takes, `min_keys` the fewest keys it runs over. For measuring only; the studio
+/// and the CLI never call it.
+pub fn set_planes_rule(prefetch: Option<bool>, widest: usize, min_keys: usize) {
+    let code = match prefetch {
         None => 0,
-        Some(Keep::Lanes) => 1,
-        Some(Keep::Fragments) => 2,
-        Some(Keep::FragmentsPrefetch) => 3,
+        Some(false) => 1,
+        Some(true) => 2,
     };
-    PLANES_KEEP.store(code, Ordering::Relaxed);
+    PLANES_PREFETCH.store(code, Ordering::Relaxed);
     PLANES_WIDEST.store(widest, Ordering::Relaxed);
     PLANES_FEWEST_KEYS.store(min_keys, Ordering::Relaxed);
 }
 
-fn planes_rule() -> (Option<Keep>, usize, usize) {
-    let keep = match PLANES_KEEP.load(Ordering::Relaxed) {
-        1 => Some(Keep::Lanes),
-        2 => Some(Keep::Fragments),
-        3 => Some(Keep::FragmentsPrefetch),
+fn planes_rule() -> (Option<bool>, usize, usize) {
+    let prefetch = match PLANES_PREFETCH.load(Ordering::Relaxed) {
+        1 => Some(false),
+        2 => Some(true),
         _ => None,
     };
     (
-        keep,
+        prefetch,
         PLANES_WIDEST.load(Ordering::Relaxed),
         PLANES_FEWEST_KEYS.load(Ordering::Relaxed),
     )
@@ -292,39 +292,7 @@ fn launch(
     tracing::trace!(?plan, b, heads, d, n_q, n_k, "flash attention");
     macro_rules! launch {
         ($t:ty) => {
-            if let (Some(plane), true) = (plan.plane, plan.keep != Keep::Lanes) {
-                flash_attention_resident::launch::<$t>(
-                    &client,
-                    count,
-                    cube,
-                    buffer_arg(&qc),
-                    buffer_arg(&kc),
-                    buffer_arg(&vc),
-                    buffer_arg(&oc),
-                    q.column,
-                    q_width,
-                    n_q * q_width,
-                    k.column,
-                    k_width,
-                    n_k * k_width,
-                    v.column,
-                    v_width,
-                    n_k * v_width,
-                    n_q,
-                    n_k,
-                    heads,
-                    scale,
-                    d,
-                    plan.dp,
-                    plan.bq / f.m,
-                    plane,
-                    plan.bk,
-                    f.m,
-                    f.n,
-                    f.k,
-                    plan.keep == Keep::FragmentsPrefetch,
-                )
-            } else if let Some(plane) = plan.plane {
+            if let Some(plane) = plan.plane {
                 flash_attention_planes::launch::<$t>(
                     &client,
                     count,
@@ -354,6 +322,7 @@ fn launch(
                     f.m,
                     f.n,
                     f.k,
+                    plan.prefetch,
                 )
             } else if plan.per_row {
                 flash_attention_rows::launch::<$t>(

@@ -33,9 +33,10 @@ const PLANE_TILES: [(usize, usize); 7] = [
     (2, 16),
 ];
 
-/// How the planes kernel keeps its output, best first for each tiling: resident with the next
-/// tile prefetched was fastest at every SD 1.5 shape but one (H100, thirteenth session).
-const PLANE_KEEPS: [Keep; 3] = [Keep::FragmentsPrefetch, Keep::Fragments, Keep::Lanes];
+/// Whether the planes kernel loads the next key/value tile while it multiplies this one, best
+/// first for each tiling: with the prefetch it was faster at every SD 1.5 shape but one (H100,
+/// thirteenth session).
+const PLANE_PREFETCH: [bool; 2] = [true, false];
 
 /// The same for per-lane products (no cooperative matrices): 16×8 was fastest or within 5 %.
 /// Small tiles also suit small iGPUs, whose workgroup memory is shared by fewer lanes.
@@ -74,20 +75,6 @@ pub struct Fragment {
     pub k: usize,
 }
 
-/// Where the planes kernel keeps each row's output between key tiles.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Keep {
-    /// In each lane's registers, each tile's p·v added through workgroup memory
-    /// ([`super::planes`]); also every plan that is not a planes plan.
-    Lanes,
-    /// In accumulator fragments for the whole walk, rescaled only when a row's maximum passes
-    /// its reference by a margin ([`super::resident`]).
-    Fragments,
-    /// [`Keep::Fragments`], with the next key and value tile loaded into registers while the
-    /// plane multiplies this one.
-    FragmentsPrefetch,
-}
-
 /// The tiling of one launch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Plan {
@@ -106,8 +93,9 @@ pub struct Plan {
     /// The planes kernel ([`super::planes`]) for planes of this many lanes, each owning
     /// `fragment.m` query rows (`bq / m` planes a cube).
     pub plane: Option<usize>,
-    /// How a planes plan keeps its output.
-    pub keep: Keep,
+    /// The planes kernel loads the next key/value tile into registers while it multiplies this
+    /// one (planes plans only).
+    pub prefetch: bool,
 }
 
 impl Plan {
@@ -154,7 +142,7 @@ impl Plan {
                 per_row: true,
                 parts,
                 plane: None,
-                keep: Keep::Lanes,
+                prefetch: false,
             })
             .collect()
     }
@@ -182,7 +170,7 @@ impl Plan {
         PLANE_TILES
             .iter()
             .flat_map(|&(planes, bk)| {
-                PLANE_KEEPS.map(|keep| Plan {
+                PLANE_PREFETCH.map(|prefetch| Plan {
                     bq: planes * f.m,
                     bk,
                     dp,
@@ -190,7 +178,7 @@ impl Plan {
                     per_row: false,
                     parts: 1,
                     plane: Some(plane),
-                    keep,
+                    prefetch,
                 })
             })
             .filter(|p| {
@@ -242,7 +230,7 @@ impl Plan {
             per_row: false,
             parts: 1,
             plane: None,
-            keep: Keep::Lanes,
+            prefetch: false,
         });
         // On plain lanes the per-row kernel comes first.
         let per_row = match fragment {
@@ -304,14 +292,10 @@ impl std::fmt::Display for Plan {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self.fragment {
             Some(m) if self.plane.is_some() => {
-                let keep = match self.keep {
-                    Keep::Lanes => "",
-                    Keep::Fragments => " resident",
-                    Keep::FragmentsPrefetch => " resident prefetch",
-                };
+                let prefetch = if self.prefetch { " prefetch" } else { "" };
                 write!(
                     f,
-                    "cmma planes{keep} {}x{}x{} q{} k{}",
+                    "cmma planes{prefetch} {}x{}x{} q{} k{}",
                     m.m, m.n, m.k, self.bq, self.bk
                 )
             }

@@ -1,11 +1,17 @@
-//! The planes kernel ([`super::planes`]) with each plane's output held in accumulator fragments
-//! for the whole walk over the keys, as FlashAttention-2 holds it in registers.
+//! Flash attention on cooperative matrices with each plane (warp/subgroup) owning its own query
+//! rows and keeping their output in accumulator fragments for the whole walk over the keys, as
+//! FlashAttention-2 keeps it in registers.
 //!
-//! The first planes kernel computes every tile's p·v on fresh accumulators, stores them to
-//! workgroup memory and adds them to each lane's registers after rescaling those: per key tile a
-//! store, a plane barrier and `dp / lanes-per-row` reads per lane. A fragment's elements cannot be
-//! scaled in place through cubecl's cooperative-matrix API, so this kernel rescales lazily (as
-//! FlashAttention-4 does): a row's probabilities are taken against a reference maximum that
+//! The cube shares only the staged key and value tiles (one barrier pair per tile); a row's
+//! scores and probabilities never leave its plane (plane barriers, row maxima and sums by lane
+//! shuffles). The plane width is fixed at compile time, so this runs only where the device has
+//! one width (every NVIDIA and AMD card; Intel's, which varies, keeps the per-row kernel).
+//!
+//! The twelfth session's version added each tile's p·v, computed on fresh accumulators, to each
+//! lane's registers through workgroup memory: a store, a plane barrier and `dp / lanes-per-row`
+//! reads per lane and key tile; it was 1.5–2.5× slower on an H100 (BENCHMARKS.md). A fragment's
+//! elements cannot be scaled in place through cubecl's cooperative-matrix API, so this kernel
+//! rescales lazily (as FlashAttention-4 does): a row's probabilities are taken against a reference maximum that
 //! moves only when a score passes it by more than [`RESCALE_MARGIN`] (so p ≤ e^8 ≈ 2981, exact
 //! enough in f16 and far from its range), and only then are the plane's accumulators stored,
 //! scaled row by row and loaded back. After the first few tiles that is rare. The query fragments
@@ -15,16 +21,20 @@
 use burn::cubecl;
 use burn::cubecl::prelude::*;
 
-use super::planes::{PROB_PAD, SCORE_PAD};
+/// f32 words of padding per score row in workgroup memory: 16 bytes keeps fragment stores aligned
+/// and spreads the rows a plane's lanes read over the banks.
+pub(super) const SCORE_PAD: usize = 4;
+/// Elements of padding per probability row (16 bytes of f16).
+pub(super) const PROB_PAD: usize = 8;
 
 /// How far (natural log) a score may pass a row's reference maximum before the reference moves.
 const RESCALE_MARGIN: f32 = 8.0;
 
 /// Cube `(t, bh)`: query rows `t·planes·fm ..` of batch `bh / heads`, head `bh % heads`;
-/// `planes · plane` lanes. Same arguments and workgroup memory as the first planes kernel.
+/// `planes · plane` lanes.
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
-pub(super) fn flash_attention_resident<F: Float>(
+pub(super) fn flash_attention_planes<F: Float>(
     q: &[F],
     k: &[F],
     v: &[F],
@@ -130,7 +140,7 @@ pub(super) fn flash_attention_resident<F: Float>(
     let k_base = k_at + batch * k_batch + col0;
     let v_base = v_at + batch * v_batch + col0;
     let tiles = n_k.div_ceil(bk);
-    // This lane's share of the next tile (used with `prefetch`).
+    // This lane's share of a key/value tile, on its way to workgroup memory.
     let mut kr = Array::<F>::new(per_lane);
     let mut vr = Array::<F>::new(per_lane);
     if comptime!(prefetch) {
@@ -143,29 +153,19 @@ pub(super) fn flash_attention_resident<F: Float>(
         let key0 = t * bk;
         // Every lane is done with the previous tile.
         sync_cube();
-        if comptime!(prefetch) {
-            #[unroll]
-            for e in 0..per_lane {
-                let i = lane + e * lanes;
-                if i < bk * dp {
-                    k_s[i] = kr[e];
-                    v_s[i] = vr[e];
-                }
-            }
-        } else {
-            let mut i = lane;
-            while i < bk * dp {
-                let key = key0 + i / dp;
-                let c = i % dp;
-                let mut kv = F::from_int(0);
-                let mut vv = F::from_int(0);
-                if key < n_k && c < d {
-                    kv = k[k_base + key * k_row + c];
-                    vv = v[v_base + key * v_row + c];
-                }
-                k_s[i] = kv;
-                v_s[i] = vv;
-                i += lanes;
+        // Without prefetch, this tile is loaded now; with it, it was loaded during the last.
+        if comptime!(!prefetch) {
+            load_tile::<F>(
+                k, v, &mut kr, &mut vr, k_base, k_row, v_base, v_row, key0, n_k, lane, d, dp, bk,
+                lanes,
+            );
+        }
+        #[unroll]
+        for e in 0..per_lane {
+            let i = lane + e * lanes;
+            if i < bk * dp {
+                k_s[i] = kr[e];
+                v_s[i] = vr[e];
             }
         }
         sync_cube();
