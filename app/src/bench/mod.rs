@@ -11,9 +11,7 @@ use clap::Args;
 use latent_engine::checkpoint::ModelConfig;
 use latent_engine::checkpoint::Weights;
 use latent_engine::device::DeviceChoice;
-use latent_engine::model_cache::{CacheSettings, DiskCache, ModelCache};
 use latent_engine::nn::Kernels;
-use latent_engine::pipeline::{Observer, StepState};
 use latent_engine::pipeline::{Quiet, Txt2ImgRequest, txt2img};
 use latent_engine::preview::{
     Frame, FrameSink, FrameStore, PreviewMethod, PreviewSettings, Previewer,
@@ -21,11 +19,13 @@ use latent_engine::preview::{
 use latent_engine::schedulers::{SamplerKind, Schedule};
 use latent_engine::taesd::{TaesdConfig, TaesdDecoder};
 use latent_engine::tokenizer::ClipTokenizer;
-use latent_engine::{LoadOptions, Precision, StableDiffusion};
+use latent_engine::{Precision, StableDiffusion};
 
+mod cache;
 mod conv;
 mod kernels;
 mod linear;
+mod unet;
 
 #[derive(Args, Debug)]
 pub struct BenchArgs {
@@ -163,7 +163,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
     }
     let tokenizer = ClipTokenizer::new()?;
     if let Some(path) = &args.cache_model {
-        return cache_bench(&args, path, &device, &tokenizer);
+        return cache::cache_bench(&args, path, &device, &tokenizer);
     }
     for &precision in &args.precision {
         let dtype = precision.dtype();
@@ -253,64 +253,9 @@ pub fn run(args: BenchArgs) -> Result<()> {
             "[{precision:?}]   host time to enqueue one step (no sync): median {:.2} ms",
             enqueue[enqueue.len() / 2]
         );
-        graph_bench(&model, &device, precision, args.runs, &x, &ctx, unet)?;
+        unet::graph_bench(&model, &device, precision, args.runs, &x, &ctx, unet)?;
         if args.planes_ab {
-            use latent_engine::kernels::attention::{
-                PLANES_MIN_KEYS, WIDEST_PLANES, set_planes_rule,
-            };
-            // The same step, same process (kernels already tuned), under other planes rules,
-            // the rules interleaved over rounds so that drift over the run falls on each alike.
-            let rules = [
-                (None, WIDEST_PLANES, PLANES_MIN_KEYS, "default rule"),
-                (
-                    Some(false),
-                    WIDEST_PLANES,
-                    PLANES_MIN_KEYS,
-                    "no prefetch of the next key/value tile",
-                ),
-                (None, 80, PLANES_MIN_KEYS, "planes also for 80-wide heads"),
-                (
-                    None,
-                    80,
-                    0,
-                    "planes for 80-wide heads and the 77-token cross-attention",
-                ),
-                (
-                    None,
-                    WIDEST_PLANES,
-                    0,
-                    "planes also for the cross-attention up to 64 wide",
-                ),
-                (
-                    None,
-                    160,
-                    PLANES_MIN_KEYS,
-                    "planes for self-attention up to 160 wide",
-                ),
-            ];
-            let mut times = vec![Vec::new(); rules.len()];
-            for _ in 0..3 {
-                for (i, &(prefetch, widest, min_keys, _)) in rules.iter().enumerate() {
-                    set_planes_rule(prefetch, widest, min_keys);
-                    let ms = time_ms(&device, 2, args.runs, || {
-                        let _ = model.unet.forward(x.clone(), &[500.0], &ctx);
-                    });
-                    set_planes_rule(None, WIDEST_PLANES, PLANES_MIN_KEYS);
-                    times[i].push(ms?);
-                }
-            }
-            for ((.., what), t) in rules.iter().zip(&times) {
-                let mut sorted = t.clone();
-                sorted.sort_by(f64::total_cmp);
-                println!(
-                    "[{precision:?}] UNet step, planes rule: {what}: median of rounds {:.2} ms (rounds {})",
-                    sorted[sorted.len() / 2],
-                    t.iter()
-                        .map(|m| format!("{m:.2}"))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                );
-            }
+            unet::planes_ab(&model, &device, precision, args.runs, &x, &ctx)?;
         }
         if latent_engine::kernels::available(&device) && !args.no_burn_ops {
             // The same step with burn ops where our kernels (GroupNorm+SiLU, LayerNorm) run.
@@ -434,122 +379,6 @@ pub fn run(args: BenchArgs) -> Result<()> {
     Ok(())
 }
 
-/// Stops a generation after its first step and notes when that step finished.
-struct FirstStep<'a> {
-    cancel: &'a AtomicBool,
-    at: Option<std::time::Duration>,
-    started: Instant,
-}
-
-impl Observer for FirstStep<'_> {
-    fn step(&mut self, _: &StepState<'_>) {
-        self.at.get_or_insert(self.started.elapsed());
-        self.cancel
-            .store(true, std::sync::atomic::Ordering::Relaxed);
-    }
-}
-
-/// From "generate" to the first finished UNet step: model lookup (resident, or a reload), prompt
-/// encoding, one step, synchronised.
-fn start_latency(
-    cache: &mut ModelCache,
-    path: &std::path::Path,
-    device: &Device,
-    options: LoadOptions,
-    tokenizer: &ClipTokenizer,
-) -> Result<f64> {
-    let started = Instant::now();
-    let (model, _, _) = cache.get(path, device, options)?;
-    let cancel = AtomicBool::new(false);
-    let mut first = FirstStep {
-        cancel: &cancel,
-        at: None,
-        started,
-    };
-    let req = Txt2ImgRequest {
-        prompt: "a photograph of an astronaut riding a horse".into(),
-        steps: 20,
-        ..Default::default()
-    };
-    let _ = txt2img(&model, tokenizer, &req, &cancel, &mut first);
-    sync(device)?;
-    Ok(first.at.unwrap_or_else(|| started.elapsed()).as_secs_f64() * 1e3)
-}
-
-fn cache_bench(
-    args: &BenchArgs,
-    path: &std::path::Path,
-    device: &Device,
-    tokenizer: &ClipTokenizer,
-) -> Result<()> {
-    let dir = args
-        .cache_dir
-        .clone()
-        .unwrap_or_else(|| std::env::temp_dir().join("latent-studio-bench-cache"));
-    let on = CacheSettings {
-        enabled: true,
-        memory_budget: 64 << 30,
-        disk_dir: Some(dir.clone()),
-        disk_limit: 64 << 30,
-    };
-    for &precision in &args.precision {
-        DiskCache::new(&dir, 0).clear()?;
-        let options = LoadOptions {
-            precision,
-            vae_encoder: false,
-        };
-        let load = |settings: CacheSettings| -> Result<(f64, ModelCache)> {
-            let mut cache = ModelCache::new(settings);
-            let t = Instant::now();
-            let (model, _, source) = cache.get(path, device, options)?;
-            let _ = model.text_encoder.forward(&[vec![49406u32; 77]], 1);
-            sync(device)?;
-            let ms = t.elapsed().as_secs_f64() * 1e3;
-            tracing::info!(?source, ms, "bench load");
-            Ok((ms, cache))
-        };
-        // Warm the page cache and the kernels once, so every row reads the file from memory.
-        let _ = load(CacheSettings::off())?;
-        let (checkpoint_ms, _) = load(CacheSettings::off())?;
-        let (write_ms, _) = load(on.clone())?;
-        let bytes = DiskCache::new(&dir, 0).total_bytes();
-        let (disk_ms, _) = load(on.clone())?;
-        println!(
-            "[{precision:?}] load (page cache warm, incl. first text-encoder pass): from the checkpoint {checkpoint_ms:.0} ms; first load with the disk cache (writes {:.2} GiB) {write_ms:.0} ms; next launch, from the disk cache {disk_ms:.0} ms",
-            bytes as f64 / (1u64 << 30) as f64
-        );
-        let mut resident = ModelCache::new(on.clone());
-        let mut off = ModelCache::new(CacheSettings::off());
-        let mut on_ms = Vec::new();
-        let mut off_ms = Vec::new();
-        // The first generation of each warms kernels; the next ones are "second generations".
-        start_latency(&mut resident, path, device, options, tokenizer)?;
-        start_latency(&mut off, path, device, options, tokenizer)?;
-        for _ in 0..args.runs.clamp(1, 5) {
-            on_ms.push(start_latency(
-                &mut resident,
-                path,
-                device,
-                options,
-                tokenizer,
-            )?);
-            off_ms.push(start_latency(&mut off, path, device, options, tokenizer)?);
-        }
-        let median = |mut v: Vec<f64>| {
-            v.sort_by(f64::total_cmp);
-            v[v.len() / 2]
-        };
-        println!(
-            "[{precision:?}] second-generation start (generate -> first step done): cache on {:.0} ms, cache off {:.0} ms (median of {})",
-            median(on_ms.clone()),
-            median(off_ms),
-            on_ms.len()
-        );
-    }
-    DiskCache::new(&dir, 0).clear()?;
-    Ok(())
-}
-
 /// VAE decode 512x512, plain and compiled, and the GroupNorm+SiLU kernels alone.
 fn vae_bench(
     model: &StableDiffusion,
@@ -612,61 +441,5 @@ fn vae_bench(
         );
     }
 
-    Ok(())
-}
-
-/// The UNet step replayed from a captured graph (what `txt2img` runs after its first steps):
-/// its median, its host time, and its agreement with the step run launch by launch.
-fn graph_bench(
-    model: &StableDiffusion,
-    device: &Device,
-    precision: Precision,
-    runs: usize,
-    x: &Tensor<4>,
-    ctx: &Tensor<3>,
-    plain_ms: f64,
-) -> Result<()> {
-    use latent_engine::unet::graph::{UNetSteps, WARMUP_RUNS};
-    let mut steps = UNetSteps::new(&model.unet, ctx.clone());
-    for _ in 0..=WARMUP_RUNS {
-        let _ = steps.forward(x.clone(), 500.0);
-        sync(device)?;
-    }
-    if !steps.is_replaying() {
-        println!("[{precision:?}] UNet step from a captured graph: not recorded (see the warning)");
-        return Ok(());
-    }
-    let replayed = time_ms(device, 2, runs, || {
-        let _ = steps.forward(x.clone(), 500.0);
-    })?;
-    let mut enqueue = Vec::new();
-    for _ in 0..runs.max(1) {
-        let t = Instant::now();
-        let _ = steps.forward(x.clone(), 500.0);
-        enqueue.push(t.elapsed().as_secs_f64() * 1e3);
-        sync(device)?;
-    }
-    enqueue.sort_by(f64::total_cmp);
-    let read = |t: Tensor<4>| -> Result<Vec<f32>> {
-        t.cast(burn::tensor::DType::F32)
-            .into_data()
-            .try_to_vec::<f32>()
-            .map_err(|e| anyhow::anyhow!("{e:?}"))
-    };
-    let want = read(model.unet.forward(x.clone(), &[500.0], ctx))?;
-    let got = read(steps.forward(x.clone(), 500.0))?;
-    let scale = want.iter().fold(1e-6f32, |m, v| m.max(v.abs()));
-    let diff = want
-        .iter()
-        .zip(&got)
-        .fold(0.0f32, |m, (a, b)| m.max((a - b).abs()))
-        / scale;
-    println!(
-        "[{precision:?}] UNet step replayed from a captured graph: median {replayed:.2} ms \
-         ({:+.1}% against {plain_ms:.2} ms launch by launch); host time to enqueue {:.2} ms; \
-         max relative difference {diff:.2e}",
-        (replayed / plain_ms - 1.0) * 100.0,
-        enqueue[enqueue.len() / 2]
-    );
     Ok(())
 }

@@ -1,0 +1,134 @@
+//! The UNet step beyond its plain median: replayed from a captured graph, and under other
+//! rules for the planes attention kernel.
+
+use std::time::Instant;
+
+use anyhow::Result;
+use burn::tensor::{Device, Tensor};
+use latent_engine::{Precision, StableDiffusion};
+
+use super::{sync, time_ms};
+
+/// The UNet step replayed from a captured graph (what `txt2img` runs after its first steps):
+/// its median, its host time, and its agreement with the step run launch by launch.
+pub(super) fn graph_bench(
+    model: &StableDiffusion,
+    device: &Device,
+    precision: Precision,
+    runs: usize,
+    x: &Tensor<4>,
+    ctx: &Tensor<3>,
+    plain_ms: f64,
+) -> Result<()> {
+    use latent_engine::unet::graph::{UNetSteps, WARMUP_RUNS};
+    let mut steps = UNetSteps::new(&model.unet, ctx.clone());
+    for _ in 0..=WARMUP_RUNS {
+        let _ = steps.forward(x.clone(), 500.0);
+        sync(device)?;
+    }
+    if !steps.is_replaying() {
+        println!("[{precision:?}] UNet step from a captured graph: not recorded (see the warning)");
+        return Ok(());
+    }
+    let replayed = time_ms(device, 2, runs, || {
+        let _ = steps.forward(x.clone(), 500.0);
+    })?;
+    let mut enqueue = Vec::new();
+    for _ in 0..runs.max(1) {
+        let t = Instant::now();
+        let _ = steps.forward(x.clone(), 500.0);
+        enqueue.push(t.elapsed().as_secs_f64() * 1e3);
+        sync(device)?;
+    }
+    enqueue.sort_by(f64::total_cmp);
+    let read = |t: Tensor<4>| -> Result<Vec<f32>> {
+        t.cast(burn::tensor::DType::F32)
+            .into_data()
+            .try_to_vec::<f32>()
+            .map_err(|e| anyhow::anyhow!("{e:?}"))
+    };
+    let want = read(model.unet.forward(x.clone(), &[500.0], ctx))?;
+    let got = read(steps.forward(x.clone(), 500.0))?;
+    let scale = want.iter().fold(1e-6f32, |m, v| m.max(v.abs()));
+    let diff = want
+        .iter()
+        .zip(&got)
+        .fold(0.0f32, |m, (a, b)| m.max((a - b).abs()))
+        / scale;
+    println!(
+        "[{precision:?}] UNet step replayed from a captured graph: median {replayed:.2} ms \
+         ({:+.1}% against {plain_ms:.2} ms launch by launch); host time to enqueue {:.2} ms; \
+         max relative difference {diff:.2e}",
+        (replayed / plain_ms - 1.0) * 100.0,
+        enqueue[enqueue.len() / 2]
+    );
+    Ok(())
+}
+
+/// The same step, same process (kernels already tuned), under other rules for the planes
+/// attention kernel (without the prefetch, wider heads, fewer keys), the rules interleaved over
+/// three rounds so that drift over the run falls on each alike.
+pub(super) fn planes_ab(
+    model: &StableDiffusion,
+    device: &Device,
+    precision: Precision,
+    runs: usize,
+    x: &Tensor<4>,
+    ctx: &Tensor<3>,
+) -> Result<()> {
+    use latent_engine::kernels::attention::{PLANES_MIN_KEYS, WIDEST_PLANES, set_planes_rule};
+    // The same step, same process (kernels already tuned), under other planes rules,
+    // the rules interleaved over rounds so that drift over the run falls on each alike.
+    let rules = [
+        (None, WIDEST_PLANES, PLANES_MIN_KEYS, "default rule"),
+        (
+            Some(false),
+            WIDEST_PLANES,
+            PLANES_MIN_KEYS,
+            "no prefetch of the next key/value tile",
+        ),
+        (None, 80, PLANES_MIN_KEYS, "planes also for 80-wide heads"),
+        (
+            None,
+            80,
+            0,
+            "planes for 80-wide heads and the 77-token cross-attention",
+        ),
+        (
+            None,
+            WIDEST_PLANES,
+            0,
+            "planes also for the cross-attention up to 64 wide",
+        ),
+        (
+            None,
+            160,
+            PLANES_MIN_KEYS,
+            "planes for self-attention up to 160 wide",
+        ),
+    ];
+    let mut times = vec![Vec::new(); rules.len()];
+    for _ in 0..3 {
+        for (i, &(prefetch, widest, min_keys, _)) in rules.iter().enumerate() {
+            set_planes_rule(prefetch, widest, min_keys);
+            let ms = time_ms(device, 2, runs, || {
+                let _ = model.unet.forward(x.clone(), &[500.0], ctx);
+            });
+            set_planes_rule(None, WIDEST_PLANES, PLANES_MIN_KEYS);
+            times[i].push(ms?);
+        }
+    }
+    for ((.., what), t) in rules.iter().zip(&times) {
+        let mut sorted = t.clone();
+        sorted.sort_by(f64::total_cmp);
+        println!(
+            "[{precision:?}] UNet step, planes rule: {what}: median of rounds {:.2} ms (rounds {})",
+            sorted[sorted.len() / 2],
+            t.iter()
+                .map(|m| format!("{m:.2}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    Ok(())
+}
