@@ -61,6 +61,14 @@
 #           tilings that the routing rules pick on every SD 1.5 attention shape (their difference
 #           from burn's), then the default path end to end (step both ways, the step under each
 #           planes rule interleaved over three rounds, VAE, 20-step txt2img)
+#   PART=y  PyTorch (fp16 UNet step, VAE decode, 20-step txt2img), then ours end to end (step
+#           both ways, the step under each planes rule interleaved over three rounds, VAE,
+#           20-step txt2img): part x without its attention report, with more time
+#   PART=y2 PyTorch (fp16 UNet step, 20-step txt2img), then ours end to end with this session's
+#           default (step both ways, VAE, txt2img), then txt2img with a ×2 hires fix (Latent,
+#           10 more steps at 1024², strength 0.5)
+#   PART=z  PyTorch's fp16 UNet step, then ours (default compiler): the op report (every op shape
+#           of one step alone, which kernel runs it, the largest re-timed last), then the step
 #   PART=e  PyTorch (fp16 UNet, VAE, 20-step txt2img), then our f16 bench under perf (a flat
 #           profile per thread: where the host time of a step goes). Needs .perf/perf.txz (perf
 #           and its libraries) and a release build with symbols (CARGO_PROFILE_RELEASE_STRIP=false)
@@ -211,6 +219,18 @@ x)
   PARTS=${TORCH_PARTS:-unet16,vae,e2e} timeout 110 python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_x.txt
   LATENT_STUDIO_BENCH_PLANS=${PLANS:-planes prefetch 16x16x16 q64 k16,planes prefetch 16x16x16 q32 k16} timeout ${ATT_TIMEOUT:-60} /tmp/ls bench --device gpu --precision f16 --runs 3 --attention-only 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_attention.txt
   timeout ${OURS_TIMEOUT:-320} /tmp/ls bench --device gpu --precision f16 --runs 7 --steps 20 --no-ops --no-previews --no-profile --no-burn-ops --planes-ab 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_spirv.txt
+  ;;
+y)
+  PARTS=${TORCH_PARTS:-unet16,vae,e2e} timeout 110 python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_y.txt
+  timeout ${OURS_TIMEOUT:-450} /tmp/ls bench --device gpu --precision f16 --runs 7 --steps 20 --no-ops --no-previews --no-profile --no-burn-ops --planes-ab 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_spirv.txt
+  ;;
+y2)
+  PARTS=${TORCH_PARTS:-unet16,e2e} timeout 90 python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_y2.txt
+  timeout ${OURS_TIMEOUT:-440} /tmp/ls bench --device gpu --precision f16 --runs 7 --steps 20 --no-ops --no-previews --no-profile --no-burn-ops --hires-scale 2 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_spirv.txt
+  ;;
+z)
+  PARTS=unet16 timeout 70 python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_z.txt
+  timeout ${OPS_TIMEOUT:-480} /tmp/ls bench --device gpu --precision f16 --runs 3 --unet-only --no-burn-ops --no-profile 2>&1 | grep -v "^\[F16\]   [a-z_]*  *[0-9.]* ms  {" | tee $OUT/ours_spirv_ops.txt
   ;;
 h)
   timeout ${OURS_TIMEOUT:-540} /tmp/ls bench --device gpu --precision f16 --runs 3 --unet-only 2>&1 | grep -v "^\[F16\]   [a-z_]*  *[0-9.]* ms  {" | tee $OUT/ours_spirv_ops.txt

@@ -167,6 +167,12 @@ fn bad_input_exits_nonzero_with_one_line_and_no_file() {
         (&["--cfg", "-2"], "CFG"),
         (&["--schedule", "exponential"], "schedule"),
         (&["--sampler", "ddim", "--schedule", "karras"], "karras"),
+        (&["--hires-scale", "9"], "between 1 and 4"),
+        (
+            &["--hires-scale", "2", "--hires-upscaler", "esrgan"],
+            "upscaler",
+        ),
+        (&["--init-image", "/nonexistent/x.png"], "x.png"),
     ];
     for (extra, needle) in cases {
         let mut args = vec![
@@ -321,6 +327,68 @@ fn generate_with(extra: &[&str], out: &Path, envs: &[(&str, &str)]) -> Output {
         .envs(envs.iter().copied())
         .output()
         .expect("run latent-studio")
+}
+
+/// `--init-image` runs img2img as diffusers' img2img pipeline (tests/fixtures/img2img_cases.json
+/// case0), at the image's own size, and records the strength; a strength that runs no step is
+/// refused before any work.
+#[test]
+fn init_image_runs_img2img_like_diffusers() {
+    let dir = scratch("img2img");
+    let out = dir.join("img2img.png");
+    let (model, out_s) = (model(), out.display().to_string());
+    let init = fixtures().join("img2img-init.png").display().to_string();
+    let args = |strength: &'static str| {
+        vec![
+            "generate",
+            "--model",
+            &model,
+            "--device",
+            "cpu",
+            "--out",
+            &out_s,
+            "--overwrite",
+            "--init-image",
+            &init,
+            "--denoising-strength",
+            strength,
+            "--prompt",
+            "a watercolor fox in the snow",
+            "--negative",
+            "blurry",
+            "--seed",
+            "7",
+            "--steps",
+            "6",
+            "--cfg",
+            "7.5",
+            "--sampler",
+            "euler",
+            "--precision",
+            "f32",
+        ]
+    };
+    let o = studio(&args("0.1"));
+    assert!(!o.status.success() && !out.exists());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("runs no step"));
+    let o = studio(&args("0.6"));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let (image, text) = decode_png(&std::fs::read(&out).unwrap()).unwrap();
+    let text = text.unwrap();
+    assert!(
+        text.contains("Size: 64x64") && text.contains("Denoising strength: 0.6"),
+        "{text}"
+    );
+    let expected = SafetensorsFile::open(&fixtures().join("img2img-expected.safetensors")).unwrap();
+    let want = expected.bytes(expected.entry("case0.image").unwrap());
+    let worst = image
+        .pixels
+        .iter()
+        .zip(want)
+        .map(|(a, b)| a.abs_diff(*b))
+        .max()
+        .unwrap();
+    assert!(worst <= 1, "pixels differ by up to {worst}");
 }
 
 /// `--model-cache on` writes the disk cache on the first launch and loads from it on the second,

@@ -60,6 +60,8 @@ fn request(c: &Case) -> Txt2ImgRequest {
         clip_skip: 1,
         emphasis: Default::default(),
         decode: Default::default(),
+        init: None,
+        hires: None,
     }
 }
 

@@ -7,11 +7,12 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use latent_engine::device::DeviceChoice;
-use latent_engine::image_io::{RgbImage, encode_png, save_atomic};
+use latent_engine::image_io::{ResizeMode, RgbImage, encode_png, load_image, save_atomic};
 use latent_engine::model_cache::{CacheSettings, LoadSource, ModelCache};
 use latent_engine::parameters::Parameters;
 use latent_engine::pipeline::{
-    DecodeOptions, Generated, Notice, StepState, Txt2ImgRequest, txt2img,
+    DecodeOptions, Generated, HiresFix, HiresUpscaler, InitImage, Notice, StepState,
+    Txt2ImgRequest, txt2img,
 };
 use latent_engine::preview::{
     Frame, FrameSink, FrameStore, PreviewMethod, PreviewSettings, Previewer,
@@ -47,10 +48,36 @@ pub struct GenerateArgs {
     /// normal or karras.
     #[arg(long, default_value = "normal")]
     schedule: Schedule,
-    #[arg(long, default_value_t = Txt2ImgRequest::default().width)]
-    width: usize,
-    #[arg(long, default_value_t = Txt2ImgRequest::default().height)]
-    height: usize,
+    /// Default 512, or with --init-image that image's width rounded down to a multiple of 8.
+    #[arg(long)]
+    width: Option<usize>,
+    /// Default 512, or with --init-image that image's height rounded down to a multiple of 8.
+    #[arg(long)]
+    height: Option<usize>,
+    /// img2img: start from this image (PNG, JPEG or WebP) instead of pure noise.
+    #[arg(long)]
+    init_image: Option<PathBuf>,
+    /// img2img: how much of the image is redrawn, in (0, 1]: of --steps, the last
+    /// ⌊steps × strength⌋ run (A1111's denoising strength).
+    #[arg(long, default_value_t = 0.75)]
+    denoising_strength: f64,
+    /// img2img, when the image is not at --width × --height: just-resize, crop-and-resize or
+    /// resize-and-fill (A1111's resize modes; Lanczos resampling).
+    #[arg(long, default_value = "just-resize")]
+    resize_mode: ResizeMode,
+    /// Hires fix: a second pass at this factor of the size (1 to 4; A1111's "Upscale by").
+    #[arg(long)]
+    hires_scale: Option<f64>,
+    /// Hires fix: steps of the second pass (0: --steps), run as the last steps of a schedule of
+    /// steps ÷ strength as A1111 does.
+    #[arg(long, default_value_t = 0)]
+    hires_steps: usize,
+    /// Hires fix: denoising strength of the second pass.
+    #[arg(long, default_value_t = HiresFix::default().strength)]
+    hires_strength: f64,
+    /// Hires fix: Latent (bilinear, no decode between the passes) or Lanczos (the image).
+    #[arg(long, default_value = "Latent")]
+    hires_upscaler: HiresUpscaler,
     /// auto, cpu, gpu, gpu:N or part of an adapter name (`arc`, `lavapipe`).
     #[arg(long, default_value = "auto")]
     device: DeviceChoice,
@@ -225,8 +252,32 @@ fn parse_emphasis(name: &str) -> std::result::Result<Emphasis, String> {
     })
 }
 
+/// The init image of an img2img run, fitted to the request's size, and that size: as given, else
+/// the image's own rounded down to a multiple of 8 (diffusers' img2img), else the default.
+fn init_image(args: &GenerateArgs) -> Result<(Option<InitImage>, usize, usize)> {
+    let defaults = Txt2ImgRequest::default();
+    let Some(path) = &args.init_image else {
+        return Ok((
+            None,
+            args.width.unwrap_or(defaults.width),
+            args.height.unwrap_or(defaults.height),
+        ));
+    };
+    let image = load_image(path)?;
+    let round = |v: usize| (v / 8 * 8).max(8);
+    let width = args.width.unwrap_or(round(image.width));
+    let height = args.height.unwrap_or(round(image.height));
+    let init = InitImage {
+        image: std::sync::Arc::new(image),
+        strength: args.denoising_strength,
+        resize: args.resize_mode,
+    };
+    Ok((Some(init), width, height))
+}
+
 pub fn run(args: GenerateArgs) -> Result<()> {
     let seed = args.seed.unwrap_or_else(random_seed);
+    let (init, width, height) = init_image(&args)?;
     let request = Txt2ImgRequest {
         prompt: args.prompt.clone(),
         negative_prompt: args.negative.clone(),
@@ -235,8 +286,8 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         cfg_scale: args.cfg,
         sampler: args.sampler,
         schedule: args.schedule,
-        width: args.width,
-        height: args.height,
+        width,
+        height,
         batch_count: args.batch_count,
         clip_skip: usize::from(args.clip_skip),
         emphasis: args.emphasis,
@@ -244,6 +295,13 @@ pub fn run(args: GenerateArgs) -> Result<()> {
             tiling: TilingConfig::with_mode(args.vae_tiling),
             compile: args.vae_compile == OnOff::On,
         },
+        init,
+        hires: args.hires_scale.map(|scale| HiresFix {
+            scale,
+            steps: args.hires_steps,
+            strength: args.hires_strength,
+            upscaler: args.hires_upscaler,
+        }),
     };
     if args.out.is_some() && args.batch_count > 1 {
         bail!("--out names one file; use --outputs with --batch-count > 1");
@@ -260,8 +318,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
             }
         }
     }
-    latent_engine::schedulers::plan(args.sampler, args.schedule, args.steps, &Default::default())
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    latent_engine::pipeline::request_plan(&request)?;
 
     if !(args.device_timeout.is_finite() && args.device_timeout > 0.0) {
         bail!("--device-timeout must be a number of seconds > 0");
@@ -281,9 +338,12 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     let precision = args
         .precision
         .unwrap_or_else(|| latent_engine::device::preferred_precision(&device));
+    let lanczos_hires = request
+        .hires
+        .is_some_and(|h| h.upscaler == HiresUpscaler::Lanczos);
     let options = LoadOptions {
         precision,
-        vae_encoder: false,
+        vae_encoder: request.init.is_some() || lanczos_hires,
     };
     let cache_settings = if args.model_cache == OnOff::On {
         if !(args.cache_limit_gib.is_finite() && args.cache_limit_gib >= 0.0) {

@@ -58,6 +58,21 @@ fn request_extras(request: &crate::pipeline::Txt2ImgRequest) -> Vec<(String, Str
     if request.emphasis != crate::prompt::Emphasis::Original {
         extra.push(("Emphasis".to_string(), request.emphasis.name().to_string()));
     }
+    if let Some(init) = &request.init {
+        extra.push(("Denoising strength".to_string(), init.strength.to_string()));
+    }
+    // A1111's order: the strength, then the hires keys (steps only when set).
+    if let Some(h) = &request.hires {
+        extra.push(("Denoising strength".to_string(), h.strength.to_string()));
+        extra.push(("Hires upscale".to_string(), h.scale.to_string()));
+        if h.steps > 0 {
+            extra.push(("Hires steps".to_string(), h.steps.to_string()));
+        }
+        extra.push((
+            "Hires upscaler".to_string(),
+            h.upscaler.a1111_name().to_string(),
+        ));
+    }
     extra
 }
 
@@ -91,6 +106,48 @@ impl Parameters {
             Some((_, v)) => crate::prompt::Emphasis::from_name(v),
             None => Some(crate::prompt::Emphasis::Original),
         }
+    }
+
+    /// The denoising strength of an img2img image (A1111 writes it for img2img and hires fix).
+    pub fn denoising_strength(&self) -> Option<f64> {
+        self.extra
+            .iter()
+            .find(|(k, _)| k == "Denoising strength")
+            .and_then(|(_, v)| v.trim().parse().ok())
+            .filter(|s: &f64| *s > 0.0 && *s <= 1.0)
+    }
+
+    /// The hires fix a parameters text names (`Hires upscale` present), or why it cannot be
+    /// used (an upscaler other than Latent or Lanczos, a bad number).
+    pub fn hires(&self) -> Option<Result<crate::pipeline::HiresFix, String>> {
+        let get = |key: &str| {
+            self.extra
+                .iter()
+                .find(|(k, _)| k == key)
+                .map(|(_, v)| v.trim())
+        };
+        let scale = get("Hires upscale")?;
+        let parse = || -> Result<crate::pipeline::HiresFix, String> {
+            let mut fix = crate::pipeline::HiresFix {
+                scale: scale
+                    .parse()
+                    .map_err(|_| format!("hires upscale `{scale}`"))?,
+                ..Default::default()
+            };
+            if let Some(steps) = get("Hires steps") {
+                fix.steps = steps
+                    .parse()
+                    .map_err(|_| format!("hires steps `{steps}`"))?;
+            }
+            if let Some(s) = self.denoising_strength() {
+                fix.strength = s;
+            }
+            if let Some(u) = get("Hires upscaler") {
+                fix.upscaler = u.parse().map_err(|_| format!("hires upscaler `{u}`"))?;
+            }
+            Ok(fix)
+        };
+        Some(parse())
     }
 
     /// The clip skip a parameters text names (1 when absent, as A1111 writes it only past 1).

@@ -362,7 +362,13 @@ pub struct AutoencoderKL {
 impl AutoencoderKL {
     pub fn load(w: &Weights, config: &VaeConfig, with_encoder: bool) -> Result<Self> {
         config.validate()?;
-        let encoder = with_encoder
+        // A checkpoint without encoder weights still makes images (txt2img); img2img then says
+        // the encoder is missing.
+        let present = w.pp("encoder").contains("conv_in.weight");
+        if with_encoder && !present {
+            tracing::warn!("this checkpoint has no VAE encoder weights; img2img is unavailable");
+        }
+        let encoder = (with_encoder && present)
             .then(|| Encoder::load(&w.pp("encoder"), w, config))
             .transpose()?;
         Ok(Self {

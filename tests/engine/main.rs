@@ -13,6 +13,10 @@ mod device_limits;
 mod faults;
 #[path = "../fuzz.rs"]
 mod fuzz;
+#[path = "../hires.rs"]
+mod hires;
+#[path = "../img2img.rs"]
+mod img2img;
 #[path = "../model_cache.rs"]
 mod model_cache;
 #[path = "../model_parity.rs"]

@@ -50,6 +50,10 @@ pub struct BenchArgs {
     /// Skip the preview-overhead runs after the end-to-end txt2img.
     #[arg(long)]
     no_previews: bool,
+    /// After the end-to-end txt2img, the same with a hires fix by this factor (Latent upscaler,
+    /// half the steps again at strength 0.5, as a quick A1111 hires pass).
+    #[arg(long)]
+    hires_scale: Option<f64>,
     /// Skip the op-by-op kernel report.
     #[arg(long)]
     no_ops: bool,
@@ -306,6 +310,26 @@ pub fn run(args: BenchArgs) -> Result<()> {
                 "[{precision:?}]   per step incl. decode: {:.1} ms",
                 total / args.steps as f64
             );
+            if let Some(scale) = args.hires_scale {
+                let fix = latent_engine::pipeline::HiresFix {
+                    scale,
+                    steps: (args.steps / 2).max(1),
+                    strength: 0.5,
+                    upscaler: latent_engine::pipeline::HiresUpscaler::Latent,
+                };
+                let req = Txt2ImgRequest {
+                    hires: Some(fix),
+                    ..bench_request(args.steps)
+                };
+                let hires = time_ms(&device, 1, 2, || {
+                    let _ = txt2img(&model, &tokenizer, &req, &cancel, &mut Quiet);
+                })?;
+                let (w, h) = fix.target(req.width, req.height);
+                println!(
+                    "[{precision:?}] txt2img 512x512 + hires fix to {w}x{h} ({} + {} Euler steps, Latent): median {hires:.0} ms",
+                    args.steps, fix.steps
+                );
+            }
             // Full-size TAESD (64 channels, blocks 3-3-3-1) with random weights.
             let taesd = TaesdDecoder::load(
                 &Weights::random("taesd", &device, dtype),

@@ -87,18 +87,17 @@ pub(super) fn planes_ab(
             PLANES_MIN_KEYS,
             "no prefetch of the next key/value tile",
         ),
-        (None, 80, PLANES_MIN_KEYS, "planes also for 80-wide heads"),
+        (
+            None,
+            64,
+            PLANES_MIN_KEYS,
+            "planes only up to 64-wide heads (80-wide on the per-row kernel)",
+        ),
         (
             None,
             80,
             0,
-            "planes for 80-wide heads and the 77-token cross-attention",
-        ),
-        (
-            None,
-            WIDEST_PLANES,
-            0,
-            "planes also for the cross-attention up to 64 wide",
+            "planes also for the 77-token cross-attention",
         ),
         (
             None,

@@ -1,7 +1,10 @@
 //! The prompt panel's values, and how they map to a request and back from PNG parameters.
 
+use std::sync::Arc;
+
+use latent_engine::image_io::{ResizeMode, RgbImage};
 use latent_engine::parameters::Parameters;
-use latent_engine::pipeline::Txt2ImgRequest;
+use latent_engine::pipeline::{HiresFix, InitImage, Txt2ImgRequest};
 use latent_engine::prompt::Emphasis;
 use latent_engine::schedulers::{SamplerKind, Schedule};
 
@@ -32,7 +35,25 @@ pub struct Form {
     /// A1111's clip skip (1 = last layer) and emphasis mode, as restored from a PNG.
     pub clip_skip: usize,
     pub emphasis: Emphasis,
+    /// img2img: the image to start from (none: txt2img), how much of it is redrawn and how it is
+    /// fitted to the size.
+    pub init: Option<InitSource>,
+    pub strength: f64,
+    pub resize_mode: ResizeMode,
+    /// Hires fix (txt2img only: an init image turns it off) and its settings.
+    pub hires_on: bool,
+    pub hires: HiresFix,
 }
+
+/// An init image and where it came from (a file's name, or "gallery").
+#[derive(Debug, Clone, PartialEq)]
+pub struct InitSource {
+    pub name: String,
+    pub image: Arc<RgbImage>,
+}
+
+/// A1111's default denoising strength.
+pub const DEFAULT_STRENGTH: f64 = 0.75;
 
 impl Default for Form {
     fn default() -> Self {
@@ -52,6 +73,11 @@ impl Default for Form {
             batch_count: request.batch_count,
             clip_skip: request.clip_skip,
             emphasis: request.emphasis,
+            init: None,
+            strength: DEFAULT_STRENGTH,
+            resize_mode: ResizeMode::default(),
+            hires_on: false,
+            hires: HiresFix::default(),
         }
     }
 }
@@ -73,6 +99,12 @@ impl Form {
             emphasis: self.emphasis,
             // The window adds its VAE compilation setting ([`super::app`]).
             decode: Default::default(),
+            init: self.init.as_ref().map(|source| InitImage {
+                image: source.image.clone(),
+                strength: self.strength,
+                resize: self.resize_mode,
+            }),
+            hires: (self.hires_on && self.init.is_none()).then_some(self.hires),
         }
     }
 
@@ -108,6 +140,17 @@ impl Form {
         match p.emphasis() {
             Some(e) => self.emphasis = e,
             None => skipped.push("emphasis mode".to_string()),
+        }
+        match p.hires() {
+            Some(Ok(h)) => (self.hires_on, self.hires) = (true, h),
+            Some(Err(what)) => skipped.push(what),
+            None => {
+                self.hires_on = false;
+                // The image is not in the parameters: the strength waits for one.
+                if let Some(s) = p.denoising_strength() {
+                    self.strength = s;
+                }
+            }
         }
         if p.width % 8 == 0 && p.height % 8 == 0 && p.width > 0 && p.height > 0 {
             self.width = p.width;
@@ -190,6 +233,81 @@ mod tests {
         );
         let req = form.request();
         assert_eq!((req.seed, req.width, req.height), (1234, 512, 768));
+    }
+
+    /// An init image makes the request img2img with the form's strength and resize mode, and the
+    /// strength comes back from the PNG text (the image itself does not travel in it).
+    #[test]
+    fn init_image_and_strength_reach_the_request_and_return() {
+        let image = Arc::new(RgbImage {
+            width: 2,
+            height: 1,
+            pixels: vec![0; 6],
+        });
+        let form = Form {
+            init: Some(InitSource {
+                name: "a.png".into(),
+                image: image.clone(),
+            }),
+            strength: 0.4,
+            resize_mode: ResizeMode::ResizeAndFill,
+            ..Form::default()
+        };
+        let init = form.request().init.expect("img2img");
+        // Hires fix is for txt2img: an init image turns it off.
+        let both = Form {
+            hires_on: true,
+            ..form.clone()
+        };
+        assert!(both.request().hires.is_none() && both.request().init.is_some());
+        assert!(
+            Arc::ptr_eq(&init.image, &image),
+            "the pixels are shared, not copied"
+        );
+        assert_eq!(
+            (init.strength, init.resize),
+            (0.4, ResizeMode::ResizeAndFill)
+        );
+        assert!(Form::default().request().init.is_none());
+
+        let text = Parameters::for_request(&form.request(), 3, None, None).to_a1111();
+        let mut restored = Form::default();
+        assert!(
+            restored
+                .apply(&Parameters::parse_a1111(&text).unwrap())
+                .is_empty()
+        );
+        assert_eq!((restored.strength, restored.init.is_none()), (0.4, true));
+    }
+
+    #[test]
+    fn hires_fix_reaches_the_request_and_returns_from_the_png() {
+        let form = Form {
+            hires_on: true,
+            hires: HiresFix {
+                scale: 1.5,
+                steps: 12,
+                ..HiresFix::default()
+            },
+            ..Form::default()
+        };
+        let req = form.request();
+        assert_eq!(req.hires, Some(form.hires));
+        let text = Parameters::for_request(&req, 3, None, None).to_a1111();
+        let mut restored = Form::default();
+        assert!(
+            restored
+                .apply(&Parameters::parse_a1111(&text).unwrap())
+                .is_empty()
+        );
+        assert_eq!((restored.hires_on, restored.hires), (true, form.hires));
+        // A file without it turns it off; an upscaler we lack is reported.
+        let plain = Parameters::for_request(&Form::default().request(), 3, None, None);
+        assert!(restored.apply(&plain).is_empty());
+        assert!(!restored.hires_on);
+        let esrgan = text.replace("Hires upscaler: Latent", "Hires upscaler: R-ESRGAN 4x+");
+        let skipped = restored.apply(&Parameters::parse_a1111(&esrgan).unwrap());
+        assert_eq!(skipped, ["hires upscaler `R-ESRGAN 4x+`"]);
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! eta 0: "leading" timestep spacing plus `steps_offset`, deterministic update.
 
 use super::schedule::NoiseTable;
-use super::{Plan, SchedulerConfig, StepCoefficients};
+use super::{Plan, SchedulerConfig, StartCoefficients, StepCoefficients};
 
 /// "leading" spacing: `arange(steps) * (T // steps)`, descending, plus `steps_offset`.
 fn timesteps(config: &SchedulerConfig, steps: usize) -> Vec<usize> {
@@ -39,9 +39,16 @@ pub(super) fn plan(table: &NoiseTable, steps: usize, config: &SchedulerConfig) -
         input_scale: vec![1.0; steps],
         steps: Vec::with_capacity(steps),
         x0: Vec::with_capacity(steps),
+        start: Vec::with_capacity(steps),
         draws_noise: false,
     };
     for &t in &timesteps {
+        // `add_noise`: sqrt(ᾱ_t)·x0 + sqrt(1 − ᾱ_t)·n, in float32 like its tensors.
+        let a = table.alphas_cumprod[t];
+        plan.start.push(StartCoefficients {
+            sample: a.sqrt(),
+            noise: (1.0 - a).sqrt(),
+        });
         let a_t = alpha_cumprod(t);
         // `prev_timestep = t - T // steps` is negative at the last step, which then lands on
         // `final_alpha_cumprod`: ᾱ_0 for SD 1.5, so DDIM ends at σ ≈ 0.029 rather than 0.

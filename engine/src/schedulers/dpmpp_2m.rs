@@ -6,7 +6,7 @@
 //! input scaling), with α = 1/sqrt(σ² + 1), σ_vp = σ·α for the k-diffusion σ, and λ = ln α − ln σ_vp.
 
 use super::schedule::{NoiseTable, karras_sigmas, np_linspace};
-use super::{Plan, Prediction, Schedule, StepCoefficients};
+use super::{Plan, Prediction, Schedule, StartCoefficients, StepCoefficients};
 
 /// σ → (α, σ_vp): `_sigma_to_alpha_sigma_t`.
 fn alpha_sigma(sigma: f64) -> (f64, f64) {
@@ -25,6 +25,7 @@ pub(super) fn plan(
     schedule: Schedule,
     steps: usize,
     prediction: Prediction,
+    begin: usize,
 ) -> Plan {
     let train = table.sigmas.len();
     let (sigmas, timesteps): (Vec<f64>, Vec<f32>) = match schedule {
@@ -68,11 +69,17 @@ pub(super) fn plan(
         input_scale: vec![1.0; steps],
         steps: Vec::with_capacity(steps),
         x0: Vec::with_capacity(steps),
+        start: Vec::with_capacity(steps),
         draws_noise: false,
     };
     for i in 0..steps {
         let (s0, t) = (sigmas[i], sigmas[i + 1]);
         let (alpha_s0, sigma_s0) = alpha_sigma(s0);
+        // `add_noise`: α·x0 + σ_vp·n at this step's σ.
+        plan.start.push(StartCoefficients {
+            sample: alpha_s0 as f32,
+            noise: sigma_s0 as f32,
+        });
         let (alpha_t, sigma_t) = alpha_sigma(t);
         let h = lambda(t) - lambda(s0);
         // `convert_model_output`: the solver's model output m0 is the predicted x0.
@@ -80,10 +87,10 @@ pub(super) fn plan(
         let ratio = sigma_t / sigma_s0;
         // −α_t (e^{−h} − 1)
         let c = -alpha_t * (-h).exp_m1();
-        // First order at the first step (no history yet) and at the last one: with
-        // `final_sigmas_type="zero"` diffusers' `lower_order_final` rule makes the step to σ = 0
-        // first order for every step count, not only below 15 steps.
-        let (m0, m1) = if i == 0 || i == steps - 1 {
+        // First order at the first step that runs (no history yet: `begin` for img2img) and at
+        // the last one: with `final_sigmas_type="zero"` diffusers' `lower_order_final` rule makes
+        // the step to σ = 0 first order for every step count, not only below 15 steps.
+        let (m0, m1) = if i <= begin || i == steps - 1 {
             (c, 0.0)
         } else {
             // Midpoint second order: x_t = ratio·x + c·(D0 + D1/2), D0 = m0,

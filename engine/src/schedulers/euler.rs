@@ -2,7 +2,7 @@
 //! "linspace" timestep spacing, linear σ interpolation, `final_sigmas_type="zero"`, no churn.
 
 use super::schedule::{NoiseTable, karras_sigmas, np_linspace};
-use super::{Linear, Plan, Prediction, Schedule, StepCoefficients};
+use super::{Linear, Plan, Prediction, Schedule, StartCoefficients, StepCoefficients};
 
 /// The σ of each step plus the final 0, and the timestep the UNet gets at each step, as
 /// `EulerDiscreteScheduler.set_timesteps` computes them (both float32, like its tensors).
@@ -39,6 +39,14 @@ pub(super) fn sigmas_and_timesteps(
     (sigmas, timesteps)
 }
 
+/// `add_noise` of both Euler schedulers: `original + noise * σ`.
+pub(super) fn ve_start(sigma: f32) -> StartCoefficients {
+    StartCoefficients {
+        sample: 1.0,
+        noise: sigma,
+    }
+}
+
 /// `1 / sqrt(σ² + 1)`: `scale_model_input` of both Euler schedulers.
 pub(super) fn input_scale(sigma: f64) -> f32 {
     (1.0 / (sigma * sigma + 1.0).sqrt()) as f32
@@ -65,9 +73,11 @@ pub(super) fn plan(
         input_scale: Vec::with_capacity(steps),
         steps: Vec::with_capacity(steps),
         x0: Vec::with_capacity(steps),
+        start: Vec::with_capacity(steps),
         draws_noise: false,
     };
     for pair in sigmas.windows(2) {
+        plan.start.push(ve_start(pair[0]));
         let (sigma, next) = (f64::from(pair[0]), f64::from(pair[1]));
         let x0 = prediction.ve_x0(sigma);
         let update = euler_update(x0, (next - sigma) / sigma);

@@ -7,7 +7,7 @@
 //! `sample_euler_ancestral` on Karras sigmas: this class's step on the σs and timesteps
 //! `EulerDiscreteScheduler(use_karras_sigmas=True)` computes, which is how the fixtures check it.
 
-use super::euler::{euler_update, input_scale, sigmas_and_timesteps};
+use super::euler::{euler_update, input_scale, sigmas_and_timesteps, ve_start};
 use super::schedule::NoiseTable;
 use super::{Plan, Prediction, Schedule, StepCoefficients};
 
@@ -26,9 +26,11 @@ pub(super) fn plan(
         input_scale: Vec::with_capacity(steps),
         steps: Vec::with_capacity(steps),
         x0: Vec::with_capacity(steps),
+        start: Vec::with_capacity(steps),
         draws_noise: true,
     };
     for pair in sigmas.windows(2) {
+        plan.start.push(ve_start(pair[0]));
         let (from, to) = (f64::from(pair[0]), f64::from(pair[1]));
         // Split the move to σ_to into a deterministic part down to σ_down and fresh noise of
         // σ_up, with σ_down² + σ_up² = σ_to². (The max guards against a rounding -0.)

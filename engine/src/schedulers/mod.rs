@@ -84,6 +84,14 @@ impl X0Coefficients {
     }
 }
 
+/// Where img2img starts: `x = sample * x0 + noise * n` for the encoded image's latent `x0` and
+/// standard normal noise `n`, the scheduler's `add_noise` at the first step that runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct StartCoefficients {
+    pub sample: f32,
+    pub noise: f32,
+}
+
 /// Everything the denoising loop needs for a run, computed once up front by [`plan`]. All
 /// vectors have one entry per step; `x` is always the sample as the loop keeps it (unscaled).
 #[derive(Clone, Debug, PartialEq)]
@@ -99,6 +107,9 @@ pub struct Plan {
     pub steps: Vec<StepCoefficients>,
     /// The predicted x0 at each step, for live previews (and DPM++ 2M's `prev_x0`).
     pub x0: Vec<X0Coefficients>,
+    /// img2img: how a clean latent is noised to start at each step (the scheduler's
+    /// `add_noise` at that step's timestep).
+    pub start: Vec<StartCoefficients>,
     /// Whether each step needs fresh standard normal noise `n` of the latent shape. Euler a
     /// draws it at every step, the last included (where its coefficient is 0), from the same
     /// `torch.Generator` as the initial latents, right after them; drawing the same way keeps
@@ -111,10 +122,20 @@ impl Plan {
     pub fn num_steps(&self) -> usize {
         self.timesteps.len()
     }
+
+    /// The plan from step `begin` on (diffusers' `set_begin_index`).
+    fn starting_at(mut self, begin: usize) -> Self {
+        self.timesteps.drain(..begin);
+        self.input_scale.drain(..begin);
+        self.steps.drain(..begin);
+        self.x0.drain(..begin);
+        self.start.drain(..begin);
+        self
+    }
 }
 
 /// Why a plan could not be made, or a name not parsed. Messages are shown to users as is.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
 pub enum SchedulerError {
     #[error("the number of steps must be at least 1")]
     ZeroSteps,
@@ -142,6 +163,13 @@ pub enum SchedulerError {
     UnknownSchedule(String),
     #[error("invalid scheduler config: {0}")]
     InvalidConfig(String),
+    #[error("denoising strength must be a number in (0, 1], got {0}")]
+    InvalidStrength(f64),
+    #[error(
+        "denoising strength {strength} of {steps} steps runs no step (it runs \
+         ⌊steps × strength⌋); raise the strength or the steps"
+    )]
+    NoStepsAtStrength { strength: f64, steps: usize },
 }
 
 /// Computes the plan for `steps` steps of `kind` with `schedule`, for the model `config`
@@ -171,13 +199,68 @@ pub fn plan(
             max,
         });
     }
+    Ok(plan_from(kind, schedule, steps, config, 0))
+}
+
+/// The plan of an img2img run (diffusers' `StableDiffusionImg2ImgPipeline`): of `steps` steps,
+/// the last `⌊steps × strength⌋` run, starting from the image's latent noised as
+/// [`Plan::start`]`[0]` says. Strength 1 runs every step from a fully noised image.
+pub fn img2img_plan(
+    kind: SamplerKind,
+    schedule: Schedule,
+    steps: usize,
+    strength: f64,
+    config: &SchedulerConfig,
+) -> Result<Plan, SchedulerError> {
+    let begin = img2img_begin(steps, strength)?;
+    plan_window(kind, schedule, steps, begin, config)
+}
+
+/// The steps from `begin` on of a plan of `total` steps, starting from a clean latent noised as
+/// [`Plan::start`]`[0]` says (A1111's hires pass; `begin < total`).
+pub fn plan_window(
+    kind: SamplerKind,
+    schedule: Schedule,
+    total: usize,
+    begin: usize,
+    config: &SchedulerConfig,
+) -> Result<Plan, SchedulerError> {
+    plan(kind, schedule, total, config)?;
+    let begin = begin.min(total - 1);
+    Ok(plan_from(kind, schedule, total, config, begin).starting_at(begin))
+}
+
+/// The first step img2img runs: `get_timesteps` of diffusers' img2img pipeline,
+/// `steps - min(int(steps * strength), steps)`.
+pub fn img2img_begin(steps: usize, strength: f64) -> Result<usize, SchedulerError> {
+    if !(strength > 0.0 && strength <= 1.0) {
+        return Err(SchedulerError::InvalidStrength(strength));
+    }
+    let run = ((steps as f64 * strength).floor() as usize).min(steps);
+    if run == 0 {
+        return Err(SchedulerError::NoStepsAtStrength { strength, steps });
+    }
+    Ok(steps - run)
+}
+
+/// The whole plan of a run whose first step is `begin` (a multistep solver restarts its
+/// history there); the caller drops the steps before it.
+fn plan_from(
+    kind: SamplerKind,
+    schedule: Schedule,
+    steps: usize,
+    config: &SchedulerConfig,
+    begin: usize,
+) -> Plan {
     let table = schedule::NoiseTable::new(config);
     let plan = match kind {
         SamplerKind::Euler => euler::plan(&table, schedule, steps, config.prediction),
         SamplerKind::EulerAncestral => {
             euler_ancestral::plan(&table, schedule, steps, config.prediction)
         }
-        SamplerKind::DpmPp2M => dpmpp_2m::plan(&table, schedule, steps, config.prediction),
+        SamplerKind::DpmPp2M => {
+            dpmpp_2m::plan(&table, schedule, steps, config.prediction, begin)
+        }
         SamplerKind::Ddim => ddim::plan(&table, steps, config),
     };
     debug_assert!(
@@ -185,8 +268,9 @@ pub fn plan(
             && plan.input_scale.len() == steps
             && plan.steps.len() == steps
             && plan.x0.len() == steps
+            && plan.start.len() == steps
     );
-    Ok(plan)
+    plan
 }
 
 /// `sample * x + model * m`, in float64 while a plan is computed.

@@ -119,6 +119,19 @@ impl StudioApp {
                     }
                     Err(e) => self.error = Some(format!("{}: {e}", path.display())),
                 },
+                DialogResult::InitImage { path, image } => match image {
+                    Ok(image) => {
+                        let name = path
+                            .file_name()
+                            .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+                        self.form.init = Some(super::super::form::InitSource {
+                            name,
+                            image: Arc::new(image),
+                        });
+                        self.status = format!("init image {}", path.display());
+                    }
+                    Err(e) => self.error = Some(format!("not opened: {e}")),
+                },
                 DialogResult::Demo(Ok(path)) => self.load_model(path),
                 DialogResult::Demo(Err(e)) => {
                     self.error = Some(format!("the demo model is unavailable: {e}"))

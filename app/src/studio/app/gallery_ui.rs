@@ -34,6 +34,15 @@ impl StudioApp {
                 if ui.button("Copy parameters").clicked() {
                     ui.ctx().copy_text(item.finished.parameters.to_a1111());
                 }
+                if ui
+                    .button("Use as init image")
+                    .on_hover_text("image to image from this picture")
+                    .clicked()
+                {
+                    if let Some(i) = self.selected {
+                        self.use_as_init(i);
+                    }
+                }
             }
         });
         egui::ScrollArea::horizontal().show(ui, |ui| {

@@ -32,6 +32,7 @@ use super::worker::{
 // child modules.
 mod engine_events;
 mod gallery_ui;
+mod img2img_ui;
 mod input;
 mod model_ui;
 mod preview_ui;
@@ -70,6 +71,11 @@ enum DialogResult {
     },
     /// The demo model's files, unpacked (or found unchanged) where the engine can read them.
     Demo(Result<PathBuf, String>),
+    /// An image opened for img2img, decoded on the dialog's thread.
+    InitImage {
+        path: PathBuf,
+        image: Result<RgbImage, String>,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -151,6 +157,8 @@ pub struct StudioApp {
     last_event: Instant,
     /// Repaints the window; handed to every engine this studio starts.
     wake: Arc<dyn Fn() + Send + Sync>,
+    /// The init image's thumbnail, and the image it shows.
+    init_texture: Option<(Arc<RgbImage>, TextureHandle)>,
 }
 
 impl StudioApp {
@@ -227,6 +235,7 @@ impl StudioApp {
             adapters: Arc::new(std::sync::Mutex::new(None)),
             cache_report: CacheReport::default(),
             device_check: None,
+            init_texture: None,
         };
         let slot = app.adapters.clone();
         let _ = std::thread::Builder::new()
@@ -467,6 +476,9 @@ impl eframe::App for StudioApp {
                     self.model_ui(ui);
                     ui.separator();
                     self.prompt_ui(ui);
+                    ui.separator();
+                    self.img2img_ui(ui);
+                    self.hires_ui(ui);
                 });
             });
         egui::Panel::bottom("gallery")

@@ -262,7 +262,8 @@ impl Worker {
         let previous = self.selected.replace(path.to_path_buf());
         let options = LoadOptions {
             precision: self.precision(&device),
-            vae_encoder: false,
+            // Always: img2img must not need a reload (SD 1.5's encoder is 34 M parameters).
+            vae_encoder: true,
         };
         // Progress in bytes uploaded, at most ten times a second; Cancel stops within a tensor.
         let events = self.events.clone();

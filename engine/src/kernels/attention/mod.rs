@@ -6,7 +6,7 @@
 //! each query row in registers, split over lanes in slices of at most 64 columns: the default on
 //! plain lanes. A third ([`planes`]) gives each plane of a cooperative-matrix device its own query
 //! rows and keeps their output in accumulator fragments: the default there for self-attention up
-//! to 64 wide (see [`default_plan`]). The tiled kernel stays as the measured alternative. q, k and
+//! to 80 wide (see [`default_plan`]). The tiled kernel stays as the measured alternative. q, k and
 //! v are read in place from
 //! `[b, n, width]` tensors at a column offset, so one fused q/k/v projection feeds it with no split
 //! or head relayout, and the output comes back as `[b, n_q, heads · d]`, ready for `to_out`.
@@ -32,11 +32,11 @@ use planes::flash_attention_planes;
 /// attention), and the widest the planes kernel takes. Measured on an H100 (BENCHMARKS.md,
 /// thirteenth session): at 8×40 over 4096 keys the planes kernel took 1.56 ms, the per-row kernel
 /// 3.25 and burn's 4.35; at 8×80 over 1024 keys the planes kernel took 0.59 ms alone against 1.18
-/// for the per-row kernel, but on a whole step the difference stayed inside a noisy machine's
-/// spread, so 80-wide heads keep the per-row kernel until a quiet machine decides. 160-wide heads
-/// (16×16 maps) stay with burn's until measured.
+/// for the per-row kernel (×5 a step), and on a whole step (fourteenth session, rounds
+/// interleaved) 0.5 ms less in every round: 80-wide heads take the planes kernel too. 160-wide
+/// heads (16×16 maps) stay with burn's: on the planes kernel the step did not move.
 const WIDEST_OURS_WITH_CMMA: usize = 80;
-pub const WIDEST_PLANES: usize = 64;
+pub const WIDEST_PLANES: usize = 80;
 /// Fewest keys for which the planes kernel runs: over the 77 prompt tokens the per-row kernel
 /// was faster (8×40 over 4096 queries: 0.33 against 0.53 ms, same run).
 pub const PLANES_MIN_KEYS: usize = 256;
@@ -439,13 +439,14 @@ mod tests {
                 (rows, 8, true, parts)
             );
         }
-        // Where the planes kernel fits, it takes heads up to 64 wide over 256 keys or more; the
-        // per-row kernel the 77-token cross-attention and 80-wide heads.
+        // Where the planes kernel fits, it takes heads up to 80 wide over 256 keys or more; the
+        // per-row kernel the 77-token cross-attention and 80-wide heads over it.
         for (d, n_k, planes) in [
             (40, 4096, true),
             (40, 77, false),
             (64, 256, true),
-            (80, 1024, false),
+            (80, 1024, true),
+            (80, 77, false),
         ] {
             let mut all = Plan::on_planes(d, 2, square.expect("square"), 32, 256, 48 * 1024);
             let first = all[0];

@@ -34,9 +34,11 @@ const PLANE_TILES: [(usize, usize); 7] = [
 ];
 
 /// Whether the planes kernel loads the next key/value tile while it multiplies this one, best
-/// first for each tiling: with the prefetch it was faster at every SD 1.5 shape but one (H100,
-/// thirteenth session).
-const PLANE_PREFETCH: [bool; 2] = [true, false];
+/// first for each tiling. Each op alone the prefetch was faster (H100, thirteenth session, before
+/// the plain variant shared its per-lane staging), but on a whole step the plain variant was
+/// 2 ms faster (47.6 against 49.4–49.8 ms, rounds interleaved in one process; fourteenth
+/// session): the prefetch's registers cost more than its overlap gains there.
+const PLANE_PREFETCH: [bool; 2] = [false, true];
 
 /// The same for per-lane products (no cooperative matrices): 16×8 was fastest or within 5 %.
 /// Small tiles also suit small iGPUs, whose workgroup memory is shared by fewer lanes.

@@ -1,5 +1,10 @@
 //! Writing finished images: 8-bit RGB PNGs carrying a `parameters` tEXt chunk, saved so that a crash
 //! never leaves a half-written file and an existing file is never replaced unless asked.
+//! `input.rs`: reading an artist's image (PNG, JPEG, WebP) and fitting it to a size (img2img).
+
+mod input;
+
+pub use input::{ResizeMode, load_image, resize};
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

@@ -1,6 +1,18 @@
-//! txt2img, as diffusers' `StableDiffusionPipeline` does it, in numbered stages. The denoising loop
-//! keeps everything on the device: the scheduler's update is a linear combination whose
-//! coefficients are computed up front on the host, so no step reads a tensor back.
+//! txt2img and img2img, as diffusers' `StableDiffusionPipeline` and
+//! `StableDiffusionImg2ImgPipeline` do them, in numbered stages. The denoising loop keeps
+//! everything on the device: the scheduler's update is a linear combination whose coefficients are
+//! computed up front on the host, so no step reads a tensor back.
+//!
+//! `decode.rs`: latents to pixels (NaN guard, tiling). `init.rs`: img2img's encoded start.
+//! `hires.rs`: A1111's hires fix, a second img2img pass at a larger size.
+
+mod decode;
+pub mod hires;
+mod init;
+
+pub use decode::{all_finite, decode, to_rgb8};
+pub use hires::{HiresFix, HiresUpscaler};
+pub use init::InitImage;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -58,6 +70,10 @@ pub struct Txt2ImgRequest {
     /// How `(word:1.3)` weights apply (A1111's emphasis mode).
     pub emphasis: crate::prompt::Emphasis,
     pub decode: DecodeOptions,
+    /// img2img: start from this image instead of pure noise.
+    pub init: Option<InitImage>,
+    /// txt2img: a second pass at a larger size (A1111's hires fix).
+    pub hires: Option<HiresFix>,
 }
 
 impl Default for Txt2ImgRequest {
@@ -76,6 +92,8 @@ impl Default for Txt2ImgRequest {
             clip_skip: 1,
             emphasis: crate::prompt::Emphasis::default(),
             decode: DecodeOptions::default(),
+            init: None,
+            hires: None,
         }
     }
 }
@@ -212,10 +230,34 @@ pub fn check_request(model: &StableDiffusion, req: &Txt2ImgRequest) -> Result<()
     if req.batch_count == 0 {
         return bad("batch count must be at least 1".into());
     }
+    if let Some(init) = &req.init {
+        let (w, h) = (init.image.width, init.image.height);
+        if w == 0 || h == 0 || init.image.pixels.len() != w * h * 3 {
+            return bad(format!("the init image ({w}x{h}) has no pixels"));
+        }
+        schedulers::img2img_begin(req.steps, init.strength)
+            .map_err(|e| Error::InvalidInput(e.to_string()))?;
+    }
+    if let Some(hires) = &req.hires {
+        hires.check(req)?;
+    }
     Ok(())
 }
 
-/// Runs txt2img. `cancel` is checked before every step and before the decode.
+/// The sampler's plan for `req`: every step for txt2img, the last ⌊steps × strength⌋ for img2img.
+pub fn request_plan(req: &Txt2ImgRequest) -> Result<schedulers::Plan> {
+    let config = SchedulerConfig::sd15();
+    match &req.init {
+        None => schedulers::plan(req.sampler, req.schedule, req.steps, &config),
+        Some(init) => {
+            schedulers::img2img_plan(req.sampler, req.schedule, req.steps, init.strength, &config)
+        }
+    }
+    .map_err(|e| Error::InvalidInput(e.to_string()))
+}
+
+/// Runs txt2img, or img2img when the request has an init image (the model then needs its VAE
+/// encoder). `cancel` is checked before every step and before the decode.
 ///
 /// A cancelled run returns [`Error::Cancelled`] when no image was finished, and otherwise the
 /// images of the batch count finished before the cancel (fewer than `batch_count`), as A1111's
@@ -229,11 +271,8 @@ pub fn txt2img(
 ) -> Result<Vec<Generated>> {
     // 1. Check inputs.
     check_request(model, req)?;
-    let scheduler_config = SchedulerConfig::sd15();
-    let plan = schedulers::plan(req.sampler, req.schedule, req.steps, &scheduler_config)
-        .map_err(|e| Error::InvalidInput(e.to_string()))?;
+    let plan = request_plan(req)?;
     let device = &model.device;
-    let dtype = model.precision.dtype();
 
     // 2. Encode the prompt in A1111's 75-token chunks with its emphasis weights. CFG ≤ 1 skips
     // the unconditional pass, as diffusers does.
@@ -274,68 +313,64 @@ pub fn txt2img(
         req.height / scale,
         req.width / scale,
     ];
-    let numel: usize = shape.iter().product();
+    // img2img encodes its image once; each seed then samples and noises it.
+    let encoded = match &req.init {
+        Some(init) => Some(init::encode(model, init, req.width, req.height)?),
+        None => None,
+    };
+    let hires = req.hires.as_ref().map(|h| h.plan(req)).transpose()?;
+    let total = plan.num_steps() + hires.as_ref().map_or(0, |h| h.plan.num_steps());
     let mut out = Vec::with_capacity(req.batch_count);
     // Every step of every image has one shape: after a few, the step replays a recorded graph.
-    let mut unet = UNetSteps::new(&model.unet, context);
+    // The hires pass, of another shape, runs launch by launch (one recorded graph at a time).
+    let mut unet = UNetSteps::new(&model.unet, context.clone());
+    let mut first = |x: Tensor<4>, t: f32| unet.forward(x, t);
+    let mut second = |x: Tensor<4>, t: f32| {
+        let b = x.dims()[0];
+        model.unet.forward(x, &vec![t; b], &context)
+    };
     for image in 0..req.batch_count {
         let seed = req.seed.wrapping_add(image as u64);
         let start = Instant::now();
         // 3. Timesteps come from the plan. 4. Latents: torch.randn with the seed, on the CPU.
         let mut rng = TorchRng::new(seed);
-        let noise = |rng: &mut TorchRng| {
-            Tensor::<4>::from_data(
-                TensorData::new(rng.randn(numel), shape),
-                (device, DType::F32),
-            )
+        // f32 like diffusers' latents.
+        let latents = match &encoded {
+            Some(encoded) => encoded.start(&mut rng, plan.start[0]),
+            None => randn(&mut rng, shape, device) * plan.init_noise_sigma,
         };
-        let mut latents = noise(&mut rng) * plan.init_noise_sigma; // f32 like diffusers' latents
-        let mut prev_x0: Option<Tensor<4>> = None;
-
         // 5. Denoise.
-        for (i, &t) in plan.timesteps.iter().enumerate() {
+        let mut pass = Pass {
+            image,
+            start,
+            done: 0,
+            total,
+            dtype: model.precision.dtype(),
+        };
+        let Some(mut latents) =
+            pass.denoise(&mut first, &plan, latents, &mut rng, req, cancel, observer)?
+        else {
+            return cancelled(out);
+        };
+        // 5b. Hires fix: upscale, noise again from the seed, denoise at the larger size.
+        if let Some(hires) = &hires {
             if cancel.load(Ordering::Relaxed) {
                 return cancelled(out);
             }
-            let input = (latents.clone() * plan.input_scale[i]).cast(dtype);
-            let input = if guided {
-                Tensor::cat(vec![input.clone(), input], 0)
-            } else {
-                input
-            };
-            let eps = unet.forward(input, t).cast(DType::F32);
-            let eps = if guided {
-                let [uncond, text] = split_batch(eps);
-                uncond.clone() + (text - uncond) * req.cfg_scale
-            } else {
-                eps
-            };
-            let x0 = plan.x0[i];
-            let denoised = latents.clone() * x0.sample + eps.clone() * x0.model_output;
-            let c = plan.steps[i];
-            let mut next = latents.clone() * c.sample + eps * c.model_output;
-            if let Some(x0) = &prev_x0 {
-                if c.prev_x0 != 0.0 {
-                    next = next + x0.clone() * c.prev_x0;
-                }
+            let mut rng = TorchRng::new(seed);
+            let start = hires.start(model, latents, &req.decode, &mut rng, observer)?;
+            match pass.denoise(
+                &mut second,
+                &hires.plan,
+                start,
+                &mut rng,
+                req,
+                cancel,
+                observer,
+            )? {
+                Some(l) => latents = l,
+                None => return cancelled(out),
             }
-            if plan.draws_noise {
-                // Drawn every step (even when its weight is 0) to stay in step with diffusers' stream.
-                let n = noise(&mut rng);
-                if c.noise != 0.0 {
-                    next = next + n * c.noise;
-                }
-            }
-            latents = next;
-            observer.step(&StepState {
-                image,
-                step: i + 1,
-                total: plan.timesteps.len(),
-                elapsed: start.elapsed(),
-                latents: &latents,
-                denoised: &denoised,
-            });
-            prev_x0 = Some(denoised);
         }
 
         // 6. Decode, unless cancelled after the last step: the decode of a large image takes
@@ -353,6 +388,92 @@ pub fn txt2img(
     Ok(out)
 }
 
+/// Standard normal f32 latents of `shape` from the seed's generator (`torch.randn` on the CPU).
+fn randn(rng: &mut TorchRng, shape: [usize; 4], device: &burn::tensor::Device) -> Tensor<4> {
+    let numel = shape.iter().product();
+    Tensor::<4>::from_data(
+        TensorData::new(rng.randn(numel), shape),
+        (device, DType::F32),
+    )
+}
+
+/// One image's progress over its passes (the hires pass counts on from the first).
+struct Pass {
+    image: usize,
+    start: Instant,
+    done: usize,
+    total: usize,
+    /// The UNet's dtype (the sampler keeps f32).
+    dtype: DType,
+}
+
+impl Pass {
+    /// Runs `plan` from `latents` with `unet` (the model's prediction for an input at a
+    /// timestep); `None` when cancelled before a step.
+    #[allow(clippy::too_many_arguments)]
+    fn denoise(
+        &mut self,
+        unet: &mut dyn FnMut(Tensor<4>, f32) -> Tensor<4>,
+        plan: &schedulers::Plan,
+        mut latents: Tensor<4>,
+        rng: &mut TorchRng,
+        req: &Txt2ImgRequest,
+        cancel: &AtomicBool,
+        observer: &mut dyn Observer,
+    ) -> Result<Option<Tensor<4>>> {
+        let guided = req.cfg_scale > 1.0;
+        let dtype = latents.dtype();
+        let model_dtype = self.dtype;
+        let mut prev_x0: Option<Tensor<4>> = None;
+        for (i, &t) in plan.timesteps.iter().enumerate() {
+            if cancel.load(Ordering::Relaxed) {
+                return Ok(None);
+            }
+            let input = (latents.clone() * plan.input_scale[i]).cast(model_dtype);
+            let input = if guided {
+                Tensor::cat(vec![input.clone(), input], 0)
+            } else {
+                input
+            };
+            let eps = unet(input, t).cast(dtype);
+            let eps = if guided {
+                let [uncond, text] = split_batch(eps);
+                uncond.clone() + (text - uncond) * req.cfg_scale
+            } else {
+                eps
+            };
+            let x0 = plan.x0[i];
+            let denoised = latents.clone() * x0.sample + eps.clone() * x0.model_output;
+            let c = plan.steps[i];
+            let mut next = latents.clone() * c.sample + eps * c.model_output;
+            if let Some(x0) = &prev_x0 {
+                if c.prev_x0 != 0.0 {
+                    next = next + x0.clone() * c.prev_x0;
+                }
+            }
+            if plan.draws_noise {
+                // Drawn every step (even when its weight is 0) to stay in step with diffusers' stream.
+                let n = randn(rng, latents.dims(), &latents.device());
+                if c.noise != 0.0 {
+                    next = next + n * c.noise;
+                }
+            }
+            latents = next;
+            self.done += 1;
+            observer.step(&StepState {
+                image: self.image,
+                step: self.done,
+                total: self.total,
+                elapsed: self.start.elapsed(),
+                latents: &latents,
+                denoised: &denoised,
+            });
+            prev_x0 = Some(denoised);
+        }
+        Ok(Some(latents))
+    }
+}
+
 /// What a cancel returns: the finished images of the batch count, or `Cancelled` when none is.
 fn cancelled(done: Vec<Generated>) -> Result<Vec<Generated>> {
     if done.is_empty() {
@@ -360,91 +481,6 @@ fn cancelled(done: Vec<Generated>) -> Result<Vec<Generated>> {
     } else {
         Ok(done)
     }
-}
-
-/// Decodes the sampler's f32 latents `[1, c, h, w]` to an image as `options` say (tiled or whole,
-/// through the VAE compiler or not). Never returns a black image for NaN: non-finite
-/// latents are [`Error::NonFiniteLatents`]; an f16 decode with non-finite pixels is decoded again
-/// with an f32 copy of the VAE (one [`Notice::VaeRetriedInF32`], and f32 from then on), and pixels
-/// still not finite are [`Error::NonFiniteImage`].
-pub fn decode(
-    model: &StableDiffusion,
-    latents: Tensor<4>,
-    options: &DecodeOptions,
-    observer: &mut dyn Observer,
-) -> Result<RgbImage> {
-    let latents = latents.cast(DType::F32);
-    if !all_finite(&latents)? {
-        return Err(Error::NonFiniteLatents);
-    }
-    let f32_failure = Error::NonFiniteImage { precision: "f32" };
-    if model.precision == crate::Precision::F32 || model.vae_upcast() {
-        let (vae, _) = model.vae_f32();
-        let pixels = decode_with(model, vae, latents, options, observer);
-        return if all_finite(&pixels)? {
-            to_rgb8(pixels)
-        } else {
-            Err(f32_failure)
-        };
-    }
-    let pixels = decode_with(
-        model,
-        &model.vae,
-        latents.clone().cast(model.precision.dtype()),
-        options,
-        observer,
-    );
-    if all_finite(&pixels)? {
-        return to_rgb8(pixels);
-    }
-    let (vae, made) = model.vae_f32();
-    if made {
-        // The notice is the one warning: the CLI prints it, the studio shows and logs it.
-        tracing::debug!("f16 VAE decode was not finite; retrying in f32");
-        observer.notice(&Notice::VaeRetriedInF32);
-    }
-    let pixels = decode_with(model, vae, latents, options, observer);
-    if all_finite(&pixels)? {
-        to_rgb8(pixels)
-    } else {
-        Err(f32_failure)
-    }
-}
-
-/// One decode with `vae` (the model's, or its f32 copy), tiled or whole as `options` say, with
-/// the kernels VAE compilation chose.
-fn decode_with(
-    model: &StableDiffusion,
-    vae: &crate::vae::AutoencoderKL,
-    latents: Tensor<4>,
-    options: &DecodeOptions,
-    observer: &mut dyn Observer,
-) -> Tensor<4> {
-    let dims = latents.dims();
-    let limit = crate::limits::DeviceLimits::of(&model.device).max_tensor_bytes();
-    let tiling = options.tiling.fit_to(vae.config(), dims[0], limit);
-    // The device's limit wins over "never": a decode that cannot fit would fail.
-    let too_large = crate::vae_tiling::largest_decoder_buffer_bytes(vae.config(), dims) > limit;
-    let kernels = model
-        .vae_compile
-        .kernels(options.compile, vae, &latents, &mut |n| observer.notice(&n));
-    if tiling.should_tile(vae.config(), dims) || too_large {
-        tracing::debug!(?dims, ?tiling, "tiled VAE decode");
-        observer.decoding(tiling.tile_count(dims));
-        crate::vae_tiling::tiled_decode(vae, latents, &tiling, kernels)
-    } else {
-        observer.decoding(1);
-        vae.decode_with(latents, kernels)
-    }
-}
-
-/// Whether every value is finite: one reduction on the device and a single value read back.
-pub fn all_finite(t: &Tensor<4>) -> Result<bool> {
-    t.clone()
-        .is_finite()
-        .all()
-        .try_into_scalar::<bool>()
-        .map_err(|e| Error::Device(format!("cannot read a finiteness check: {e:?}")))
 }
 
 /// Splits a batch of 2 into its halves.
@@ -455,33 +491,4 @@ fn split_batch(t: Tensor<4>) -> [Tensor<4>; 2] {
         t.clone().slice([0..half, 0..c, 0..h, 0..w]),
         t.slice([half..b, 0..c, 0..h, 0..w]),
     ]
-}
-
-/// `[1, 3, h, w]` in about [-1, 1] -> RGB8, as diffusers: `round(clamp(x / 2 + 0.5, 0, 1) * 255)`.
-/// Non-finite pixels are an error: a black image is never saved silently.
-pub fn to_rgb8(pixels: Tensor<4>) -> Result<RgbImage> {
-    let [_, c, h, w] = pixels.dims();
-    let data = pixels
-        .cast(DType::F32)
-        .into_data()
-        .try_to_vec::<f32>()
-        .map_err(|e| Error::Device(format!("cannot read the decoded image: {e:?}")))?;
-    if data.iter().any(|v| !v.is_finite()) {
-        return Err(Error::InvalidInput(
-            "the decoded image contains NaN or infinite values (try f32 precision)".into(),
-        ));
-    }
-    let plane = h * w;
-    let mut rgb = Vec::with_capacity(plane * 3);
-    for i in 0..plane {
-        for ch in 0..3 {
-            let v = data[ch.min(c - 1) * plane + i];
-            rgb.push(((v / 2.0 + 0.5).clamp(0.0, 1.0) * 255.0).round_ties_even() as u8); // numpy rounds half to even
-        }
-    }
-    Ok(RgbImage {
-        width: w,
-        height: h,
-        pixels: rgb,
-    })
 }

@@ -1,0 +1,178 @@
+//! Image to image: the init image (opened from a file or taken from the gallery), its denoising
+//! strength and resize mode (the request carries the image at its own size; the engine fits it),
+//! and the hires fix.
+
+use latent_engine::image_io::{ResizeMode, load_image};
+use latent_engine::pipeline::HiresUpscaler;
+use latent_engine::pipeline::hires::MAX_SCALE as MAX_HIRES_SCALE;
+
+use super::super::form::InitSource;
+use super::*;
+
+impl StudioApp {
+    pub(super) fn img2img_ui(&mut self, ui: &mut egui::Ui) {
+        let title = match &self.form.init {
+            Some(_) => "Image to image (on)",
+            None => "Image to image",
+        };
+        egui::CollapsingHeader::new(title)
+            .id_salt("img2img")
+            .show(ui, |ui| {
+                ui.horizontal(|ui| {
+                    if ui
+                        .button("Open image…")
+                        .on_hover_text("PNG, JPEG or WebP; a gallery image: its Use as init image")
+                        .clicked()
+                    {
+                        self.pick(|| {
+                            let path = rfd::FileDialog::new()
+                                .add_filter("Images", &["png", "jpg", "jpeg", "webp"])
+                                .pick_file()?;
+                            let image = load_image(&path).map_err(|e| format!("{e}"));
+                            Some(DialogResult::InitImage { path, image })
+                        });
+                    }
+                    if self.form.init.is_some() && ui.button("Clear").clicked() {
+                        self.form.init = None;
+                    }
+                });
+                let Some(source) = self.form.init.clone() else {
+                    ui.weak("none: Generate starts from noise (txt2img)");
+                    return;
+                };
+                let texture = self.init_texture(ui.ctx(), &source);
+                ui.horizontal(|ui| {
+                    ui.add(egui::Image::new(&texture).fit_to_exact_size(egui::vec2(64.0, 64.0)));
+                    ui.vertical(|ui| {
+                        ui.label(&source.name);
+                        ui.weak(format!("{}×{}", source.image.width, source.image.height));
+                        if ui
+                            .small_button("Use its size")
+                            .on_hover_text(
+                                "set the width and height to the image's (multiples of 8)",
+                            )
+                            .clicked()
+                        {
+                            self.form.width = (source.image.width / 8).clamp(8, 256) * 8;
+                            self.form.height = (source.image.height / 8).clamp(8, 256) * 8;
+                        }
+                    });
+                });
+                egui::Grid::new("img2img-params")
+                    .num_columns(2)
+                    .show(ui, |ui| {
+                        let label = ui.label("Denoising");
+                        ui.add(
+                            egui::Slider::new(&mut self.form.strength, 0.01..=1.0).step_by(0.01),
+                        )
+                        .on_hover_text(
+                            "how much is redrawn: of the steps, the last steps × strength run \
+                             (A1111's denoising strength)",
+                        )
+                        .labelled_by(label.id);
+                        ui.end_row();
+                        let label = ui.label("Resize");
+                        egui::ComboBox::from_id_salt("resize-mode")
+                            .selected_text(self.form.resize_mode.a1111_name())
+                            .show_ui(ui, |ui| {
+                                for m in ResizeMode::ALL {
+                                    ui.selectable_value(
+                                        &mut self.form.resize_mode,
+                                        m,
+                                        m.a1111_name(),
+                                    );
+                                }
+                            })
+                            .response
+                            .on_hover_text("how an image of another size is fitted (Lanczos)")
+                            .labelled_by(label.id);
+                        ui.end_row();
+                    });
+            });
+    }
+
+    /// The init image's thumbnail texture, uploaded once per image.
+    fn init_texture(&mut self, ctx: &egui::Context, source: &InitSource) -> TextureHandle {
+        match &self.init_texture {
+            Some((image, texture)) if Arc::ptr_eq(image, &source.image) => texture.clone(),
+            _ => {
+                let texture = ctx.load_texture(
+                    "init-image",
+                    color_image(&source.image),
+                    TextureOptions::LINEAR,
+                );
+                self.init_texture = Some((source.image.clone(), texture.clone()));
+                texture
+            }
+        }
+    }
+
+    /// A gallery image becomes the init image (shared, not copied).
+    pub(super) fn use_as_init(&mut self, item: usize) {
+        if let Some(item) = self.gallery.get(item) {
+            let name = item.finished.path.file_name().map_or_else(
+                || "gallery image".into(),
+                |n| n.to_string_lossy().into_owned(),
+            );
+            self.form.init = Some(InitSource {
+                name,
+                image: item.finished.image.clone(),
+            });
+            self.status = "init image set: Generate runs image to image".into();
+        }
+    }
+}
+
+impl StudioApp {
+    /// Hires fix: a second pass at a larger size (txt2img only).
+    pub(super) fn hires_ui(&mut self, ui: &mut egui::Ui) {
+        let title = match self.form.hires_on && self.form.init.is_none() {
+            true => "Hires fix (on)",
+            false => "Hires fix",
+        };
+        egui::CollapsingHeader::new(title)
+            .id_salt("hires")
+            .show(ui, |ui| {
+                if self.form.init.is_some() {
+                    ui.weak("off while an init image is set (hires fix is for txt2img)");
+                    return;
+                }
+                ui.checkbox(&mut self.form.hires_on, "second pass at a larger size");
+                let (w, h) = self.form.hires.target(self.form.width, self.form.height);
+                let hires = &mut self.form.hires;
+                egui::Grid::new("hires-params").num_columns(2).show(ui, |ui| {
+                    let label = ui.label("Upscale by");
+                    ui.add(
+                        egui::Slider::new(&mut hires.scale, 1.0..=MAX_HIRES_SCALE)
+                            .step_by(0.05)
+                            .suffix(format!("  → {w}×{h}")),
+                    )
+                    .labelled_by(label.id);
+                    ui.end_row();
+                    let label = ui.label("Hires steps");
+                    ui.add(egui::Slider::new(&mut hires.steps, 0..=150))
+                        .on_hover_text("0: as many as the first pass")
+                        .labelled_by(label.id);
+                    ui.end_row();
+                    let label = ui.label("Denoising");
+                    ui.add(egui::Slider::new(&mut hires.strength, 0.01..=1.0).step_by(0.01))
+                        .labelled_by(label.id);
+                    ui.end_row();
+                    let label = ui.label("Upscaler");
+                    egui::ComboBox::from_id_salt("hires-upscaler")
+                        .selected_text(hires.upscaler.a1111_name())
+                        .show_ui(ui, |ui| {
+                            for u in HiresUpscaler::ALL {
+                                ui.selectable_value(&mut hires.upscaler, u, u.a1111_name());
+                            }
+                        })
+                        .response
+                        .on_hover_text(
+                            "Latent: the latent, bilinear; Lanczos: the decoded image, encoded again",
+                        )
+                        .labelled_by(label.id);
+                    ui.end_row();
+                });
+            });
+    }
+}

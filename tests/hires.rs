@@ -1,0 +1,177 @@
+//! Hires fix on the tiny model (CPU backend): the second pass runs A1111's window of a longer
+//! schedule at the larger size; with the Lanczos upscaler it equals txt2img followed by the same
+//! img2img run by hand, and the PNG text restores it.
+
+use crate::common;
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+use burn::tensor::Device;
+use common::fixtures;
+use latent_engine::checkpoint::Checkpoint;
+use latent_engine::image_io::ResizeMode;
+use latent_engine::parameters::Parameters;
+use latent_engine::pipeline::{
+    Generated, HiresFix, HiresUpscaler, InitImage, Observer, StepState, Txt2ImgRequest, txt2img,
+};
+use latent_engine::tokenizer::ClipTokenizer;
+use latent_engine::{LoadOptions, StableDiffusion};
+
+#[derive(Default)]
+struct Steps(Vec<(usize, usize, [usize; 4])>);
+
+impl Observer for Steps {
+    fn step(&mut self, s: &StepState<'_>) {
+        let d = s.latents.dims();
+        self.0.push((s.step, s.total, d));
+    }
+}
+
+fn base() -> Txt2ImgRequest {
+    Txt2ImgRequest {
+        prompt: "a watercolor fox in the snow".into(),
+        negative_prompt: "blurry".into(),
+        seed: 5,
+        steps: 3,
+        width: 48,
+        height: 32,
+        ..Default::default()
+    }
+}
+
+#[test]
+fn hires_fix_runs_a_second_pass_at_the_larger_size() {
+    let ckpt = Checkpoint::open(&fixtures().join("tiny-sd")).unwrap();
+    let options = LoadOptions {
+        vae_encoder: true,
+        ..Default::default()
+    };
+    let model = StableDiffusion::load(&ckpt, &Device::flex(), options).unwrap();
+    let tokenizer = ClipTokenizer::new().unwrap();
+    let run = |req: &Txt2ImgRequest, obs: &mut dyn Observer| -> Generated {
+        txt2img(&model, &tokenizer, req, &AtomicBool::new(false), obs)
+            .unwrap()
+            .remove(0)
+    };
+
+    // Latent upscale ×1.5: 3 steps at 48×32, then 2 at 72×48 (a window of a 4-step schedule).
+    let latent = HiresFix {
+        scale: 1.5,
+        steps: 2,
+        strength: 0.5,
+        upscaler: HiresUpscaler::Latent,
+    };
+    let req = Txt2ImgRequest {
+        hires: Some(latent),
+        ..base()
+    };
+    let mut steps = Steps::default();
+    let out = run(&req, &mut steps);
+    assert_eq!((out.image.width, out.image.height), (72, 48));
+    let seen: Vec<_> = steps
+        .0
+        .iter()
+        .map(|&(s, t, d)| (s, t, d[2], d[3]))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            (1, 5, 4, 6),
+            (2, 5, 4, 6),
+            (3, 5, 4, 6),
+            (4, 5, 6, 9),
+            (5, 5, 6, 9)
+        ]
+    );
+
+    // Lanczos: the first image, resized and encoded, then img2img over a 4-step schedule from
+    // its step 2 (strength 2 ÷ 4) with the seed's generator again: the same run by hand.
+    let lanczos = HiresFix {
+        upscaler: HiresUpscaler::Lanczos,
+        ..latent
+    };
+    let hires = run(
+        &Txt2ImgRequest {
+            hires: Some(lanczos),
+            ..base()
+        },
+        &mut Steps::default(),
+    );
+    let first = run(&base(), &mut Steps::default());
+    let by_hand = run(
+        &Txt2ImgRequest {
+            width: 72,
+            height: 48,
+            steps: 4,
+            init: Some(InitImage {
+                image: Arc::new(first.image),
+                strength: 0.5,
+                resize: ResizeMode::JustResize,
+            }),
+            ..base()
+        },
+        &mut Steps::default(),
+    );
+    assert_eq!(hires.image, by_hand.image);
+    assert_ne!(hires.image, out.image, "the upscalers differ");
+
+    // The PNG text carries it as A1111 writes it, and gives it back.
+    let text = Parameters::for_request(&req, 5, None, None).to_a1111();
+    assert!(
+        text.contains(
+            "Size: 48x32, Denoising strength: 0.5, Hires upscale: 1.5, Hires steps: 2, Hires upscaler: Latent"
+        ),
+        "{text}"
+    );
+    let back = Parameters::parse_a1111(&text).unwrap();
+    assert_eq!(back.hires(), Some(Ok(latent)));
+    let plain =
+        Parameters::parse_a1111(&Parameters::for_request(&base(), 5, None, None).to_a1111());
+    assert_eq!(plain.unwrap().hires(), None);
+}
+
+#[test]
+fn hires_fix_refuses_an_init_image_and_needs_the_encoder_for_lanczos() {
+    let ckpt = Checkpoint::open(&fixtures().join("tiny-sd")).unwrap();
+    let model = StableDiffusion::load(&ckpt, &Device::flex(), LoadOptions::default()).unwrap();
+    let tokenizer = ClipTokenizer::new().unwrap();
+    let err = |req: &Txt2ImgRequest| {
+        txt2img(
+            &model,
+            &tokenizer,
+            req,
+            &AtomicBool::new(false),
+            &mut Steps::default(),
+        )
+        .map(|_| ())
+        .unwrap_err()
+        .to_string()
+    };
+    let lanczos = HiresFix {
+        scale: 1.5,
+        steps: 1,
+        upscaler: HiresUpscaler::Lanczos,
+        ..Default::default()
+    };
+    let no_encoder = err(&Txt2ImgRequest {
+        hires: Some(lanczos),
+        steps: 1,
+        ..base()
+    });
+    assert!(no_encoder.contains("VAE encoder"), "{no_encoder}");
+    let both = err(&Txt2ImgRequest {
+        hires: Some(lanczos),
+        init: Some(InitImage {
+            image: Arc::new(latent_engine::image_io::RgbImage {
+                width: 8,
+                height: 8,
+                pixels: vec![0; 192],
+            }),
+            strength: 0.5,
+            resize: ResizeMode::JustResize,
+        }),
+        ..base()
+    });
+    assert!(both.contains("hires fix is for txt2img"), "{both}");
+}

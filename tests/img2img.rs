@@ -1,0 +1,216 @@
+//! img2img against diffusers' StableDiffusionImg2ImgPipeline on the tiny model
+//! (tests/fixtures/make_img2img_fixtures.py): four samplers at strengths that run 3–4 of 5–8
+//! steps, from the 64×64 `img2img-init.png`; per-step latents within 1e-3, images within ±1.
+
+use crate::common;
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+use burn::tensor::Device;
+use common::{devices, fixtures, to_vec};
+use latent_engine::checkpoint::{Checkpoint, SafetensorsFile};
+use latent_engine::image_io::{ResizeMode, RgbImage, load_image};
+use latent_engine::parameters::Parameters;
+use latent_engine::pipeline::{InitImage, Observer, StepState, Txt2ImgRequest, txt2img};
+use latent_engine::tokenizer::ClipTokenizer;
+use latent_engine::{LoadOptions, StableDiffusion};
+use serde::Deserialize;
+
+#[derive(Deserialize)]
+struct Case {
+    name: String,
+    sampler: String,
+    schedule: String,
+    strength: f64,
+    steps: usize,
+    seed: u64,
+    cfg: f32,
+    prompt: String,
+    negative: String,
+    width: usize,
+    height: usize,
+    runs: usize,
+}
+
+fn cases() -> Vec<Case> {
+    let text = std::fs::read_to_string(fixtures().join("img2img_cases.json")).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+#[derive(Default)]
+struct Record {
+    latents: Vec<Vec<f32>>,
+    total: usize,
+}
+
+impl Observer for Record {
+    fn step(&mut self, s: &StepState<'_>) {
+        self.latents.push(to_vec(s.latents.clone()));
+        self.total = s.total;
+    }
+}
+
+fn init() -> InitImage {
+    InitImage {
+        image: Arc::new(load_image(&fixtures().join("img2img-init.png")).unwrap()),
+        strength: 0.75,
+        resize: Default::default(),
+    }
+}
+
+fn request(c: &Case) -> Txt2ImgRequest {
+    Txt2ImgRequest {
+        prompt: c.prompt.clone(),
+        negative_prompt: c.negative.clone(),
+        seed: c.seed,
+        steps: c.steps,
+        cfg_scale: c.cfg,
+        sampler: c.sampler.parse().unwrap(),
+        schedule: c.schedule.parse().unwrap(),
+        width: c.width,
+        height: c.height,
+        init: Some(InitImage {
+            strength: c.strength,
+            ..init()
+        }),
+        ..Default::default()
+    }
+}
+
+fn with_encoder(device: &Device) -> StableDiffusion {
+    let ckpt = Checkpoint::open(&fixtures().join("tiny-sd")).unwrap();
+    let options = LoadOptions {
+        vae_encoder: true,
+        ..Default::default()
+    };
+    StableDiffusion::load(&ckpt, device, options).unwrap()
+}
+
+#[test]
+fn img2img_matches_diffusers_on_every_backend() {
+    let expected = SafetensorsFile::open(&fixtures().join("img2img-expected.safetensors")).unwrap();
+    let tokenizer = ClipTokenizer::new().unwrap();
+    for (backend, device) in devices() {
+        let model = with_encoder(&device);
+        for case in cases() {
+            let what = format!(
+                "{backend}/{}/{} strength {}",
+                case.name, case.sampler, case.strength
+            );
+            let mut rec = Record::default();
+            let out = txt2img(
+                &model,
+                &tokenizer,
+                &request(&case),
+                &AtomicBool::new(false),
+                &mut rec,
+            )
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+            // ⌊steps × strength⌋ steps run, and progress counts those.
+            assert_eq!(
+                (rec.latents.len(), rec.total),
+                (case.runs, case.runs),
+                "{what}: steps"
+            );
+            let want = expected
+                .read_f32(&format!("{}.latents", case.name))
+                .unwrap();
+            let per_step = want.len() / case.runs;
+            for (i, got) in rec.latents.iter().enumerate() {
+                let want = &want[i * per_step..(i + 1) * per_step];
+                let max = got
+                    .iter()
+                    .zip(want)
+                    .map(|(a, b)| (a - b).abs())
+                    .fold(0f32, f32::max);
+                assert!(max <= 1e-3, "{what}: step {i} latents differ by {max:e}");
+            }
+            let want = expected.bytes(expected.entry(&format!("{}.image", case.name)).unwrap());
+            let got = &out[0].image.pixels;
+            assert_eq!(got.len(), want.len(), "{what}: image size");
+            let worst = got
+                .iter()
+                .zip(want)
+                .map(|(a, b)| a.abs_diff(*b))
+                .max()
+                .unwrap_or(0);
+            assert!(worst <= 1, "{what}: pixels differ by up to {worst}");
+        }
+    }
+}
+
+#[test]
+fn img2img_refuses_what_it_cannot_run_with_clear_errors() {
+    let device = Device::flex();
+    let tokenizer = ClipTokenizer::new().unwrap();
+    let case = cases().remove(0);
+    let run = |model: &StableDiffusion, req: &Txt2ImgRequest| {
+        txt2img(
+            model,
+            &tokenizer,
+            req,
+            &AtomicBool::new(false),
+            &mut Record::default(),
+        )
+        .map(|_| ())
+        .unwrap_err()
+        .to_string()
+    };
+    // A model loaded for txt2img has no encoder: said so, nothing run.
+    let ckpt = Checkpoint::open(&fixtures().join("tiny-sd")).unwrap();
+    let plain = StableDiffusion::load(&ckpt, &device, LoadOptions::default()).unwrap();
+    let err = run(&plain, &request(&case));
+    assert!(err.contains("VAE encoder"), "{err}");
+
+    let model = with_encoder(&device);
+    let strength = |s: f64, steps: usize| {
+        let mut req = request(&case);
+        req.steps = steps;
+        req.init.as_mut().unwrap().strength = s;
+        run(&model, &req)
+    };
+    for bad in [0.0, -0.5, 1.5, f64::NAN] {
+        let err = strength(bad, 10);
+        assert!(err.contains("denoising strength must be"), "{bad}: {err}");
+    }
+    // 4 steps × 0.2 runs no step: the message says why and what to change.
+    let err = strength(0.2, 4);
+    assert!(err.contains("runs no step"), "{err}");
+
+    let mut req = request(&case);
+    req.init.as_mut().unwrap().image = Arc::new(RgbImage {
+        width: 0,
+        height: 0,
+        pixels: Vec::new(),
+    });
+    let err = run(&model, &req);
+    assert!(err.contains("init image (0x0) has no pixels"), "{err}");
+
+    // An image of another size is fitted to the request's (here cropped to 48×32).
+    let mut req = request(&case);
+    (req.width, req.height, req.steps) = (48, 32, 2);
+    req.init.as_mut().unwrap().resize = ResizeMode::CropAndResize;
+    let out = txt2img(
+        &model,
+        &tokenizer,
+        &req,
+        &AtomicBool::new(false),
+        &mut Record::default(),
+    )
+    .unwrap();
+    assert_eq!((out[0].image.width, out[0].image.height), (48, 32));
+}
+
+#[test]
+fn img2img_parameters_record_the_strength() {
+    let case = cases().remove(0);
+    let req = request(&case);
+    let text = Parameters::for_request(&req, case.seed, None, None).to_a1111();
+    assert!(text.contains("Denoising strength: 0.6"), "{text}");
+    let back = Parameters::parse_a1111(&text).unwrap();
+    assert_eq!(back.denoising_strength(), Some(0.6));
+    let txt2img = Txt2ImgRequest { init: None, ..req };
+    let text = Parameters::for_request(&txt2img, 1, None, None).to_a1111();
+    assert!(!text.contains("Denoising"), "{text}");
+}
