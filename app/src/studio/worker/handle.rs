@@ -82,12 +82,13 @@ impl EngineHandle {
             *pending = Some(config);
             return Ok(());
         }
-        let resets_cancel = matches!(command, Command::Generate(_) | Command::LoadModel(_));
-        self.queue(command)?;
-        if resets_cancel {
+        // Reset before the command is queued: reset after, a worker quick to take it could still
+        // read the previous Cancel at its first check and cancel the new run (seen once in 15
+        // runs of the studio's cancel test on a loaded machine).
+        if matches!(command, Command::Generate(_) | Command::LoadModel(_)) {
             self.cancel.store(false, Ordering::SeqCst);
         }
-        Ok(())
+        self.queue(command)
     }
 
     fn queue(&self, command: Command) -> Result<(), SendError> {
