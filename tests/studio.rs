@@ -200,6 +200,52 @@ fn preview_method_changes_mid_run_and_cancel_leaves_the_app_ready() {
     });
 }
 
+/// Generate while generating queues the settings; queued jobs can be reordered and removed;
+/// Cancel stops only the running job and the queue goes on; each image reaches the gallery.
+#[test]
+fn generate_while_generating_queues_jobs_that_run_in_order() {
+    let _serial = serial();
+    let dir = scratch("queue");
+    let mut h = studio(&dir, "none");
+    load_demo(&mut h);
+    // Long enough (on the demo model, seconds) for the clicks below to land while it runs.
+    quick_form(&mut h, 1000);
+    h.state_mut().form.prompt = "a long first job".into();
+    h.get_by_label("Generate").click();
+    h.run_steps(1);
+    assert!(h.state().is_busy());
+    for (prompt, steps) in [("second", 2), ("third", 3), ("fourth", 2)] {
+        let form = &mut h.state_mut().form;
+        (form.prompt, form.steps) = (prompt.into(), steps);
+        h.get_by_label("Generate").click();
+        h.run_steps(1);
+    }
+    assert_eq!(h.state().queued(), 3, "three jobs wait behind the running one");
+    // The list: "third" moves up, "fourth" is removed.
+    let ups = h.query_all_by_label("up").count();
+    assert_eq!(ups, 3);
+    h.state_mut().move_job(1, 0);
+    h.state_mut().remove_job(2);
+    h.run_steps(1);
+    assert_eq!(h.state().queued(), 2);
+    // Cancel stops the long job only: the queue starts at once.
+    h.get_by_label("Cancel").click();
+    h.run_steps(2);
+    run_until(&mut h, "the queued jobs", |a| {
+        !a.is_busy() && a.queued() == 0 && a.gallery_paths().len() >= 2
+    });
+    let prompts: Vec<String> = h
+        .state()
+        .gallery_paths()
+        .iter()
+        .map(|p| {
+            let text = latent_engine::image_io::png_parameters(p).unwrap().unwrap();
+            text.lines().next().unwrap().to_string()
+        })
+        .collect();
+    assert_eq!(prompts, ["third", "second"], "the cancelled job saved nothing");
+}
+
 #[derive(Debug)]
 struct Dropped(PathBuf);
 

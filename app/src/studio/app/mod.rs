@@ -14,6 +14,7 @@ use latent_engine::adapters::AdapterSummary;
 use latent_engine::device::DeviceChoice;
 use latent_engine::image_io::{RgbImage, decode_png, encode_png, png_parameters, save_atomic};
 use latent_engine::parameters::Parameters;
+use latent_engine::pipeline::Txt2ImgRequest;
 use latent_engine::preview::{Frame, PreviewMethod, PreviewSettings};
 use latent_engine::prompt::{Chunks, Emphasis};
 use latent_engine::schedulers::{SamplerKind, Schedule};
@@ -37,6 +38,7 @@ mod input;
 mod model_ui;
 mod preview_ui;
 mod prompt_ui;
+mod queue_ui;
 mod settings_ui;
 
 /// How long the UI may spend draining engine events in one frame.
@@ -159,6 +161,9 @@ pub struct StudioApp {
     wake: Arc<dyn Fn() + Send + Sync>,
     /// The init image's thumbnail, and the image it shows.
     init_texture: Option<(Arc<RgbImage>, TextureHandle)>,
+    /// Generations waiting for the engine, first to run first; the last job id given.
+    queue: Vec<queue_ui::Job>,
+    next_job: u64,
 }
 
 impl StudioApp {
@@ -236,6 +241,8 @@ impl StudioApp {
             cache_report: CacheReport::default(),
             device_check: None,
             init_texture: None,
+            queue: Vec::new(),
+            next_job: 0,
         };
         let slot = app.adapters.clone();
         let _ = std::thread::Builder::new()
@@ -372,10 +379,8 @@ impl StudioApp {
         });
     }
 
+    /// Generates with the form's settings now, or queues them behind the running work.
     pub fn generate(&mut self) {
-        if self.activity.working() {
-            return;
-        }
         if self.model.is_none() {
             self.error = Some("No model is loaded: open a checkpoint or the demo model.".into());
             return;
@@ -385,14 +390,25 @@ impl StudioApp {
         }
         let mut request = self.form.request();
         request.decode.compile = self.settings.vae_compile;
+        if !self.activity.idle() || !self.queue.is_empty() {
+            self.enqueue(request);
+            return;
+        }
+        self.error = None;
+        self.dispatch(request);
+    }
+
+    /// Sends `request` to the engine; whether it was accepted.
+    fn dispatch(&mut self, request: Txt2ImgRequest) -> bool {
         // Busy only once the engine has the request: a refused one must not look running.
         if let Err(e) = self.engine.send(Command::Generate(Box::new(request))) {
             self.error = Some(format!("not generated: {e}"));
-            return;
+            return false;
         }
+        // A queued job's start leaves the last job's error showing.
         self.activity = Activity::Working(None);
-        self.error = None;
         self.last_event = Instant::now();
+        true
     }
 
     /// Stops the running generation at the next step, or a model load at the next tensor.
@@ -431,6 +447,7 @@ impl eframe::App for StudioApp {
         let started = Instant::now();
         let ctx = ui.ctx().clone();
         self.drain_events(&ctx);
+        self.run_queue();
         self.update_preview(&ctx);
         self.handle_drops(&ctx);
         self.shortcuts(&ctx);

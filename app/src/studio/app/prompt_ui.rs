@@ -133,8 +133,11 @@ impl StudioApp {
 
         ui.add_space(8.0);
         ui.horizontal(|ui| {
-            let generate = ui.add_enabled(self.activity.idle(), egui::Button::new("Generate"));
-            if generate.on_hover_text("Ctrl+Enter").clicked() {
+            let hint = match self.activity.idle() {
+                true => "Ctrl+Enter",
+                false => "Ctrl+Enter; while the engine works, queues these settings",
+            };
+            if ui.button("Generate").on_hover_text(hint).clicked() {
                 self.generate();
             }
             if ui
@@ -158,6 +161,7 @@ impl StudioApp {
                 p.total
             )));
         }
+        self.queue_ui(ui);
         if let Some(silent) = self.stalled() {
             ui.colored_label(
                 ui.visuals().warn_fg_color,
