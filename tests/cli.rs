@@ -173,6 +173,7 @@ fn bad_input_exits_nonzero_with_one_line_and_no_file() {
             "upscaler",
         ),
         (&["--init-image", "/nonexistent/x.png"], "x.png"),
+        (&["--mask", "mask.png"], "needs --init-image"),
     ];
     for (extra, needle) in cases {
         let mut args = vec![

@@ -108,6 +108,7 @@ fn hires_fix_runs_a_second_pass_at_the_larger_size() {
                 image: Arc::new(first.image),
                 strength: 0.5,
                 resize: ResizeMode::JustResize,
+                mask: None,
             }),
             ..base()
         },
@@ -170,6 +171,7 @@ fn hires_fix_refuses_an_init_image_and_needs_the_encoder_for_lanczos() {
             }),
             strength: 0.5,
             resize: ResizeMode::JustResize,
+            mask: None,
         }),
         ..base()
     });

@@ -1,6 +1,8 @@
 //! img2img against diffusers' StableDiffusionImg2ImgPipeline on the tiny model
 //! (tests/fixtures/make_img2img_fixtures.py): four samplers at strengths that run 3–4 of 5–8
-//! steps, from the 64×64 `img2img-init.png`; per-step latents within 1e-3, images within ±1.
+//! steps, from the 64×64 `img2img-init.png`, and inpainting with `img2img-mask.png` against
+//! StableDiffusionInpaintPipeline (Euler a at 0.75, DPM++ 2M from pure noise at strength 1);
+//! per-step latents within 1e-3, images within ±1.
 
 use crate::common;
 
@@ -31,6 +33,8 @@ struct Case {
     width: usize,
     height: usize,
     runs: usize,
+    /// Inpainting with `img2img-mask.png` (StableDiffusionInpaintPipeline).
+    mask: bool,
 }
 
 fn cases() -> Vec<Case> {
@@ -56,6 +60,7 @@ fn init() -> InitImage {
         image: Arc::new(load_image(&fixtures().join("img2img-init.png")).unwrap()),
         strength: 0.75,
         resize: Default::default(),
+        mask: None,
     }
 }
 
@@ -72,6 +77,9 @@ fn request(c: &Case) -> Txt2ImgRequest {
         height: c.height,
         init: Some(InitImage {
             strength: c.strength,
+            mask: c
+                .mask
+                .then(|| Arc::new(load_image(&fixtures().join("img2img-mask.png")).unwrap())),
             ..init()
         }),
         ..Default::default()

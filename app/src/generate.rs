@@ -65,6 +65,10 @@ pub struct GenerateArgs {
     /// resize-and-fill (A1111's resize modes; Lanczos resampling).
     #[arg(long, default_value = "just-resize")]
     resize_mode: ResizeMode,
+    /// Inpainting, with --init-image: a mask image, white where the picture is repainted (a
+    /// 4-channel checkpoint: the rest is blended back after every step, as diffusers does).
+    #[arg(long)]
+    mask: Option<PathBuf>,
     /// Hires fix: a second pass at this factor of the size (1 to 4; A1111's "Upscale by").
     #[arg(long)]
     hires_scale: Option<f64>,
@@ -257,6 +261,9 @@ fn parse_emphasis(name: &str) -> std::result::Result<Emphasis, String> {
 fn init_image(args: &GenerateArgs) -> Result<(Option<InitImage>, usize, usize)> {
     let defaults = Txt2ImgRequest::default();
     let Some(path) = &args.init_image else {
+        if args.mask.is_some() {
+            bail!("--mask needs --init-image (the picture to inpaint)");
+        }
         return Ok((
             None,
             args.width.unwrap_or(defaults.width),
@@ -267,10 +274,15 @@ fn init_image(args: &GenerateArgs) -> Result<(Option<InitImage>, usize, usize)> 
     let round = |v: usize| (v / 8 * 8).max(8);
     let width = args.width.unwrap_or(round(image.width));
     let height = args.height.unwrap_or(round(image.height));
+    let mask = match &args.mask {
+        Some(path) => Some(std::sync::Arc::new(load_image(path)?)),
+        None => None,
+    };
     let init = InitImage {
         image: std::sync::Arc::new(image),
         strength: args.denoising_strength,
         resize: args.resize_mode,
+        mask,
     };
     Ok((Some(init), width, height))
 }

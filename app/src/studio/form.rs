@@ -38,6 +38,8 @@ pub struct Form {
     /// img2img: the image to start from (none: txt2img), how much of it is redrawn and how it is
     /// fitted to the size.
     pub init: Option<InitSource>,
+    /// Inpainting: the mask (white is repainted), used with an init image.
+    pub mask: Option<InitSource>,
     pub strength: f64,
     pub resize_mode: ResizeMode,
     /// Hires fix (txt2img only: an init image turns it off) and its settings.
@@ -74,6 +76,7 @@ impl Default for Form {
             clip_skip: request.clip_skip,
             emphasis: request.emphasis,
             init: None,
+            mask: None,
             strength: DEFAULT_STRENGTH,
             resize_mode: ResizeMode::default(),
             hires_on: false,
@@ -103,6 +106,7 @@ impl Form {
                 image: source.image.clone(),
                 strength: self.strength,
                 resize: self.resize_mode,
+                mask: self.mask.as_ref().map(|m| m.image.clone()),
             }),
             hires: (self.hires_on && self.init.is_none()).then_some(self.hires),
         }
@@ -249,6 +253,10 @@ mod tests {
                 name: "a.png".into(),
                 image: image.clone(),
             }),
+            mask: Some(InitSource {
+                name: "m.png".into(),
+                image: image.clone(),
+            }),
             strength: 0.4,
             resize_mode: ResizeMode::ResizeAndFill,
             ..Form::default()
@@ -268,6 +276,7 @@ mod tests {
             (init.strength, init.resize),
             (0.4, ResizeMode::ResizeAndFill)
         );
+        assert!(init.mask.is_some(), "the mask goes with the image");
         assert!(Form::default().request().init.is_none());
 
         let text = Parameters::for_request(&form.request(), 3, None, None).to_a1111();

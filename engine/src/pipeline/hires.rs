@@ -185,9 +185,10 @@ impl HiresPass {
                     image: std::sync::Arc::new(image),
                     strength: 1.0,
                     resize: ResizeMode::JustResize,
+                    mask: None,
                 };
                 let encoded = init::encode(model, &init, self.width, self.height)?;
-                Ok(encoded.start(rng, at))
+                Ok(encoded.start(rng, &self.plan, 0.0).latents)
             }
         }
     }

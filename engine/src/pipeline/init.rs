@@ -1,5 +1,7 @@
 //! img2img's starting point: the artist's image encoded by the VAE and noised to the first step
-//! that runs, as diffusers' `StableDiffusionImg2ImgPipeline.prepare_latents` does it.
+//! that runs, as diffusers' `StableDiffusionImg2ImgPipeline.prepare_latents` does it; with a mask,
+//! inpainting with an ordinary (4-channel) checkpoint as `StableDiffusionInpaintPipeline` does it:
+//! after every step the unmasked latents are put back, noised to the next step's level.
 
 use std::sync::Arc;
 
@@ -10,7 +12,7 @@ use crate::error::{Error, Result};
 use crate::image_io::{ResizeMode, RgbImage, resize};
 use crate::model::StableDiffusion;
 use crate::noise::TorchRng;
-use crate::schedulers::StartCoefficients;
+use crate::schedulers::Plan;
 
 /// An image to start from (img2img), of any size: the run fits it to the request's width and
 /// height as `resize` says ([`crate::image_io::resize`]), on the engine's thread.
@@ -22,6 +24,8 @@ pub struct InitImage {
     /// ⌊steps × strength⌋ run ([`crate::schedulers::img2img_plan`]).
     pub strength: f64,
     pub resize: ResizeMode,
+    /// Inpainting: white (≥ 50 % grey) is repainted, black kept; fitted like the image.
+    pub mask: Option<Arc<RgbImage>>,
 }
 
 /// The encoded image, once for every image of a batch count: the latent distribution's mean and
@@ -29,6 +33,34 @@ pub struct InitImage {
 pub(super) struct Encoded {
     mean: Tensor<4>,
     std: Tensor<4>,
+    /// Inpainting: 1 where the latent is repainted, `[1, 1, h/8, w/8]`.
+    mask: Option<Tensor<4>>,
+}
+
+/// One seed's start: the latent to denoise, and (inpainting) what each step blends back in.
+pub(super) struct Start {
+    pub latents: Tensor<4>,
+    pub blend: Option<Blend>,
+}
+
+/// Inpainting's blend after each step: `mask · latents + (1 − mask) · (x0 noised to the next
+/// step with the start's noise)`, the clean `x0` after the last.
+pub(super) struct Blend {
+    x0: Tensor<4>,
+    noise: Tensor<4>,
+    mask: Tensor<4>,
+}
+
+impl Blend {
+    /// The latents after step `i` of `plan`, blended.
+    pub(super) fn apply(&self, latents: Tensor<4>, plan: &Plan, i: usize) -> Tensor<4> {
+        let proper = match plan.start.get(i + 1) {
+            Some(at) => self.x0.clone() * at.sample + self.noise.clone() * at.noise,
+            None => self.x0.clone(),
+        };
+        let keep = self.mask.clone().neg() + 1.0;
+        latents * self.mask.clone() + proper * keep
+    }
 }
 
 /// Fits the init image to `width`×`height` and encodes it with the model's VAE encoder (loaded
@@ -74,14 +106,55 @@ pub(super) fn encode(
             "the VAE encoded the init image to NaN or infinite values (try f32 precision)".into(),
         ));
     }
-    Ok(Encoded { mean, std })
+    let mask = match &init.mask {
+        Some(mask) => Some(latent_mask(model, mask, init.resize, width, height)?),
+        None => None,
+    };
+    Ok(Encoded { mean, std, mask })
+}
+
+/// The mask at the latent's size: grey as PIL's `convert("L")`, binarized at 50 % as diffusers'
+/// mask processor does, then nearest-neighbour down by the VAE's factor (`interpolate` default).
+fn latent_mask(
+    model: &StableDiffusion,
+    mask: &RgbImage,
+    mode: ResizeMode,
+    width: usize,
+    height: usize,
+) -> Result<Tensor<4>> {
+    let mask = resize(mask, width, height, mode)?;
+    let scale = model.config.vae.downscale();
+    let (lw, lh) = (width / scale, height / scale);
+    let mut data = Vec::with_capacity(lw * lh);
+    for y in 0..lh {
+        for x in 0..lw {
+            let p = &mask.pixels[((y * scale) * width + x * scale) * 3..][..3];
+            let grey = (u32::from(p[0]) * 19595
+                + u32::from(p[1]) * 38470
+                + u32::from(p[2]) * 7471
+                + 0x8000)
+                >> 16;
+            data.push(if grey as f32 / 255.0 >= 0.5 {
+                1f32
+            } else {
+                0.0
+            });
+        }
+    }
+    Ok(Tensor::<4>::from_data(
+        TensorData::new(data, [1, 1, lh, lw]),
+        (&model.device, DType::F32),
+    ))
 }
 
 impl Encoded {
     /// The first latent of one seed: a sample of the latent distribution, then the scheduler's
     /// `add_noise` at the first step, both drawn from the seed's generator in that order (as
-    /// diffusers draws them), so the sampler's own noise continues the same stream.
-    pub(super) fn start(&self, rng: &mut TorchRng, at: StartCoefficients) -> Tensor<4> {
+    /// diffusers draws them), so the sampler's own noise continues the same stream. Inpainting
+    /// also draws the sample diffusers takes of the masked image (unused by a 4-channel UNet),
+    /// and starts from pure noise at strength 1, as diffusers does.
+    pub(super) fn start(&self, rng: &mut TorchRng, plan: &Plan, strength: f64) -> Start {
+        let at = plan.start[0];
         let shape = self.mean.dims();
         let numel = shape.iter().product();
         let device = self.mean.device();
@@ -92,6 +165,25 @@ impl Encoded {
             )
         };
         let x0 = self.mean.clone() + self.std.clone() * randn();
-        x0 * at.sample + randn() * at.noise
+        let noise = randn();
+        let Some(mask) = &self.mask else {
+            return Start {
+                latents: x0 * at.sample + noise * at.noise,
+                blend: None,
+            };
+        };
+        let _masked_image_sample = randn();
+        let latents = match strength >= 1.0 {
+            true => noise.clone() * plan.init_noise_sigma,
+            false => x0.clone() * at.sample + noise.clone() * at.noise,
+        };
+        Start {
+            latents,
+            blend: Some(Blend {
+                x0,
+                noise,
+                mask: mask.clone(),
+            }),
+        }
     }
 }

@@ -3,7 +3,8 @@
 //! everything on the device: the scheduler's update is a linear combination whose coefficients are
 //! computed up front on the host, so no step reads a tensor back.
 //!
-//! `decode.rs`: latents to pixels (NaN guard, tiling). `init.rs`: img2img's encoded start.
+//! `decode.rs`: latents to pixels (NaN guard, tiling). `init.rs`: img2img's encoded start and
+//! inpainting's blend.
 //! `hires.rs`: A1111's hires fix, a second img2img pass at a larger size.
 
 mod decode;
@@ -235,6 +236,12 @@ pub fn check_request(model: &StableDiffusion, req: &Txt2ImgRequest) -> Result<()
         if w == 0 || h == 0 || init.image.pixels.len() != w * h * 3 {
             return bad(format!("the init image ({w}x{h}) has no pixels"));
         }
+        if let Some(mask) = &init.mask {
+            let (w, h) = (mask.width, mask.height);
+            if w == 0 || h == 0 || mask.pixels.len() != w * h * 3 {
+                return bad(format!("the mask ({w}x{h}) has no pixels"));
+            }
+        }
         schedulers::img2img_begin(req.steps, init.strength)
             .map_err(|e| Error::InvalidInput(e.to_string()))?;
     }
@@ -335,9 +342,13 @@ pub fn txt2img(
         // 3. Timesteps come from the plan. 4. Latents: torch.randn with the seed, on the CPU.
         let mut rng = TorchRng::new(seed);
         // f32 like diffusers' latents.
-        let latents = match &encoded {
-            Some(encoded) => encoded.start(&mut rng, plan.start[0]),
-            None => randn(&mut rng, shape, device) * plan.init_noise_sigma,
+        let strength = req.init.as_ref().map_or(1.0, |i| i.strength);
+        let (latents, blend) = match &encoded {
+            Some(encoded) => {
+                let s = encoded.start(&mut rng, &plan, strength);
+                (s.latents, s.blend)
+            }
+            None => (randn(&mut rng, shape, device) * plan.init_noise_sigma, None),
         };
         // 5. Denoise.
         let mut pass = Pass {
@@ -346,6 +357,7 @@ pub fn txt2img(
             done: 0,
             total,
             dtype: model.precision.dtype(),
+            blend,
         };
         let Some(mut latents) =
             pass.denoise(&mut first, &plan, latents, &mut rng, req, cancel, observer)?
@@ -359,6 +371,7 @@ pub fn txt2img(
             }
             let mut rng = TorchRng::new(seed);
             let start = hires.start(model, latents, &req.decode, &mut rng, observer)?;
+            pass.blend = None;
             match pass.denoise(
                 &mut second,
                 &hires.plan,
@@ -405,6 +418,8 @@ struct Pass {
     total: usize,
     /// The UNet's dtype (the sampler keeps f32).
     dtype: DType,
+    /// Inpainting: what each step blends back in outside the mask.
+    blend: Option<init::Blend>,
 }
 
 impl Pass {
@@ -458,7 +473,10 @@ impl Pass {
                     next = next + n * c.noise;
                 }
             }
-            latents = next;
+            latents = match &self.blend {
+                Some(blend) => blend.apply(next, plan, i),
+                None => next,
+            };
             self.done += 1;
             observer.step(&StepState {
                 image: self.image,

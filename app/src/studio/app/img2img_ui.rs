@@ -58,6 +58,35 @@ impl StudioApp {
                         }
                     });
                 });
+                ui.horizontal(|ui| {
+                    if ui
+                        .button("Open mask…")
+                        .on_hover_text(
+                            "inpainting: white is repainted, black kept (blended back after \
+                             every step, as diffusers does with an ordinary checkpoint)",
+                        )
+                        .clicked()
+                    {
+                        self.pick(|| {
+                            let path = rfd::FileDialog::new()
+                                .add_filter("Images", &["png", "jpg", "jpeg", "webp"])
+                                .pick_file()?;
+                            let image = load_image(&path).map_err(|e| format!("{e}"));
+                            Some(DialogResult::Mask { path, image })
+                        });
+                    }
+                    match &self.form.mask {
+                        Some(mask) => {
+                            ui.label(format!("mask: {}", mask.name));
+                            if ui.small_button("Clear mask").clicked() {
+                                self.form.mask = None;
+                            }
+                        }
+                        None => {
+                            ui.weak("no mask: the whole image");
+                        }
+                    }
+                });
                 egui::Grid::new("img2img-params")
                     .num_columns(2)
                     .show(ui, |ui| {

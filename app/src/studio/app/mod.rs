@@ -78,6 +78,11 @@ enum DialogResult {
         path: PathBuf,
         image: Result<RgbImage, String>,
     },
+    /// An inpainting mask, likewise.
+    Mask {
+        path: PathBuf,
+        image: Result<RgbImage, String>,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -19,6 +19,7 @@ impl Job {
             prompt.push('…');
         }
         let mode = match (&r.init, &r.hires) {
+            (Some(i), _) if i.mask.is_some() => " · inpaint",
             (Some(_), _) => " · img2img",
             (None, Some(_)) => " · hires",
             _ => "",
