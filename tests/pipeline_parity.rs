@@ -62,6 +62,7 @@ fn request(c: &Case) -> Txt2ImgRequest {
         decode: Default::default(),
         init: None,
         hires: None,
+        embeddings: None,
     }
 }
 

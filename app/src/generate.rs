@@ -17,7 +17,7 @@ use latent_engine::pipeline::{
 use latent_engine::preview::{
     Frame, FrameSink, FrameStore, PreviewMethod, PreviewSettings, Previewer,
 };
-use latent_engine::prompt::Emphasis;
+use latent_engine::prompt::{Embeddings, Emphasis};
 use latent_engine::schedulers::{SamplerKind, Schedule};
 use latent_engine::taesd::TaesdDecoder;
 use latent_engine::tokenizer::ClipTokenizer;
@@ -69,6 +69,10 @@ pub struct GenerateArgs {
     /// 4-channel checkpoint: the rest is blended back after every step, as diffusers does).
     #[arg(long)]
     mask: Option<PathBuf>,
+    /// A folder of textual-inversion embeddings (`<name>.safetensors`, A1111's format): a name in
+    /// the prompt is replaced by its vectors.
+    #[arg(long)]
+    embeddings: Option<PathBuf>,
     /// Hires fix: a second pass at this factor of the size (1 to 4; A1111's "Upscale by").
     #[arg(long)]
     hires_scale: Option<f64>,
@@ -290,7 +294,7 @@ fn init_image(args: &GenerateArgs) -> Result<(Option<InitImage>, usize, usize)> 
 pub fn run(args: GenerateArgs) -> Result<()> {
     let seed = args.seed.unwrap_or_else(random_seed);
     let (init, width, height) = init_image(&args)?;
-    let request = Txt2ImgRequest {
+    let mut request = Txt2ImgRequest {
         prompt: args.prompt.clone(),
         negative_prompt: args.negative.clone(),
         seed,
@@ -314,6 +318,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
             strength: args.hires_strength,
             upscaler: args.hires_upscaler,
         }),
+        embeddings: None,
     };
     if args.out.is_some() && args.batch_count > 1 {
         bail!("--out names one file; use --outputs with --batch-count > 1");
@@ -392,6 +397,14 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     }
     latent_engine::pipeline::check_request(&model, &request)?;
     let tokenizer = ClipTokenizer::new()?;
+    if let Some(dir) = &args.embeddings {
+        let width = model.config.text_encoder.hidden_size;
+        let (library, notes) = Embeddings::load_dir(dir, &tokenizer, width)?;
+        for note in notes {
+            eprintln!("warning: {note}");
+        }
+        request.embeddings = Some(std::sync::Arc::new(library));
+    }
     let cancel = AtomicBool::new(false);
     // A device that stops making progress (a kernel compiled at first use that never finishes)
     // is reported once after twice the device timeout. Only reported: a first use that is merely

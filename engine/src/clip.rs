@@ -1,6 +1,6 @@
 //! CLIP text encoder (transformers' `CLIPTextModel`), the prompt encoder of SD 1.x.
 
-use burn::tensor::Tensor;
+use burn::tensor::{DType, Tensor, TensorData};
 use serde::Deserialize;
 
 use crate::checkpoint::Weights;
@@ -193,6 +193,19 @@ impl ClipTextModel {
     /// # Shapes
     /// ids `[b, n]` -> `[b, n, hidden]`
     pub fn forward(&self, ids: &[Vec<u32>], clip_skip: usize) -> Result<Tensor<3>> {
+        self.forward_with(ids, clip_skip, &[])
+    }
+
+    /// [`Self::forward`] with textual-inversion vectors in place of some token embeddings:
+    /// `fixes[row]` lists `(position, embedding)`, its vectors written from that position on
+    /// (cut at the row's end), before the position embeddings are added (A1111's
+    /// `EmbeddingsWithFixes`).
+    pub fn forward_with(
+        &self,
+        ids: &[Vec<u32>],
+        clip_skip: usize,
+        fixes: &[Vec<(usize, &crate::prompt::Embedding)>],
+    ) -> Result<Tensor<3>> {
         let b = ids.len();
         let n = ids.first().map_or(0, Vec::len);
         if b == 0
@@ -223,8 +236,23 @@ impl ClipTextModel {
         }
         let flat: Vec<usize> = ids.iter().flatten().map(|&id| id as usize).collect();
         let positions: Vec<usize> = (0..n).collect();
-        let mut x = self.token_embedding.forward(&flat, b, n)?
-            + self.position_embedding.forward(&positions, 1, n)?; // [b, n, d]
+        let mut tokens = self.token_embedding.forward(&flat, b, n)?; // [b, n, d]
+        let d = self.config.hidden_size;
+        for (row, list) in fixes.iter().enumerate().take(b) {
+            for &(at, embedding) in list {
+                let len = embedding.vectors.min(n.saturating_sub(at));
+                if len == 0 || embedding.width != d {
+                    continue;
+                }
+                let values = Tensor::<3>::from_data(
+                    TensorData::new(embedding.data[..len * d].to_vec(), [1, len, d]),
+                    (&tokens.device(), DType::F32),
+                )
+                .cast(tokens.dtype());
+                tokens = tokens.slice_assign([row..row + 1, at..at + len, 0..d], values);
+            }
+        }
+        let mut x = tokens + self.position_embedding.forward(&positions, 1, n)?; // [b, n, d]
         for layer in &self.layers[..layers + 1 - skip] {
             x = layer.forward(x);
         }

@@ -9,6 +9,8 @@ mod common;
 mod bad_checkpoints;
 #[path = "../device_limits.rs"]
 mod device_limits;
+#[path = "../embeddings.rs"]
+mod embeddings;
 #[path = "../faults.rs"]
 mod faults;
 #[path = "../fuzz.rs"]

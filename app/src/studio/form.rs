@@ -109,6 +109,8 @@ impl Form {
                 mask: self.mask.as_ref().map(|m| m.image.clone()),
             }),
             hires: (self.hires_on && self.init.is_none()).then_some(self.hires),
+            // The window adds the embeddings folder's library.
+            embeddings: None,
         }
     }
 

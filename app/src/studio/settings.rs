@@ -42,6 +42,8 @@ pub struct Settings {
     pub outputs_dir: PathBuf,
     /// TAESD decoder file or folder; else `taesd_decoder.safetensors` in the models folder.
     pub taesd: Option<PathBuf>,
+    /// Textual-inversion embeddings (`<name>.safetensors`), named in prompts.
+    pub embeddings_dir: Option<PathBuf>,
     /// Reopened at start.
     pub last_model: Option<PathBuf>,
 }
@@ -65,6 +67,7 @@ impl Default for Settings {
             models_dir: None,
             outputs_dir: outputs,
             taesd: None,
+            embeddings_dir: None,
             last_model: None,
         }
     }

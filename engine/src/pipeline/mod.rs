@@ -75,6 +75,8 @@ pub struct Txt2ImgRequest {
     pub init: Option<InitImage>,
     /// txt2img: a second pass at a larger size (A1111's hires fix).
     pub hires: Option<HiresFix>,
+    /// Textual-inversion embeddings the prompts may name.
+    pub embeddings: Option<std::sync::Arc<prompt::Embeddings>>,
 }
 
 impl Default for Txt2ImgRequest {
@@ -95,6 +97,7 @@ impl Default for Txt2ImgRequest {
             decode: DecodeOptions::default(),
             init: None,
             hires: None,
+            embeddings: None,
         }
     }
 }
@@ -286,7 +289,12 @@ pub fn txt2img(
     let guided = req.cfg_scale > 1.0;
     let encode =
         |text: &str, which: &'static str, observer: &mut dyn Observer| -> Result<Tensor<3>> {
-            let chunks = prompt::Chunks::new(tokenizer, text, req.emphasis);
+            let chunks = prompt::Chunks::with_embeddings(
+                tokenizer,
+                text,
+                req.emphasis,
+                req.embeddings.as_deref(),
+            );
             if chunks.truncated {
                 let notice = Notice::PromptTruncated {
                     which,

@@ -1,10 +1,15 @@
 //! A prompt's token chunks as A1111 builds them (`tokenize_line` of its custom-words CLIP
 //! wrapper): every weighted fragment tokenized on its own, tokens filled into chunks of 75, a
 //! `BREAK` starting a new chunk, and a chunk that fills up within 20 tokens of a comma moving the
-//! words after the comma to the next chunk, so that a phrase is not cut in two.
+//! words after the comma to the next chunk, so that a phrase is not cut in two. A
+//! textual-inversion embedding named in the prompt takes as many positions as it has vectors,
+//! in the chunk where they all fit.
+
+use std::sync::Arc;
 
 use crate::tokenizer::{BOS, CONTEXT_LEN, ClipTokenizer, EOS, MAX_PROMPT_TOKENS};
 
+use super::embeddings::{Embedding, Embeddings};
 use super::weights::parse_prompt_attention;
 
 /// Most chunks read (2400 tokens): A1111 sets no bound, but a pasted novel must not become a
@@ -63,11 +68,25 @@ impl Emphasis {
     }
 }
 
-/// One encoder input: `[BOS] + 75 ids (padded with EOS) + [EOS]`, and each position's weight.
-#[derive(Debug, Clone, PartialEq)]
+/// One encoder input: `[BOS] + 75 ids (padded with EOS) + [EOS]`, each position's weight, and
+/// the embeddings whose vectors replace the placeholder ids (0) from a position on.
+#[derive(Debug, Clone)]
 pub struct Chunk {
     pub ids: [u32; CONTEXT_LEN],
     pub weights: [f32; CONTEXT_LEN],
+    pub fixes: Vec<(usize, Arc<Embedding>)>,
+}
+
+impl PartialEq for Chunk {
+    fn eq(&self, other: &Self) -> bool {
+        let names = |c: &Chunk| -> Vec<(usize, String)> {
+            c.fixes
+                .iter()
+                .map(|(at, e)| (*at, e.name.clone()))
+                .collect()
+        };
+        self.ids == other.ids && self.weights == other.weights && names(self) == names(other)
+    }
 }
 
 impl Chunk {
@@ -78,6 +97,7 @@ impl Chunk {
         Chunk {
             ids,
             weights: [1.0; CONTEXT_LEN],
+            fixes: Vec::new(),
         }
     }
 
@@ -100,6 +120,16 @@ pub struct Chunks {
 impl Chunks {
     /// `text` in chunks, its fragments weighted as `emphasis` reads them.
     pub fn new(tokenizer: &ClipTokenizer, text: &str, emphasis: Emphasis) -> Self {
+        Self::with_embeddings(tokenizer, text, emphasis, None)
+    }
+
+    /// [`Self::new`] with the names of `embeddings` replaced by their vectors.
+    pub fn with_embeddings(
+        tokenizer: &ClipTokenizer,
+        text: &str,
+        emphasis: Emphasis,
+        embeddings: Option<&Embeddings>,
+    ) -> Self {
         let fragments = match emphasis {
             Emphasis::Off => vec![(text.to_string(), 1.0)],
             _ => parse_prompt_attention(text),
@@ -117,8 +147,22 @@ impl Chunks {
             } else {
                 weight
             };
-            for id in tokenizer.encode(&fragment) {
-                builder.push(id, weight, Some(id) == comma);
+            let tokens = tokenizer.encode(&fragment);
+            let mut at = 0;
+            while at < tokens.len() {
+                let id = tokens[at];
+                builder.make_room(Some(id) == comma);
+                match embeddings.and_then(|e| e.find_at(&tokens, at)) {
+                    Some((embedding, name_len)) => {
+                        builder.push_embedding(embedding.clone(), weight);
+                        at += name_len;
+                    }
+                    None => {
+                        builder.ids.push(id);
+                        builder.weights.push(weight);
+                        at += 1;
+                    }
+                }
             }
         }
         if !builder.ids.is_empty() || builder.chunks.is_empty() {
@@ -144,28 +188,49 @@ struct Builder {
     token_count: usize,
     /// Where the last comma of the open chunk stands.
     last_comma: Option<usize>,
+    /// Embeddings placed in the open chunk, at positions counted without BOS.
+    fixes: Vec<(usize, Arc<Embedding>)>,
 }
 
 impl Builder {
-    fn push(&mut self, id: u32, weight: f32, is_comma: bool) {
+    /// A1111's checks before each token: note a comma; a full chunk moves the words after a
+    /// recent comma to the next one, or else closes.
+    fn make_room(&mut self, is_comma: bool) {
         if is_comma {
             self.last_comma = Some(self.ids.len());
         } else if let Some(comma) = self.last_comma {
             let full = self.ids.len() == MAX_PROMPT_TOKENS;
             if full && self.ids.len() - comma <= COMMA_BACKTRACK {
-                // The words after the comma open the next chunk.
+                // The words after the comma open the next chunk (with any embedding among them:
+                // A1111 leaves those behind, misplaced; they move with their words here).
                 let ids = self.ids.split_off(comma + 1);
                 let weights = self.weights.split_off(comma + 1);
+                let (stay, moved): (Vec<_>, Vec<_>) =
+                    self.fixes.drain(..).partition(|(at, _)| *at <= comma);
+                self.fixes = stay;
                 self.close(false);
                 self.ids = ids;
                 self.weights = weights;
+                self.fixes = moved
+                    .into_iter()
+                    .map(|(at, e)| (at - (comma + 1), e))
+                    .collect();
             }
         }
         if self.ids.len() == MAX_PROMPT_TOKENS {
             self.close(false);
         }
-        self.ids.push(id);
-        self.weights.push(weight);
+    }
+
+    /// An embedding's placeholders, in a new chunk when its vectors do not fit this one.
+    fn push_embedding(&mut self, embedding: Arc<Embedding>, weight: f32) {
+        let n = embedding.vectors;
+        if self.ids.len() + n > MAX_PROMPT_TOKENS {
+            self.close(false);
+        }
+        self.fixes.push((self.ids.len(), embedding));
+        self.ids.extend(std::iter::repeat_n(0, n));
+        self.weights.extend(std::iter::repeat_n(weight, n));
     }
 
     /// Pads the open chunk with EOS at weight 1, wraps it in BOS/EOS and starts the next.
@@ -179,6 +244,8 @@ impl Builder {
         let n = self.ids.len().min(MAX_PROMPT_TOKENS);
         chunk.ids[1..=n].copy_from_slice(&self.ids[..n]);
         chunk.weights[1..=n].copy_from_slice(&self.weights[..n]);
+        // Positions shift by the BOS in front.
+        chunk.fixes = self.fixes.drain(..).map(|(at, e)| (at + 1, e)).collect();
         self.chunks.push(chunk);
         self.ids.clear();
         self.weights.clear();

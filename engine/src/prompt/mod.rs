@@ -4,6 +4,7 @@
 //! the tokens, so that a prompt longer than 75 tokens is read whole rather than truncated.
 
 mod chunks;
+mod embeddings;
 #[cfg(test)]
 mod tests;
 pub mod weights;
@@ -11,6 +12,7 @@ pub mod weights;
 use burn::tensor::{DType, Tensor, TensorData};
 
 pub use chunks::{Chunk, Chunks, Emphasis, MAX_CHUNKS};
+pub use embeddings::{Embedding, Embeddings};
 
 use crate::Result;
 use crate::clip::ClipTextModel;
@@ -35,7 +37,12 @@ pub fn encode(
     if with_empty {
         ids.push(Chunk::empty().ids.to_vec());
     }
-    let z = encoder.forward(&ids, clip_skip)?; // [n (+1), 77, d]
+    let fixes: Vec<Vec<(usize, &Embedding)>> = chunks
+        .chunks
+        .iter()
+        .map(|c| c.fixes.iter().map(|(at, e)| (*at, e.as_ref())).collect())
+        .collect();
+    let z = encoder.forward_with(&ids, clip_skip, &fixes)?; // [n (+1), 77, d]
     let [rows, n_tok, d] = z.dims();
     let n = chunks.chunks.len();
     let z = if weighted {

@@ -100,6 +100,10 @@ impl StudioApp {
                     self.settings.outputs_dir = p;
                     self.settings_changed();
                 }
+                DialogResult::EmbeddingsDir(p) => {
+                    self.settings.embeddings_dir = Some(p);
+                    self.settings_changed();
+                }
                 DialogResult::Taesd(p) => {
                     self.settings.taesd = Some(p);
                     self.settings_changed();

@@ -78,6 +78,7 @@ enum DialogResult {
         path: PathBuf,
         image: Result<RgbImage, String>,
     },
+    EmbeddingsDir(PathBuf),
     /// An inpainting mask, likewise.
     Mask {
         path: PathBuf,
@@ -523,6 +524,7 @@ pub(super) fn engine_config(settings: &Settings) -> EngineConfig {
         precision: settings.precision,
         outputs: settings.outputs_dir.clone(),
         taesd: settings.taesd_path(),
+        embeddings: settings.embeddings_dir.clone(),
         cache: settings.cache_settings(),
         device_timeout: Duration::from_secs_f64(settings.device_timeout_secs.clamp(1.0, 3600.0)),
     }

@@ -253,6 +253,28 @@ impl StudioApp {
                         }
                     });
                     ui.end_row();
+                    ui.label("Embeddings folder");
+                    ui.horizontal(|ui| {
+                        ui.label(
+                            self.settings
+                                .embeddings_dir
+                                .as_ref()
+                                .map(|p| p.display().to_string())
+                                .unwrap_or_else(|| "none".into()),
+                        )
+                        .on_hover_text(
+                            "textual-inversion embeddings (name.safetensors): a name in the \
+                             prompt is replaced by its vectors",
+                        );
+                        if ui.button("Choose…").clicked() {
+                            self.pick(|| {
+                                rfd::FileDialog::new()
+                                    .pick_folder()
+                                    .map(DialogResult::EmbeddingsDir)
+                            });
+                        }
+                    });
+                    ui.end_row();
                 });
             });
         self.show_settings = open;

@@ -46,6 +46,7 @@ impl EngineHandle {
             taesd: None,
             tokenizer: None,
             tuned: Default::default(),
+            embedding_notes: Default::default(),
         };
         let thread = std::thread::Builder::new()
             .name("engine".into())

@@ -60,6 +60,8 @@ struct Worker {
     /// Sizes and precisions generated at on the current device since launch: the first run at a
     /// new one compiles and autotunes kernels (minutes on a fresh GPU), which the status says.
     tuned: std::collections::HashSet<(usize, usize, Precision)>,
+    /// The embeddings folder's skipped files, each told once.
+    embedding_notes: std::collections::HashSet<String>,
 }
 
 /// The studio's side of a run (`crate::run::SaveEach` saves the images): progress, status and
@@ -356,6 +358,23 @@ impl Worker {
             return Err(anyhow!("no model is loaded"));
         };
         latent_engine::pipeline::check_request(&loaded.model, request)?;
+        // Read at each start, so files added to the folder count from the next Generate.
+        let mut request = request.clone();
+        if let Some(dir) = &self.config.embeddings {
+            let width = loaded.model.config.text_encoder.hidden_size;
+            match latent_engine::prompt::Embeddings::load_dir(dir, tokenizer, width) {
+                Ok((library, notes)) => {
+                    for note in notes {
+                        if self.embedding_notes.insert(note.clone()) {
+                            self.emit(Event::Notice(note));
+                        }
+                    }
+                    request.embeddings = Some(Arc::new(library));
+                }
+                Err(e) => self.emit(Event::Notice(format!("embeddings not read: {e}"))),
+            }
+        }
+        let request = &request;
         if !latent_engine::device::is_cpu(&device)
             && self
                 .tuned

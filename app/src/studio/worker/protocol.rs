@@ -11,6 +11,8 @@ pub struct EngineConfig {
     pub precision: Option<Precision>,
     pub outputs: PathBuf,
     pub taesd: Option<PathBuf>,
+    /// Textual-inversion embeddings folder, read at each generation's start.
+    pub embeddings: Option<PathBuf>,
     /// Model cache on: models stay resident (within the budget) and converted weights go to the
     /// disk cache; off: the model is released after each generation and reloaded for the next,
     /// and nothing is written to the cache folder.

@@ -1,0 +1,87 @@
+//! Textual-inversion embeddings against A1111's placement and the tiny text encoder
+//! (tests/fixtures/make_embedding_fixtures.py): the folder's files loaded or skipped with a
+//! reason, the chunks (placeholders, weights, where the vectors go, a chunk change when they do
+//! not fit) and the conditioning within 1e-4 (f32, CPU).
+
+use crate::common;
+
+use std::sync::Arc;
+
+use burn::tensor::Device;
+use common::{fixtures, to_vec};
+use latent_engine::checkpoint::{Checkpoint, SafetensorsFile};
+use latent_engine::prompt::{self, Chunks, Embeddings, Emphasis};
+use latent_engine::tokenizer::ClipTokenizer;
+use latent_engine::{LoadOptions, StableDiffusion};
+use serde::Deserialize;
+
+#[derive(Deserialize)]
+struct Case {
+    name: String,
+    prompt: String,
+    chunks: Vec<ChunkCase>,
+}
+
+#[derive(Deserialize)]
+struct ChunkCase {
+    ids: Vec<u32>,
+    weights: Vec<f64>,
+    fixes: Vec<(usize, String)>,
+}
+
+#[test]
+fn embeddings_are_placed_and_encoded_as_a1111() {
+    let tok = ClipTokenizer::new().unwrap();
+    let (library, notes) = Embeddings::load_dir(&fixtures().join("embeddings"), &tok, 16).unwrap();
+    assert_eq!(library.names(), ["badhands", "tinystyle"]);
+    assert_eq!(notes.len(), 2, "{notes:?}");
+    assert!(
+        notes[0].contains("wide") && notes[0].contains("768 wide"),
+        "{notes:?}"
+    );
+    assert!(
+        notes[1].contains("xlstyle") && notes[1].contains("SDXL"),
+        "{notes:?}"
+    );
+    let library = Arc::new(library);
+
+    let ckpt = Checkpoint::open(&fixtures().join("tiny-sd")).unwrap();
+    let model = StableDiffusion::load(&ckpt, &Device::flex(), LoadOptions::default()).unwrap();
+    let expected =
+        SafetensorsFile::open(&fixtures().join("embedding-expected.safetensors")).unwrap();
+    let text = std::fs::read_to_string(fixtures().join("embedding_cases.json")).unwrap();
+    let cases: Vec<Case> = serde_json::from_str(&text).unwrap();
+    for case in cases {
+        let name = &case.name;
+        let got = Chunks::with_embeddings(&tok, &case.prompt, Emphasis::Original, Some(&library));
+        assert_eq!(got.chunks.len(), case.chunks.len(), "{name}: chunks");
+        for (i, (chunk, want)) in got.chunks.iter().zip(&case.chunks).enumerate() {
+            assert_eq!(chunk.ids.to_vec(), want.ids, "{name}: chunk {i} ids");
+            for (w, want_w) in chunk.weights.iter().zip(&want.weights) {
+                assert!((f64::from(*w) - want_w).abs() < 1e-6, "{name}: chunk {i}");
+            }
+            let fixes: Vec<(usize, String)> = chunk
+                .fixes
+                .iter()
+                .map(|(at, e)| (*at, e.name.clone()))
+                .collect();
+            assert_eq!(fixes, want.fixes, "{name}: chunk {i} fixes");
+        }
+        let z = prompt::encode(&model.text_encoder, &got, 1, Emphasis::Original).unwrap();
+        let (got, want) = (to_vec(z), expected.read_f32(name).unwrap());
+        assert_eq!(got.len(), want.len(), "{name}");
+        let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let worst = got
+            .iter()
+            .zip(&want)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f32, f32::max);
+        assert!(
+            worst <= 1e-4 * scale.max(1.0),
+            "{name}: differs by {worst:e}"
+        );
+    }
+    // Without the library the names are plain words.
+    let plain = Chunks::new(&tok, "a fox in tinystyle", Emphasis::Original);
+    assert!(plain.chunks[0].fixes.is_empty() && !plain.chunks[0].ids.contains(&0));
+}
