@@ -220,7 +220,11 @@ fn generate_while_generating_queues_jobs_that_run_in_order() {
         h.get_by_label("Generate").click();
         h.run_steps(1);
     }
-    assert_eq!(h.state().queued(), 3, "three jobs wait behind the running one");
+    assert_eq!(
+        h.state().queued(),
+        3,
+        "three jobs wait behind the running one"
+    );
     // The list: "third" moves up, "fourth" is removed.
     let ups = h.query_all_by_label("up").count();
     assert_eq!(ups, 3);
@@ -243,7 +247,77 @@ fn generate_while_generating_queues_jobs_that_run_in_order() {
             text.lines().next().unwrap().to_string()
         })
         .collect();
-    assert_eq!(prompts, ["third", "second"], "the cancelled job saved nothing");
+    assert_eq!(
+        prompts,
+        ["third", "second"],
+        "the cancelled job saved nothing"
+    );
+}
+
+/// A finished image becomes the init image with the gallery's button; a brush stroke over it
+/// paints the inpainting mask; Generate then inpaints it at the form's strength, which the PNG
+/// records.
+#[test]
+fn a_gallery_image_becomes_the_init_image_and_a_stroke_paints_its_mask() {
+    let _serial = serial();
+    let dir = scratch("img2img");
+    let mut h = studio(&dir, "none");
+    load_demo(&mut h);
+    quick_form(&mut h, 4);
+    h.state_mut().form.prompt = "a fox".into();
+    h.get_by_label("Generate").click();
+    h.run_steps(2);
+    run_until(&mut h, "the first image", |a| {
+        !a.is_busy() && a.gallery_paths().len() == 1
+    });
+    // By accesskit: the gallery's row moves between frames as the status bar's lines change.
+    h.get_by_label("Use as init image").click_accesskit();
+    h.run_steps(2);
+    assert!(
+        h.state().form.init.is_some(),
+        "the gallery image is the init image"
+    );
+    h.get_by_label("Image to image (on)").click_accesskit();
+    h.run_steps(2);
+    h.get_by_label("Paint the mask").click_accesskit();
+    h.run_steps(2);
+    // A stroke from the canvas's left edge to its centre, brush 16 px on a 64 px image.
+    // The canvas lies below the fold of the prompt panel: scrolled into view first.
+    h.get_by_label("mask canvas").scroll_to_me();
+    h.run_steps(3);
+    let canvas = h.get_by_label("mask canvas").rect();
+    assert!(canvas.bottom() <= 760.0, "{canvas:?} is visible");
+    let (left, centre) = (
+        egui::pos2(canvas.left() + 2.0, canvas.center().y),
+        canvas.center(),
+    );
+    h.hover_at(left);
+    h.drag_at(left);
+    h.run_steps(1);
+    h.hover_at(centre);
+    h.run_steps(1);
+    h.drop_at(centre);
+    h.run_steps(2);
+    let mask = h.state().form.mask.clone().expect("a painted mask");
+    let at = |x: usize, y: usize| mask.image.pixels[(y * mask.image.width + x) * 3];
+    assert_eq!((mask.image.width, mask.image.height), (64, 64));
+    assert_eq!(
+        (at(2, 32), at(20, 32), at(32, 32)),
+        (255, 255, 255),
+        "the stroke"
+    );
+    assert_eq!((at(2, 2), at(60, 60)), (0, 0), "untouched corners");
+    h.state_mut().form.strength = 0.5;
+    h.get_by_label("Generate").click();
+    h.run_steps(2);
+    run_until(&mut h, "the img2img image", |a| {
+        !a.is_busy() && a.gallery_paths().len() == 2
+    });
+    let second = &h.state().gallery_paths()[1];
+    let text = latent_engine::image_io::png_parameters(second)
+        .unwrap()
+        .unwrap();
+    assert!(text.contains("Denoising strength: 0.5"), "{text}");
 }
 
 #[derive(Debug)]

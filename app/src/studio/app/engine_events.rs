@@ -123,31 +123,7 @@ impl StudioApp {
                     }
                     Err(e) => self.error = Some(format!("{}: {e}", path.display())),
                 },
-                DialogResult::InitImage { path, image } => match image {
-                    Ok(image) => {
-                        let name = path
-                            .file_name()
-                            .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
-                        self.form.init = Some(super::super::form::InitSource {
-                            name,
-                            image: Arc::new(image),
-                        });
-                        self.status = format!("init image {}", path.display());
-                    }
-                    Err(e) => self.error = Some(format!("not opened: {e}")),
-                },
-                DialogResult::Mask { path, image } => match image {
-                    Ok(image) => {
-                        let name = path
-                            .file_name()
-                            .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
-                        self.form.mask = Some(super::super::form::InitSource {
-                            name,
-                            image: Arc::new(image),
-                        });
-                    }
-                    Err(e) => self.error = Some(format!("mask not opened: {e}")),
-                },
+                DialogResult::Picture { role, path, image } => self.set_picture(role, &path, image),
                 DialogResult::Demo(Ok(path)) => self.load_model(path),
                 DialogResult::Demo(Err(e)) => {
                     self.error = Some(format!("the demo model is unavailable: {e}"))

@@ -24,13 +24,7 @@ impl StudioApp {
                         .on_hover_text("PNG, JPEG or WebP; a gallery image: its Use as init image")
                         .clicked()
                     {
-                        self.pick(|| {
-                            let path = rfd::FileDialog::new()
-                                .add_filter("Images", &["png", "jpg", "jpeg", "webp"])
-                                .pick_file()?;
-                            let image = load_image(&path).map_err(|e| format!("{e}"));
-                            Some(DialogResult::InitImage { path, image })
-                        });
+                        self.open_picture(Picture::Init);
                     }
                     if self.form.init.is_some() && ui.button("Clear").clicked() {
                         self.form.init = None;
@@ -67,13 +61,7 @@ impl StudioApp {
                         )
                         .clicked()
                     {
-                        self.pick(|| {
-                            let path = rfd::FileDialog::new()
-                                .add_filter("Images", &["png", "jpg", "jpeg", "webp"])
-                                .pick_file()?;
-                            let image = load_image(&path).map_err(|e| format!("{e}"));
-                            Some(DialogResult::Mask { path, image })
-                        });
+                        self.open_picture(Picture::Mask);
                     }
                     match &self.form.mask {
                         Some(mask) => {
@@ -87,6 +75,7 @@ impl StudioApp {
                         }
                     }
                 });
+                ui.collapsing("Paint the mask", |ui| self.mask_ui(ui, &source, &texture));
                 egui::Grid::new("img2img-params")
                     .num_columns(2)
                     .show(ui, |ui| {
@@ -118,6 +107,42 @@ impl StudioApp {
                         ui.end_row();
                     });
             });
+    }
+
+    /// A file dialog for the init image or the mask, the file decoded on the dialog's thread.
+    fn open_picture(&self, role: Picture) {
+        self.pick(move || {
+            let path = rfd::FileDialog::new()
+                .add_filter("Images", &["png", "jpg", "jpeg", "webp"])
+                .pick_file()?;
+            let image = load_image(&path).map_err(|e| format!("{e}"));
+            Some(DialogResult::Picture { role, path, image })
+        });
+    }
+
+    /// An opened init image or mask goes to the form (or its error to the status bar).
+    pub(super) fn set_picture(
+        &mut self,
+        role: Picture,
+        path: &Path,
+        image: Result<RgbImage, String>,
+    ) {
+        let image = match image {
+            Ok(image) => Arc::new(image),
+            Err(e) => {
+                self.error = Some(format!("not opened: {e}"));
+                return;
+            }
+        };
+        let name = path
+            .file_name()
+            .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+        let source = Some(InitSource { name, image });
+        match role {
+            Picture::Init => self.form.init = source,
+            Picture::Mask => self.form.mask = source,
+        }
+        self.status = format!("opened {}", path.display());
     }
 
     /// The init image's thumbnail texture, uploaded once per image.

@@ -35,6 +35,7 @@ mod engine_events;
 mod gallery_ui;
 mod img2img_ui;
 mod input;
+mod mask_ui;
 mod model_ui;
 mod preview_ui;
 mod prompt_ui;
@@ -73,17 +74,20 @@ enum DialogResult {
     },
     /// The demo model's files, unpacked (or found unchanged) where the engine can read them.
     Demo(Result<PathBuf, String>),
-    /// An image opened for img2img, decoded on the dialog's thread.
-    InitImage {
-        path: PathBuf,
-        image: Result<RgbImage, String>,
-    },
     EmbeddingsDir(PathBuf),
-    /// An inpainting mask, likewise.
-    Mask {
+    /// An init image or mask opened for img2img, decoded on the dialog's thread.
+    Picture {
+        role: Picture,
         path: PathBuf,
         image: Result<RgbImage, String>,
     },
+}
+
+/// What an opened picture is for.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Picture {
+    Init,
+    Mask,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -167,6 +171,8 @@ pub struct StudioApp {
     wake: Arc<dyn Fn() + Send + Sync>,
     /// The init image's thumbnail, and the image it shows.
     init_texture: Option<(Arc<RgbImage>, TextureHandle)>,
+    /// The inpainting mask's brush and overlay.
+    painter: mask_ui::MaskPainter,
     /// Generations waiting for the engine, first to run first; the last job id given.
     queue: Vec<queue_ui::Job>,
     next_job: u64,
@@ -247,6 +253,7 @@ impl StudioApp {
             cache_report: CacheReport::default(),
             device_check: None,
             init_texture: None,
+            painter: Default::default(),
             queue: Vec::new(),
             next_job: 0,
         };
