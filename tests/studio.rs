@@ -366,7 +366,7 @@ fn dropping_a_png_restores_the_prompt_panel() {
             .is_some()
     );
 
-    // A PNG without parameters is a message, not a crash, and changes nothing.
+    // An image without parameters becomes the init image and changes nothing else.
     let plain = dir.join("plain.png");
     std::fs::write(
         &plain,
@@ -375,11 +375,16 @@ fn dropping_a_png_restores_the_prompt_panel() {
     .unwrap();
     h.input_mut().dropped_files.push(Arc::new(Dropped(plain)));
     h.run_steps(2);
-    run_until(&mut h, "the message", |a| {
-        a.last_error()
-            .is_some_and(|e| e.contains("no generation parameters"))
-    });
+    run_until(&mut h, "the init image", |a| a.form.init.is_some());
     assert_eq!(h.state().form.seed, 987654321);
+    // A file that is no image is a message, not a crash.
+    let junk = dir.join("junk.png");
+    std::fs::write(&junk, b"\x89PNG\r\n\x1a\nnot really").unwrap();
+    h.input_mut().dropped_files.push(Arc::new(Dropped(junk)));
+    h.run_steps(2);
+    run_until(&mut h, "the message", |a| {
+        a.last_error().is_some_and(|e| e.contains("junk.png"))
+    });
 }
 
 #[test]

@@ -95,6 +95,24 @@ pub fn load_image(path: &Path) -> Result<RgbImage> {
     Ok(from_image(decoded.to_rgb8()))
 }
 
+/// A1111's generation parameters stored in an image file: a PNG's `parameters` text, or the
+/// EXIF `UserComment` of a JPEG or WebP (how A1111 saves those). `None` when there are none.
+pub fn image_parameters(path: &Path) -> Result<Option<String>> {
+    let bytes = std::fs::read(path).map_err(|e| Error::io("image", path, e))?;
+    if bytes.starts_with(b"\x89PNG") {
+        return super::png_parameters(path);
+    }
+    let cannot = |e: &dyn fmt::Display| {
+        Error::InvalidInput(format!("cannot read image {}: {e}", path.display()))
+    };
+    let reader = image::ImageReader::new(std::io::Cursor::new(&bytes))
+        .with_guessed_format()
+        .map_err(|e| cannot(&e))?;
+    let mut decoder = reader.into_decoder().map_err(|e| cannot(&e))?;
+    let exif = image::ImageDecoder::exif_metadata(&mut decoder).map_err(|e| cannot(&e))?;
+    Ok(exif.as_deref().and_then(super::user_comment))
+}
+
 fn from_image(img: image::RgbImage) -> RgbImage {
     RgbImage {
         width: img.width() as usize,
@@ -225,6 +243,40 @@ mod tests {
             assert_eq!(mode.a1111_name().parse::<ResizeMode>().unwrap(), mode);
         }
         assert!("stretch".parse::<ResizeMode>().is_err());
+    }
+
+    /// A JPEG with A1111's EXIF comment (an APP1 segment after the start marker) gives its
+    /// parameters; a PNG its text; a JPEG without EXIF none.
+    #[test]
+    fn parameters_come_from_png_text_and_jpeg_exif() {
+        let dir = std::env::temp_dir().join(format!("latent-exif-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let img = halves(8, 8);
+        let plain = dir.join("plain.jpg");
+        to_image(&img)
+            .unwrap()
+            .save_with_format(&plain, image::ImageFormat::Jpeg)
+            .unwrap();
+        assert_eq!(image_parameters(&plain).unwrap(), None);
+        let jpeg = std::fs::read(&plain).unwrap();
+        let text = "a fox\nSteps: 20, Sampler: Euler a, CFG scale: 7, Seed: 3, Size: 8x8";
+        let mut comment = b"UNICODE\0".to_vec();
+        comment.extend(text.encode_utf16().flat_map(u16::to_be_bytes));
+        let mut app1 = b"Exif\0\0".to_vec();
+        app1.extend(super::super::exif::tests::exif_block(true, &comment));
+        let mut with_exif = jpeg[..2].to_vec();
+        with_exif.extend([0xFF, 0xE1]);
+        with_exif.extend(((app1.len() + 2) as u16).to_be_bytes());
+        with_exif.extend(&app1);
+        with_exif.extend(&jpeg[2..]);
+        let tagged = dir.join("tagged.jpg");
+        std::fs::write(&tagged, with_exif).unwrap();
+        assert_eq!(image_parameters(&tagged).unwrap().as_deref(), Some(text));
+        assert_eq!(load_image(&tagged).unwrap().width, 8, "still an image");
+        let png = dir.join("p.png");
+        std::fs::write(&png, super::super::encode_png(&img, Some(text)).unwrap()).unwrap();
+        assert_eq!(image_parameters(&png).unwrap().as_deref(), Some(text));
+        std::fs::remove_dir_all(&dir).ok();
     }
 
     #[test]

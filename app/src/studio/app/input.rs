@@ -1,11 +1,14 @@
 //! Input that is not a widget: dropped files, keyboard shortcuts, and the file work they start
 //! off the UI thread.
 
+use latent_engine::image_io::{image_parameters, load_image};
+
 use super::*;
 
 impl StudioApp {
-    /// A dropped PNG with parameters restores the prompt panel. The file is read on its own
-    /// thread, its chunks only up to the pixels (see `png_parameters`).
+    /// A dropped image with A1111 parameters (a PNG's text, a JPEG's or WebP's EXIF comment)
+    /// restores the prompt panel; one without becomes the init image. The file is read on its
+    /// own thread.
     pub(super) fn handle_drops(&mut self, ctx: &egui::Context) {
         let dropped = ctx.input(|i| i.raw.dropped_files.clone());
         for file in dropped {
@@ -14,7 +17,14 @@ impl StudioApp {
             let bytes = (!path.is_file()).then(|| file.bytes());
             self.pick(move || {
                 let text = match bytes {
-                    None => png_parameters(&path).map_err(|e| format!("{e}")),
+                    None => match image_parameters(&path) {
+                        Ok(None) => {
+                            let image = load_image(&path).map_err(|e| format!("{e}"));
+                            let role = super::Picture::Init;
+                            return Some(DialogResult::Picture { role, path, image });
+                        }
+                        other => other.map_err(|e| format!("{e}")),
+                    },
                     Some(bytes) => bytes.and_then(|b| {
                         decode_png(&b)
                             .map(|(_, text)| text)

@@ -12,7 +12,7 @@ use egui::{Color32, ColorImage, Key, Modifiers, TextureHandle, TextureOptions};
 use latent_engine::Precision;
 use latent_engine::adapters::AdapterSummary;
 use latent_engine::device::DeviceChoice;
-use latent_engine::image_io::{RgbImage, decode_png, encode_png, png_parameters, save_atomic};
+use latent_engine::image_io::{RgbImage, decode_png, encode_png, save_atomic};
 use latent_engine::parameters::Parameters;
 use latent_engine::pipeline::Txt2ImgRequest;
 use latent_engine::preview::{Frame, PreviewMethod, PreviewSettings};
