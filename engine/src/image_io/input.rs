@@ -110,7 +110,11 @@ pub fn image_parameters(path: &Path) -> Result<Option<String>> {
         .map_err(|e| cannot(&e))?;
     let mut decoder = reader.into_decoder().map_err(|e| cannot(&e))?;
     let exif = image::ImageDecoder::exif_metadata(&mut decoder).map_err(|e| cannot(&e))?;
-    Ok(exif.as_deref().and_then(super::user_comment))
+    // Cameras write comments too: only A1111's (a `Steps:` line) are parameters.
+    Ok(exif
+        .as_deref()
+        .and_then(super::user_comment)
+        .filter(|text| text.contains("Steps: ")))
 }
 
 fn from_image(img: image::RgbImage) -> RgbImage {
@@ -259,20 +263,28 @@ mod tests {
             .unwrap();
         assert_eq!(image_parameters(&plain).unwrap(), None);
         let jpeg = std::fs::read(&plain).unwrap();
+        // The JPEG with an APP1 segment holding `comment` after the start marker.
+        let tagged = |name: &str, comment: Vec<u8>| {
+            let mut app1 = b"Exif\0\0".to_vec();
+            app1.extend(super::super::exif::tests::exif_block(true, &comment));
+            let mut bytes = jpeg[..2].to_vec();
+            bytes.extend([0xFF, 0xE1]);
+            bytes.extend(((app1.len() + 2) as u16).to_be_bytes());
+            bytes.extend(&app1);
+            bytes.extend(&jpeg[2..]);
+            let path = dir.join(name);
+            std::fs::write(&path, bytes).unwrap();
+            path
+        };
         let text = "a fox\nSteps: 20, Sampler: Euler a, CFG scale: 7, Seed: 3, Size: 8x8";
         let mut comment = b"UNICODE\0".to_vec();
         comment.extend(text.encode_utf16().flat_map(u16::to_be_bytes));
-        let mut app1 = b"Exif\0\0".to_vec();
-        app1.extend(super::super::exif::tests::exif_block(true, &comment));
-        let mut with_exif = jpeg[..2].to_vec();
-        with_exif.extend([0xFF, 0xE1]);
-        with_exif.extend(((app1.len() + 2) as u16).to_be_bytes());
-        with_exif.extend(&app1);
-        with_exif.extend(&jpeg[2..]);
-        let tagged = dir.join("tagged.jpg");
-        std::fs::write(&tagged, with_exif).unwrap();
-        assert_eq!(image_parameters(&tagged).unwrap().as_deref(), Some(text));
-        assert_eq!(load_image(&tagged).unwrap().width, 8, "still an image");
+        let a1111 = tagged("tagged.jpg", comment);
+        assert_eq!(image_parameters(&a1111).unwrap().as_deref(), Some(text));
+        assert_eq!(load_image(&a1111).unwrap().width, 8, "still an image");
+        // A camera's comment is no parameters.
+        let camera = tagged("camera.jpg", b"ASCII\0\0\0holiday 2026".to_vec());
+        assert_eq!(image_parameters(&camera).unwrap(), None);
         let png = dir.join("p.png");
         std::fs::write(&png, super::super::encode_png(&img, Some(text)).unwrap()).unwrap();
         assert_eq!(image_parameters(&png).unwrap().as_deref(), Some(text));

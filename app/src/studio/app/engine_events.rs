@@ -23,6 +23,7 @@ impl StudioApp {
                         );
                     }
                     self.activity = Activity::Idle;
+                    self.job_running = false;
                     break;
                 }
             };
@@ -65,6 +66,7 @@ impl StudioApp {
                     self.gallery.push(GalleryItem { finished, texture });
                     self.selected = Some(self.gallery.len() - 1);
                 }
+                Event::GenerateDone => self.job_running = false,
                 Event::Idle => self.activity = Activity::Idle,
                 Event::Cancelled => self.status = "cancelled".into(),
                 Event::Failed(message) => {
@@ -72,6 +74,8 @@ impl StudioApp {
                     self.error = Some(message);
                 }
                 Event::Crashed(message) => {
+                    // The crashed command says no more; a restarted engine takes the next job.
+                    self.job_running = false;
                     self.activity = match self.activity {
                         Activity::Working(_) => Activity::Working(None),
                         _ => Activity::Idle,

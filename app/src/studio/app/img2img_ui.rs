@@ -68,6 +68,7 @@ impl StudioApp {
                             ui.label(format!("mask: {}", mask.name));
                             if ui.small_button("Clear mask").clicked() {
                                 self.form.mask = None;
+                                self.painter.changed();
                             }
                         }
                         None => {
@@ -137,12 +138,31 @@ impl StudioApp {
         let name = path
             .file_name()
             .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
-        let source = Some(InitSource { name, image });
+        let source = InitSource { name, image };
         match role {
-            Picture::Init => self.form.init = source,
-            Picture::Mask => self.form.mask = source,
+            Picture::Init => self.set_init(source),
+            Picture::Mask => {
+                self.form.mask = Some(source);
+                self.painter.changed();
+            }
         }
         self.status = format!("opened {}", path.display());
+    }
+
+    /// A new init image; a mask of another size goes (it was drawn for another picture).
+    fn set_init(&mut self, source: InitSource) {
+        let size = |s: &InitSource| (s.image.width, s.image.height);
+        if self
+            .form
+            .mask
+            .as_ref()
+            .is_some_and(|m| size(m) != size(&source))
+        {
+            self.form.mask = None;
+            self.notices
+                .push("the mask was for a picture of another size and was cleared".into());
+        }
+        self.form.init = Some(source);
     }
 
     /// The init image's thumbnail texture, uploaded once per image.
@@ -150,11 +170,9 @@ impl StudioApp {
         match &self.init_texture {
             Some((image, texture)) if Arc::ptr_eq(image, &source.image) => texture.clone(),
             _ => {
-                let texture = ctx.load_texture(
-                    "init-image",
-                    color_image(&source.image),
-                    TextureOptions::LINEAR,
-                );
+                let shown = display_copy(&source.image);
+                let texture =
+                    ctx.load_texture("init-image", color_image(&shown), TextureOptions::LINEAR);
                 self.init_texture = Some((source.image.clone(), texture.clone()));
                 texture
             }
@@ -168,13 +186,39 @@ impl StudioApp {
                 || "gallery image".into(),
                 |n| n.to_string_lossy().into_owned(),
             );
-            self.form.init = Some(InitSource {
-                name,
-                image: item.finished.image.clone(),
-            });
+            let image = item.finished.image.clone();
+            self.set_init(InitSource { name, image });
             self.status = "init image set: Generate runs image to image".into();
         }
     }
+}
+
+/// The largest side a picture is uploaded at for the screen (the thumbnail, the mask canvas):
+/// a 16k photo must not become a 16k texture.
+pub(super) const DISPLAY_SIDE: usize = 1024;
+
+/// `image`, or a copy scaled down to [`DISPLAY_SIDE`] (nearest neighbour: only for showing).
+pub(super) fn display_copy(image: &RgbImage) -> std::borrow::Cow<'_, RgbImage> {
+    let side = image.width.max(image.height);
+    if side <= DISPLAY_SIDE {
+        return std::borrow::Cow::Borrowed(image);
+    }
+    let (w, h) = (
+        (image.width * DISPLAY_SIDE / side).max(1),
+        (image.height * DISPLAY_SIDE / side).max(1),
+    );
+    let mut pixels = Vec::with_capacity(w * h * 3);
+    for y in 0..h {
+        for x in 0..w {
+            let (sx, sy) = (x * image.width / w, y * image.height / h);
+            pixels.extend_from_slice(&image.pixels[(sy * image.width + sx) * 3..][..3]);
+        }
+    }
+    std::borrow::Cow::Owned(RgbImage {
+        width: w,
+        height: h,
+        pixels,
+    })
 }
 
 impl StudioApp {

@@ -33,6 +33,13 @@ impl Default for MaskPainter {
     }
 }
 
+impl MaskPainter {
+    /// The form's mask was replaced or cleared: the overlay is made again.
+    pub fn changed(&mut self) {
+        self.version += 1;
+    }
+}
+
 impl StudioApp {
     /// The canvas: the init image with the mask over it; dragging paints or erases.
     pub(super) fn mask_ui(
@@ -60,9 +67,12 @@ impl StudioApp {
         match response.interact_pointer_pos() {
             Some(pos) if response.is_pointer_button_down_on() => {
                 let at = ((pos - rect.min) / scale).to_pos2();
-                let from = self.painter.last.unwrap_or(at);
-                self.stamp_line(init, from, at);
-                self.painter.last = Some(at);
+                // A held, unmoved pointer paints nothing new (and re-uploads nothing).
+                if self.painter.last != Some(at) {
+                    let from = self.painter.last.unwrap_or(at);
+                    self.stamp_line(init, from, at);
+                    self.painter.last = Some(at);
+                }
             }
             _ => self.painter.last = None,
         }
@@ -72,7 +82,19 @@ impl StudioApp {
     fn stamp_line(&mut self, init: &InitSource, from: egui::Pos2, to: egui::Pos2) {
         let (w, h) = (init.image.width, init.image.height);
         let fits = |m: &InitSource| (m.image.width, m.image.height) == (w, h);
-        if !self.form.mask.as_ref().is_some_and(fits) {
+        match self.form.mask.take() {
+            Some(m) if fits(&m) => self.form.mask = Some(m),
+            // An opened mask of another size: fitted to the picture as the engine would fit it.
+            Some(m) => {
+                let fitted = latent_engine::image_io::resize(&m.image, w, h, self.form.resize_mode);
+                self.form.mask = fitted.ok().map(|image| InitSource {
+                    name: m.name,
+                    image: Arc::new(image),
+                });
+            }
+            None => {}
+        }
+        if self.form.mask.is_none() {
             self.form.mask = Some(InitSource {
                 name: "painted".into(),
                 image: Arc::new(RgbImage {
@@ -123,12 +145,13 @@ impl StudioApp {
                 return Some(texture.clone());
             }
         }
-        let rgba: Vec<u8> = mask
+        let shown = super::img2img_ui::display_copy(&mask);
+        let rgba: Vec<u8> = shown
             .pixels
             .chunks_exact(3)
             .flat_map(|p| if p[0] >= 128 { TINT } else { [0; 4] })
             .collect();
-        let image = ColorImage::from_rgba_unmultiplied([mask.width, mask.height], &rgba);
+        let image = ColorImage::from_rgba_unmultiplied([shown.width, shown.height], &rgba);
         let texture = ctx.load_texture("mask-overlay", image, TextureOptions::NEAREST);
         self.painter.texture = Some((key, texture.clone()));
         Some(texture)

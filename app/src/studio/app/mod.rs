@@ -176,6 +176,10 @@ pub struct StudioApp {
     /// Generations waiting for the engine, first to run first; the last job id given.
     queue: Vec<queue_ui::Job>,
     next_job: u64,
+    /// A Generate was sent and its `GenerateDone` has not come: the queue waits for it.
+    job_running: bool,
+    /// The last queued job could not be sent: the queue waits for the next Generate.
+    queue_held: bool,
 }
 
 impl StudioApp {
@@ -256,6 +260,8 @@ impl StudioApp {
             painter: Default::default(),
             queue: Vec::new(),
             next_job: 0,
+            job_running: false,
+            queue_held: false,
         };
         let slot = app.adapters.clone();
         let _ = std::thread::Builder::new()
@@ -313,6 +319,8 @@ impl StudioApp {
         };
         std::mem::replace(&mut self.engine, engine).abandon();
         self.activity = Activity::Idle;
+        // The stuck job is abandoned with its engine; the queue goes on with the new one.
+        self.job_running = false;
         (self.engine_device, self.window_shares_device) = (None, false);
         self.last_event = Instant::now();
         self.notices.push(
@@ -403,7 +411,8 @@ impl StudioApp {
         }
         let mut request = self.form.request();
         request.decode.compile = self.settings.vae_compile;
-        if !self.activity.idle() || !self.queue.is_empty() {
+        self.queue_held = false;
+        if !self.activity.idle() || self.job_running || !self.queue.is_empty() {
             self.enqueue(request);
             return;
         }
@@ -419,6 +428,7 @@ impl StudioApp {
             return false;
         }
         // A queued job's start leaves the last job's error showing.
+        self.job_running = true;
         self.activity = Activity::Working(None);
         self.last_event = Instant::now();
         true

@@ -42,13 +42,18 @@ impl StudioApp {
         self.status = format!("queued ({} waiting)", self.queue.len());
     }
 
-    /// Sends the first waiting job once the engine is idle (called after each frame's events).
+    /// Sends the first waiting job once the last one is done and the engine idle (called after
+    /// each frame's events).
     pub(super) fn run_queue(&mut self) {
-        if self.activity.idle() && !self.queue.is_empty() && self.model.is_some() {
+        let ready = self.activity.idle() && !self.job_running && !self.queue_held;
+        if ready && !self.queue.is_empty() && self.model.is_some() {
             let job = self.queue.remove(0);
-            if !self.dispatch(*job.request) {
-                // Not accepted: the error is shown; the rest waits for the next Generate.
-                self.status = format!("{} jobs waiting", self.queue.len());
+            let request = job.request.clone();
+            if !self.dispatch(*request) {
+                // Not accepted (the error is shown): the job stays first, and the queue waits
+                // for the next Generate instead of retrying every frame.
+                self.queue.insert(0, job);
+                self.queue_held = true;
             }
         }
     }

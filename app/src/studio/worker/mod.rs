@@ -233,6 +233,7 @@ impl Worker {
                     self.taesd = None;
                 }
                 self.report_cache();
+                self.emit(Event::GenerateDone);
                 self.emit(Event::Idle);
                 r
             }

@@ -70,6 +70,10 @@ pub enum Event {
         elapsed: Duration,
     },
     Finished(Finished),
+    /// A Generate command is over (finished, cancelled or failed), just before its `Idle`: the
+    /// window's queue sends its next job on this, not on any `Idle` (a model load or a settings
+    /// reload end with one too).
+    GenerateDone,
     /// The whole request is done (all images, or cancelled, or failed).
     Idle,
     Cancelled,
