@@ -109,6 +109,7 @@ fn hires_fix_runs_a_second_pass_at_the_larger_size() {
                 strength: 0.5,
                 resize: ResizeMode::JustResize,
                 mask: None,
+                mask_blur: None,
             }),
             ..base()
         },
@@ -172,6 +173,7 @@ fn hires_fix_refuses_an_init_image_and_needs_the_encoder_for_lanczos() {
             strength: 0.5,
             resize: ResizeMode::JustResize,
             mask: None,
+            mask_blur: None,
         }),
         ..base()
     });

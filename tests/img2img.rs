@@ -61,6 +61,7 @@ fn init() -> InitImage {
         strength: 0.75,
         resize: Default::default(),
         mask: None,
+        mask_blur: None,
     }
 }
 
@@ -221,4 +222,57 @@ fn img2img_parameters_record_the_strength() {
     let txt2img = Txt2ImgRequest { init: None, ..req };
     let text = Parameters::for_request(&txt2img, 1, None, None).to_a1111();
     assert!(!text.contains("Denoising"), "{text}");
+}
+
+/// A1111's overlay: with a mask blur the original picture comes back outside the mask (far from
+/// it, exactly), the generated one inside it; the PNG records the blur.
+#[test]
+fn inpainting_puts_the_original_back_outside_the_mask() {
+    let device = Device::flex();
+    let model = with_encoder(&device);
+    let tokenizer = ClipTokenizer::new().unwrap();
+    let case = cases()
+        .into_iter()
+        .find(|c| c.mask)
+        .expect("an inpainting case");
+    let run = |blur: Option<f32>| {
+        let mut req = request(&case);
+        req.init.as_mut().unwrap().mask_blur = blur;
+        let out = txt2img(
+            &model,
+            &tokenizer,
+            &req,
+            &AtomicBool::new(false),
+            &mut Record::default(),
+        );
+        (out.unwrap().remove(0).image, req)
+    };
+    let (plain, _) = run(None);
+    let (pasted, req) = run(Some(4.0));
+    let original = load_image(&fixtures().join("img2img-init.png")).unwrap();
+    let px = |img: &RgbImage, x: usize, y: usize| img.pixels[(y * 64 + x) * 3..][..3].to_vec();
+    // The mask: a square x 8..32, y 16..40, and the rows from 56 down.
+    for (x, y) in [(60, 2), (48, 10), (2, 2), (50, 45)] {
+        // ±1: a Gaussian's tail still gives the generated pixel a weight of ~1e-3 there.
+        let near = px(&pasted, x, y)
+            .iter()
+            .zip(px(&original, x, y))
+            .all(|(a, b)| a.abs_diff(b) <= 1);
+        assert!(near, "kept at ({x}, {y})");
+        assert_ne!(
+            px(&plain, x, y),
+            px(&original, x, y),
+            "diffusers' output differs at ({x}, {y})"
+        );
+    }
+    // Deep inside the square (12 px from its edges) the generated pixel, to ±1.
+    for (x, y) in [(20, 28), (19, 27)] {
+        let near = px(&pasted, x, y)
+            .iter()
+            .zip(px(&plain, x, y))
+            .all(|(a, b)| a.abs_diff(b) <= 1);
+        assert!(near, "generated at ({x}, {y})");
+    }
+    let text = Parameters::for_request(&req, case.seed, None, None).to_a1111();
+    assert!(text.contains("Mask blur: 4"), "{text}");
 }

@@ -69,6 +69,11 @@ pub struct GenerateArgs {
     /// 4-channel checkpoint: the rest is blended back after every step, as diffusers does).
     #[arg(long)]
     mask: Option<PathBuf>,
+    /// Inpainting: after the decode, the original is put back outside the mask, feathered by a
+    /// Gaussian blur of the mask of this many pixels (A1111's mask blur and overlay); a negative
+    /// value keeps the decoded image as it is (diffusers' output).
+    #[arg(long, default_value_t = 4.0, allow_negative_numbers = true)]
+    mask_blur: f32,
     /// A folder of textual-inversion embeddings (`<name>.safetensors`, A1111's format): a name in
     /// the prompt is replaced by its vectors.
     #[arg(long)]
@@ -286,6 +291,7 @@ fn init_image(args: &GenerateArgs) -> Result<(Option<InitImage>, usize, usize)> 
         image: std::sync::Arc::new(image),
         strength: args.denoising_strength,
         resize: args.resize_mode,
+        mask_blur: (mask.is_some() && args.mask_blur >= 0.0).then_some(args.mask_blur),
         mask,
     };
     Ok((Some(init), width, height))

@@ -60,6 +60,9 @@ fn request_extras(request: &crate::pipeline::Txt2ImgRequest) -> Vec<(String, Str
     }
     if let Some(init) = &request.init {
         extra.push(("Denoising strength".to_string(), init.strength.to_string()));
+        if let (Some(_), Some(blur)) = (&init.mask, init.mask_blur) {
+            extra.push(("Mask blur".to_string(), fmt_number(blur)));
+        }
     }
     // A1111's order: the strength, then the hires keys (steps only when set).
     if let Some(h) = &request.hires {

@@ -40,6 +40,8 @@ pub struct Form {
     pub init: Option<InitSource>,
     /// Inpainting: the mask (white is repainted), used with an init image.
     pub mask: Option<InitSource>,
+    /// A1111's mask blur: the original comes back outside the mask, feathered by this many pixels.
+    pub mask_blur: f32,
     pub strength: f64,
     pub resize_mode: ResizeMode,
     /// Hires fix (txt2img only: an init image turns it off) and its settings.
@@ -77,6 +79,7 @@ impl Default for Form {
             emphasis: request.emphasis,
             init: None,
             mask: None,
+            mask_blur: 4.0,
             strength: DEFAULT_STRENGTH,
             resize_mode: ResizeMode::default(),
             hires_on: false,
@@ -107,6 +110,7 @@ impl Form {
                 strength: self.strength,
                 resize: self.resize_mode,
                 mask: self.mask.as_ref().map(|m| m.image.clone()),
+                mask_blur: self.mask.as_ref().map(|_| self.mask_blur),
             }),
             hires: (self.hires_on && self.init.is_none()).then_some(self.hires),
             // The window adds the embeddings folder's library.
@@ -146,6 +150,12 @@ impl Form {
         match p.emphasis() {
             Some(e) => self.emphasis = e,
             None => skipped.push("emphasis mode".to_string()),
+        }
+        if let Some((_, blur)) = p.extra.iter().find(|(k, _)| k == "Mask blur") {
+            match blur.trim().parse::<f32>() {
+                Ok(b) if b.is_finite() && b >= 0.0 => self.mask_blur = b,
+                _ => skipped.push(format!("mask blur `{blur}`")),
+            }
         }
         match p.hires() {
             Some(Ok(h)) => (self.hires_on, self.hires) = (true, h),

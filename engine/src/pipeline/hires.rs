@@ -186,6 +186,7 @@ impl HiresPass {
                     strength: 1.0,
                     resize: ResizeMode::JustResize,
                     mask: None,
+                    mask_blur: None,
                 };
                 let encoded = init::encode(model, &init, self.width, self.height)?;
                 Ok(encoded.start(rng, &self.plan, 0.0).latents)

@@ -26,6 +26,10 @@ pub struct InitImage {
     pub resize: ResizeMode,
     /// Inpainting: white (≥ 50 % grey) is repainted, black kept; fitted like the image.
     pub mask: Option<Arc<RgbImage>>,
+    /// Inpainting, A1111's overlay: after the decode the original picture is put back outside
+    /// the mask, feathered by a Gaussian blur of the mask of this many pixels (A1111's "Mask
+    /// blur", 4 by default there). `None`: the decoded image as it is (diffusers' output).
+    pub mask_blur: Option<f32>,
 }
 
 /// The encoded image, once for every image of a batch count: the latent distribution's mean and
@@ -35,6 +39,9 @@ pub(super) struct Encoded {
     std: Tensor<4>,
     /// Inpainting: 1 where the latent is repainted, `[1, 1, h/8, w/8]`.
     mask: Option<Tensor<4>>,
+    /// Inpainting with A1111's overlay: the fitted picture and each pixel's weight of the
+    /// generated image (the blurred mask, 0..=1).
+    overlay: Option<(RgbImage, Vec<f32>)>,
 }
 
 /// One seed's start: the latent to denoise, and (inpainting) what each step blends back in.
@@ -72,6 +79,13 @@ pub(super) fn encode(
     height: usize,
 ) -> Result<Encoded> {
     let image = resize(&init.image, width, height, init.resize)?;
+    let overlay = match (&init.mask, init.mask_blur) {
+        (Some(mask), Some(blur)) => {
+            let mask = resize(mask, width, height, init.resize)?;
+            Some((image.clone(), overlay_weights(&mask, blur)))
+        }
+        _ => None,
+    };
     let (w, h) = (image.width, image.height);
     let plane = w * h;
     if image.pixels.len() != plane * 3 {
@@ -110,7 +124,35 @@ pub(super) fn encode(
         Some(mask) => Some(latent_mask(model, mask, init.resize, width, height)?),
         None => None,
     };
-    Ok(Encoded { mean, std, mask })
+    Ok(Encoded {
+        mean,
+        std,
+        mask,
+        overlay,
+    })
+}
+
+/// PIL's `convert("L")` of an RGB pixel.
+fn grey(p: &[u8]) -> u8 {
+    ((u32::from(p[0]) * 19595 + u32::from(p[1]) * 38470 + u32::from(p[2]) * 7471 + 0x8000) >> 16)
+        as u8
+}
+
+/// The mask blurred by a Gaussian of `sigma` pixels (A1111's `GaussianBlur(mask_blur)`), as
+/// weights in 0..=1.
+fn overlay_weights(mask: &RgbImage, sigma: f32) -> Vec<f32> {
+    let grey: Vec<u8> = mask.pixels.chunks_exact(3).map(grey).collect();
+    let image = image::GrayImage::from_raw(mask.width as u32, mask.height as u32, grey)
+        .unwrap_or_else(|| image::GrayImage::new(mask.width as u32, mask.height as u32));
+    let blurred = match sigma.is_finite() && sigma > 0.0 {
+        true => image::imageops::blur(&image, sigma),
+        false => image,
+    };
+    blurred
+        .into_raw()
+        .into_iter()
+        .map(|v| f32::from(v) / 255.0)
+        .collect()
 }
 
 /// The mask at the latent's size: grey as PIL's `convert("L")`, binarized at 50 % as diffusers'
@@ -129,12 +171,7 @@ fn latent_mask(
     for y in 0..lh {
         for x in 0..lw {
             let p = &mask.pixels[((y * scale) * width + x * scale) * 3..][..3];
-            let grey = (u32::from(p[0]) * 19595
-                + u32::from(p[1]) * 38470
-                + u32::from(p[2]) * 7471
-                + 0x8000)
-                >> 16;
-            data.push(if grey as f32 / 255.0 >= 0.5 {
+            data.push(if f32::from(grey(p)) / 255.0 >= 0.5 {
                 1f32
             } else {
                 0.0
@@ -148,6 +185,26 @@ fn latent_mask(
 }
 
 impl Encoded {
+    /// A1111's overlay: outside the (blurred) mask the fitted original, inside the generated
+    /// image, mixed by the blurred mask. Nothing without a mask or without a mask blur.
+    pub(super) fn paste_original(&self, generated: &mut RgbImage) {
+        let Some((original, weights)) = &self.overlay else {
+            return;
+        };
+        if original.pixels.len() != generated.pixels.len() {
+            return;
+        }
+        for ((out, &orig), &m) in generated
+            .pixels
+            .chunks_exact_mut(3)
+            .zip(original.pixels.chunks_exact(3))
+            .zip(weights)
+            .flat_map(|((o, p), m)| o.iter_mut().zip(p).map(move |x| (x, m)))
+        {
+            *out = (f32::from(*out) * m + f32::from(orig) * (1.0 - m)).round() as u8;
+        }
+    }
+
     /// The first latent of one seed: a sample of the latent distribution, then the scheduler's
     /// `add_noise` at the first step, both drawn from the seed's generator in that order (as
     /// diffusers draws them), so the sampler's own noise continues the same stream. Inpainting

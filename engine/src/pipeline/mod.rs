@@ -399,10 +399,11 @@ pub fn txt2img(
         if cancel.load(Ordering::Relaxed) {
             return cancelled(out);
         }
-        let generated = Generated {
-            image: decode(model, latents, &req.decode, observer)?,
-            seed,
-        };
+        let mut image = decode(model, latents, &req.decode, observer)?;
+        if let Some(encoded) = &encoded {
+            encoded.paste_original(&mut image);
+        }
+        let generated = Generated { image, seed };
         observer.image(&generated);
         out.push(generated);
     }

@@ -66,6 +66,15 @@ impl StudioApp {
                     match &self.form.mask {
                         Some(mask) => {
                             ui.label(format!("mask: {}", mask.name));
+                            ui.add(
+                                egui::DragValue::new(&mut self.form.mask_blur)
+                                    .range(0.0..=64.0)
+                                    .prefix("blur "),
+                            )
+                            .on_hover_text(
+                                "A1111's mask blur: the original comes back outside the mask, \
+                                 feathered by this many pixels",
+                            );
                             if ui.small_button("Clear mask").clicked() {
                                 self.form.mask = None;
                                 self.painter.changed();
