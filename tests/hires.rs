@@ -110,6 +110,7 @@ fn hires_fix_runs_a_second_pass_at_the_larger_size() {
                 resize: ResizeMode::JustResize,
                 mask: None,
                 mask_blur: None,
+                masked_content: Default::default(),
             }),
             ..base()
         },
@@ -174,6 +175,7 @@ fn hires_fix_refuses_an_init_image_and_needs_the_encoder_for_lanczos() {
             resize: ResizeMode::JustResize,
             mask: None,
             mask_blur: None,
+            masked_content: Default::default(),
         }),
         ..base()
     });

@@ -14,7 +14,9 @@ use common::{devices, fixtures, to_vec};
 use latent_engine::checkpoint::{Checkpoint, SafetensorsFile};
 use latent_engine::image_io::{ResizeMode, RgbImage, load_image};
 use latent_engine::parameters::Parameters;
-use latent_engine::pipeline::{InitImage, Observer, StepState, Txt2ImgRequest, txt2img};
+use latent_engine::pipeline::{
+    InitImage, MaskedContent, Observer, StepState, Txt2ImgRequest, txt2img,
+};
 use latent_engine::tokenizer::ClipTokenizer;
 use latent_engine::{LoadOptions, StableDiffusion};
 use serde::Deserialize;
@@ -62,6 +64,7 @@ fn init() -> InitImage {
         resize: Default::default(),
         mask: None,
         mask_blur: None,
+        masked_content: Default::default(),
     }
 }
 
@@ -275,4 +278,44 @@ fn inpainting_puts_the_original_back_outside_the_mask() {
     }
     let text = Parameters::for_request(&req, case.seed, None, None).to_a1111();
     assert!(text.contains("Mask blur: 4"), "{text}");
+}
+
+/// A1111's masked content: latent noise or nothing changes where the masked area starts, and so
+/// the run inside the mask; outside it the blend brings back the same picture every step, so the
+/// final latents there are the original's in every mode.
+#[test]
+fn masked_content_changes_only_the_masked_area() {
+    let device = Device::flex();
+    let model = with_encoder(&device);
+    let tokenizer = ClipTokenizer::new().unwrap();
+    let case = cases()
+        .into_iter()
+        .find(|c| c.mask && c.strength < 1.0)
+        .expect("a case");
+    let last = |content: MaskedContent| {
+        let mut req = request(&case);
+        req.init.as_mut().unwrap().masked_content = content;
+        let mut rec = Record::default();
+        txt2img(&model, &tokenizer, &req, &AtomicBool::new(false), &mut rec).unwrap();
+        rec.latents.pop().unwrap()
+    };
+    let original = last(MaskedContent::Original);
+    // Latent index of (x, y) in channel 0 of the 8×8 latent: the mask's square covers x 1..4,
+    // y 2..5; the rows from 7 down are masked too.
+    let at = |x: usize, y: usize| y * 8 + x;
+    for content in [MaskedContent::LatentNoise, MaskedContent::LatentNothing] {
+        let other = last(content);
+        assert_eq!(
+            other[at(6, 1)],
+            original[at(6, 1)],
+            "{content:?}: kept area"
+        );
+        assert_ne!(
+            other[at(2, 3)],
+            original[at(2, 3)],
+            "{content:?}: masked area"
+        );
+    }
+    assert!("latent nothing".parse::<MaskedContent>().is_ok());
+    assert!("fill".parse::<MaskedContent>().is_err());
 }

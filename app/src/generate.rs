@@ -11,7 +11,7 @@ use latent_engine::image_io::{ResizeMode, RgbImage, encode_png, load_image, save
 use latent_engine::model_cache::{CacheSettings, LoadSource, ModelCache};
 use latent_engine::parameters::Parameters;
 use latent_engine::pipeline::{
-    DecodeOptions, Generated, HiresFix, HiresUpscaler, InitImage, Notice, StepState,
+    DecodeOptions, Generated, HiresFix, HiresUpscaler, InitImage, MaskedContent, Notice, StepState,
     Txt2ImgRequest, txt2img,
 };
 use latent_engine::preview::{
@@ -74,6 +74,10 @@ pub struct GenerateArgs {
     /// value keeps the decoded image as it is (diffusers' output).
     #[arg(long, default_value_t = 4.0, allow_negative_numbers = true)]
     mask_blur: f32,
+    /// Inpainting: what the masked area starts from: original, latent-noise or latent-nothing
+    /// (A1111's masked content).
+    #[arg(long, default_value = "original")]
+    masked_content: MaskedContent,
     /// A folder of textual-inversion embeddings (`<name>.safetensors`, A1111's format): a name in
     /// the prompt is replaced by its vectors.
     #[arg(long)]
@@ -292,6 +296,7 @@ fn init_image(args: &GenerateArgs) -> Result<(Option<InitImage>, usize, usize)> 
         strength: args.denoising_strength,
         resize: args.resize_mode,
         mask_blur: (mask.is_some() && args.mask_blur >= 0.0).then_some(args.mask_blur),
+        masked_content: args.masked_content,
         mask,
     };
     Ok((Some(init), width, height))

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use latent_engine::image_io::{ResizeMode, RgbImage};
 use latent_engine::parameters::Parameters;
-use latent_engine::pipeline::{HiresFix, InitImage, Txt2ImgRequest};
+use latent_engine::pipeline::{HiresFix, InitImage, MaskedContent, Txt2ImgRequest};
 use latent_engine::prompt::Emphasis;
 use latent_engine::schedulers::{SamplerKind, Schedule};
 
@@ -42,6 +42,7 @@ pub struct Form {
     pub mask: Option<InitSource>,
     /// A1111's mask blur: the original comes back outside the mask, feathered by this many pixels.
     pub mask_blur: f32,
+    pub masked_content: MaskedContent,
     pub strength: f64,
     pub resize_mode: ResizeMode,
     /// Hires fix (txt2img only: an init image turns it off) and its settings.
@@ -80,6 +81,7 @@ impl Default for Form {
             init: None,
             mask: None,
             mask_blur: 4.0,
+            masked_content: MaskedContent::default(),
             strength: DEFAULT_STRENGTH,
             resize_mode: ResizeMode::default(),
             hires_on: false,
@@ -111,6 +113,7 @@ impl Form {
                 resize: self.resize_mode,
                 mask: self.mask.as_ref().map(|m| m.image.clone()),
                 mask_blur: self.mask.as_ref().map(|_| self.mask_blur),
+                masked_content: self.masked_content,
             }),
             hires: (self.hires_on && self.init.is_none()).then_some(self.hires),
             // The window adds the embeddings folder's library.

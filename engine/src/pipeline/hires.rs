@@ -187,6 +187,7 @@ impl HiresPass {
                     resize: ResizeMode::JustResize,
                     mask: None,
                     mask_blur: None,
+                    masked_content: Default::default(),
                 };
                 let encoded = init::encode(model, &init, self.width, self.height)?;
                 Ok(encoded.start(rng, &self.plan, 0.0).latents)

@@ -30,6 +30,62 @@ pub struct InitImage {
     /// the mask, feathered by a Gaussian blur of the mask of this many pixels (A1111's "Mask
     /// blur", 4 by default there). `None`: the decoded image as it is (diffusers' output).
     pub mask_blur: Option<f32>,
+    /// Inpainting: what the masked area starts from (A1111's "Masked content").
+    pub masked_content: MaskedContent,
+}
+
+/// What the masked area of an inpainting run starts from, before it is noised (A1111's "Masked
+/// content"; its `fill`, a blur of the surroundings, is not offered yet).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum MaskedContent {
+    /// The picture's own latent (A1111's default, and diffusers').
+    #[default]
+    Original,
+    /// Fresh noise: the masked area is invented anew.
+    LatentNoise,
+    /// Zeros: a blank start.
+    LatentNothing,
+}
+
+impl MaskedContent {
+    pub const ALL: [MaskedContent; 3] = [
+        MaskedContent::Original,
+        MaskedContent::LatentNoise,
+        MaskedContent::LatentNothing,
+    ];
+
+    /// The identifier of the command line.
+    pub fn id(self) -> &'static str {
+        match self {
+            MaskedContent::Original => "original",
+            MaskedContent::LatentNoise => "latent-noise",
+            MaskedContent::LatentNothing => "latent-nothing",
+        }
+    }
+
+    /// A1111's label.
+    pub fn a1111_name(self) -> &'static str {
+        match self {
+            MaskedContent::Original => "original",
+            MaskedContent::LatentNoise => "latent noise",
+            MaskedContent::LatentNothing => "latent nothing",
+        }
+    }
+}
+
+impl std::str::FromStr for MaskedContent {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        Self::ALL
+            .into_iter()
+            .find(|m| m.id() == s || m.a1111_name().eq_ignore_ascii_case(s))
+            .ok_or_else(|| {
+                Error::InvalidInput(format!(
+                    "unknown masked content `{s}` (expected original, latent-noise or latent-nothing)"
+                ))
+            })
+    }
 }
 
 /// The encoded image, once for every image of a batch count: the latent distribution's mean and
@@ -39,6 +95,7 @@ pub(super) struct Encoded {
     std: Tensor<4>,
     /// Inpainting: 1 where the latent is repainted, `[1, 1, h/8, w/8]`.
     mask: Option<Tensor<4>>,
+    masked_content: MaskedContent,
     /// Inpainting with A1111's overlay: the fitted picture and each pixel's weight of the
     /// generated image (the blurred mask, 0..=1).
     overlay: Option<(RgbImage, Vec<f32>)>,
@@ -128,6 +185,7 @@ pub(super) fn encode(
         mean,
         std,
         mask,
+        masked_content: init.masked_content,
         overlay,
     })
 }
@@ -230,9 +288,18 @@ impl Encoded {
             };
         };
         let _masked_image_sample = randn();
+        // A1111's masked content replaces the latent under the mask before it is noised; the
+        // blend keeps the picture's latent outside it either way. Its noise is drawn after
+        // diffusers' three draws.
+        let keep = mask.clone().neg() + 1.0;
+        let start_x0 = match self.masked_content {
+            MaskedContent::Original => x0.clone(),
+            MaskedContent::LatentNoise => x0.clone() * keep + randn() * mask.clone(),
+            MaskedContent::LatentNothing => x0.clone() * keep,
+        };
         let latents = match strength >= 1.0 {
             true => noise.clone() * plan.init_noise_sigma,
-            false => x0.clone() * at.sample + noise.clone() * at.noise,
+            false => start_x0 * at.sample + noise.clone() * at.noise,
         };
         Start {
             latents,

@@ -13,7 +13,7 @@ mod init;
 
 pub use decode::{all_finite, decode, to_rgb8};
 pub use hires::{HiresFix, HiresUpscaler};
-pub use init::InitImage;
+pub use init::{InitImage, MaskedContent};
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};

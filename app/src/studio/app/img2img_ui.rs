@@ -3,8 +3,8 @@
 //! and the hires fix.
 
 use latent_engine::image_io::{ResizeMode, load_image};
-use latent_engine::pipeline::HiresUpscaler;
 use latent_engine::pipeline::hires::MAX_SCALE as MAX_HIRES_SCALE;
+use latent_engine::pipeline::{HiresUpscaler, MaskedContent};
 
 use super::super::form::InitSource;
 use super::*;
@@ -75,6 +75,20 @@ impl StudioApp {
                                 "A1111's mask blur: the original comes back outside the mask, \
                                  feathered by this many pixels",
                             );
+                            egui::ComboBox::from_id_salt("masked-content")
+                                .selected_text(self.form.masked_content.a1111_name())
+                                .show_ui(ui, |ui| {
+                                    for m in MaskedContent::ALL {
+                                        let label = m.a1111_name();
+                                        ui.selectable_value(
+                                            &mut self.form.masked_content,
+                                            m,
+                                            label,
+                                        );
+                                    }
+                                })
+                                .response
+                                .on_hover_text("what the masked area starts from");
                             if ui.small_button("Clear mask").clicked() {
                                 self.form.mask = None;
                                 self.painter.changed();
