@@ -93,12 +93,7 @@ pub(super) fn planes_ab(
             PLANES_MIN_KEYS,
             "planes only up to 64-wide heads (80-wide on the per-row kernel)",
         ),
-        (
-            None,
-            80,
-            0,
-            "planes also for the 77-token cross-attention",
-        ),
+        (None, 80, 0, "planes also for the 77-token cross-attention"),
         (
             None,
             160,

@@ -258,9 +258,7 @@ fn plan_from(
         SamplerKind::EulerAncestral => {
             euler_ancestral::plan(&table, schedule, steps, config.prediction)
         }
-        SamplerKind::DpmPp2M => {
-            dpmpp_2m::plan(&table, schedule, steps, config.prediction, begin)
-        }
+        SamplerKind::DpmPp2M => dpmpp_2m::plan(&table, schedule, steps, config.prediction, begin),
         SamplerKind::Ddim => ddim::plan(&table, steps, config),
     };
     debug_assert!(
