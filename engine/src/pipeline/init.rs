@@ -93,8 +93,8 @@ impl std::str::FromStr for MaskedContent {
 pub(super) struct Encoded {
     mean: Tensor<4>,
     std: Tensor<4>,
-    /// Inpainting: 1 where the latent is repainted, `[1, 1, h/8, w/8]`.
-    mask: Option<Tensor<4>>,
+    /// Inpainting: 1 where the latent is repainted, `[1, 1, h/8, w/8]`, and its complement.
+    mask: Option<(Tensor<4>, Tensor<4>)>,
     masked_content: MaskedContent,
     /// Inpainting with A1111's overlay: the fitted picture and each pixel's weight of the
     /// generated image (the blurred mask, 0..=1).
@@ -113,6 +113,8 @@ pub(super) struct Blend {
     x0: Tensor<4>,
     noise: Tensor<4>,
     mask: Tensor<4>,
+    /// `1 − mask`, made once rather than at every step.
+    keep: Tensor<4>,
 }
 
 impl Blend {
@@ -122,8 +124,7 @@ impl Blend {
             Some(at) => self.x0.clone() * at.sample + self.noise.clone() * at.noise,
             None => self.x0.clone(),
         };
-        let keep = self.mask.clone().neg() + 1.0;
-        latents * self.mask.clone() + proper * keep
+        latents * self.mask.clone() + proper * self.keep.clone()
     }
 }
 
@@ -136,11 +137,13 @@ pub(super) fn encode(
     height: usize,
 ) -> Result<Encoded> {
     let image = resize(&init.image, width, height, init.resize)?;
-    let overlay = match (&init.mask, init.mask_blur) {
-        (Some(mask), Some(blur)) => {
-            let mask = resize(mask, width, height, init.resize)?;
-            Some((image.clone(), overlay_weights(&mask, blur)))
-        }
+    // The mask fitted as the picture is, once for the latent mask and the overlay.
+    let fitted_mask = match &init.mask {
+        Some(mask) => Some(resize(mask, width, height, init.resize)?),
+        None => None,
+    };
+    let overlay = match (&fitted_mask, init.mask_blur) {
+        (Some(mask), Some(blur)) => Some((image.clone(), overlay_weights(mask, blur))),
         _ => None,
     };
     let (w, h) = (image.width, image.height);
@@ -177,10 +180,11 @@ pub(super) fn encode(
             "the VAE encoded the init image to NaN or infinite values (try f32 precision)".into(),
         ));
     }
-    let mask = match &init.mask {
-        Some(mask) => Some(latent_mask(model, mask, init.resize, width, height)?),
-        None => None,
-    };
+    let mask = fitted_mask.as_ref().map(|mask| {
+        let mask = latent_mask(model, mask, width, height);
+        let keep = mask.clone().neg() + 1.0;
+        (mask, keep)
+    });
     Ok(Encoded {
         mean,
         std,
@@ -213,16 +217,10 @@ fn overlay_weights(mask: &RgbImage, sigma: f32) -> Vec<f32> {
         .collect()
 }
 
-/// The mask at the latent's size: grey as PIL's `convert("L")`, binarized at 50 % as diffusers'
-/// mask processor does, then nearest-neighbour down by the VAE's factor (`interpolate` default).
-fn latent_mask(
-    model: &StableDiffusion,
-    mask: &RgbImage,
-    mode: ResizeMode,
-    width: usize,
-    height: usize,
-) -> Result<Tensor<4>> {
-    let mask = resize(mask, width, height, mode)?;
+/// The fitted mask (`width`×`height`) at the latent's size: grey as PIL's `convert("L")`,
+/// binarized at 50 % as diffusers' mask processor does, then nearest-neighbour down by the VAE's
+/// factor (`interpolate` default).
+fn latent_mask(model: &StableDiffusion, mask: &RgbImage, width: usize, height: usize) -> Tensor<4> {
     let scale = model.config.vae.downscale();
     let (lw, lh) = (width / scale, height / scale);
     let mut data = Vec::with_capacity(lw * lh);
@@ -236,10 +234,10 @@ fn latent_mask(
             });
         }
     }
-    Ok(Tensor::<4>::from_data(
+    Tensor::<4>::from_data(
         TensorData::new(data, [1, 1, lh, lw]),
         (&model.device, DType::F32),
-    ))
+    )
 }
 
 impl Encoded {
@@ -281,7 +279,7 @@ impl Encoded {
         };
         let x0 = self.mean.clone() + self.std.clone() * randn();
         let noise = randn();
-        let Some(mask) = &self.mask else {
+        let Some((mask, keep)) = &self.mask else {
             return Start {
                 latents: x0 * at.sample + noise * at.noise,
                 blend: None,
@@ -291,11 +289,10 @@ impl Encoded {
         // A1111's masked content replaces the latent under the mask before it is noised; the
         // blend keeps the picture's latent outside it either way. Its noise is drawn after
         // diffusers' three draws.
-        let keep = mask.clone().neg() + 1.0;
         let start_x0 = match self.masked_content {
             MaskedContent::Original => x0.clone(),
-            MaskedContent::LatentNoise => x0.clone() * keep + randn() * mask.clone(),
-            MaskedContent::LatentNothing => x0.clone() * keep,
+            MaskedContent::LatentNoise => x0.clone() * keep.clone() + randn() * mask.clone(),
+            MaskedContent::LatentNothing => x0.clone() * keep.clone(),
         };
         let latents = match strength >= 1.0 {
             true => noise.clone() * plan.init_noise_sigma,
@@ -307,6 +304,7 @@ impl Encoded {
                 x0,
                 noise,
                 mask: mask.clone(),
+                keep: keep.clone(),
             }),
         }
     }
