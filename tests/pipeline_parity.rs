@@ -63,6 +63,7 @@ fn request(c: &Case) -> Txt2ImgRequest {
         init: None,
         hires: None,
         embeddings: None,
+        loras: Default::default(),
     }
 }
 

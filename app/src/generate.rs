@@ -82,6 +82,14 @@ pub struct GenerateArgs {
     /// the prompt is replaced by its vectors.
     #[arg(long)]
     embeddings: Option<PathBuf>,
+    /// A folder of LoRAs (`<name>.safetensors`, kohya/A1111 or diffusers/PEFT; subfolders are
+    /// searched): `<lora:name:0.8>` in the prompt merges one in (A1111's syntax,
+    /// `<lora:name:te:unet>` for separate strengths).
+    #[arg(long)]
+    loras: Option<PathBuf>,
+    /// Adds `<lora:NAME:…>` to the prompt: NAME, NAME:STRENGTH or NAME:TE:UNET (repeatable).
+    #[arg(long = "lora", value_name = "NAME[:TE[:UNET]]")]
+    lora: Vec<String>,
     /// Hires fix: a second pass at this factor of the size (1 to 4; A1111's "Upscale by").
     #[arg(long)]
     hires_scale: Option<f64>,
@@ -330,7 +338,11 @@ pub fn run(args: GenerateArgs) -> Result<()> {
             upscaler: args.hires_upscaler,
         }),
         embeddings: None,
+        loras: Default::default(),
     };
+    for tag in &args.lora {
+        request.prompt = format!("{} <lora:{tag}>", request.prompt.trim_end());
+    }
     if args.out.is_some() && args.batch_count > 1 {
         bail!("--out names one file; use --outputs with --batch-count > 1");
     }
@@ -416,6 +428,28 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         }
         request.embeddings = Some(std::sync::Arc::new(library));
     }
+    let loras = latent_engine::lora::LoraLibrary::new(args.loras.clone());
+    let (set, ignored) = loras
+        .resolve(&request.prompt)
+        .map_err(|e| match args.loras {
+            None => anyhow::anyhow!("{e}; pass --loras <folder>"),
+            Some(_) => e.into(),
+        })?;
+    for tag in ignored {
+        eprintln!(
+            "warning: {tag} is not a LoRA tag Latent Studio applies; it was removed from the prompt"
+        );
+    }
+    if !set.0.is_empty() {
+        let started = Instant::now();
+        model.networks(&set)?;
+        eprintln!(
+            "LoRAs merged in {:.2} s: {}",
+            started.elapsed().as_secs_f64(),
+            set.a1111_hashes()
+        );
+    }
+    request.loras = set;
     let cancel = AtomicBool::new(false);
     // A device that stops making progress (a kernel compiled at first use that never finishes)
     // is reported once after twice the device timeout. Only reported: a first use that is merely

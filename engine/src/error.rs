@@ -66,6 +66,8 @@ pub enum Error {
     InvalidParameters(String),
     #[error("tokenizer: {0}")]
     Tokenizer(#[from] crate::tokenizer::TokenizerError),
+    #[error("LoRA `{name}`: {reason}")]
+    Lora { name: String, reason: String },
     #[error("invalid input: {0}")]
     InvalidInput(String),
     #[error("device error: {0}")]

@@ -12,6 +12,7 @@ pub mod error;
 pub mod image_io;
 pub mod kernels;
 pub mod limits;
+pub mod lora;
 pub mod model;
 pub mod model_cache;
 pub mod nn;

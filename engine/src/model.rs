@@ -1,13 +1,16 @@
 //! A loaded Stable Diffusion model: text encoder, UNet and VAE on one device in one dtype.
 
-use std::sync::OnceLock;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Instant;
 
 use burn::tensor::{DType, Device};
 
+use crate::checkpoint::kept::TensorMap;
 use crate::checkpoint::weights::Recorder;
-use crate::checkpoint::{Checkpoint, Component, LoadReport, ModelConfig, Weights};
+use crate::checkpoint::{Checkpoint, Component, LoadReport, ModelConfig, Weights, ldm};
 use crate::clip::ClipTextModel;
-use crate::error::Result;
+use crate::error::{Error, Result};
+use crate::lora::{self, LoraSet, keys::Net};
 use crate::unet::UNet2DConditionModel;
 use crate::vae::AutoencoderKL;
 use crate::vae_compile::VaeCompiler;
@@ -65,6 +68,23 @@ pub struct StableDiffusion {
     pub vae_compile: VaeCompiler,
     /// An f32 copy of the decoder, made the first time an f16 decode is not finite.
     vae_f32: OnceLock<AutoencoderKL>,
+    /// The tensors the text encoder and UNet were built from (LoRAs are merged into these).
+    kept: Option<Kept>,
+    /// The networks of the last LoRA set asked for, while it is asked for again.
+    with_loras: Mutex<Option<(LoraSet, Arc<Networks>)>>,
+}
+
+struct Kept {
+    text_encoder: Arc<TensorMap>,
+    unet: Arc<TensorMap>,
+}
+
+/// The networks one request runs: the model's own, or copies with a LoRA set merged in (which
+/// share every layer the set leaves alone).
+#[derive(Debug, Clone)]
+pub struct Networks {
+    pub text_encoder: ClipTextModel,
+    pub unet: UNet2DConditionModel,
 }
 
 impl StableDiffusion {
@@ -130,8 +150,13 @@ impl StableDiffusion {
     ) -> Result<Self> {
         let c = config;
         let [te, uw, vw] = weights;
+        let (te, uw) = (te.keeping(), uw.keeping());
         let text_encoder = ClipTextModel::load(&te, &c.text_encoder)?;
         let unet = UNet2DConditionModel::load(&uw, &c.unet)?;
+        let kept = Kept {
+            text_encoder: Arc::new(te.take_kept()),
+            unet: Arc::new(uw.take_kept()),
+        };
         let vae = AutoencoderKL::load(&vw, &c.vae, options.vae_encoder)?;
         let reports = vec![
             te.report(prefixes[0]),
@@ -159,7 +184,83 @@ impl StableDiffusion {
             reports,
             vae_compile: VaeCompiler::default(),
             vae_f32: OnceLock::new(),
+            kept: Some(kept),
+            with_loras: Mutex::default(),
         })
+    }
+
+    /// The text encoder and UNet a request with `set` runs: the model's own for an empty set,
+    /// else copies with the set merged into their weights, built from the kept tensors on the
+    /// device (the checkpoint is not read) and kept until another set is asked for.
+    pub fn networks(&self, set: &LoraSet) -> Result<Arc<Networks>> {
+        if set.is_empty() {
+            return Ok(Arc::new(Networks {
+                text_encoder: self.text_encoder.clone(),
+                unet: self.unet.clone(),
+            }));
+        }
+        let mut slot = self.with_loras.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((applied, networks)) = &*slot
+            && applied == set
+        {
+            return Ok(networks.clone());
+        }
+        // The previous set's layers go before the new ones are made.
+        *slot = None;
+        let kept = self.kept.as_ref().ok_or_else(|| {
+            Error::InvalidInput(
+                "this model was not built from weights LoRAs can be merged into".into(),
+            )
+        })?;
+        let start = Instant::now();
+        let (device, dtype) = (&self.device, self.precision.dtype());
+        // transformers 5 saves the encoder's layers without the `text_model.` level.
+        let te_alias = |module: &str| module.strip_prefix("text_model.").map(str::to_string);
+        let te = lora::patches(
+            Net::TextEncoder,
+            &kept.text_encoder,
+            set,
+            &te_alias,
+            device,
+            dtype,
+        )?;
+        let unet_config = self.config.unet.clone();
+        let ldm_name = move |module: &str| {
+            let key = ldm::unet_key(&format!("{module}.weight"), &unet_config);
+            key.strip_prefix(ldm::UNET_PREFIX)
+                .and_then(|k| k.strip_suffix(".weight"))
+                .map(str::to_string)
+        };
+        let unet = lora::patches(Net::Unet, &kept.unet, set, &ldm_name, device, dtype)?;
+        let patched = (te.len(), unet.len());
+        let text_encoder = if te.is_empty() {
+            self.text_encoder.clone()
+        } else {
+            let w = Weights::kept(
+                "text encoder",
+                kept.text_encoder.clone(),
+                Arc::new(te),
+                device,
+                dtype,
+            );
+            ClipTextModel::load(&w, &self.config.text_encoder)?
+        };
+        let unet = if unet.is_empty() {
+            self.unet.clone()
+        } else {
+            let w = Weights::kept("UNet", kept.unet.clone(), Arc::new(unet), device, dtype);
+            UNet2DConditionModel::load(&w, &self.config.unet)?
+        };
+        tracing::info!(
+            loras = %set.a1111_hashes(),
+            text_encoder_layers = patched.0,
+            unet_layers = patched.1,
+            ms = start.elapsed().as_secs_f64() * 1e3,
+            "LoRAs merged"
+        );
+        let networks = Arc::new(Networks { text_encoder, unet });
+        *slot = Some((set.clone(), networks.clone()));
+        Ok(networks)
     }
 
     /// The decoder in f32: the model's own when it is f32, else a copy cast once and kept (the
@@ -189,15 +290,18 @@ impl StableDiffusion {
     /// Full-size SD 1.5 with random weights, for benchmarks.
     pub fn random(config: &ModelConfig, device: &Device, precision: Precision) -> Result<Self> {
         let dtype = precision.dtype();
+        let te = Weights::random("text encoder", device, dtype).keeping();
+        let uw = Weights::random("UNet", device, dtype).keeping();
+        let text_encoder = ClipTextModel::load(&te, &config.text_encoder)?;
+        let unet = UNet2DConditionModel::load(&uw, &config.unet)?;
         Ok(Self {
-            text_encoder: ClipTextModel::load(
-                &Weights::random("text encoder", device, dtype),
-                &config.text_encoder,
-            )?,
-            unet: UNet2DConditionModel::load(
-                &Weights::random("UNet", device, dtype),
-                &config.unet,
-            )?,
+            text_encoder,
+            unet,
+            kept: Some(Kept {
+                text_encoder: Arc::new(te.take_kept()),
+                unet: Arc::new(uw.take_kept()),
+            }),
+            with_loras: Mutex::default(),
             vae: AutoencoderKL::load(&Weights::random("VAE", device, dtype), &config.vae, false)?,
             config: config.clone(),
             device: device.clone(),

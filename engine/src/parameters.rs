@@ -76,6 +76,9 @@ fn request_extras(request: &crate::pipeline::Txt2ImgRequest) -> Vec<(String, Str
             h.upscaler.a1111_name().to_string(),
         ));
     }
+    if !request.loras.is_empty() {
+        extra.push(("Lora hashes".to_string(), request.loras.a1111_hashes()));
+    }
     extra
 }
 

@@ -19,6 +19,8 @@ mod fuzz;
 mod hires;
 #[path = "../img2img.rs"]
 mod img2img;
+#[path = "../lora.rs"]
+mod lora;
 #[path = "../model_cache.rs"]
 mod model_cache;
 #[path = "../model_parity.rs"]

@@ -118,6 +118,8 @@ impl Form {
             hires: (self.hires_on && self.init.is_none()).then_some(self.hires),
             // The window adds the embeddings folder's library.
             embeddings: None,
+            // The engine reads the prompt's `<lora:…>` tags with the LoRA folder's library.
+            loras: Default::default(),
         }
     }
 

@@ -44,6 +44,8 @@ pub struct Settings {
     pub taesd: Option<PathBuf>,
     /// Textual-inversion embeddings (`<name>.safetensors`), named in prompts.
     pub embeddings_dir: Option<PathBuf>,
+    /// LoRAs (`<name>.safetensors`), merged in by `<lora:name:w>` in prompts.
+    pub loras_dir: Option<PathBuf>,
     /// Reopened at start.
     pub last_model: Option<PathBuf>,
 }
@@ -68,6 +70,7 @@ impl Default for Settings {
             outputs_dir: outputs,
             taesd: None,
             embeddings_dir: None,
+            loras_dir: None,
             last_model: None,
         }
     }

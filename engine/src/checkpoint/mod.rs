@@ -2,6 +2,7 @@
 //! folders, each memory-mapped once and shared by every component that reads from it.
 
 pub mod family;
+pub mod kept;
 pub mod ldm;
 pub mod safetensors;
 pub mod weights;

@@ -25,6 +25,10 @@ pub struct SafetensorsFile {
     path: PathBuf,
     mmap: Mmap,
     entries: BTreeMap<String, TensorEntry>,
+    /// The header's `__metadata__` strings (empty when it has none).
+    metadata: BTreeMap<String, String>,
+    /// Where the tensor data starts (after the 8-byte length and the header).
+    data_start: usize,
 }
 
 impl std::fmt::Debug for SafetensorsFile {
@@ -53,6 +57,11 @@ impl SafetensorsFile {
         let (header_len, metadata) =
             SafeTensors::read_metadata(&mmap).map_err(|e| invalid(path, &describe(&e)))?;
         let base = 8 + header_len;
+        let strings: BTreeMap<String, String> = metadata
+            .metadata()
+            .as_ref()
+            .map(|m| m.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+            .unwrap_or_default();
         let entries = metadata
             .tensors()
             .into_iter()
@@ -79,10 +88,13 @@ impl SafetensorsFile {
                 Ok((name, entry))
             })
             .collect::<Result<_>>()?;
+        let data_start = base.min(mmap.len());
         Ok(Self {
             path: path.to_path_buf(),
             mmap,
             entries,
+            metadata: strings,
+            data_start,
         })
     }
 
@@ -96,6 +108,17 @@ impl SafetensorsFile {
 
     pub fn entry(&self, name: &str) -> Option<&TensorEntry> {
         self.entries.get(name)
+    }
+
+    /// The header's `__metadata__` strings.
+    pub fn metadata(&self) -> &BTreeMap<String, String> {
+        &self.metadata
+    }
+
+    /// Everything after the header: the bytes A1111 hashes for a LoRA's `Lora hashes` entry
+    /// (its "addnet" hash).
+    pub fn data(&self) -> &[u8] {
+        &self.mmap[self.data_start..]
     }
 
     /// Raw little-endian bytes of a tensor.

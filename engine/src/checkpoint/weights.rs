@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use burn::tensor::{DType, Device, Distribution, Tensor, TensorData};
 
+use super::kept::{Kept, TensorMap};
 use super::safetensors::{SafetensorsFile, to_f32};
 use crate::error::{Error, Result};
 use crate::limits::DeviceLimits;
@@ -80,6 +81,11 @@ enum Source {
     /// Named f32 values with their shapes (tests and small built-in tensors).
     Values(HashMap<String, (Vec<f32>, Vec<usize>)>),
     Random,
+    /// A model's kept device tensors, some replaced by `patches` (a LoRA merged in).
+    Kept {
+        base: Arc<TensorMap>,
+        patches: Arc<TensorMap>,
+    },
 }
 
 /// Hears every tensor a load builds, exactly as uploaded: its name (as the model asked for it),
@@ -95,6 +101,8 @@ struct Inner {
     /// Bytes uploaded so far.
     bytes: std::cell::Cell<u64>,
     recorder: Option<Recorder>,
+    /// Every tensor built, kept by name ([`Weights::keeping`]).
+    keep: Option<RefCell<TensorMap>>,
     /// The device's limits, asked at the first tensor (asking opens a lazy device).
     limits: std::cell::OnceCell<DeviceLimits>,
 }
@@ -145,6 +153,36 @@ impl Weights {
         self
     }
 
+    /// Keeps every tensor this load builds, by name, for [`Self::take_kept`] (so the model can
+    /// be built again from them: [`Self::kept`]).
+    pub fn keeping(mut self) -> Self {
+        match Rc::get_mut(&mut self.inner) {
+            Some(inner) => inner.keep = Some(RefCell::new(TensorMap::default())),
+            None => tracing::warn!("weights already shared; not keeping"),
+        }
+        self
+    }
+
+    /// The tensors kept so far ([`Self::keeping`]); empty when not keeping.
+    pub fn take_kept(&self) -> TensorMap {
+        self.inner
+            .keep
+            .as_ref()
+            .map(|k| std::mem::take(&mut *k.borrow_mut()))
+            .unwrap_or_default()
+    }
+
+    /// Weights served from a model's kept tensors, `patches` in place of the base's where named.
+    pub fn kept(
+        component: &'static str,
+        base: Arc<TensorMap>,
+        patches: Arc<TensorMap>,
+        device: &Device,
+        dtype: DType,
+    ) -> Self {
+        Self::new(component, Source::Kept { base, patches }, device, dtype)
+    }
+
     /// Random normal weights (std 0.02, norm scales 1): for timing full-size models.
     pub fn random(component: &'static str, device: &Device, dtype: DType) -> Self {
         Self::new(component, Source::Random, device, dtype)
@@ -160,6 +198,7 @@ impl Weights {
                 used: RefCell::new(BTreeSet::new()),
                 bytes: std::cell::Cell::new(0),
                 recorder: None,
+                keep: None,
                 limits: std::cell::OnceCell::new(),
             }),
             prefix: String::new(),
@@ -201,18 +240,64 @@ impl Weights {
             Source::File { file, map } => file.entry(&map(&self.full(name))).is_some(),
             Source::Values(values) => values.contains_key(&self.full(name)),
             Source::Random => true,
+            Source::Kept { base, patches } => {
+                let full = self.full(name);
+                patches.contains(&full) || base.contains(&full)
+            }
+        }
+    }
+
+    /// A kept tensor (patched or base), or the error a file source would give.
+    fn from_kept<const D: usize>(
+        &self,
+        (base, patches): (&TensorMap, &TensorMap),
+        full: &str,
+        shape: [usize; D],
+    ) -> Result<Tensor<D>> {
+        let map = if patches.contains(full) {
+            patches
+        } else {
+            base
+        };
+        map.whole(full, shape).ok_or_else(|| match map.get(full) {
+            None => Error::MissingTensor {
+                component: self.inner.component,
+                name: full.to_string(),
+            },
+            Some(kept) => Error::ShapeMismatch {
+                component: self.inner.component,
+                name: full.to_string(),
+                expected: shape.to_vec(),
+                found: kept.shape(),
+            },
+        })
+    }
+
+    fn keep(&self, full: &str, kept: impl FnOnce() -> Kept) {
+        if let Some(keep) = &self.inner.keep {
+            keep.borrow_mut().insert(full.to_string(), kept());
         }
     }
 
     /// A required tensor of the given shape.
     pub fn tensor<const D: usize>(&self, name: &str, shape: [usize; D]) -> Result<Tensor<D>> {
         let full = self.full(name);
+        if let Source::Kept { base, patches } = &self.inner.source {
+            return self.from_kept((base, patches), &full, shape);
+        }
         self.check_fits(&full, &shape)?;
         let options = (&self.inner.device, self.inner.dtype);
-        Ok(match self.host(name, &shape)? {
+        let tensor: Tensor<D> = match self.host(name, &shape)? {
             Some(data) => Tensor::from_data(data, options),
             None => random(name, shape, options),
-        })
+        };
+        self.keep(&full, || {
+            Kept::Whole(
+                tensor.clone().reshape([shape.iter().product::<usize>()]),
+                shape.to_vec(),
+            )
+        });
+        Ok(tensor)
     }
 
     /// A required `[rows, cols]` tensor as row chunks in order, each within the device's largest
@@ -220,6 +305,21 @@ impl Weights {
     /// embedding: SD 1.5's (49408 × 768 in f32, 145 MiB) is above WebGPU's 128 MiB binding limit.
     /// The recorder hears the whole tensor once, so cache files do not depend on the device.
     pub fn tensor_rows(&self, name: &str, shape: [usize; 2]) -> Result<Vec<Tensor<2>>> {
+        if let Source::Kept { base, patches } = &self.inner.source {
+            let full = self.full(name);
+            return match patches.get(&full).or_else(|| base.get(&full)) {
+                Some(Kept::Rows(chunks)) => Ok(chunks.clone()),
+                _ => self
+                    .from_kept((base, patches), &full, shape)
+                    .map(|t| vec![t]),
+            };
+        }
+        let chunks = self.tensor_rows_built(name, shape)?;
+        self.keep(&self.full(name), || Kept::Rows(chunks.clone()));
+        Ok(chunks)
+    }
+
+    fn tensor_rows_built(&self, name: &str, shape: [usize; 2]) -> Result<Vec<Tensor<2>>> {
         let [rows, cols] = shape;
         let row_bytes = (cols * self.inner.dtype.size()) as u64;
         let per_chunk = self.limits().rows_per_tensor(row_bytes);
@@ -285,6 +385,7 @@ impl Weights {
         let inner = &self.inner;
         let data = match &inner.source {
             Source::Random => return Ok(None),
+            Source::Kept { .. } => unreachable!("kept tensors are not read from the host"),
             Source::File { file, map } => {
                 let key = map(&full);
                 let entry = file.entry(&key).ok_or_else(|| Error::MissingTensor {
@@ -378,7 +479,7 @@ impl Weights {
                 .filter(|k| k.starts_with(stored_prefix) && !used.contains(*k))
                 .cloned()
                 .collect(),
-            Source::Random => Vec::new(),
+            Source::Random | Source::Kept { .. } => Vec::new(),
         };
         LoadReport {
             component: inner.component,

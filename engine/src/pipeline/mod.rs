@@ -77,6 +77,9 @@ pub struct Txt2ImgRequest {
     pub hires: Option<HiresFix>,
     /// Textual-inversion embeddings the prompts may name.
     pub embeddings: Option<std::sync::Arc<prompt::Embeddings>>,
+    /// LoRAs merged into the text encoder and UNet for this request (the front ends read them
+    /// from the prompt's `<lora:…>` tags: [`crate::lora::LoraLibrary::resolve`]).
+    pub loras: crate::lora::LoraSet,
 }
 
 impl Default for Txt2ImgRequest {
@@ -98,6 +101,7 @@ impl Default for Txt2ImgRequest {
             init: None,
             hires: None,
             embeddings: None,
+            loras: crate::lora::LoraSet::default(),
         }
     }
 }
@@ -283,15 +287,18 @@ pub fn txt2img(
     check_request(model, req)?;
     let plan = request_plan(req)?;
     let device = &model.device;
+    let networks = model.networks(&req.loras)?;
 
     // 2. Encode the prompt in A1111's 75-token chunks with its emphasis weights. CFG ≤ 1 skips
     // the unconditional pass, as diffusers does.
     let guided = req.cfg_scale > 1.0;
     let encode =
         |text: &str, which: &'static str, observer: &mut dyn Observer| -> Result<Tensor<3>> {
+            // Extra-network tags are read by the front end, not by the text encoder.
+            let text = crate::lora::tags::strip(text);
             let chunks = prompt::Chunks::with_embeddings(
                 tokenizer,
-                text,
+                &text,
                 req.emphasis,
                 req.embeddings.as_deref(),
             );
@@ -304,7 +311,7 @@ pub fn txt2img(
                 tracing::warn!("{notice}");
                 observer.notice(&notice);
             }
-            prompt::encode(&model.text_encoder, &chunks, req.clip_skip, req.emphasis)
+            prompt::encode(&networks.text_encoder, &chunks, req.clip_skip, req.emphasis)
         };
     let cond = encode(&req.prompt, "prompt", observer)?;
     let context = if guided {
@@ -338,11 +345,11 @@ pub fn txt2img(
     let mut out = Vec::with_capacity(req.batch_count);
     // Every step of every image has one shape: after a few, the step replays a recorded graph.
     // The hires pass, of another shape, runs launch by launch (one recorded graph at a time).
-    let mut unet = UNetSteps::new(&model.unet, context.clone());
+    let mut unet = UNetSteps::new(&networks.unet, context.clone());
     let mut first = |x: Tensor<4>, t: f32| unet.forward(x, t);
     let mut second = |x: Tensor<4>, t: f32| {
         let b = x.dims()[0];
-        model.unet.forward(x, &vec![t; b], &context)
+        networks.unet.forward(x, &vec![t; b], &context)
     };
     for image in 0..req.batch_count {
         let seed = req.seed.wrapping_add(image as u64);

@@ -87,6 +87,7 @@ impl StudioApp {
                 }
                 Event::Notice(n) => self.notices.push(n),
                 Event::Cache(report) => self.cache_report = report,
+                Event::Loras(names) => self.lora_names = names,
                 Event::DeviceCheck { passed, lines } => self.device_check = Some((passed, lines)),
                 Event::DeviceReady { label, shared } => self.engine_device = Some((label, shared)),
             }
@@ -106,6 +107,10 @@ impl StudioApp {
                 }
                 DialogResult::EmbeddingsDir(p) => {
                     self.settings.embeddings_dir = Some(p);
+                    self.settings_changed();
+                }
+                DialogResult::LorasDir(p) => {
+                    self.settings.loras_dir = Some(p);
                     self.settings_changed();
                 }
                 DialogResult::Taesd(p) => {

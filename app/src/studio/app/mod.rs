@@ -35,6 +35,7 @@ mod engine_events;
 mod gallery_ui;
 mod img2img_ui;
 mod input;
+mod lora_ui;
 mod mask_ui;
 mod model_ui;
 mod preview_ui;
@@ -75,6 +76,7 @@ enum DialogResult {
     /// The demo model's files, unpacked (or found unchanged) where the engine can read them.
     Demo(Result<PathBuf, String>),
     EmbeddingsDir(PathBuf),
+    LorasDir(PathBuf),
     /// An init image or mask opened for img2img, decoded on the dialog's thread.
     Picture {
         role: Picture,
@@ -158,6 +160,8 @@ pub struct StudioApp {
     adapters: Arc<std::sync::Mutex<Option<Vec<AdapterSummary>>>>,
     /// What the model cache holds, as the engine last reported it.
     cache_report: CacheReport,
+    /// The LoRA folder's names (the engine lists them).
+    lora_names: Vec<String>,
     /// The last "Verify device" result: all agree, and one line per component.
     device_check: Option<(bool, Vec<String>)>,
     /// The engine's open device: its name, and whether it is the one shared with the window.
@@ -255,6 +259,7 @@ impl StudioApp {
             frame_times: Vec::new(),
             adapters: Arc::new(std::sync::Mutex::new(None)),
             cache_report: CacheReport::default(),
+            lora_names: Vec::new(),
             device_check: None,
             init_texture: None,
             painter: Default::default(),
@@ -542,6 +547,7 @@ pub(super) fn engine_config(settings: &Settings) -> EngineConfig {
         outputs: settings.outputs_dir.clone(),
         taesd: settings.taesd_path(),
         embeddings: settings.embeddings_dir.clone(),
+        loras: settings.loras_dir.clone(),
         cache: settings.cache_settings(),
         device_timeout: Duration::from_secs_f64(settings.device_timeout_secs.clamp(1.0, 3600.0)),
     }

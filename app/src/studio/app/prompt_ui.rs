@@ -33,6 +33,7 @@ impl StudioApp {
                 .desired_width(f32::INFINITY),
         )
         .labelled_by(label.id);
+        self.lora_ui(ui);
 
         egui::Grid::new("params").num_columns(2).show(ui, |ui| {
             let label = ui.label("Seed");
@@ -189,7 +190,11 @@ impl StudioApp {
             let counted = self
                 .tokenizer
                 .as_ref()
-                .map(|t| Chunks::new(t, &self.form.prompt, self.form.emphasis))
+                // `<lora:…>` tags are not read by the text encoder.
+                .map(|t| {
+                    let text = latent_engine::lora::tags::strip(&self.form.prompt);
+                    Chunks::new(t, &text, self.form.emphasis)
+                })
                 .map_or((0, 1, false), |c| {
                     (c.token_count, c.chunks.len(), c.truncated)
                 });

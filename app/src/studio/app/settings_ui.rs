@@ -275,6 +275,28 @@ impl StudioApp {
                         }
                     });
                     ui.end_row();
+                    ui.label("LoRA folder");
+                    ui.horizontal(|ui| {
+                        ui.label(
+                            self.settings
+                                .loras_dir
+                                .as_ref()
+                                .map(|p| p.display().to_string())
+                                .unwrap_or_else(|| "none".into()),
+                        )
+                        .on_hover_text(
+                            "LoRAs (name.safetensors, kohya/A1111 or diffusers; subfolders too): \
+                             <lora:name:0.8> in the prompt merges one in",
+                        );
+                        if ui.button("Choose…").clicked() {
+                            self.pick(|| {
+                                rfd::FileDialog::new()
+                                    .pick_folder()
+                                    .map(DialogResult::LorasDir)
+                            });
+                        }
+                    });
+                    ui.end_row();
                 });
             });
         self.show_settings = open;

@@ -33,6 +33,7 @@ impl EngineHandle {
         let frames = FrameStore::new();
         let mut worker = Worker {
             cache: ModelCache::new(config.cache.clone()),
+            loras: latent_engine::lora::LoraLibrary::new(config.loras.clone()),
             config,
             events: EventSender::new(events_tx, wake, closing.clone()),
             pending_config: pending_config.clone(),
@@ -52,7 +53,10 @@ impl EngineHandle {
             .name("engine".into())
             // Model loading moves large structs by value; unoptimised builds need the room.
             .stack_size(32 << 20)
-            .spawn(move || worker.run(commands))
+            .spawn(move || {
+                worker.report_loras();
+                worker.run(commands)
+            })
             .context("starting the engine thread")?;
         Ok(Self {
             tx,

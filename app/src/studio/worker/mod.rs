@@ -62,6 +62,8 @@ struct Worker {
     tuned: std::collections::HashSet<(usize, usize, Precision)>,
     /// The embeddings folder's skipped files, each told once.
     embedding_notes: std::collections::HashSet<String>,
+    /// The LoRA folder; opened LoRAs stay parsed and hashed between generations.
+    loras: latent_engine::lora::LoraLibrary,
 }
 
 /// The studio's side of a run (`crate::run::SaveEach` saves the images): progress, status and
@@ -128,7 +130,12 @@ impl Worker {
                 self.model = None;
             }
         }
+        let new_loras = config.loras != self.config.loras;
         self.config = config;
+        if new_loras {
+            self.loras.set_dir(self.config.loras.clone());
+            self.report_loras();
+        }
         let r = if reload {
             // A new device or dtype: everything is reloaded.
             self.device = None;
@@ -147,6 +154,11 @@ impl Worker {
         };
         self.report_cache();
         r
+    }
+
+    /// Tells the window the LoRA folder's names.
+    fn report_loras(&self) {
+        self.emit(Event::Loras(self.loras.names()));
     }
 
     fn run(&mut self, commands: Receiver<Command>) {
@@ -375,6 +387,21 @@ impl Worker {
                 Err(e) => self.emit(Event::Notice(format!("embeddings not read: {e}"))),
             }
         }
+        // The prompt's `<lora:…>` tags, opened (each file once while it is unchanged) and merged
+        // into the networks the run uses; the model itself is not changed.
+        let (loras, ignored) = self.loras.resolve(&request.prompt)?;
+        for tag in ignored {
+            self.emit(Event::Notice(format!(
+                "{tag} is not a LoRA tag Latent Studio applies; it was left out of the prompt"
+            )));
+        }
+        if !loras.0.is_empty() {
+            self.emit(Event::Status(format!(
+                "merging LoRAs: {}",
+                loras.a1111_hashes()
+            )));
+        }
+        request.loras = loras;
         let request = &request;
         if !latent_engine::device::is_cpu(&device)
             && self

@@ -13,6 +13,8 @@ pub struct EngineConfig {
     pub taesd: Option<PathBuf>,
     /// Textual-inversion embeddings folder, read at each generation's start.
     pub embeddings: Option<PathBuf>,
+    /// LoRA folder: `<lora:name:w>` in a prompt merges `name.safetensors` from it.
+    pub loras: Option<PathBuf>,
     /// Model cache on: models stay resident (within the budget) and converted weights go to the
     /// disk cache; off: the model is released after each generation and reloaded for the next,
     /// and nothing is written to the cache folder.
@@ -82,6 +84,8 @@ pub enum Event {
     Crashed(String),
     Notice(String),
     Cache(CacheReport),
+    /// The LoRA folder's names, after the folder is set.
+    Loras(Vec<String>),
     /// The engine's device is open and its first kernels compiled.
     DeviceReady {
         label: String,
