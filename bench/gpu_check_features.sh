@@ -1,7 +1,8 @@
 #!/bin/bash
 # The artist's features on a real GPU's fast path (SPIR-V, cooperative matrices) against the CPU
 # backend, with the tiny fixture model: txt2img, img2img, inpainting, hires fix (both upscalers),
-# each image made on both devices with the same seed, then the largest pixel difference.
+# LoRAs (a kohya file with LoCon layers and a diffusers/PEFT one at once), each image made on both
+# devices with the same seed, then the largest pixel difference.
 # Carry .gl (Vulkan loader) and .gpu/latent-studio.gz; f32 so the two devices can agree to ±1.
 for f in .gl/*.deb; do dpkg -x $f / >/dev/null 2>&1; done; ldconfig
 if ! ls /usr/share/vulkan/icd.d/*.json /etc/vulkan/icd.d/*.json >/dev/null 2>&1; then
@@ -22,6 +23,7 @@ run img2img --init-image $F/img2img-init.png --denoising-strength 0.6
 run inpaint --init-image $F/img2img-init.png --mask $F/img2img-mask.png --denoising-strength 0.75 --sampler euler_a
 run hires_latent --width 64 --height 48 --hires-scale 1.5 --hires-steps 3 --hires-strength 0.5
 run hires_lanczos --width 64 --height 48 --hires-scale 1.5 --hires-steps 3 --hires-strength 0.5 --hires-upscaler Lanczos
+run lora --width 64 --height 64 --loras $F/loras --lora kohya:0.7 --lora peft:0.5:0.8
 python3 - "$OUT" <<'PY' | tee -a $OUT/summary.txt
 import os, struct, sys, zlib
 
@@ -53,7 +55,7 @@ def read_png(path):
     return w, h, rows
 
 out = sys.argv[1]
-for name in ["txt2img", "img2img", "inpaint", "hires_latent", "hires_lanczos"]:
+for name in ["txt2img", "img2img", "inpaint", "hires_latent", "hires_lanczos", "lora"]:
     a, b = (os.path.join(out, f"{name}-{d}.png") for d in ("gpu", "cpu"))
     if not (os.path.exists(a) and os.path.exists(b)):
         print(name, "missing"); continue

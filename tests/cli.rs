@@ -392,6 +392,43 @@ fn init_image_runs_img2img_like_diffusers() {
     assert!(worst <= 1, "pixels differ by up to {worst}");
 }
 
+/// `--lora` adds A1111's tag to the prompt; the LoRA from `--loras` is merged, the image changes,
+/// and the parameters keep the tag and A1111's `Lora hashes` (the hash of the file's tensor data,
+/// computed here with Python's hashlib). A tag without a folder is refused before any work.
+#[test]
+fn loras_are_merged_and_recorded_as_a1111_does() {
+    let dir = scratch("lora");
+    let out = dir.join("lora.png");
+    let loras = fixtures().join("loras").display().to_string();
+    let o = generate_with(
+        &["--device", "cpu", "--loras", &loras, "--lora", "kohya:0.7"],
+        &out,
+        &[],
+    );
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        o.status.success() && stderr.contains("LoRAs merged"),
+        "{stderr}"
+    );
+    let (image, text) = decode_png(&std::fs::read(&out).unwrap()).unwrap();
+    let text = text.unwrap();
+    assert!(
+        text.contains(r#"Lora hashes: "kohya: 9914b8a508a5""#),
+        "{text}"
+    );
+    let p = Parameters::parse_a1111(&text).unwrap();
+    assert_eq!(p.prompt, "a watercolor fox in the snow <lora:kohya:0.7>");
+    assert!(worst_vs_case0(&image) > 8, "the LoRA changed nothing");
+    std::fs::remove_file(&out).unwrap();
+    let o = generate_with(&["--device", "cpu", "--lora", "kohya:0.7"], &out, &[]);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && !out.exists(), "{stderr}");
+    assert!(
+        stderr.contains("kohya") && stderr.contains("--loras"),
+        "{stderr}"
+    );
+}
+
 /// `--model-cache on` writes the disk cache on the first launch and loads from it on the second,
 /// with a byte-identical PNG; `off` writes nothing.
 #[test]

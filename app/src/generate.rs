@@ -343,6 +343,20 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     for tag in &args.lora {
         request.prompt = format!("{} <lora:{tag}>", request.prompt.trim_end());
     }
+    // The prompt's LoRAs are opened before the model loads: a missing file costs no load.
+    let loras = latent_engine::lora::LoraLibrary::new(args.loras.clone());
+    let (set, ignored) = loras
+        .resolve(&request.prompt)
+        .map_err(|e| match args.loras {
+            None => anyhow::anyhow!("{e}; pass --loras <folder>"),
+            Some(_) => e.into(),
+        })?;
+    for tag in ignored {
+        eprintln!(
+            "warning: {tag} is not a LoRA tag Latent Studio applies; it was removed from the prompt"
+        );
+    }
+    request.loras = set;
     if args.out.is_some() && args.batch_count > 1 {
         bail!("--out names one file; use --outputs with --batch-count > 1");
     }
@@ -428,28 +442,15 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         }
         request.embeddings = Some(std::sync::Arc::new(library));
     }
-    let loras = latent_engine::lora::LoraLibrary::new(args.loras.clone());
-    let (set, ignored) = loras
-        .resolve(&request.prompt)
-        .map_err(|e| match args.loras {
-            None => anyhow::anyhow!("{e}; pass --loras <folder>"),
-            Some(_) => e.into(),
-        })?;
-    for tag in ignored {
-        eprintln!(
-            "warning: {tag} is not a LoRA tag Latent Studio applies; it was removed from the prompt"
-        );
-    }
-    if !set.0.is_empty() {
+    if !request.loras.0.is_empty() {
         let started = Instant::now();
-        model.networks(&set)?;
+        model.networks(&request.loras)?;
         eprintln!(
             "LoRAs merged in {:.2} s: {}",
             started.elapsed().as_secs_f64(),
-            set.a1111_hashes()
+            request.loras.a1111_hashes()
         );
     }
-    request.loras = set;
     let cancel = AtomicBool::new(false);
     // A device that stops making progress (a kernel compiled at first use that never finishes)
     // is reported once after twice the device timeout. Only reported: a first use that is merely

@@ -263,6 +263,28 @@ impl StableDiffusion {
         Ok(networks)
     }
 
+    /// Every weight a LoRA can change: `(network, name, shape)` of the text encoder's and UNet's
+    /// matrices and convolution kernels (not the embeddings), sorted.
+    pub fn lora_targets(&self) -> Vec<(Net, String, Vec<usize>)> {
+        let Some(kept) = &self.kept else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for (net, map) in [
+            (Net::TextEncoder, &kept.text_encoder),
+            (Net::Unet, &kept.unet),
+        ] {
+            for name in map.names() {
+                let shape = map.get(name).map(|k| k.shape()).unwrap_or_default();
+                if name.ends_with(".weight") && shape.len() >= 2 && !name.contains("embedding") {
+                    out.push((net, name.to_string(), shape));
+                }
+            }
+        }
+        out.sort();
+        out
+    }
+
     /// The decoder in f32: the model's own when it is f32, else a copy cast once and kept (the
     /// retry of an f16 decode that overflowed). Returns whether this call made the copy.
     pub fn vae_f32(&self) -> (&AutoencoderKL, bool) {

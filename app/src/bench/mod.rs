@@ -25,6 +25,7 @@ mod cache;
 mod conv;
 mod kernels;
 mod linear;
+mod lora;
 mod unet;
 
 #[derive(Args, Debug)]
@@ -90,6 +91,10 @@ pub struct BenchArgs {
     /// Only the VAE decode (plain and compiled) and the GroupNorm kernels.
     #[arg(long)]
     vae_only: bool,
+    /// After the UNet step: a LoRA of this rank on every layer, merged (its cost once, the step
+    /// with it) against the same products applied beside each layer every step.
+    #[arg(long)]
+    lora_rank: Option<usize>,
     /// Disk cache folder for `--cache-model` (emptied first).
     #[arg(long)]
     cache_dir: Option<std::path::PathBuf>,
@@ -260,6 +265,9 @@ pub fn run(args: BenchArgs) -> Result<()> {
         unet::graph_bench(&model, &device, precision, args.runs, &x, &ctx, unet)?;
         if args.planes_ab {
             unet::planes_ab(&model, &device, precision, args.runs, &x, &ctx)?;
+        }
+        if let Some(rank) = args.lora_rank {
+            lora::lora_bench(&model, &device, precision, rank, args.runs, &x, &ctx)?;
         }
         if latent_engine::kernels::available(&device) && !args.no_burn_ops {
             // The same step with burn ops where our kernels (GroupNorm+SiLU, LayerNorm) run.
