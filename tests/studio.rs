@@ -32,7 +32,15 @@ fn scratch(name: &str) -> PathBuf {
 
 /// A studio with its own settings file: CPU engine, outputs in `dir/outputs`.
 fn studio(dir: &Path, preview: &str) -> Harness<'static, StudioApp> {
-    let settings = Settings {
+    studio_with(dir, preview, |_| {})
+}
+
+fn studio_with(
+    dir: &Path,
+    preview: &str,
+    tweak: impl FnOnce(&mut Settings),
+) -> Harness<'static, StudioApp> {
+    let mut settings = Settings {
         device: DeviceChoice::Cpu,
         precision: Some(Precision::F32),
         preview_method: preview.parse().expect("a preview method"),
@@ -40,6 +48,7 @@ fn studio(dir: &Path, preview: &str) -> Harness<'static, StudioApp> {
         cache_dir: Some(dir.join("cache")),
         ..Settings::default()
     };
+    tweak(&mut settings);
     let path = dir.join("settings.json");
     settings.save(&path).unwrap();
     Harness::builder()
@@ -318,6 +327,56 @@ fn a_gallery_image_becomes_the_init_image_and_a_stroke_paints_its_mask() {
         .unwrap()
         .unwrap();
     assert!(text.contains("Denoising strength: 0.5"), "{text}");
+}
+
+/// The LoRA list offers the folder's files; picking one adds A1111's tag to the prompt, and the
+/// image made with it records the tag and `Lora hashes`.
+#[test]
+fn a_lora_picked_from_the_list_is_merged_and_recorded() {
+    let _serial = serial();
+    let dir = scratch("lora");
+    let loras = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/loras");
+    let mut h = studio_with(&dir, "none", |s| s.loras_dir = Some(loras));
+    load_demo(&mut h);
+    run_until(&mut h, "the LoRA list", |a| a.lora_names().len() == 3);
+    assert_eq!(h.state().lora_names(), ["kohya", "peft", "sdxl_te2"]);
+    quick_form(&mut h, 3);
+    h.state_mut().form.prompt = "a fox".into();
+    h.run_steps(2);
+    h.get_by_label("LoRA").click_accesskit();
+    h.run_steps(2);
+    h.get_by_label("Add LoRA…").click_accesskit();
+    h.run_steps(2);
+    h.get_by_label("kohya").click_accesskit();
+    h.run_steps(2);
+    assert_eq!(h.state().form.prompt, "a fox <lora:kohya:1>");
+    assert!(h.query_by_label("LoRA (1)").is_some(), "the list counts it");
+    h.get_by_label("Generate").click();
+    h.run_steps(2);
+    run_until(&mut h, "the image", |a| {
+        !a.is_busy() && a.gallery_paths().len() == 1
+    });
+    let text = latent_engine::image_io::png_parameters(&h.state().gallery_paths()[0])
+        .unwrap()
+        .unwrap();
+    assert!(
+        text.starts_with("a fox <lora:kohya:1>")
+            && text.contains(r#"Lora hashes: "kohya: 9914b8a508a5""#),
+        "{text}"
+    );
+    // An SDXL LoRA is refused by name, and nothing is lost: the gallery keeps its image.
+    h.state_mut().form.prompt = "a fox <lora:sdxl_te2:1>".into();
+    h.get_by_label("Generate").click();
+    h.run_steps(2);
+    let start = Instant::now();
+    while h.state().is_busy() || h.state().last_error().is_none() {
+        assert!(start.elapsed() < Duration::from_secs(180), "no refusal");
+        h.step();
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let error = h.state().last_error().unwrap().to_string();
+    assert!(error.contains("SDXL"), "{error}");
+    assert_eq!(h.state().gallery_paths().len(), 1);
 }
 
 #[derive(Debug)]

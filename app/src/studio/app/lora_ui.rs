@@ -60,20 +60,19 @@ impl StudioApp {
                 if self.lora_names.is_empty() {
                     ui.weak("Choose a LoRA folder in Settings, or type <lora:name:0.8>.");
                 } else {
-                    egui::ComboBox::from_id_salt("lora_add")
-                        .selected_text("Add LoRA…")
-                        .show_ui(ui, |ui| {
-                            for name in available {
-                                if ui.selectable_label(false, name.as_str()).clicked() {
-                                    let tag = LoraTag {
-                                        name: name.clone(),
-                                        te: 1.0,
-                                        unet: 1.0,
-                                    };
-                                    prompt = Some(tags::set(&self.form.prompt, &tag));
-                                }
+                    ui.menu_button("Add LoRA…", |ui| {
+                        for name in available {
+                            if ui.button(name.as_str()).clicked() {
+                                let tag = LoraTag {
+                                    name: name.clone(),
+                                    te: 1.0,
+                                    unet: 1.0,
+                                };
+                                prompt = Some(tags::set(&self.form.prompt, &tag));
+                                ui.close();
                             }
-                        });
+                        }
+                    });
                 }
                 if let Some(p) = prompt {
                     self.form.prompt = p;

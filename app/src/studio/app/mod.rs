@@ -368,6 +368,11 @@ impl StudioApp {
             .collect()
     }
 
+    /// The LoRA folder's names, as the engine listed them.
+    pub fn lora_names(&self) -> &[String] {
+        &self.lora_names
+    }
+
     pub fn last_error(&self) -> Option<&str> {
         self.error.as_deref()
     }
