@@ -81,6 +81,24 @@ fn embeddings_are_placed_and_encoded_as_a1111() {
             "{name}: differs by {worst:e}"
         );
     }
+    // A1111's `TI hashes`: the first 12 hex digits of each file's SHA-256 (as hashlib gives it).
+    let got = Chunks::with_embeddings(
+        &tok,
+        "tinystyle badhands",
+        Emphasis::Original,
+        Some(&library),
+    );
+    let hashes: Vec<(String, String)> = got.chunks[0]
+        .fixes
+        .iter()
+        .map(|(_, e)| (e.name.clone(), e.hash[..12].to_string()))
+        .collect();
+    let want = [("tinystyle", "270c2b0fb183"), ("badhands", "9c0ced79755e")];
+    let want: Vec<(String, String)> = want
+        .iter()
+        .map(|(n, h)| (n.to_string(), h.to_string()))
+        .collect();
+    assert_eq!(hashes, want);
     // Without the library the names are plain words.
     let plain = Chunks::new(&tok, "a fox in tinystyle", Emphasis::Original);
     assert!(plain.chunks[0].fixes.is_empty() && !plain.chunks[0].ids.contains(&0));

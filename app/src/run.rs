@@ -93,12 +93,22 @@ impl<'a, E: RunEvents> SaveEach<'a, E> {
     }
 
     fn save(&self, generated: &Generated) -> Result<(Parameters, PathBuf)> {
-        let parameters = Parameters::for_request(
+        let mut parameters = Parameters::for_request(
             self.request,
             generated.seed,
             self.model_hash.clone(),
             Some(self.model_name.clone()),
         );
+        if !generated.ti_hashes.is_empty() {
+            let hashes: Vec<String> = generated
+                .ti_hashes
+                .iter()
+                .map(|(name, hash)| format!("{name}: {hash}"))
+                .collect();
+            parameters
+                .extra
+                .push(("TI hashes".to_string(), hashes.join(", ")));
+        }
         let png = encode_png(&generated.image, Some(&parameters.to_a1111()))?;
         let path = match &self.destination {
             Destination::File { path, overwrite } => {
@@ -156,6 +166,11 @@ mod tests {
         fn decoding(&mut self, _: usize) {}
         fn saved(&mut self, _: &Generated, parameters: Parameters, path: PathBuf) {
             assert_eq!(parameters.prompt, "a fox");
+            let ti = (
+                "TI hashes".to_string(),
+                "tinystyle: 0123456789ab".to_string(),
+            );
+            assert!(parameters.extra.contains(&ti), "{:?}", parameters.extra);
             self.0.push(path);
         }
     }
@@ -168,6 +183,7 @@ mod tests {
                 pixels: vec![1, 2, 3, 4, 5, 6],
             },
             seed,
+            ti_hashes: vec![("tinystyle".into(), "0123456789ab".into())],
         }
     }
 

@@ -195,6 +195,9 @@ impl Observer for Quiet {}
 pub struct Generated {
     pub image: RgbImage,
     pub seed: u64,
+    /// The textual-inversion embeddings the prompts used, in order: (name, A1111's 12-digit
+    /// hash), for the `TI hashes` entry of the parameters.
+    pub ti_hashes: Vec<(String, String)>,
 }
 
 /// Validates a request against a model without running anything.
@@ -292,7 +295,8 @@ pub fn txt2img(
     // 2. Encode the prompt in A1111's 75-token chunks with its emphasis weights. CFG ≤ 1 skips
     // the unconditional pass, as diffusers does.
     let guided = req.cfg_scale > 1.0;
-    let encode =
+    let mut ti_hashes: Vec<(String, String)> = Vec::new();
+    let mut encode =
         |text: &str, which: &'static str, observer: &mut dyn Observer| -> Result<Tensor<3>> {
             // Extra-network tags are read by the front end, not by the text encoder.
             let text = crate::lora::tags::strip(text);
@@ -302,6 +306,11 @@ pub fn txt2img(
                 req.emphasis,
                 req.embeddings.as_deref(),
             );
+            for (_, e) in chunks.chunks.iter().flat_map(|c| &c.fixes) {
+                if !ti_hashes.iter().any(|(name, _)| name == &e.name) {
+                    ti_hashes.push((e.name.clone(), e.hash.chars().take(12).collect()));
+                }
+            }
             if chunks.truncated {
                 let notice = Notice::PromptTruncated {
                     which,
@@ -410,7 +419,11 @@ pub fn txt2img(
         if let Some(encoded) = &encoded {
             encoded.paste_original(&mut image);
         }
-        let generated = Generated { image, seed };
+        let generated = Generated {
+            image,
+            seed,
+            ti_hashes: ti_hashes.clone(),
+        };
         observer.image(&generated);
         out.push(generated);
     }

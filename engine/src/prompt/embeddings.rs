@@ -19,6 +19,8 @@ pub struct Embedding {
     pub data: Vec<f32>,
     pub vectors: usize,
     pub width: usize,
+    /// SHA-256 of the file (A1111's `TI hashes` entry is its first 12 hex digits).
+    pub hash: String,
 }
 
 /// The embeddings of a folder, looked up by the token ids of their names.
@@ -130,10 +132,12 @@ fn load_one(path: &Path, name: &str, width: usize) -> std::result::Result<Embedd
     if data.iter().any(|v| !v.is_finite()) {
         return Err("NaN or infinite values".into());
     }
+    let hash = crate::checkpoint::sha256_file(path).map_err(|e| e.to_string())?;
     Ok(Embedding {
         name: name.to_string(),
         data,
         vectors,
         width,
+        hash,
     })
 }
