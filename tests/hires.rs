@@ -111,6 +111,7 @@ fn hires_fix_runs_a_second_pass_at_the_larger_size() {
                 mask: None,
                 mask_blur: None,
                 masked_content: Default::default(),
+                area: Default::default(),
             }),
             ..base()
         },
@@ -176,6 +177,7 @@ fn hires_fix_refuses_an_init_image_and_needs_the_encoder_for_lanczos() {
             mask: None,
             mask_blur: None,
             masked_content: Default::default(),
+            area: Default::default(),
         }),
         ..base()
     });

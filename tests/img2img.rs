@@ -65,6 +65,7 @@ fn init() -> InitImage {
         mask: None,
         mask_blur: None,
         masked_content: Default::default(),
+        area: Default::default(),
     }
 }
 
@@ -318,4 +319,111 @@ fn masked_content_changes_only_the_masked_area() {
     }
     assert!("latent nothing".parse::<MaskedContent>().is_ok());
     assert!("fill".parse::<MaskedContent>().is_err());
+}
+
+/// A1111's "Only masked": a 16×16 mask on the 64×64 picture, padding 4, generated at 48×48. The
+/// result keeps the picture's size and is exactly the whole-picture inpainting of the padded box
+/// (scaled to 48×48) pasted back over the picture inside the mask; outside it the picture is
+/// untouched. An empty mask is refused.
+#[test]
+fn only_masked_inpaints_the_padded_box_at_full_size_and_pastes_it_back() {
+    use latent_engine::pipeline::InpaintArea;
+    use latent_engine::pipeline::inpaint_area::{crop, uncrop};
+    let device = Device::flex();
+    let model = with_encoder(&device);
+    let tokenizer = ClipTokenizer::new().unwrap();
+    let picture = load_image(&fixtures().join("img2img-init.png")).unwrap();
+    let mut mask = RgbImage {
+        width: 64,
+        height: 64,
+        pixels: vec![0; 64 * 64 * 3],
+    };
+    for y in 16..32 {
+        for x in 8..24 {
+            mask.pixels[(y * 64 + x) * 3..][..3].fill(255);
+        }
+    }
+    let run = |init: InitImage| {
+        let req = Txt2ImgRequest {
+            prompt: "a red apple".into(),
+            seed: 5,
+            steps: 4,
+            width: 48,
+            height: 48,
+            init: Some(init),
+            ..Default::default()
+        };
+        let out = txt2img(
+            &model,
+            &tokenizer,
+            &req,
+            &AtomicBool::new(false),
+            &mut Record::default(),
+        );
+        (out.map(|mut o| o.remove(0).image), req)
+    };
+    let only = InitImage {
+        strength: 0.8,
+        mask: Some(Arc::new(mask.clone())),
+        area: InpaintArea::OnlyMasked { padding: 4 },
+        ..init()
+    };
+    let (got, req) = run(only.clone());
+    let got = got.unwrap();
+    assert_eq!((got.width, got.height), (64, 64));
+    // The box: x 4..28, y 12..36 (square, as 48×48 is).
+    let region = [4, 12, 28, 36];
+    let fit = |img: &RgbImage| {
+        latent_engine::image_io::resize(
+            &crop(img, region).unwrap(),
+            48,
+            48,
+            ResizeMode::ResizeAndFill,
+        )
+        .unwrap()
+    };
+    let whole = InitImage {
+        image: Arc::new(fit(&picture)),
+        mask: Some(Arc::new(fit(&mask))),
+        ..only.clone()
+    };
+    let whole = InitImage {
+        area: InpaintArea::WholePicture,
+        ..whole
+    };
+    let (by_hand, _) = run(whole);
+    let pasted = uncrop(&by_hand.unwrap(), &picture, region).unwrap();
+    for (i, ((g, p), o)) in got
+        .pixels
+        .iter()
+        .zip(&pasted.pixels)
+        .zip(&picture.pixels)
+        .enumerate()
+    {
+        let inside = mask.pixels[i] == 255;
+        let want = if inside { p } else { o };
+        assert_eq!(
+            g,
+            want,
+            "pixel {} of ({}, {})",
+            i % 3,
+            (i / 3) % 64,
+            i / 3 / 64
+        );
+    }
+    assert!(got.pixels != picture.pixels, "the masked area was redrawn");
+    let text = Parameters::for_request(&req, 5, None, None).to_a1111();
+    assert!(
+        text.contains("Inpaint area: Only masked, Masked area padding: 4"),
+        "{text}"
+    );
+    let empty = InitImage {
+        mask: Some(Arc::new(RgbImage {
+            pixels: vec![0; 64 * 64 * 3],
+            ..mask.clone()
+        })),
+        ..only
+    };
+    let err = run(empty).0.unwrap_err().to_string();
+    assert!(err.contains("mask is empty"), "{err}");
 }

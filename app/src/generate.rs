@@ -78,6 +78,13 @@ pub struct GenerateArgs {
     /// (A1111's masked content).
     #[arg(long, default_value = "original")]
     masked_content: MaskedContent,
+    /// Inpainting: redraw only the mask's box grown by --inpaint-padding, at --width × --height,
+    /// and paste it back into the picture, which keeps its size (A1111's "Only masked").
+    #[arg(long)]
+    only_masked: bool,
+    /// Inpainting with --only-masked: pixels of context around the mask (A1111's padding).
+    #[arg(long, default_value_t = latent_engine::pipeline::InpaintArea::DEFAULT_PADDING)]
+    inpaint_padding: usize,
     /// A folder of textual-inversion embeddings (`<name>.safetensors`, A1111's format): a name in
     /// the prompt is replaced by its vectors.
     #[arg(long)]
@@ -305,6 +312,12 @@ fn init_image(args: &GenerateArgs) -> Result<(Option<InitImage>, usize, usize)> 
         resize: args.resize_mode,
         mask_blur: (mask.is_some() && args.mask_blur >= 0.0).then_some(args.mask_blur),
         masked_content: args.masked_content,
+        area: match args.only_masked {
+            true => latent_engine::pipeline::InpaintArea::OnlyMasked {
+                padding: args.inpaint_padding,
+            },
+            false => Default::default(),
+        },
         mask,
     };
     Ok((Some(init), width, height))

@@ -63,6 +63,12 @@ fn request_extras(request: &crate::pipeline::Txt2ImgRequest) -> Vec<(String, Str
         if let (Some(_), Some(blur)) = (&init.mask, init.mask_blur) {
             extra.push(("Mask blur".to_string(), fmt_number(blur)));
         }
+        if let (Some(_), crate::pipeline::InpaintArea::OnlyMasked { padding }) =
+            (&init.mask, init.area)
+        {
+            extra.push(("Inpaint area".to_string(), "Only masked".to_string()));
+            extra.push(("Masked area padding".to_string(), padding.to_string()));
+        }
     }
     // A1111's order: the strength, then the hires keys (steps only when set).
     if let Some(h) = &request.hires {

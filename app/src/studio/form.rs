@@ -43,6 +43,8 @@ pub struct Form {
     /// A1111's mask blur: the original comes back outside the mask, feathered by this many pixels.
     pub mask_blur: f32,
     pub masked_content: MaskedContent,
+    /// Whole picture, or only the masked part at the generation size (A1111's inpaint area).
+    pub inpaint_area: latent_engine::pipeline::InpaintArea,
     pub strength: f64,
     pub resize_mode: ResizeMode,
     /// Hires fix (txt2img only: an init image turns it off) and its settings.
@@ -82,6 +84,7 @@ impl Default for Form {
             mask: None,
             mask_blur: 4.0,
             masked_content: MaskedContent::default(),
+            inpaint_area: Default::default(),
             strength: DEFAULT_STRENGTH,
             resize_mode: ResizeMode::default(),
             hires_on: false,
@@ -114,6 +117,7 @@ impl Form {
                 mask: self.mask.as_ref().map(|m| m.image.clone()),
                 mask_blur: self.mask.as_ref().map(|_| self.mask_blur),
                 masked_content: self.masked_content,
+                area: self.inpaint_area,
             }),
             hires: (self.hires_on && self.init.is_none()).then_some(self.hires),
             // The window adds the embeddings folder's library.
@@ -156,6 +160,20 @@ impl Form {
             Some(e) => self.emphasis = e,
             None => skipped.push("emphasis mode".to_string()),
         }
+        let extra = |key: &str| {
+            p.extra
+                .iter()
+                .find(|(k, _)| k == key)
+                .map(|(_, v)| v.trim())
+        };
+        self.inpaint_area = match (extra("Inpaint area"), extra("Masked area padding")) {
+            (Some("Only masked"), padding) => latent_engine::pipeline::InpaintArea::OnlyMasked {
+                padding: padding
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(latent_engine::pipeline::InpaintArea::DEFAULT_PADDING),
+            },
+            _ => Default::default(),
+        };
         if let Some((_, blur)) = p.extra.iter().find(|(k, _)| k == "Mask blur") {
             match blur.trim().parse::<f32>() {
                 Ok(b) if b.is_finite() && b >= 0.0 => self.mask_blur = b,

@@ -188,6 +188,7 @@ impl HiresPass {
                     mask: None,
                     mask_blur: None,
                     masked_content: Default::default(),
+                    area: Default::default(),
                 };
                 let encoded = init::encode(model, &init, self.width, self.height)?;
                 Ok(encoded.start(rng, &self.plan, 0.0).latents)

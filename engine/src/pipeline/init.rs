@@ -14,6 +14,8 @@ use crate::model::StableDiffusion;
 use crate::noise::TorchRng;
 use crate::schedulers::Plan;
 
+use super::inpaint_area::{self, InpaintArea, Region};
+
 /// An image to start from (img2img), of any size: the run fits it to the request's width and
 /// height as `resize` says ([`crate::image_io::resize`]), on the engine's thread.
 #[derive(Debug, Clone, PartialEq)]
@@ -32,6 +34,9 @@ pub struct InitImage {
     pub mask_blur: Option<f32>,
     /// Inpainting: what the masked area starts from (A1111's "Masked content").
     pub masked_content: MaskedContent,
+    /// Inpainting: the whole picture, or only the masked part at the request's size (the
+    /// result keeps the picture's own size).
+    pub area: InpaintArea,
 }
 
 /// What the masked area of an inpainting run starts from, before it is noised (A1111's "Masked
@@ -99,6 +104,8 @@ pub(super) struct Encoded {
     /// Inpainting with A1111's overlay: the fitted picture and each pixel's weight of the
     /// generated image (the blurred mask, 0..=1).
     overlay: Option<(RgbImage, Vec<f32>)>,
+    /// Only masked: where the generated image goes back into the picture.
+    paste: Option<Region>,
 }
 
 /// One seed's start: the latent to denoise, and (inpainting) what each step blends back in.
@@ -136,15 +143,24 @@ pub(super) fn encode(
     width: usize,
     height: usize,
 ) -> Result<Encoded> {
-    let image = resize(&init.image, width, height, init.resize)?;
-    // The mask fitted as the picture is, once for the latent mask and the overlay.
-    let fitted_mask = match &init.mask {
-        Some(mask) => Some(resize(mask, width, height, init.resize)?),
-        None => None,
-    };
-    let overlay = match (&fitted_mask, init.mask_blur) {
-        (Some(mask), Some(blur)) => Some((image.clone(), overlay_weights(mask, blur))),
-        _ => None,
+    let (image, fitted_mask, overlay, paste) = match (&init.mask, init.area) {
+        (Some(mask), InpaintArea::OnlyMasked { padding }) => {
+            let (image, mask, overlay, region) = only_masked(init, mask, padding, width, height)?;
+            (image, Some(mask), Some(overlay), Some(region))
+        }
+        _ => {
+            let image = resize(&init.image, width, height, init.resize)?;
+            // The mask fitted as the picture is, once for the latent mask and the overlay.
+            let fitted_mask = match &init.mask {
+                Some(mask) => Some(resize(mask, width, height, init.resize)?),
+                None => None,
+            };
+            let overlay = match (&fitted_mask, init.mask_blur) {
+                (Some(mask), Some(blur)) => Some((image.clone(), overlay_weights(mask, blur))),
+                _ => None,
+            };
+            (image, fitted_mask, overlay, None)
+        }
     };
     let (w, h) = (image.width, image.height);
     let plane = w * h;
@@ -191,7 +207,32 @@ pub(super) fn encode(
         mask,
         masked_content: init.masked_content,
         overlay,
+        paste,
     })
+}
+
+/// Only masked: the picture and mask cut to the mask's padded box (widened to the request's
+/// ratio) and scaled to `width`×`height` (A1111's resize and fill), and the overlay at the
+/// picture's own size. The box is taken on the blurred mask, as A1111 blurs before it crops.
+fn only_masked(
+    init: &InitImage,
+    mask: &RgbImage,
+    padding: usize,
+    width: usize,
+    height: usize,
+) -> Result<(RgbImage, RgbImage, (RgbImage, Vec<f32>), Region)> {
+    let picture = init.image.as_ref().clone();
+    let (pw, ph) = (picture.width, picture.height);
+    let mask = resize(mask, pw, ph, ResizeMode::JustResize)?;
+    let weights = overlay_weights(&mask, init.mask_blur.unwrap_or(0.0));
+    let grey: Vec<u8> = weights.iter().map(|w| (w * 255.0).round() as u8).collect();
+    let region = inpaint_area::mask_box(&grey, pw, padding)
+        .ok_or_else(|| Error::InvalidInput("the mask is empty: paint the area to redraw".into()))?;
+    let region = inpaint_area::expand_to_ratio(region, width, height, pw, ph);
+    let fill = ResizeMode::ResizeAndFill;
+    let image = resize(&inpaint_area::crop(&picture, region)?, width, height, fill)?;
+    let cropped_mask = resize(&inpaint_area::crop(&mask, region)?, width, height, fill)?;
+    Ok((image, cropped_mask, (picture, weights), region))
 }
 
 /// PIL's `convert("L")` of an RGB pixel.
@@ -243,12 +284,15 @@ fn latent_mask(model: &StableDiffusion, mask: &RgbImage, width: usize, height: u
 impl Encoded {
     /// A1111's overlay: outside the (blurred) mask the fitted original, inside the generated
     /// image, mixed by the blurred mask. Nothing without a mask or without a mask blur.
-    pub(super) fn paste_original(&self, generated: &mut RgbImage) {
+    pub(super) fn paste_original(&self, generated: &mut RgbImage) -> Result<()> {
         let Some((original, weights)) = &self.overlay else {
-            return;
+            return Ok(());
         };
+        if let Some(region) = self.paste {
+            *generated = inpaint_area::uncrop(generated, original, region)?;
+        }
         if original.pixels.len() != generated.pixels.len() {
-            return;
+            return Ok(());
         }
         for ((out, &orig), &m) in generated
             .pixels
@@ -259,6 +303,7 @@ impl Encoded {
         {
             *out = (f32::from(*out) * m + f32::from(orig) * (1.0 - m)).round() as u8;
         }
+        Ok(())
     }
 
     /// The first latent of one seed: a sample of the latent distribution, then the scheduler's

@@ -10,10 +10,12 @@
 mod decode;
 pub mod hires;
 mod init;
+pub mod inpaint_area;
 
 pub use decode::{all_finite, decode, to_rgb8};
 pub use hires::{HiresFix, HiresUpscaler};
 pub use init::{InitImage, MaskedContent};
+pub use inpaint_area::InpaintArea;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -417,7 +419,7 @@ pub fn txt2img(
         }
         let mut image = decode(model, latents, &req.decode, observer)?;
         if let Some(encoded) = &encoded {
-            encoded.paste_original(&mut image);
+            encoded.paste_original(&mut image)?;
         }
         let generated = Generated {
             image,

@@ -89,6 +89,28 @@ impl StudioApp {
                                 })
                                 .response
                                 .on_hover_text("what the masked area starts from");
+                            use latent_engine::pipeline::InpaintArea;
+                            let mut only =
+                                matches!(self.form.inpaint_area, InpaintArea::OnlyMasked { .. });
+                            ui.checkbox(&mut only, "Only masked").on_hover_text(
+                                "redraw only the mask's box (plus padding) at the generation \
+                                 size and paste it back: small areas get the full resolution",
+                            );
+                            let mut padding = match self.form.inpaint_area {
+                                InpaintArea::OnlyMasked { padding } => padding,
+                                InpaintArea::WholePicture => InpaintArea::DEFAULT_PADDING,
+                            };
+                            if only {
+                                ui.add(
+                                    egui::DragValue::new(&mut padding)
+                                        .range(0..=256)
+                                        .prefix("padding "),
+                                );
+                            }
+                            self.form.inpaint_area = match only {
+                                true => InpaintArea::OnlyMasked { padding },
+                                false => InpaintArea::WholePicture,
+                            };
                             if ui.small_button("Clear mask").clicked() {
                                 self.form.mask = None;
                                 self.painter.changed();
