@@ -355,6 +355,26 @@ mod tests {
     }
 
     #[test]
+    fn the_inpaint_area_returns_from_the_png() {
+        use latent_engine::pipeline::InpaintArea;
+        let text = "x\nSteps: 20, Sampler: Euler, CFG scale: 7, Seed: 1, Size: 512x512, \
+                    Denoising strength: 0.5, Mask blur: 4, Inpaint area: Only masked, \
+                    Masked area padding: 16";
+        let mut form = Form::default();
+        assert!(
+            form.apply(&Parameters::parse_a1111(text).unwrap())
+                .is_empty()
+        );
+        assert_eq!(form.inpaint_area, InpaintArea::OnlyMasked { padding: 16 });
+        let plain = "x\nSteps: 20, Sampler: Euler, CFG scale: 7, Seed: 1, Size: 512x512";
+        assert!(
+            form.apply(&Parameters::parse_a1111(plain).unwrap())
+                .is_empty()
+        );
+        assert_eq!(form.inpaint_area, InpaintArea::WholePicture);
+    }
+
+    #[test]
     fn unknown_sampler_is_reported_not_guessed() {
         let text = "x\nSteps: 20, Sampler: LMS, CFG scale: 7, Seed: 1, Size: 512x512";
         let p = Parameters::parse_a1111(text).unwrap();
