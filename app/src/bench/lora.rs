@@ -100,32 +100,46 @@ pub(super) fn lora_bench(
         "[{precision:?}]   merge into the text encoder and UNet on the device: median {:.0} ms (first {first:.0} ms)",
         merges[merges.len() / 2]
     );
-    // A step with merged weights against the base, replayed as txt2img runs it, interleaved.
+    // A step with merged weights against the base, replayed as txt2img runs it, interleaved;
+    // also with the merged weights read back and uploaded again (a diagnostic: whether weights
+    // written by the merge kernel run slower than uploaded ones).
     let merged = model.networks(&set(0.8))?;
-    let mut base_steps = UNetSteps::new(&model.unet, ctx.clone());
-    let mut lora_steps = UNetSteps::new(&merged.unet, ctx.clone());
+    use latent_engine::lora::merge::MERGE_THROUGH_HOST;
+    MERGE_THROUGH_HOST.store(true, std::sync::atomic::Ordering::Relaxed);
+    let t = Instant::now();
+    let uploaded = model.networks(&set(0.75));
+    MERGE_THROUGH_HOST.store(false, std::sync::atomic::Ordering::Relaxed);
+    let uploaded = uploaded?;
+    println!(
+        "[{precision:?}]   merge through the host (read back, uploaded again): {:.0} ms",
+        t.elapsed().as_secs_f64() * 1e3
+    );
+    let mut steps = [
+        UNetSteps::new(&model.unet, ctx.clone()),
+        UNetSteps::new(&merged.unet, ctx.clone()),
+        UNetSteps::new(&uploaded.unet, ctx.clone()),
+    ];
     for _ in 0..=WARMUP_RUNS {
-        let _ = base_steps.forward(x.clone(), 500.0);
-        let _ = lora_steps.forward(x.clone(), 500.0);
+        for s in &mut steps {
+            let _ = s.forward(x.clone(), 500.0);
+        }
         sync(device)?;
     }
-    let (mut base, mut with) = (Vec::new(), Vec::new());
+    let mut times = [Vec::new(), Vec::new(), Vec::new()];
     for _ in 0..3 {
-        base.push(time_ms(device, 1, runs, || {
-            let _ = base_steps.forward(x.clone(), 500.0);
-        })?);
-        with.push(time_ms(device, 1, runs, || {
-            let _ = lora_steps.forward(x.clone(), 500.0);
-        })?);
+        for (s, t) in steps.iter_mut().zip(&mut times) {
+            t.push(time_ms(device, 1, runs, || {
+                let _ = s.forward(x.clone(), 500.0);
+            })?);
+        }
     }
-    let median = |v: &mut Vec<f64>| {
+    let [base, with, through] = times.map(|mut v| {
         v.sort_by(f64::total_cmp);
         v[v.len() / 2]
-    };
+    });
     println!(
-        "[{precision:?}]   UNet step replayed, three rounds: base {:.2} ms, LoRA merged {:.2} ms",
-        median(&mut base),
-        median(&mut with)
+        "[{precision:?}]   UNet step replayed, three rounds: base {base:.2} ms, LoRA merged {with:.2} ms, \
+         merged through the host {through:.2} ms"
     );
     // The alternative: the same rank's products beside every UNet layer of one step.
     let recording = Recording::start();

@@ -3,6 +3,7 @@
 //! the model's dtype (diffusers' `fuse_lora`).
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use burn::tensor::{DType, Device, Tensor, TensorData};
 
@@ -10,6 +11,10 @@ use super::keys::{Name, Net, flatten};
 use super::{Layer, Lora, LoraUse};
 use crate::checkpoint::kept::{Kept, TensorMap};
 use crate::error::{Error, Result};
+
+/// Diagnostic for `bench --lora-rank`: each merged weight is read back and uploaded again, as a
+/// checkpoint's weights are, instead of kept as the merge kernel wrote it.
+pub static MERGE_THROUGH_HOST: AtomicBool = AtomicBool::new(false);
 
 /// The LoRAs a model's networks are built with, in the order they were asked for.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -122,6 +127,10 @@ pub fn patches(
         let merged = (w.clone().cast(DType::F32).reshape(delta.dims()) + delta)
             .cast(dtype)
             .reshape([numel]);
+        let merged = match MERGE_THROUGH_HOST.load(Ordering::Relaxed) {
+            true => Tensor::from_data(merged.into_data(), (device, dtype)),
+            false => merged,
+        };
         out.insert(name, Kept::Whole(merged, shape.clone()));
     }
     Ok(out)
