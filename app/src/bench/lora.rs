@@ -100,24 +100,18 @@ pub(super) fn lora_bench(
         "[{precision:?}]   merge into the text encoder and UNet on the device: median {:.0} ms (first {first:.0} ms)",
         merges[merges.len() / 2]
     );
-    // A step with merged weights against the base, replayed as txt2img runs it, interleaved;
-    // also with the merged weights read back and uploaded again (a diagnostic: whether weights
-    // written by the merge kernel run slower than uploaded ones).
-    let merged = model.networks(&set(0.8))?;
-    use latent_engine::lora::merge::MERGE_THROUGH_HOST;
-    MERGE_THROUGH_HOST.store(true, std::sync::atomic::Ordering::Relaxed);
-    let t = Instant::now();
-    let uploaded = model.networks(&set(0.75));
-    MERGE_THROUGH_HOST.store(false, std::sync::atomic::Ordering::Relaxed);
-    let uploaded = uploaded?;
-    println!(
-        "[{precision:?}]   merge through the host (read back, uploaded again): {:.0} ms",
-        t.elapsed().as_secs_f64() * 1e3
-    );
+    // A step with merged weights against the base, replayed as txt2img runs it, interleaved,
+    // with a control: a set on the text encoder only, whose UNet is the base's own.
+    let rebuilt = model.networks(&LoraSet(vec![LoraUse {
+        lora: lora.clone(),
+        te: 0.5,
+        unet: 0.0,
+    }]))?;
+    let merged_again = model.networks(&set(0.8))?;
     let mut steps = [
         UNetSteps::new(&model.unet, ctx.clone()),
-        UNetSteps::new(&merged.unet, ctx.clone()),
-        UNetSteps::new(&uploaded.unet, ctx.clone()),
+        UNetSteps::new(&merged_again.unet, ctx.clone()),
+        UNetSteps::new(&rebuilt.unet, ctx.clone()),
     ];
     for _ in 0..=WARMUP_RUNS {
         for s in &mut steps {
@@ -139,8 +133,9 @@ pub(super) fn lora_bench(
     });
     println!(
         "[{precision:?}]   UNet step replayed, three rounds: base {base:.2} ms, LoRA merged {with:.2} ms, \
-         merged through the host {through:.2} ms"
+         text-encoder-only set (UNet shared with the base) {through:.2} ms"
     );
+
     // The alternative: the same rank's products beside every UNet layer of one step.
     let recording = Recording::start();
     let _ = model.unet.forward(x.clone(), &[500.0], ctx);

@@ -273,9 +273,9 @@ impl Weights {
         })
     }
 
-    fn keep(&self, full: &str, kept: impl FnOnce() -> Kept) {
-        if let Some(keep) = &self.inner.keep {
-            keep.borrow_mut().insert(full.to_string(), kept());
+    fn keep(&self, full: &str, kept: impl FnOnce() -> Option<Kept>) {
+        if let (Some(keep), Some(kept)) = (&self.inner.keep, kept()) {
+            keep.borrow_mut().insert(full.to_string(), kept);
         }
     }
 
@@ -291,12 +291,7 @@ impl Weights {
             Some(data) => Tensor::from_data(data, options),
             None => random(name, shape, options),
         };
-        self.keep(&full, || {
-            Kept::Whole(
-                tensor.clone().reshape([shape.iter().product::<usize>()]),
-                shape.to_vec(),
-            )
-        });
+        self.keep(&full, || Kept::of(tensor.clone()));
         Ok(tensor)
     }
 
@@ -315,7 +310,7 @@ impl Weights {
             };
         }
         let chunks = self.tensor_rows_built(name, shape)?;
-        self.keep(&self.full(name), || Kept::Rows(chunks.clone()));
+        self.keep(&self.full(name), || Some(Kept::Rows(chunks.clone())));
         Ok(chunks)
     }
 

@@ -3,7 +3,6 @@
 //! the model's dtype (diffusers' `fuse_lora`).
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use burn::tensor::{DType, Device, Tensor, TensorData};
 
@@ -11,10 +10,6 @@ use super::keys::{Name, Net, flatten};
 use super::{Layer, Lora, LoraUse};
 use crate::checkpoint::kept::{Kept, TensorMap};
 use crate::error::{Error, Result};
-
-/// Diagnostic for `bench --lora-rank`: each merged weight is read back and uploaded again, as a
-/// checkpoint's weights are, instead of kept as the merge kernel wrote it.
-pub static MERGE_THROUGH_HOST: AtomicBool = AtomicBool::new(false);
 
 /// The LoRAs a model's networks are built with, in the order they were asked for.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -120,18 +115,22 @@ pub fn patches(
     }
     let mut out = TensorMap::default();
     for (name, delta) in deltas {
-        let Some(Kept::Whole(w, shape)) = base.get(&name) else {
+        let Some(kept) = base.get(&name) else {
             continue;
         };
-        let numel: usize = shape.iter().product();
-        let merged = (w.clone().cast(DType::F32).reshape(delta.dims()) + delta)
-            .cast(dtype)
-            .reshape([numel]);
-        let merged = match MERGE_THROUGH_HOST.load(Ordering::Relaxed) {
-            true => Tensor::from_data(merged.into_data(), (device, dtype)),
-            false => merged,
+        let Some(w) = kept.as_shape(delta.dims()) else {
+            continue;
         };
-        out.insert(name, Kept::Whole(merged, shape.clone()));
+        let merged = (w.cast(DType::F32) + delta).cast(dtype);
+        // Kept in the weight's own shape, so the rebuilt layer holds no reshaped view.
+        let merged = match kept.shape()[..] {
+            [a, b, c, d] => Kept::of(merged.reshape([a, b, c, d])),
+            [a, b, c] => Kept::of(merged.reshape([a, b, c])),
+            _ => Kept::of(merged),
+        };
+        if let Some(merged) = merged {
+            out.insert(name, merged);
+        }
     }
     Ok(out)
 }
