@@ -205,36 +205,15 @@ impl StudioApp {
                         .response
                         .labelled_by(label.id);
                     ui.end_row();
-                    ui.label("Models folder");
-                    ui.horizontal(|ui| {
-                        ui.label(
-                            self.settings
-                                .models_dir
-                                .as_ref()
-                                .map(|p| p.display().to_string())
-                                .unwrap_or_else(|| "none".into()),
-                        );
-                        if ui.button("Choose…").clicked() {
-                            self.pick(|| {
-                                rfd::FileDialog::new()
-                                    .pick_folder()
-                                    .map(DialogResult::ModelsDir)
-                            });
-                        }
-                    });
-                    ui.end_row();
-                    ui.label("Outputs folder");
-                    ui.horizontal(|ui| {
-                        ui.label(self.settings.outputs_dir.display().to_string());
-                        if ui.button("Choose…").clicked() {
-                            self.pick(|| {
-                                rfd::FileDialog::new()
-                                    .pick_folder()
-                                    .map(DialogResult::OutputsDir)
-                            });
-                        }
-                    });
-                    ui.end_row();
+                    let shown = |p: &Option<PathBuf>| {
+                        p.as_ref()
+                            .map(|p| p.display().to_string())
+                            .unwrap_or_else(|| "none".into())
+                    };
+                    let models = shown(&self.settings.models_dir);
+                    self.folder_row(ui, "Models folder", models, None, DialogResult::ModelsDir);
+                    let outputs = self.settings.outputs_dir.display().to_string();
+                    self.folder_row(ui, "Outputs folder", outputs, None, DialogResult::OutputsDir);
                     ui.label("TAESD decoder");
                     ui.horizontal(|ui| {
                         ui.label(
@@ -253,56 +232,58 @@ impl StudioApp {
                         }
                     });
                     ui.end_row();
-                    ui.label("Embeddings folder");
-                    ui.horizontal(|ui| {
-                        ui.label(
-                            self.settings
-                                .embeddings_dir
-                                .as_ref()
-                                .map(|p| p.display().to_string())
-                                .unwrap_or_else(|| "none".into()),
-                        )
-                        .on_hover_text(
+                    let embeddings = shown(&self.settings.embeddings_dir);
+                    self.folder_row(
+                        ui,
+                        "Embeddings folder",
+                        embeddings,
+                        Some(
                             "textual-inversion embeddings (name.safetensors): a name in the \
                              prompt is replaced by its vectors",
-                        );
-                        if ui.button("Choose…").clicked() {
-                            self.pick(|| {
-                                rfd::FileDialog::new()
-                                    .pick_folder()
-                                    .map(DialogResult::EmbeddingsDir)
-                            });
-                        }
-                    });
-                    ui.end_row();
-                    ui.label("LoRA folder");
-                    ui.horizontal(|ui| {
-                        ui.label(
-                            self.settings
-                                .loras_dir
-                                .as_ref()
-                                .map(|p| p.display().to_string())
-                                .unwrap_or_else(|| "none".into()),
-                        )
-                        .on_hover_text(
-                            "LoRAs (name.safetensors, kohya/A1111 or diffusers; subfolders too): \
-                             <lora:name:0.8> in the prompt merges one in",
-                        );
-                        if ui.button("Choose…").clicked() {
-                            self.pick(|| {
-                                rfd::FileDialog::new()
-                                    .pick_folder()
-                                    .map(DialogResult::LorasDir)
-                            });
-                        }
-                    });
-                    ui.end_row();
+                        ),
+                        DialogResult::EmbeddingsDir,
+                    );
+                    let loras = shown(&self.settings.loras_dir);
+                    self.folder_row(
+                        ui,
+                        "LoRA folder",
+                        loras,
+                        Some(
+                            "LoRAs (name.safetensors, kohya/A1111 or diffusers; subfolders \
+                             too): <lora:name:0.8> in the prompt merges one in",
+                        ),
+                        DialogResult::LorasDir,
+                    );
                 });
             });
         self.show_settings = open;
         if changed {
             self.settings_changed();
         }
+    }
+}
+
+impl StudioApp {
+    /// One grid row: a folder setting, what it is now, and a Choose… button for a new one.
+    fn folder_row(
+        &self,
+        ui: &mut egui::Ui,
+        label: &str,
+        shown: String,
+        hover: Option<&str>,
+        result: fn(PathBuf) -> DialogResult,
+    ) {
+        ui.label(label);
+        ui.horizontal(|ui| {
+            let current = ui.label(shown);
+            if let Some(hover) = hover {
+                current.on_hover_text(hover);
+            }
+            if ui.button("Choose…").clicked() {
+                self.pick(move || rfd::FileDialog::new().pick_folder().map(result));
+            }
+        });
+        ui.end_row();
     }
 }
 
