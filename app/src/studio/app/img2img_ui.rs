@@ -26,6 +26,13 @@ impl StudioApp {
                     {
                         self.open_picture(Picture::Init);
                     }
+                    if ui
+                        .button("Paste")
+                        .on_hover_text("the clipboard's image (a copied picture or screenshot)")
+                        .clicked()
+                    {
+                        self.paste_picture();
+                    }
                     if self.form.init.is_some() && ui.button("Clear").clicked() {
                         self.form.init = None;
                     }
@@ -163,6 +170,18 @@ impl StudioApp {
                 .pick_file()?;
             let image = load_image(&path).map_err(|e| format!("{e}"));
             Some(DialogResult::Picture { role, path, image })
+        });
+    }
+
+    /// The clipboard's image as the init image, read off the UI thread (a clipboard owner that
+    /// is slow to answer must not stall the window).
+    fn paste_picture(&self) {
+        self.pick(|| {
+            Some(DialogResult::Picture {
+                role: Picture::Init,
+                path: PathBuf::from("clipboard"),
+                image: clipboard_image(),
+            })
         });
     }
 
@@ -317,5 +336,51 @@ impl StudioApp {
                     ui.end_row();
                 });
             });
+    }
+}
+
+/// The clipboard's image, flattened over white as A1111 flattens a transparent init image.
+fn clipboard_image() -> Result<RgbImage, String> {
+    let mut clipboard = arboard::Clipboard::new().map_err(|e| format!("no clipboard: {e}"))?;
+    let image = clipboard.get_image().map_err(|e| match e {
+        arboard::Error::ContentNotAvailable => "the clipboard holds no image".to_string(),
+        other => format!("the clipboard's image could not be read: {other}"),
+    })?;
+    flatten_rgba(image.width, image.height, &image.bytes)
+}
+
+/// RGBA bytes over a white background, as RGB.
+fn flatten_rgba(width: usize, height: usize, rgba: &[u8]) -> Result<RgbImage, String> {
+    if width == 0 || height == 0 || rgba.len() != width * height * 4 {
+        return Err(format!(
+            "the clipboard's image has {} bytes for {width}x{height} RGBA pixels",
+            rgba.len()
+        ));
+    }
+    let pixels = rgba
+        .chunks_exact(4)
+        .flat_map(|p| {
+            let a = u32::from(p[3]);
+            // Round to nearest: c·a/255 + 255·(255 − a)/255.
+            [0, 1, 2].map(|c| ((u32::from(p[c]) * a + 255 * (255 - a) + 127) / 255) as u8)
+        })
+        .collect();
+    Ok(RgbImage {
+        width,
+        height,
+        pixels,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::flatten_rgba;
+
+    #[test]
+    fn a_clipboard_image_is_flattened_over_white() {
+        let rgba = [10, 20, 30, 255, 0, 0, 0, 0, 200, 100, 0, 128];
+        let image = flatten_rgba(3, 1, &rgba).unwrap();
+        assert_eq!(image.pixels, [10, 20, 30, 255, 255, 255, 227, 177, 127]);
+        assert!(flatten_rgba(2, 2, &rgba).is_err());
     }
 }
