@@ -330,14 +330,26 @@ fn a_gallery_image_becomes_the_init_image_and_a_stroke_paints_its_mask() {
 }
 
 /// The LoRA list offers the folder's files; picking one adds A1111's tag to the prompt, and the
-/// image made with it records the tag and `Lora hashes`.
+/// image made with it records the tag and `Lora hashes`. The token counter counts an
+/// embedding's vectors (and not a LoRA tag).
 #[test]
 fn a_lora_picked_from_the_list_is_merged_and_recorded() {
     let _serial = serial();
     let dir = scratch("lora");
-    let loras = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/loras");
-    let mut h = studio_with(&dir, "none", |s| s.loras_dir = Some(loras));
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures");
+    let mut h = studio_with(&dir, "none", |s| {
+        s.loras_dir = Some(fixtures.join("loras"));
+        s.embeddings_dir = Some(fixtures.join("embeddings"));
+    });
     load_demo(&mut h);
+    // "a fox in" and tinystyle's 3 vectors.
+    h.state_mut().form.prompt = "a fox in tinystyle <lora:kohya:0.5>".into();
+    let start = Instant::now();
+    while h.query_by_label("6/75").is_none() {
+        assert!(start.elapsed() < Duration::from_secs(60), "no 6/75 counter");
+        h.step();
+        std::thread::sleep(Duration::from_millis(5));
+    }
     run_until(&mut h, "the LoRA list", |a| a.lora_names().len() == 3);
     assert_eq!(h.state().lora_names(), ["kohya", "peft", "sdxl_te2"]);
     quick_form(&mut h, 3);

@@ -88,6 +88,7 @@ impl StudioApp {
                 Event::Notice(n) => self.notices.push(n),
                 Event::Cache(report) => self.cache_report = report,
                 Event::Loras(names) => self.lora_names = names,
+                Event::Embeddings(library) => self.embeddings = library,
                 Event::DeviceCheck { passed, lines } => self.device_check = Some((passed, lines)),
                 Event::DeviceReady { label, shared } => self.engine_device = Some((label, shared)),
             }

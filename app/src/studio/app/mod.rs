@@ -142,7 +142,9 @@ pub struct StudioApp {
     engine: EngineHandle,
     tokenizer: Option<ClipTokenizer>,
     /// The prompt and emphasis last counted, and their tokens, chunks and truncation.
-    token_count: ((String, Emphasis), (usize, usize, bool)),
+    /// The prompt, emphasis and embeddings library last counted (the library by identity), and
+    /// the count.
+    token_count: ((String, Emphasis, usize), (usize, usize, bool)),
     model: Option<(String, PathBuf)>,
     models: Vec<PathBuf>,
     activity: Activity,
@@ -162,6 +164,8 @@ pub struct StudioApp {
     cache_report: CacheReport,
     /// The LoRA folder's names (the engine lists them).
     lora_names: Vec<String>,
+    /// The embeddings folder's library (the engine reads it), for the token counter.
+    embeddings: Option<Arc<latent_engine::prompt::Embeddings>>,
     /// The last "Verify device" result: all agree, and one line per component.
     device_check: Option<(bool, Vec<String>)>,
     /// The engine's open device: its name, and whether it is the one shared with the window.
@@ -241,7 +245,7 @@ impl StudioApp {
             saver: SettingsSaver::new(settings_path),
             engine,
             tokenizer: ClipTokenizer::new().ok(),
-            token_count: ((String::new(), Emphasis::Original), (0, 1, false)),
+            token_count: ((String::new(), Emphasis::Original, 0), (0, 1, false)),
             model: None,
             activity: Activity::Idle,
             status: "Choose a checkpoint, or try the demo model.".into(),
@@ -260,6 +264,7 @@ impl StudioApp {
             adapters: Arc::new(std::sync::Mutex::new(None)),
             cache_report: CacheReport::default(),
             lora_names: Vec::new(),
+            embeddings: None,
             device_check: None,
             init_texture: None,
             painter: Default::default(),

@@ -182,10 +182,15 @@ impl StudioApp {
         }
     }
 
-    /// The prompt's tokens, chunks and whether it is cut, recounted when the prompt or the
-    /// emphasis mode changes.
+    /// The prompt's tokens (an embedding's vectors counted as the positions they take), chunks
+    /// and whether it is cut, recounted when the prompt, the emphasis mode or the embeddings
+    /// library changes.
     fn token_count(&mut self) -> (usize, usize, bool) {
-        let key = (self.form.prompt.clone(), self.form.emphasis);
+        let library = self
+            .embeddings
+            .as_ref()
+            .map_or(0, |e| Arc::as_ptr(e) as usize);
+        let key = (self.form.prompt.clone(), self.form.emphasis, library);
         if self.token_count.0 != key {
             let counted = self
                 .tokenizer
@@ -193,7 +198,12 @@ impl StudioApp {
                 // `<lora:…>` tags are not read by the text encoder.
                 .map(|t| {
                     let text = latent_engine::lora::tags::strip(&self.form.prompt);
-                    Chunks::new(t, &text, self.form.emphasis)
+                    Chunks::with_embeddings(
+                        t,
+                        &text,
+                        self.form.emphasis,
+                        self.embeddings.as_deref(),
+                    )
                 })
                 .map_or((0, 1, false), |c| {
                     (c.token_count, c.chunks.len(), c.truncated)

@@ -131,7 +131,11 @@ impl Worker {
             }
         }
         let new_loras = config.loras != self.config.loras;
+        let new_embeddings = config.embeddings != self.config.embeddings;
         self.config = config;
+        if new_embeddings && self.embeddings().is_none() {
+            self.emit(Event::Embeddings(None));
+        }
         if new_loras {
             self.loras.set_dir(self.config.loras.clone());
             self.report_loras();
@@ -321,7 +325,39 @@ impl Worker {
             path: path.to_path_buf(),
         });
         self.report_cache();
+        // For the window's token counter: embeddings take as many positions as they have vectors.
+        if self.config.embeddings.is_some() {
+            self.embeddings();
+        }
         Ok(())
+    }
+
+    /// The embeddings folder's library for the loaded model's text encoder, also sent to the
+    /// window (its token counter counts their vectors); skipped files are told once each.
+    fn embeddings(&mut self) -> Option<Arc<latent_engine::prompt::Embeddings>> {
+        let dir = self.config.embeddings.clone()?;
+        let width = self.model.as_ref()?.model.config.text_encoder.hidden_size;
+        if self.tokenizer.is_none() {
+            self.tokenizer = ClipTokenizer::new().ok();
+        }
+        let tokenizer = self.tokenizer.as_ref()?;
+        match latent_engine::prompt::Embeddings::load_dir(&dir, tokenizer, width) {
+            Ok((library, notes)) => {
+                for note in notes {
+                    if self.embedding_notes.insert(note.clone()) {
+                        self.emit(Event::Notice(note));
+                    }
+                }
+                let library = Arc::new(library);
+                self.emit(Event::Embeddings(Some(library.clone())));
+                Some(library)
+            }
+            Err(e) => {
+                self.emit(Event::Notice(format!("embeddings not read: {e}")));
+                self.emit(Event::Embeddings(None));
+                None
+            }
+        }
     }
 
     /// The TAESD decoder when previews want it; a missing or broken file is a notice, not an error.
@@ -367,26 +403,14 @@ impl Worker {
         if self.tokenizer.is_none() {
             self.tokenizer = Some(ClipTokenizer::new()?);
         }
+        // Read at each start, so files added to the folder count from the next Generate.
+        let embeddings = self.embeddings();
         let (Some(loaded), Some(tokenizer)) = (&self.model, &self.tokenizer) else {
             return Err(anyhow!("no model is loaded"));
         };
         latent_engine::pipeline::check_request(&loaded.model, request)?;
-        // Read at each start, so files added to the folder count from the next Generate.
         let mut request = request.clone();
-        if let Some(dir) = &self.config.embeddings {
-            let width = loaded.model.config.text_encoder.hidden_size;
-            match latent_engine::prompt::Embeddings::load_dir(dir, tokenizer, width) {
-                Ok((library, notes)) => {
-                    for note in notes {
-                        if self.embedding_notes.insert(note.clone()) {
-                            self.emit(Event::Notice(note));
-                        }
-                    }
-                    request.embeddings = Some(Arc::new(library));
-                }
-                Err(e) => self.emit(Event::Notice(format!("embeddings not read: {e}"))),
-            }
-        }
+        request.embeddings = embeddings;
         // The prompt's `<lora:…>` tags, opened (each file once while it is unchanged) and merged
         // into the networks the run uses; the model itself is not changed.
         let (loras, ignored) = self.loras.resolve(&request.prompt)?;

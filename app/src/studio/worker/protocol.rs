@@ -86,6 +86,8 @@ pub enum Event {
     Cache(CacheReport),
     /// The LoRA folder's names, after the folder is set.
     Loras(Vec<String>),
+    /// The embeddings folder's library for the loaded model (`None`: no folder or no model).
+    Embeddings(Option<Arc<latent_engine::prompt::Embeddings>>),
     /// The engine's device is open and its first kernels compiled.
     DeviceReady {
         label: String,
