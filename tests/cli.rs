@@ -429,6 +429,64 @@ fn loras_are_merged_and_recorded_as_a1111_does() {
     );
 }
 
+/// `--outpaint` extends the picture (here 16 px to the right, grown to a multiple of 8 from 13),
+/// masks the band and 8 px beside it, and inpaints: the image is wider, the picture outside the
+/// mask comes back exactly (no mask blur), and the band is new.
+#[test]
+fn outpaint_extends_the_canvas_and_keeps_the_picture() {
+    let dir = scratch("outpaint");
+    let out = dir.join("wide.png");
+    let init = fixtures().join("img2img-init.png").display().to_string();
+    let (model, out_s) = (model(), out.display().to_string());
+    let o = studio(&[
+        "generate",
+        "--model",
+        &model,
+        "--device",
+        "cpu",
+        "--out",
+        &out_s,
+        "--overwrite",
+        "--prompt",
+        "a red apple",
+        "--seed",
+        "3",
+        "--steps",
+        "4",
+        "--precision",
+        "f32",
+        "--init-image",
+        &init,
+        "--outpaint",
+        "0,13,0,0",
+        "--masked-content",
+        "latent-noise",
+        "--denoising-strength",
+        "1",
+        "--mask-blur",
+        "0",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let (image, _) = decode_png(&std::fs::read(&out).unwrap()).unwrap();
+    assert_eq!((image.width, image.height), (80, 64));
+    let original =
+        latent_engine::image_io::load_image(&fixtures().join("img2img-init.png")).unwrap();
+    let px = |img: &latent_engine::image_io::RgbImage, x: usize, y: usize| {
+        img.pixels[(y * img.width + x) * 3..][..3].to_vec()
+    };
+    for y in 0..64 {
+        for x in 0..56 {
+            assert_eq!(px(&image, x, y), px(&original, x, y), "kept at ({x}, {y})");
+        }
+    }
+    // The band is not the repeated edge column it started from.
+    let edge_repeats = (0..64).all(|y| (64..80).all(|x| px(&image, x, y) == px(&original, 63, y)));
+    assert!(!edge_repeats, "the band was not painted");
+    let o = generate_with(&["--device", "cpu", "--outpaint", "8,0,0,0"], &out, &[]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--outpaint needs --init-image"));
+}
+
 /// `--model-cache on` writes the disk cache on the first launch and loads from it on the second,
 /// with a byte-identical PNG; `off` writes nothing.
 #[test]

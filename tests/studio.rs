@@ -327,6 +327,17 @@ fn a_gallery_image_becomes_the_init_image_and_a_stroke_paints_its_mask() {
         .unwrap()
         .unwrap();
     assert!(text.contains("Denoising strength: 0.5"), "{text}");
+    // Outpainting: Extend grows the picture on the right (64 px by default), masks the band and
+    // 8 px beside it, and sets the size and a start from noise.
+    h.get_by_label("Extend").click_accesskit();
+    h.run_steps(2);
+    let form = &h.state().form;
+    let init = form.init.as_ref().expect("the extended picture");
+    assert_eq!((init.image.width, init.image.height), (128, 64));
+    let mask = &form.mask.as_ref().expect("the bands' mask").image;
+    let at = |x: usize, y: usize| mask.pixels[(y * 128 + x) * 3];
+    assert_eq!((at(10, 10), at(60, 10), at(100, 10)), (0, 255, 255));
+    assert_eq!((form.width, form.height, form.strength), (128, 64, 1.0));
 }
 
 /// The LoRA list offers the folder's files; picking one adds A1111's tag to the prompt, and the

@@ -82,6 +82,14 @@ pub struct GenerateArgs {
     /// and paste it back into the picture, which keeps its size (A1111's "Only masked").
     #[arg(long)]
     only_masked: bool,
+    /// Outpainting, with --init-image: extend the picture by LEFT,RIGHT,TOP,BOTTOM pixels (grown
+    /// to multiples of 8), fill the bands with its edge pixels and inpaint them (with some of the
+    /// picture beside them); use with --masked-content latent-noise --denoising-strength 1.
+    #[arg(long, value_name = "LEFT,RIGHT,TOP,BOTTOM")]
+    outpaint: Option<latent_engine::image_io::Sides>,
+    /// Outpainting: pixels of the picture repainted beside each extended side.
+    #[arg(long, default_value_t = 8)]
+    outpaint_overlap: usize,
     /// Inpainting with --only-masked: pixels of context around the mask (A1111's padding).
     #[arg(long, default_value_t = latent_engine::pipeline::InpaintArea::DEFAULT_PADDING)]
     inpaint_padding: usize,
@@ -292,6 +300,9 @@ fn init_image(args: &GenerateArgs) -> Result<(Option<InitImage>, usize, usize)> 
         if args.mask.is_some() {
             bail!("--mask needs --init-image (the picture to inpaint)");
         }
+        if args.outpaint.is_some() {
+            bail!("--outpaint needs --init-image (the picture to extend)");
+        }
         return Ok((
             None,
             args.width.unwrap_or(defaults.width),
@@ -300,12 +311,19 @@ fn init_image(args: &GenerateArgs) -> Result<(Option<InitImage>, usize, usize)> 
     };
     let image = load_image(path)?;
     let round = |v: usize| (v / 8 * 8).max(8);
+    let (image, mask) = match (&args.outpaint, &args.mask) {
+        (Some(_), Some(_)) => bail!("--outpaint makes its own mask; leave out --mask"),
+        (Some(sides), None) => {
+            let sides = sides.to_multiple(image.width, image.height, 8);
+            let (canvas, mask) =
+                latent_engine::image_io::extend_canvas(&image, sides, args.outpaint_overlap)?;
+            (canvas, Some(std::sync::Arc::new(mask)))
+        }
+        (None, Some(path)) => (image, Some(std::sync::Arc::new(load_image(path)?))),
+        (None, None) => (image, None),
+    };
     let width = args.width.unwrap_or(round(image.width));
     let height = args.height.unwrap_or(round(image.height));
-    let mask = match &args.mask {
-        Some(path) => Some(std::sync::Arc::new(load_image(path)?)),
-        None => None,
-    };
     let init = InitImage {
         image: std::sync::Arc::new(image),
         strength: args.denoising_strength,

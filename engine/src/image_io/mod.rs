@@ -2,9 +2,11 @@
 //! never leaves a half-written file and an existing file is never replaced unless asked.
 //! `input.rs`: reading an artist's image (PNG, JPEG, WebP) and fitting it to a size (img2img).
 
+mod canvas;
 mod exif;
 mod input;
 
+pub use canvas::{Sides, extend_canvas};
 pub use exif::user_comment;
 pub use input::{ResizeMode, image_parameters, load_image, resize};
 

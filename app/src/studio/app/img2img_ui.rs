@@ -59,6 +59,7 @@ impl StudioApp {
                         }
                     });
                 });
+                self.outpaint_ui(ui, &source);
                 ui.horizontal(|ui| {
                     if ui
                         .button("Open mask…")
@@ -227,6 +228,70 @@ impl StudioApp {
                 .push("the mask was for a picture of another size and was cleared".into());
         }
         self.form.init = Some(source);
+    }
+
+    /// Outpainting: the extend-canvas row under the init image (pixels, sides, Extend).
+    fn outpaint_ui(&mut self, ui: &mut egui::Ui, source: &InitSource) {
+        ui.horizontal(|ui| {
+            ui.label("Outpaint");
+            ui.add(
+                egui::DragValue::new(&mut self.outpaint.0)
+                    .range(8..=1024)
+                    .speed(8)
+                    .suffix(" px"),
+            );
+            for (on, side) in self
+                .outpaint
+                .1
+                .iter_mut()
+                .zip(["left", "right", "up", "down"])
+            {
+                ui.checkbox(on, side);
+            }
+            let any = self.outpaint.1.iter().any(|&on| on);
+            let extend = ui
+                .add_enabled(any, egui::Button::new("Extend"))
+                .on_hover_text(
+                    "grow the picture on those sides (edge pixels fill the new bands), mask the \
+                     bands and 8 px beside them, and set latent noise at strength 1: Generate \
+                     paints them",
+                );
+            if extend.clicked() {
+                self.extend_init(source);
+            }
+        });
+    }
+
+    fn extend_init(&mut self, source: &InitSource) {
+        let (n, [left, right, up, down]) = self.outpaint;
+        let pick = |on: bool| if on { n } else { 0 };
+        let sides = latent_engine::image_io::Sides {
+            left: pick(left),
+            right: pick(right),
+            top: pick(up),
+            bottom: pick(down),
+        }
+        .to_multiple(source.image.width, source.image.height, 8);
+        match latent_engine::image_io::extend_canvas(&source.image, sides, 8) {
+            Ok((canvas, mask)) => {
+                let (w, h) = (canvas.width, canvas.height);
+                self.form.mask = None;
+                self.set_init(InitSource {
+                    name: format!("{} (extended)", source.name),
+                    image: Arc::new(canvas),
+                });
+                self.form.mask = Some(InitSource {
+                    name: "outpainting bands".into(),
+                    image: Arc::new(mask),
+                });
+                self.painter.changed();
+                (self.form.width, self.form.height) = (w.min(2048), h.min(2048));
+                self.form.masked_content = MaskedContent::LatentNoise;
+                self.form.strength = 1.0;
+                self.status = format!("extended to {w}×{h}: Generate paints the new bands");
+            }
+            Err(e) => self.error = Some(format!("not extended: {e}")),
+        }
     }
 
     /// The init image's thumbnail texture, uploaded once per image.

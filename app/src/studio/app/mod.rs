@@ -164,6 +164,8 @@ pub struct StudioApp {
     cache_report: CacheReport,
     /// The LoRA folder's names (the engine lists them).
     lora_names: Vec<String>,
+    /// Outpainting: pixels to add, and on which sides (left, right, up, down).
+    outpaint: (usize, [bool; 4]),
     /// The embeddings folder's library (the engine reads it), for the token counter.
     embeddings: Option<Arc<latent_engine::prompt::Embeddings>>,
     /// The last "Verify device" result: all agree, and one line per component.
@@ -264,6 +266,7 @@ impl StudioApp {
             adapters: Arc::new(std::sync::Mutex::new(None)),
             cache_report: CacheReport::default(),
             lora_names: Vec::new(),
+            outpaint: (64, [false, true, false, false]),
             embeddings: None,
             device_check: None,
             init_texture: None,
