@@ -74,7 +74,7 @@ pub struct GenerateArgs {
     /// value keeps the decoded image as it is (diffusers' output).
     #[arg(long, default_value_t = 4.0, allow_negative_numbers = true)]
     mask_blur: f32,
-    /// Inpainting: what the masked area starts from: original, latent-noise or latent-nothing
+    /// Inpainting: what the masked area starts from: fill, original, latent-noise or latent-nothing
     /// (A1111's masked content).
     #[arg(long, default_value = "original")]
     masked_content: MaskedContent,

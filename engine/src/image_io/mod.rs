@@ -4,10 +4,12 @@
 
 mod canvas;
 mod exif;
+mod fill;
 mod input;
 
 pub use canvas::{Sides, extend_canvas};
 pub use exif::user_comment;
+pub use fill::fill;
 pub use input::{ResizeMode, image_parameters, load_image, resize};
 
 use std::io::Write;

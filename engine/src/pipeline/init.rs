@@ -40,9 +40,12 @@ pub struct InitImage {
 }
 
 /// What the masked area of an inpainting run starts from, before it is noised (A1111's "Masked
-/// content"; its `fill`, a blur of the surroundings, is not offered yet).
+/// content").
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub enum MaskedContent {
+    /// The picture with its masked area painted from the surroundings
+    /// ([`crate::image_io::fill`]), encoded.
+    Fill,
     /// The picture's own latent (A1111's default, and diffusers').
     #[default]
     Original,
@@ -53,7 +56,8 @@ pub enum MaskedContent {
 }
 
 impl MaskedContent {
-    pub const ALL: [MaskedContent; 3] = [
+    pub const ALL: [MaskedContent; 4] = [
+        MaskedContent::Fill,
         MaskedContent::Original,
         MaskedContent::LatentNoise,
         MaskedContent::LatentNothing,
@@ -62,6 +66,7 @@ impl MaskedContent {
     /// The identifier of the command line.
     pub fn id(self) -> &'static str {
         match self {
+            MaskedContent::Fill => "fill",
             MaskedContent::Original => "original",
             MaskedContent::LatentNoise => "latent-noise",
             MaskedContent::LatentNothing => "latent-nothing",
@@ -71,6 +76,7 @@ impl MaskedContent {
     /// A1111's label.
     pub fn a1111_name(self) -> &'static str {
         match self {
+            MaskedContent::Fill => "fill",
             MaskedContent::Original => "original",
             MaskedContent::LatentNoise => "latent noise",
             MaskedContent::LatentNothing => "latent nothing",
@@ -87,7 +93,7 @@ impl std::str::FromStr for MaskedContent {
             .find(|m| m.id() == s || m.a1111_name().eq_ignore_ascii_case(s))
             .ok_or_else(|| {
                 Error::InvalidInput(format!(
-                    "unknown masked content `{s}` (expected original, latent-noise or latent-nothing)"
+                    "unknown masked content `{s}` (expected fill, original, latent-noise or latent-nothing)"
                 ))
             })
     }
@@ -161,6 +167,12 @@ pub(super) fn encode(
             };
             (image, fitted_mask, overlay, None)
         }
+    };
+    // A1111's fill: the encoded picture has its masked area painted from the surroundings (the
+    // overlay keeps the original).
+    let image = match (&fitted_mask, init.masked_content) {
+        (Some(mask), MaskedContent::Fill) => crate::image_io::fill(&image, mask),
+        _ => image,
     };
     let (w, h) = (image.width, image.height);
     let plane = w * h;
@@ -335,7 +347,7 @@ impl Encoded {
         // blend keeps the picture's latent outside it either way. Its noise is drawn after
         // diffusers' three draws.
         let start_x0 = match self.masked_content {
-            MaskedContent::Original => x0.clone(),
+            MaskedContent::Original | MaskedContent::Fill => x0.clone(),
             MaskedContent::LatentNoise => x0.clone() * keep.clone() + randn() * mask.clone(),
             MaskedContent::LatentNothing => x0.clone() * keep.clone(),
         };
