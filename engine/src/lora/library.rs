@@ -14,10 +14,21 @@ use crate::error::{Error, Result};
 /// How deep below the folder files are looked for.
 const MAX_DEPTH: usize = 3;
 
+/// Opened LoRAs kept (their factors are in memory), the least recently used leaving first.
+const MAX_OPENED: usize = 8;
+
+/// An opened file: its size and modification time when read, when it was last asked for.
+struct Opened {
+    len: u64,
+    modified: Option<SystemTime>,
+    used: u64,
+    lora: Arc<Lora>,
+}
+
 #[derive(Default)]
 pub struct LoraLibrary {
     dir: Option<PathBuf>,
-    opened: Mutex<HashMap<PathBuf, (u64, Option<SystemTime>, Arc<Lora>)>>,
+    opened: Mutex<(u64, HashMap<PathBuf, Opened>)>,
 }
 
 impl LoraLibrary {
@@ -61,14 +72,31 @@ impl LoraLibrary {
             .ok_or_else(|| super::not_found(name, dir))?;
         let meta = std::fs::metadata(&path).map_err(|e| Error::io("LoRA", &path, e))?;
         let stamp = (meta.len(), meta.modified().ok());
-        let mut opened = self.opened.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((len, modified, lora)) = opened.get(&path)
-            && (*len, *modified) == stamp
+        let mut guard = self.opened.lock().unwrap_or_else(|p| p.into_inner());
+        let (clock, opened) = &mut *guard;
+        *clock += 1;
+        if let Some(o) = opened.get_mut(&path)
+            && (o.len, o.modified) == stamp
         {
-            return Ok(lora.clone());
+            o.used = *clock;
+            return Ok(o.lora.clone());
         }
         let lora = Arc::new(Lora::open(&path)?);
-        opened.insert(path, (stamp.0, stamp.1, lora.clone()));
+        if opened.len() >= MAX_OPENED
+            && let Some(oldest) = opened
+                .iter()
+                .min_by_key(|(_, o)| o.used)
+                .map(|(p, _)| p.clone())
+        {
+            opened.remove(&oldest);
+        }
+        let entry = Opened {
+            len: stamp.0,
+            modified: stamp.1,
+            used: *clock,
+            lora: lora.clone(),
+        };
+        opened.insert(path, entry);
         Ok(lora)
     }
 

@@ -151,9 +151,8 @@ impl Lora {
             reason: format!("layer `{}`: {reason}", layer.name),
         };
         let entry = |key: &str| {
-            self.file
-                .entry(key)
-                .map(|e| e.shape.clone())
+            self.shape(key)
+                .map(<[usize]>::to_vec)
                 .ok_or_else(|| err(format!("`{key}` is missing")))
         };
         let (down_shape, up_shape) = (entry(&layer.down)?, entry(&layer.up)?);
@@ -174,8 +173,8 @@ impl Lora {
             )));
         }
         let scale = strength * layer.alpha.map_or(1.0, |a| a / rank as f32);
-        let down = self.file.read_f32(&layer.down)?;
-        let up = self.file.read_f32(&layer.up)?;
+        let down = self.read_f32(&layer.down)?;
+        let up = self.read_f32(&layer.up)?;
         let options = (device, DType::F32);
         let down = Tensor::<2>::from_data(TensorData::new(down, [rank, d_in]), options);
         let up = Tensor::<2>::from_data(TensorData::new(up, [d_out, rank]), options);

@@ -17,8 +17,8 @@ pub use library::LoraLibrary;
 pub use merge::{LoraSet, patches};
 pub use tags::{LoraTag, Tags};
 
-use std::collections::BTreeMap;
-use std::path::Path;
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::checkpoint::SafetensorsFile;
@@ -42,7 +42,17 @@ pub struct Lora {
     /// A1111's hash of the file's tensor data (the "addnet" SHA-256, lowercase hex).
     pub hash: String,
     pub layers: Vec<Layer>,
-    file: SafetensorsFile,
+    path: PathBuf,
+    /// The layers' factors by key, copied out of the file: the file is not kept open (on
+    /// Windows an open mapping would stop the artist from replacing it).
+    factors: HashMap<String, Factor>,
+}
+
+/// One stored factor: shape, dtype and little-endian bytes.
+struct Factor {
+    shape: Vec<usize>,
+    dtype: safetensors::Dtype,
+    bytes: Vec<u8>,
 }
 
 impl std::fmt::Debug for Lora {
@@ -124,11 +134,23 @@ impl Lora {
                 .map(|b| format!("{b:02x}"))
                 .collect()
         };
+        let mut factors = HashMap::new();
+        for key in layers.iter().flat_map(|l| [&l.down, &l.up]) {
+            if let Some(entry) = file.entry(key) {
+                let factor = Factor {
+                    shape: entry.shape.clone(),
+                    dtype: entry.dtype,
+                    bytes: file.bytes(entry).to_vec(),
+                };
+                factors.insert(key.clone(), factor);
+            }
+        }
         Ok(Self {
             name,
             hash,
             layers,
-            file,
+            path: path.to_path_buf(),
+            factors,
         })
     }
 
@@ -138,7 +160,21 @@ impl Lora {
     }
 
     pub fn path(&self) -> &Path {
-        self.file.path()
+        &self.path
+    }
+
+    /// A factor's stored shape.
+    fn shape(&self, key: &str) -> Option<&[usize]> {
+        self.factors.get(key).map(|f| f.shape.as_slice())
+    }
+
+    /// A factor's values as f32.
+    fn read_f32(&self, key: &str) -> Result<Vec<f32>> {
+        let factor = self.factors.get(key).ok_or_else(|| Error::Lora {
+            name: self.name.clone(),
+            reason: format!("`{key}` is missing"),
+        })?;
+        crate::checkpoint::safetensors::to_f32(key, factor.dtype, &factor.bytes)
     }
 
     /// Whether any layer belongs to `net`.
