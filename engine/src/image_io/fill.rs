@@ -4,7 +4,7 @@
 //! box blurs a direction, unpremultiply, alpha composite), so it lands within two levels of
 //! A1111's (tests/img2img.rs).
 
-use super::RgbImage;
+use super::{RgbImage, grey};
 
 /// Gaussian radii and how often each blur is composited, sharpest last (A1111's list).
 const LAYERS: [(f32, usize); 6] = [
@@ -53,12 +53,6 @@ pub fn fill(image: &RgbImage, mask: &RgbImage) -> RgbImage {
             .flat_map(|p| [p[0], p[1], p[2]])
             .collect(),
     }
-}
-
-/// Pillow's `convert("L")`.
-fn grey(p: &[u8]) -> u8 {
-    ((u32::from(p[0]) * 19595 + u32::from(p[1]) * 38470 + u32::from(p[2]) * 7471 + 0x8000) >> 16)
-        as u8
 }
 
 /// `x / 255` rounded, as Pillow's `DIV255`.

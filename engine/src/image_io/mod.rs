@@ -25,6 +25,13 @@ pub struct RgbImage {
     pub pixels: Vec<u8>,
 }
 
+/// Pillow's `convert("L")` of an RGB pixel (ITU-R 601-2 luma, 16-bit fixed point): how masks
+/// are read, for inpainting and for A1111's fill alike.
+pub(crate) fn grey(p: &[u8]) -> u8 {
+    ((u32::from(p[0]) * 19595 + u32::from(p[1]) * 38470 + u32::from(p[2]) * 7471 + 0x8000) >> 16)
+        as u8
+}
+
 /// Encodes a PNG with an optional A1111 `parameters` text chunk.
 pub fn encode_png(image: &RgbImage, parameters: Option<&str>) -> Result<Vec<u8>> {
     let mut out = Vec::new();

@@ -9,7 +9,7 @@ use burn::tensor::{DType, Tensor, TensorData};
 
 use super::decode::all_finite;
 use crate::error::{Error, Result};
-use crate::image_io::{ResizeMode, RgbImage, resize};
+use crate::image_io::{ResizeMode, RgbImage, grey, resize};
 use crate::model::StableDiffusion;
 use crate::noise::TorchRng;
 use crate::schedulers::Plan;
@@ -245,12 +245,6 @@ fn only_masked(
     let image = resize(&inpaint_area::crop(&picture, region)?, width, height, fill)?;
     let cropped_mask = resize(&inpaint_area::crop(&mask, region)?, width, height, fill)?;
     Ok((image, cropped_mask, (picture, weights), region))
-}
-
-/// PIL's `convert("L")` of an RGB pixel.
-fn grey(p: &[u8]) -> u8 {
-    ((u32::from(p[0]) * 19595 + u32::from(p[1]) * 38470 + u32::from(p[2]) * 7471 + 0x8000) >> 16)
-        as u8
 }
 
 /// The mask blurred by a Gaussian of `sigma` pixels (A1111's `GaussianBlur(mask_blur)`), as
