@@ -55,10 +55,10 @@ fn unsupported_families_are_named() {
             "XL",
         ),
         (
-            "sd2",
+            "sd2-inpainting",
             "cond_stage_model.model.token_embedding.weight",
             vec![4, 4],
-            "2.x",
+            "2.x inpainting",
         ),
         (
             "vae-only",
@@ -71,12 +71,12 @@ fn unsupported_families_are_named() {
         let path = dir.join(format!("{name}.safetensors"));
         let n = shape.iter().product();
         let mut tensors = vec![(key, "F32", shape, f32_bytes(n))];
-        if name == "sd2" {
+        if name == "sd2-inpainting" {
             tensors.push((
                 "model.diffusion_model.input_blocks.0.0.weight",
                 "F32",
-                vec![1, 4, 1, 1],
-                f32_bytes(4),
+                vec![1, 9, 1, 1],
+                f32_bytes(9),
             ));
         }
         let e = open_err(&path_with(&path, &tensors));

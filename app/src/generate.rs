@@ -48,10 +48,12 @@ pub struct GenerateArgs {
     /// normal or karras.
     #[arg(long, default_value = "normal")]
     schedule: Schedule,
-    /// Default 512, or with --init-image that image's width rounded down to a multiple of 8.
+    /// Default the model's native size (512; 768 for SD 2.x v), or with --init-image that
+    /// image's width rounded down to a multiple of 8.
     #[arg(long)]
     width: Option<usize>,
-    /// Default 512, or with --init-image that image's height rounded down to a multiple of 8.
+    /// Default the model's native size (512; 768 for SD 2.x v), or with --init-image that
+    /// image's height rounded down to a multiple of 8.
     #[arg(long)]
     height: Option<usize>,
     /// img2img: start from this image (PNG, JPEG or WebP) instead of pure noise.
@@ -403,7 +405,9 @@ pub fn run(args: GenerateArgs) -> Result<()> {
             }
         }
     }
-    latent_engine::pipeline::request_plan(&request)?;
+    // The family's schedule is not known before the model opens: SD 1.5's catches what any
+    // model would refuse (zero or too many steps, strength); the model's own is checked again.
+    latent_engine::pipeline::request_plan(&request, &Default::default())?;
 
     if !(args.device_timeout.is_finite() && args.device_timeout > 0.0) {
         bail!("--device-timeout must be a number of seconds > 0");
@@ -457,11 +461,18 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         _ => "the checkpoint",
     };
     eprintln!(
-        "model loaded from {from} in {:.2} s",
-        started.elapsed().as_secs_f64()
+        "model loaded from {from} in {:.2} s ({}, {})",
+        started.elapsed().as_secs_f64(),
+        checkpoint.family.short_name(),
+        model.config.scheduler.prediction
     );
     if std::env::var_os("LATENT_STUDIO_FAIL_VAE_COMPILE").is_some() {
         model.vae_compile.force_failure(true);
+    }
+    // Without a size or a picture to take it from, the model's native one (768 for SD 2.x v).
+    if request.init.is_none() && args.width.is_none() && args.height.is_none() {
+        let side = model.config.native_size();
+        (request.width, request.height) = (side, side);
     }
     latent_engine::pipeline::check_request(&model, &request)?;
     let tokenizer = ClipTokenizer::new()?;

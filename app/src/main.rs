@@ -179,6 +179,8 @@ fn inspect(path: &std::path::Path) -> anyhow::Result<()> {
         .with_context(|| format!("opening {}", path.display()))?;
     println!("family: {}", ckpt.family.describe());
     println!("layout: {:?}", ckpt.layout);
+    println!("prediction: {}", ckpt.config.scheduler.prediction);
+    println!("native size: {0}x{0}", ckpt.config.native_size());
     println!("unet blocks: {:?}", ckpt.config.unet.block_out_channels);
     Ok(())
 }

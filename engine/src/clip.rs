@@ -1,14 +1,14 @@
 //! CLIP text encoder (transformers' `CLIPTextModel`), the prompt encoder of SD 1.x.
 
 use burn::tensor::{DType, Tensor, TensorData};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::checkpoint::Weights;
 use crate::error::{Error, Result};
 use crate::nn::{Embedding, LayerNorm, Linear, gelu, multi_head_attention, quick_gelu};
 
 /// Mirrors the fields of transformers' `CLIPTextConfig` that SD uses.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct ClipConfig {
     pub vocab_size: usize,
@@ -19,9 +19,14 @@ pub struct ClipConfig {
     pub max_position_embeddings: usize,
     pub hidden_act: Activation,
     pub layer_norm_eps: f64,
+    /// The id that follows the end token to the 77th position: SD 1.x repeats the end token,
+    /// SD 2.x pads with 0 (`!`), as its tokenizer, A1111 and ComfyUI do. Set from the model's
+    /// family, never read from a config (SD 2.1's `pad_token_id` is a placeholder).
+    #[serde(skip)]
+    pub pad_token: u32,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Activation {
     QuickGelu,
@@ -47,6 +52,22 @@ impl ClipConfig {
             max_position_embeddings: 77,
             hidden_act: Activation::QuickGelu,
             layer_norm_eps: 1e-5,
+            pad_token: crate::tokenizer::EOS,
+        }
+    }
+
+    /// OpenCLIP ViT-H/14's text tower as SD 2.x uses it: its last layer dropped (the
+    /// penultimate layer's output), GELU, padding with id 0.
+    /// diffusers: stable-diffusion-2-1/text_encoder/config.json
+    pub fn sd2() -> Self {
+        Self {
+            hidden_size: 1024,
+            intermediate_size: 4096,
+            num_hidden_layers: 23,
+            num_attention_heads: 16,
+            hidden_act: Activation::Gelu,
+            pad_token: 0,
+            ..Self::sd15()
         }
     }
 

@@ -1,7 +1,7 @@
 //! `AutoencoderKL`: the VAE that maps latents to pixels (decoder) and pixels to latents (encoder).
 
 use burn::tensor::{DType, Tensor};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::checkpoint::Weights;
 use crate::error::{Error, Result};
@@ -10,7 +10,7 @@ use crate::unet::blocks::{Downsample, Upsample};
 use crate::unet::resnet::{ResnetBlock2D, ResnetSpec};
 
 /// Mirrors diffusers' `AutoencoderKL` config.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct VaeConfig {
     pub in_channels: usize,

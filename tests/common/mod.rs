@@ -24,10 +24,21 @@ pub struct Expected(SafetensorsFile);
 impl Expected {
     /// tests/fixtures/tiny-sd-expected.safetensors, written by make_model_fixtures.py.
     pub fn load() -> Self {
-        Self(
-            SafetensorsFile::open(&fixtures().join("tiny-sd-expected.safetensors"))
-                .expect("expected tensors"),
-        )
+        Self::open("tiny-sd-expected.safetensors")
+    }
+
+    /// Another fixture script's expectations, by file name under tests/fixtures/.
+    pub fn open(name: &str) -> Self {
+        Self(SafetensorsFile::open(&fixtures().join(name)).expect("expected tensors"))
+    }
+
+    /// A uint8 image's bytes.
+    pub fn bytes(&self, name: &str) -> Vec<u8> {
+        let entry = self
+            .0
+            .entry(name)
+            .unwrap_or_else(|| panic!("no fixture tensor {name}"));
+        self.0.bytes(entry).to_vec()
     }
 
     pub fn shape(&self, name: &str) -> Vec<usize> {

@@ -31,6 +31,8 @@ mod nan_guard;
 mod pipeline_parity;
 #[path = "../preview.rs"]
 mod preview;
+#[path = "../sd2.rs"]
+mod sd2;
 #[path = "../taesd.rs"]
 mod taesd;
 #[path = "../vae_tiling.rs"]

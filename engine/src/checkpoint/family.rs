@@ -3,13 +3,14 @@
 use super::ldm::{CLIP_PREFIX, UNET_PREFIX};
 use super::safetensors::SafetensorsFile;
 
-/// The families a checkpoint can be recognised as. Only `Sd1` is supported today.
+/// The families a checkpoint can be recognised as. `Sd1` and `Sd2` are supported today.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Family {
     Sd1,
     Sd1Inpainting,
     Sd1InstructPix2Pix,
     Sd2,
+    Sd2Inpainting,
     Sdxl,
     Sd3,
     Flux,
@@ -25,6 +26,7 @@ impl Family {
             Family::Sd1Inpainting => "Stable Diffusion 1.x inpainting (9 input channels)",
             Family::Sd1InstructPix2Pix => "InstructPix2Pix (8 input channels)",
             Family::Sd2 => "Stable Diffusion 2.x (OpenCLIP ViT-H text encoder)",
+            Family::Sd2Inpainting => "Stable Diffusion 2.x inpainting (9 input channels)",
             Family::Sdxl => "Stable Diffusion XL",
             Family::Sd3 => "Stable Diffusion 3 (MMDiT)",
             Family::Flux => "Flux",
@@ -36,7 +38,17 @@ impl Family {
     }
 
     pub fn is_supported(self) -> bool {
-        self == Family::Sd1
+        matches!(self, Family::Sd1 | Family::Sd2)
+    }
+
+    /// The short name the studio and `inspect` show.
+    pub fn short_name(self) -> &'static str {
+        match self {
+            Family::Sd1 => "SD 1.x",
+            Family::Sd2 => "SD 2.x",
+            Family::Sdxl => "SDXL",
+            _ => self.describe(),
+        }
     }
 }
 
@@ -60,13 +72,13 @@ pub fn detect_single_file(file: &SafetensorsFile) -> Family {
     if !has_prefix(UNET_PREFIX) {
         return Family::NotACheckpoint;
     }
-    if has_prefix("cond_stage_model.model.") {
-        return Family::Sd2;
-    }
+    let sd2 = has_prefix(super::ldm::OPENCLIP_PREFIX);
     match file
         .entry(&format!("{UNET_PREFIX}input_blocks.0.0.weight"))
         .map(|e| e.shape.as_slice())
     {
+        Some([_, 9, _, _]) if sd2 => return Family::Sd2Inpainting,
+        Some([_, 4, _, _]) if sd2 => return Family::Sd2,
         Some([_, 9, _, _]) => return Family::Sd1Inpainting,
         Some([_, 8, _, _]) => return Family::Sd1InstructPix2Pix,
         Some([_, 4, _, _]) => {}
@@ -79,11 +91,13 @@ pub fn detect_single_file(file: &SafetensorsFile) -> Family {
     }
 }
 
-/// Classifies a diffusers folder from its pipeline class and UNet config.
+/// Classifies a diffusers folder from its pipeline class, UNet config and whether its text
+/// encoder uses GELU (OpenCLIP, SD 2.x) rather than CLIP's quick GELU (SD 1.x).
 pub fn detect_diffusers(
     pipeline_class: &str,
     unet_in_channels: usize,
     cross_attention_dim: usize,
+    text_gelu: bool,
 ) -> Family {
     match pipeline_class {
         c if c.contains("XL") => Family::Sdxl,
@@ -92,7 +106,7 @@ pub fn detect_diffusers(
         c if c.contains("InstructPix2Pix") => Family::Sd1InstructPix2Pix,
         _ if unet_in_channels == 9 => Family::Sd1Inpainting,
         _ if unet_in_channels == 8 => Family::Sd1InstructPix2Pix,
-        _ if cross_attention_dim == 1024 => Family::Sd2,
+        _ if cross_attention_dim == 1024 || text_gelu => Family::Sd2,
         c if c.starts_with("StableDiffusion") || c.is_empty() => Family::Sd1,
         _ => Family::Unknown,
     }

@@ -7,6 +7,8 @@ use crate::vae::VaeConfig;
 pub const UNET_PREFIX: &str = "model.diffusion_model.";
 pub const VAE_PREFIX: &str = "first_stage_model.";
 pub const CLIP_PREFIX: &str = "cond_stage_model.transformer.";
+/// SD 2.x files store OpenCLIP's text tower under this, in OpenCLIP's own names.
+pub const OPENCLIP_PREFIX: &str = "cond_stage_model.model.";
 
 /// Splits `a.b.rest` into (`a`, `b`, `rest`).
 fn split3(name: &str) -> Option<(&str, &str, &str)> {
@@ -169,6 +171,65 @@ fn vae_key_inner(name: &str, blocks: usize) -> Option<String> {
     }
 }
 
+/// transformers `CLIPTextModel` name -> SD 2.x single-file key: OpenCLIP's names (the inverse of
+/// `convert_open_clip_checkpoint`). q, k and v are parts of OpenCLIP's fused `in_proj_*`, made
+/// readable by [`split_openclip`].
+pub fn openclip_key(name: &str) -> String {
+    let key = openclip_key_inner(name).unwrap_or_else(|| name.to_string());
+    format!("{OPENCLIP_PREFIX}{key}")
+}
+
+fn openclip_key_inner(name: &str) -> Option<String> {
+    let name = name.strip_prefix("text_model.").unwrap_or(name);
+    match name {
+        "embeddings.token_embedding.weight" => return Some("token_embedding.weight".into()),
+        "embeddings.position_embedding.weight" => return Some("positional_embedding".into()),
+        _ => {}
+    }
+    if let Some(tail) = name.strip_prefix("final_layer_norm.") {
+        return Some(format!("ln_final.{tail}"));
+    }
+    let rest = name.strip_prefix("encoder.layers.")?;
+    let (layer, tail) = rest.split_once('.')?;
+    const RULES: [(&str, &str); 6] = [
+        ("layer_norm1.", "ln_1."),
+        ("layer_norm2.", "ln_2."),
+        ("mlp.fc1.", "mlp.c_fc."),
+        ("mlp.fc2.", "mlp.c_proj."),
+        ("self_attn.out_proj.", "attn.out_proj."),
+        ("self_attn.", "attn."), // q_proj, k_proj, v_proj: parts of in_proj
+    ];
+    Some(format!(
+        "transformer.resblocks.{layer}.{}",
+        rename(tail, &RULES)
+    ))
+}
+
+/// Splits every fused OpenCLIP `attn.in_proj_weight`/`in_proj_bias` of `file` into the
+/// `attn.q_proj`/`k_proj`/`v_proj` parts [`openclip_key`] names (rows q, k, v in that order).
+pub fn split_openclip(file: &mut super::SafetensorsFile) -> crate::Result<()> {
+    let fused: Vec<(String, String, &'static str)> = file
+        .entries()
+        .keys()
+        .filter(|k| k.starts_with(OPENCLIP_PREFIX))
+        .filter_map(|k| {
+            let (base, kind) = k
+                .strip_suffix("in_proj_weight")
+                .map(|b| (b, "weight"))
+                .or_else(|| k.strip_suffix("in_proj_bias").map(|b| (b, "bias")))?;
+            Some((k.clone(), base.to_string(), kind))
+        })
+        .collect();
+    for (key, base, kind) in fused {
+        let names: Vec<String> = ["q", "k", "v"]
+            .iter()
+            .map(|p| format!("{base}{p}_proj.{kind}"))
+            .collect();
+        file.split_rows(&key, &names)?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -274,6 +335,44 @@ mod tests {
             assert_eq!(
                 vae_key(diffusers, &c),
                 format!("{VAE_PREFIX}{ldm}"),
+                "{diffusers}"
+            );
+        }
+    }
+
+    #[test]
+    fn openclip_keys_match_sd2_files() {
+        let cases = [
+            (
+                "text_model.embeddings.token_embedding.weight",
+                "token_embedding.weight",
+            ),
+            (
+                "text_model.embeddings.position_embedding.weight",
+                "positional_embedding",
+            ),
+            ("text_model.final_layer_norm.bias", "ln_final.bias"),
+            (
+                "text_model.encoder.layers.22.layer_norm1.weight",
+                "transformer.resblocks.22.ln_1.weight",
+            ),
+            (
+                "text_model.encoder.layers.0.mlp.fc2.bias",
+                "transformer.resblocks.0.mlp.c_proj.bias",
+            ),
+            (
+                "text_model.encoder.layers.3.self_attn.out_proj.weight",
+                "transformer.resblocks.3.attn.out_proj.weight",
+            ),
+            (
+                "text_model.encoder.layers.3.self_attn.k_proj.bias",
+                "transformer.resblocks.3.attn.k_proj.bias",
+            ),
+        ];
+        for (diffusers, ldm) in cases {
+            assert_eq!(
+                openclip_key(diffusers),
+                format!("{OPENCLIP_PREFIX}{ldm}"),
                 "{diffusers}"
             );
         }

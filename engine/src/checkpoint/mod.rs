@@ -11,30 +11,77 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use burn::tensor::{DType, Device};
-use serde::Deserialize;
 use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 
 use crate::clip::ClipConfig;
 use crate::error::{Error, Result};
+use crate::schedulers::{Prediction, SchedulerConfig};
 use crate::unet::UNetConfig;
 use crate::vae::VaeConfig;
 pub use family::Family;
 pub use safetensors::SafetensorsFile;
 pub use weights::{KeyMap, LoadReport, Weights, controlled};
 
-/// The three configs of an SD model.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+/// The configs of an SD model: its three networks and its training schedule (under diffusers'
+/// names, as a folder's `*/config.json` and `scheduler/scheduler_config.json` hold them, or a
+/// single file's sidecar).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct ModelConfig {
     pub text_encoder: ClipConfig,
     pub unet: UNetConfig,
     pub vae: VaeConfig,
+    pub scheduler: SchedulerConfig,
 }
 
 impl ModelConfig {
     /// diffusers: stable-diffusion-v1-5 (text_encoder, unet, vae configs).
     pub fn sd15() -> Self {
         Self::default()
+    }
+
+    /// Stable Diffusion 2.x: 2.1 (768-v) when `v`, else 2.1-base (512, epsilon).
+    pub fn sd2(v: bool) -> Self {
+        Self {
+            text_encoder: ClipConfig::sd2(),
+            unet: UNetConfig::sd2(v),
+            vae: VaeConfig::sd15(),
+            scheduler: SchedulerConfig::sd2(v),
+        }
+    }
+
+    /// The size the model was trained at, in pixels (each side): 512 for SD 1.x and 2.x base,
+    /// 768 for SD 2.x v.
+    pub fn native_size(&self) -> usize {
+        self.unet.sample_size * self.vae.downscale()
+    }
+
+    /// `self` with the fields `sidecar` (a JSON object of the same shape) sets, objects merged
+    /// key by key, anything else replaced: a sidecar need only say what differs from the family.
+    fn overridden(&self, sidecar: &serde_json::Value, path: &Path) -> Result<Self> {
+        fn merge(base: &mut serde_json::Value, over: &serde_json::Value) {
+            match (base, over) {
+                (serde_json::Value::Object(base), serde_json::Value::Object(over)) => {
+                    for (k, v) in over {
+                        merge(base.entry(k.clone()).or_insert(serde_json::Value::Null), v);
+                    }
+                }
+                (base, over) => *base = over.clone(),
+            }
+        }
+        let invalid = |reason: String| Error::InvalidConfig {
+            reason,
+            path: path.to_path_buf(),
+        };
+        if let Some(scheduler) = sidecar.get("scheduler") {
+            check_scheduler(scheduler).map_err(invalid)?;
+        }
+        let mut value = serde_json::to_value(self).map_err(|e| invalid(e.to_string()))?;
+        merge(&mut value, sidecar);
+        let mut config: Self = serde_json::from_value(value).map_err(|e| invalid(e.to_string()))?;
+        config.text_encoder.pad_token = self.text_encoder.pad_token;
+        Ok(config)
     }
 
     /// Every field of the three configs within [`crate::bounds`]: the first problem, in words.
@@ -84,7 +131,7 @@ impl Checkpoint {
     }
 
     fn open_single_file(path: &Path) -> Result<Self> {
-        let file = Arc::new(SafetensorsFile::open(path)?);
+        let mut file = SafetensorsFile::open(path)?;
         let family = family::detect_single_file(&file);
         if !family.is_supported() {
             return Err(Error::UnsupportedFamily {
@@ -92,15 +139,35 @@ impl Checkpoint {
                 path: path.to_path_buf(),
             });
         }
-        // A file has no config: use the family's standard one unless a `<name>.json` sits beside it
-        // (the role A1111's same-name `.yaml` plays).
-        let sidecar = path.with_extension("json");
-        let config = if sidecar.is_file() {
-            read_json::<ModelConfig>(&sidecar)?.checked(&sidecar)?
+        // A file has no config: the family's standard one, with what a `<name>.json` beside it
+        // sets (the role A1111's same-name `.yaml` plays).
+        let sidecar_path = path.with_extension("json");
+        let sidecar: serde_json::Value = if sidecar_path.is_file() {
+            read_json(&sidecar_path)?
         } else {
-            ModelConfig::sd15()
+            serde_json::Value::Object(Default::default())
         };
+        let config = match family {
+            Family::Sd2 => {
+                ldm::split_openclip(&mut file)?;
+                // 2.x base predicts ε, 2.x 768 v: the file's keys tell (ComfyUI's rule), unless
+                // the sidecar says.
+                let provisional = ModelConfig::sd2(false).overridden(&sidecar, &sidecar_path)?;
+                let v = match sidecar.pointer("/scheduler/prediction_type") {
+                    Some(_) => provisional.scheduler.prediction == Prediction::VPrediction,
+                    None => predicts_velocity(&file, &provisional.unet),
+                };
+                ModelConfig::sd2(v).overridden(&sidecar, &sidecar_path)?
+            }
+            _ => ModelConfig::sd15().overridden(&sidecar, &sidecar_path)?,
+        }
+        .checked(&sidecar_path)?;
         let clip_flat = is_flat_clip(&file, ldm::CLIP_PREFIX);
+        let clip_prefix = match family {
+            Family::Sd2 => ldm::OPENCLIP_PREFIX,
+            _ => ldm::CLIP_PREFIX,
+        };
+        let file = Arc::new(file);
         Ok(Self {
             path: path.to_path_buf(),
             layout: Layout::SingleFile,
@@ -109,7 +176,7 @@ impl Checkpoint {
             text_encoder: file.clone(),
             unet: file.clone(),
             vae: file,
-            clip_prefix: ldm::CLIP_PREFIX,
+            clip_prefix,
             clip_flat,
         })
     }
@@ -129,10 +196,12 @@ impl Checkpoint {
             .unwrap_or_default()
             .to_string();
         let unet_config: UNetConfig = read_json(&dir.join("unet/config.json"))?;
+        let mut text_config: ClipConfig = read_json(&dir.join("text_encoder/config.json"))?;
         let family = family::detect_diffusers(
             &class,
             unet_config.in_channels,
             unet_config.cross_attention_dim,
+            text_config.hidden_act == crate::clip::Activation::Gelu,
         );
         if !family.is_supported() {
             return Err(Error::UnsupportedFamily {
@@ -140,10 +209,28 @@ impl Checkpoint {
                 path: dir.to_path_buf(),
             });
         }
+        text_config.pad_token = match family {
+            Family::Sd2 => ClipConfig::sd2().pad_token,
+            _ => ClipConfig::sd15().pad_token,
+        };
+        // The folder's schedule as diffusers reads it; the family's where the file is missing.
+        let scheduler_path = dir.join("scheduler/scheduler_config.json");
+        let scheduler = if scheduler_path.is_file() {
+            let value: serde_json::Value = read_json(&scheduler_path)?;
+            let invalid = |reason: String| Error::InvalidConfig {
+                reason,
+                path: scheduler_path.clone(),
+            };
+            check_scheduler(&value).map_err(invalid)?;
+            serde_json::from_value(value).map_err(|e| invalid(e.to_string()))?
+        } else {
+            SchedulerConfig::default()
+        };
         let config = ModelConfig {
-            text_encoder: read_json(&dir.join("text_encoder/config.json"))?,
+            text_encoder: text_config,
             unet: unet_config,
             vae: read_json(&dir.join("vae/config.json"))?,
+            scheduler,
         }
         .checked(dir)?;
         let text_encoder = open_component(dir, "text_encoder", "model")?;
@@ -164,7 +251,9 @@ impl Checkpoint {
     /// Weights of the text encoder, named as transformers' `CLIPTextModel`.
     pub fn text_encoder_weights(&self, device: &Device, dtype: DType) -> Weights {
         let prefix = self.clip_prefix;
-        let map: KeyMap = if self.clip_flat {
+        let map: KeyMap = if prefix == ldm::OPENCLIP_PREFIX {
+            Arc::new(ldm::openclip_key)
+        } else if self.clip_flat {
             Arc::new(move |n: &str| {
                 format!("{prefix}{}", n.strip_prefix("text_model.").unwrap_or(n))
             })
@@ -206,7 +295,7 @@ impl Checkpoint {
     pub fn stored_prefix(&self, component: Component) -> &str {
         match (self.layout, component) {
             (Layout::Diffusers, _) => "",
-            (Layout::SingleFile, Component::TextEncoder) => ldm::CLIP_PREFIX,
+            (Layout::SingleFile, Component::TextEncoder) => self.clip_prefix,
             (Layout::SingleFile, Component::Unet) => ldm::UNET_PREFIX,
             (Layout::SingleFile, Component::Vae) => ldm::VAE_PREFIX,
         }
@@ -218,6 +307,58 @@ pub enum Component {
     TextEncoder,
     Unet,
     Vae,
+}
+
+/// Whether an SD 2.x single file predicts velocity (the 768-v models) rather than noise: a
+/// `v_pred` key says so, else the spread of the last output block's first transformer `norm1`
+/// bias, above 0.09 in v models (ComfyUI's `SD20.model_type`; that block is
+/// `output_blocks.11` in SD 2's layout).
+fn predicts_velocity(file: &SafetensorsFile, unet: &UNetConfig) -> bool {
+    if file.entry("v_pred").is_some() {
+        return true;
+    }
+    let last = (unet.block_out_channels.len() * (unet.layers_per_block + 1)).saturating_sub(1);
+    let key = format!(
+        "{}output_blocks.{last}.1.transformer_blocks.0.norm1.bias",
+        ldm::UNET_PREFIX
+    );
+    let Ok(bias) = file.read_f32(&key) else {
+        return false;
+    };
+    if bias.is_empty() {
+        return false;
+    }
+    let n = bias.len() as f64;
+    let mean = bias.iter().map(|&b| f64::from(b)).sum::<f64>() / n;
+    let var = bias
+        .iter()
+        .map(|&b| (f64::from(b) - mean).powi(2))
+        .sum::<f64>()
+        / n;
+    var.sqrt() > 0.09
+}
+
+/// Refuses the `scheduler_config.json` settings the samplers would otherwise silently ignore.
+fn check_scheduler(value: &serde_json::Value) -> std::result::Result<(), String> {
+    if value.get("trained_betas").is_some_and(|v| !v.is_null()) {
+        return Err("a scheduler with its own trained_betas table is not supported".into());
+    }
+    if value.get("rescale_betas_zero_snr") == Some(&serde_json::Value::Bool(true)) {
+        return Err(
+            "zero-terminal-SNR schedules (rescale_betas_zero_snr) are not supported yet".into(),
+        );
+    }
+    if value.get("clip_sample") == Some(&serde_json::Value::Bool(true)) {
+        return Err("clip_sample is not supported (no Stable Diffusion model uses it)".into());
+    }
+    if let Some(schedule) = value.get("beta_schedule").and_then(|v| v.as_str())
+        && !matches!(schedule, "linear" | "scaled_linear")
+    {
+        return Err(format!(
+            "beta_schedule `{schedule}` is not supported (linear and scaled_linear are)"
+        ));
+    }
+    Ok(())
 }
 
 fn is_flat_clip(file: &SafetensorsFile, prefix: &str) -> bool {

@@ -29,6 +29,9 @@ pub struct SafetensorsFile {
     metadata: BTreeMap<String, String>,
     /// Where the tensor data starts (after the 8-byte length and the header).
     data_start: usize,
+    /// Named row ranges of stored tensors ([`Self::split_rows`]), with the stored name each
+    /// came from: readable by [`Self::entry`], not listed by [`Self::entries`].
+    parts: BTreeMap<String, (TensorEntry, String)>,
 }
 
 impl std::fmt::Debug for SafetensorsFile {
@@ -95,7 +98,60 @@ impl SafetensorsFile {
             entries,
             metadata: strings,
             data_start,
+            parts: BTreeMap::new(),
         })
+    }
+
+    /// Makes equal row ranges of the stored tensor `source` readable under `names`, in order:
+    /// OpenCLIP stores q, k and v as one `in_proj_weight`, and rows of a row-major tensor are
+    /// a contiguous byte range, so each part is a view of the map, not a copy.
+    pub fn split_rows(&mut self, source: &str, names: &[String]) -> Result<()> {
+        let entry = self
+            .entries
+            .get(source)
+            .ok_or_else(|| Error::MissingTensor {
+                component: "checkpoint",
+                name: source.to_string(),
+            })?;
+        let n = names.len();
+        let rows = entry.shape.first().copied().unwrap_or(0);
+        let bytes = entry.end - entry.start;
+        if n == 0 || rows == 0 || rows % n != 0 || bytes % n != 0 {
+            return Err(invalid(
+                &self.path,
+                &format!(
+                    "`{source}` of shape {:?} does not split into {n} equal parts",
+                    entry.shape
+                ),
+            ));
+        }
+        let size = bytes / n;
+        let mut shape = entry.shape.clone();
+        shape[0] = rows / n;
+        let parts: Vec<(String, (TensorEntry, String))> = names
+            .iter()
+            .enumerate()
+            .map(|(i, name)| {
+                let part = TensorEntry {
+                    dtype: entry.dtype,
+                    shape: shape.clone(),
+                    start: entry.start + i * size,
+                    end: entry.start + (i + 1) * size,
+                };
+                (name.clone(), (part, source.to_string()))
+            })
+            .collect();
+        self.parts.extend(parts);
+        Ok(())
+    }
+
+    /// The names a stored tensor was split into ([`Self::split_rows`]); empty if it was not.
+    pub fn parts_of(&self, source: &str) -> Vec<&str> {
+        self.parts
+            .iter()
+            .filter(|(_, (_, from))| from == source)
+            .map(|(name, _)| name.as_str())
+            .collect()
     }
 
     pub fn path(&self) -> &Path {
@@ -106,8 +162,11 @@ impl SafetensorsFile {
         &self.entries
     }
 
+    /// A stored tensor, or a part of one ([`Self::split_rows`]).
     pub fn entry(&self, name: &str) -> Option<&TensorEntry> {
-        self.entries.get(name)
+        self.entries
+            .get(name)
+            .or_else(|| self.parts.get(name).map(|(entry, _)| entry))
     }
 
     /// The header's `__metadata__` strings.

@@ -463,10 +463,15 @@ impl Weights {
         let inner = &self.inner;
         let used = inner.used.borrow();
         let unused = match &inner.source {
+            // A tensor read in parts (OpenCLIP's fused q/k/v) counts as used when every part was.
             Source::File { file, .. } => file
                 .entries()
                 .keys()
                 .filter(|k| k.starts_with(stored_prefix) && !used.contains(*k))
+                .filter(|k| {
+                    let parts = file.parts_of(k);
+                    parts.is_empty() || !parts.iter().all(|p| used.contains(*p))
+                })
                 .cloned()
                 .collect(),
             Source::Values(values) => values

@@ -97,7 +97,7 @@ impl HiresFix {
     }
 
     /// Checks the settings against `req` (called by [`super::check_request`]).
-    pub(super) fn check(&self, req: &Txt2ImgRequest) -> Result<()> {
+    pub(super) fn check(&self, req: &Txt2ImgRequest, config: &SchedulerConfig) -> Result<()> {
         let bad = |m: String| Err(Error::InvalidInput(m));
         if req.init.is_some() {
             return bad("hires fix is for txt2img; an init image was given too".into());
@@ -118,11 +118,11 @@ impl HiresFix {
         if w > 8192 || h > 8192 {
             return bad(format!("hires fix to {w}x{h} passes the 8192 pixel limit"));
         }
-        self.plan(req).map(|_| ())
+        self.plan(req, config).map(|_| ())
     }
 
     /// The second pass's plan and size for `req`.
-    pub(super) fn plan(&self, req: &Txt2ImgRequest) -> Result<HiresPass> {
+    pub(super) fn plan(&self, req: &Txt2ImgRequest, config: &SchedulerConfig) -> Result<HiresPass> {
         let run = if self.steps == 0 {
             req.steps
         } else {
@@ -134,7 +134,7 @@ impl HiresFix {
             req.schedule,
             total,
             total.saturating_sub(run),
-            &SchedulerConfig::sd15(),
+            config,
         )
         .map_err(|e| {
             Error::InvalidInput(format!(
@@ -272,7 +272,7 @@ mod tests {
             strength: 0.5,
             ..Default::default()
         };
-        let pass = fix.plan(&req(20)).unwrap();
+        let pass = fix.plan(&req(20), &SchedulerConfig::sd15()).unwrap();
         let full = schedulers::plan(
             schedulers::SamplerKind::Euler,
             schedulers::Schedule::Normal,
@@ -283,7 +283,9 @@ mod tests {
         assert_eq!(pass.plan.num_steps(), 10);
         assert_eq!(pass.plan.timesteps, full.timesteps[10..]);
         // 0 steps: the request's count, here over a schedule of ⌊20 ÷ 0.7⌋ = 28.
-        let same = HiresFix::default().plan(&req(20)).unwrap();
+        let same = HiresFix::default()
+            .plan(&req(20), &SchedulerConfig::sd15())
+            .unwrap();
         assert_eq!(same.plan.num_steps(), 20);
         let long = schedulers::plan(
             schedulers::SamplerKind::Euler,
@@ -297,7 +299,11 @@ mod tests {
 
     #[test]
     fn bad_settings_are_clear_errors() {
-        let check = |fix: HiresFix, r: Txt2ImgRequest| fix.check(&r).unwrap_err().to_string();
+        let check = |fix: HiresFix, r: Txt2ImgRequest| {
+            fix.check(&r, &SchedulerConfig::sd15())
+                .unwrap_err()
+                .to_string()
+        };
         let scale = HiresFix {
             scale: 5.0,
             ..Default::default()

@@ -211,9 +211,7 @@ pub fn check_request(model: &StableDiffusion, req: &Txt2ImgRequest) -> Result<()
     }
     // The model was trained on 1000 noise levels; more steps would repeat them (ComfyUI allows
     // 10,000 and silently does so). Refused here so the GUI can say so before any work.
-    let max_steps = req
-        .sampler
-        .max_steps(req.schedule, &SchedulerConfig::sd15());
+    let max_steps = req.sampler.max_steps(req.schedule, &model.config.scheduler);
     if req.steps > max_steps {
         return bad(format!(
             "{} steps is too many: {} with the {} schedule takes at most {max_steps}",
@@ -258,18 +256,17 @@ pub fn check_request(model: &StableDiffusion, req: &Txt2ImgRequest) -> Result<()
             .map_err(|e| Error::InvalidInput(e.to_string()))?;
     }
     if let Some(hires) = &req.hires {
-        hires.check(req)?;
+        hires.check(req, &model.config.scheduler)?;
     }
     Ok(())
 }
 
 /// The sampler's plan for `req`: every step for txt2img, the last ⌊steps × strength⌋ for img2img.
-pub fn request_plan(req: &Txt2ImgRequest) -> Result<schedulers::Plan> {
-    let config = SchedulerConfig::sd15();
+pub fn request_plan(req: &Txt2ImgRequest, config: &SchedulerConfig) -> Result<schedulers::Plan> {
     match &req.init {
-        None => schedulers::plan(req.sampler, req.schedule, req.steps, &config),
+        None => schedulers::plan(req.sampler, req.schedule, req.steps, config),
         Some(init) => {
-            schedulers::img2img_plan(req.sampler, req.schedule, req.steps, init.strength, &config)
+            schedulers::img2img_plan(req.sampler, req.schedule, req.steps, init.strength, config)
         }
     }
     .map_err(|e| Error::InvalidInput(e.to_string()))
@@ -290,7 +287,7 @@ pub fn txt2img(
 ) -> Result<Vec<Generated>> {
     // 1. Check inputs.
     check_request(model, req)?;
-    let plan = request_plan(req)?;
+    let plan = request_plan(req, &model.config.scheduler)?;
     let device = &model.device;
     let networks = model.networks(&req.loras)?;
 
@@ -351,7 +348,11 @@ pub fn txt2img(
         Some(init) => Some(init::encode(model, init, req.width, req.height)?),
         None => None,
     };
-    let hires = req.hires.as_ref().map(|h| h.plan(req)).transpose()?;
+    let hires = req
+        .hires
+        .as_ref()
+        .map(|h| h.plan(req, &model.config.scheduler))
+        .transpose()?;
     let total = plan.num_steps() + hires.as_ref().map_or(0, |h| h.plan.num_steps());
     let mut out = Vec::with_capacity(req.batch_count);
     // Every step of every image has one shape: after a few, the step replays a recorded graph.

@@ -16,7 +16,20 @@ pub use embeddings::{Embedding, Embeddings};
 
 use crate::Result;
 use crate::clip::ClipTextModel;
-use crate::tokenizer::CONTEXT_LEN;
+use crate::tokenizer::{CONTEXT_LEN, EOS};
+
+/// Rewrites every id after each row's first end token as `pad` (SD 2.x pads with 0 where SD 1.x
+/// repeats the end token: A1111's `id_pad`, ComfyUI's `pad_with_end=False`).
+fn pad_after_end(ids: &mut [Vec<u32>], pad: u32) {
+    if pad == EOS {
+        return;
+    }
+    for row in ids {
+        if let Some(end) = row.iter().position(|&id| id == EOS) {
+            row[end + 1..].fill(pad);
+        }
+    }
+}
 
 /// The conditioning of `chunks`: each chunk through `encoder` (A1111's `clip_skip`), its
 /// weights applied as `emphasis` says, the chunks side by side.
@@ -37,6 +50,7 @@ pub fn encode(
     if with_empty {
         ids.push(Chunk::empty().ids.to_vec());
     }
+    pad_after_end(&mut ids, encoder.config().pad_token);
     let fixes: Vec<Vec<(usize, &Embedding)>> = chunks
         .chunks
         .iter()

@@ -4,6 +4,8 @@
 use std::fmt;
 use std::str::FromStr;
 
+use serde::{Deserialize, Serialize};
+
 use super::{Linear, SchedulerError, schedule};
 
 /// What the UNet predicts (diffusers' `prediction_type`).
@@ -58,6 +60,20 @@ impl fmt::Display for Prediction {
     }
 }
 
+impl Serialize for Prediction {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.id())
+    }
+}
+
+impl<'de> Deserialize<'de> for Prediction {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        String::deserialize(d)?
+            .parse()
+            .map_err(serde::de::Error::custom)
+    }
+}
+
 impl FromStr for Prediction {
     type Err = SchedulerError;
 
@@ -72,7 +88,8 @@ impl FromStr for Prediction {
 }
 
 /// How β grows over the training timesteps (diffusers' `beta_schedule`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum BetaSchedule {
     /// β evenly spaced from `beta_start` to `beta_end`.
     Linear,
@@ -81,10 +98,36 @@ pub enum BetaSchedule {
     ScaledLinear,
 }
 
+/// How a scheduler spaces the timesteps of its steps (diffusers' `timestep_spacing`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TimestepSpacing {
+    /// Evenly from T − 1 down to 0 (Euler, Euler a and DPM++ 2M by default).
+    Linspace,
+    /// `arange(steps) · (T / steps)` plus `steps_offset`, descending (DDIM by default).
+    Leading,
+    /// Evenly down from T, ending above 0 (SD-Turbo and zero-terminal-SNR models).
+    Trailing,
+}
+
+impl TimestepSpacing {
+    /// The `timestep_spacing` string.
+    pub fn id(self) -> &'static str {
+        match self {
+            TimestepSpacing::Linspace => "linspace",
+            TimestepSpacing::Leading => "leading",
+            TimestepSpacing::Trailing => "trailing",
+        }
+    }
+}
+
 /// The model's training noise schedule: the fields of a diffusers `scheduler_config.json`
-/// these samplers read. `clip_sample` is taken as false and `trained_betas` as absent, as in
-/// every Stable Diffusion config (clipping x0 would make the update non-linear).
-#[derive(Clone, Debug, PartialEq)]
+/// these samplers read, under diffusers' names (a folder's file, or a sidecar's `scheduler`).
+/// `clip_sample` is taken as false and `trained_betas` as absent, as in every Stable Diffusion
+/// config (clipping x0 would make the update non-linear); the checkpoint loader refuses files
+/// that say otherwise.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct SchedulerConfig {
     /// T: the number of training timesteps; they are `0..T`.
     pub num_train_timesteps: usize,
@@ -98,7 +141,12 @@ pub struct SchedulerConfig {
     /// DDIM: the ᾱ after the last step is 1 if true, else ᾱ of timestep 0.
     pub set_alpha_to_one: bool,
     /// What the UNet predicts (diffusers' `prediction_type`, a model property).
+    #[serde(rename = "prediction_type")]
     pub prediction: Prediction,
+    /// The spacing the config asks for; `None` leaves each sampler its class's default (as
+    /// diffusers' `from_config` does for a config without the key).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timestep_spacing: Option<TimestepSpacing>,
 }
 
 impl SchedulerConfig {
@@ -115,6 +163,20 @@ impl SchedulerConfig {
             steps_offset: 1,
             set_alpha_to_one: false,
             prediction: Prediction::Epsilon,
+            timestep_spacing: None,
+        }
+    }
+
+    /// Stable Diffusion 2.x: SD 1.5's schedule; `v` for the 768-v models (2.0-v, 2.1), which
+    /// predict velocity, else epsilon (the 512 base models).
+    pub fn sd2(v: bool) -> Self {
+        Self {
+            prediction: if v {
+                Prediction::VPrediction
+            } else {
+                Prediction::Epsilon
+            },
+            ..Self::sd15()
         }
     }
 

@@ -1,22 +1,36 @@
 //! DDIM, mirroring `DDIMScheduler` (`scheduling_ddim.py`) with its defaults and the pipeline's
-//! eta 0: "leading" timestep spacing plus `steps_offset`, deterministic update.
+//! eta 0: "leading" timestep spacing plus `steps_offset` unless the config says otherwise,
+//! deterministic update.
 
-use super::schedule::NoiseTable;
-use super::{Plan, SchedulerConfig, StartCoefficients, StepCoefficients};
+use super::schedule::{NoiseTable, spaced_timesteps};
+use super::{Plan, SchedulerConfig, StartCoefficients, StepCoefficients, TimestepSpacing};
 
-/// "leading" spacing: `arange(steps) * (T // steps)`, descending, plus `steps_offset`.
+/// `set_timesteps`' integer timesteps: "leading" `arange(steps) * (T // steps)`, descending,
+/// plus `steps_offset` (the default); "linspace" rounded half to even; "trailing".
 fn timesteps(config: &SchedulerConfig, steps: usize) -> Vec<usize> {
-    let ratio = config.num_train_timesteps / steps;
-    (0..steps)
-        .rev()
-        .map(|i| i * ratio + config.steps_offset)
-        .collect()
+    let spacing = config.timestep_spacing.unwrap_or(TimestepSpacing::Leading);
+    spaced_timesteps(
+        config.num_train_timesteps,
+        steps,
+        spacing,
+        config.steps_offset,
+    )
+    .into_iter()
+    .map(|t| t.round_ties_even().max(0.0) as usize)
+    .collect()
 }
 
-/// The most steps whose first timestep still exists: with SD 1.5's `steps_offset` 1, 1000 steps
-/// would start at t = 1000 (diffusers fails with an IndexError there).
+/// The most steps whose first timestep still exists: with SD 1.5's `steps_offset` 1 and
+/// "leading" spacing, 1000 steps would start at t = 1000 (diffusers fails with an IndexError
+/// there).
 pub(super) fn max_steps(config: &SchedulerConfig) -> usize {
     let train = config.num_train_timesteps;
+    if config
+        .timestep_spacing
+        .is_some_and(|s| s != TimestepSpacing::Leading)
+    {
+        return train;
+    }
     (1..=train)
         .rev()
         .find(|&n| (n - 1) * (train / n) + config.steps_offset < train)

@@ -6,7 +6,31 @@
 //! input scaling), with α = 1/sqrt(σ² + 1), σ_vp = σ·α for the k-diffusion σ, and λ = ln α − ln σ_vp.
 
 use super::schedule::{NoiseTable, karras_sigmas, np_linspace};
-use super::{Plan, Prediction, Schedule, StartCoefficients, StepCoefficients};
+use super::{Plan, Prediction, Schedule, StartCoefficients, StepCoefficients, TimestepSpacing};
+
+/// `set_timesteps`' integer timesteps for `spacing` (numpy rounds half to even): "linspace"
+/// `linspace(0, T - 1, steps + 1).round()[::-1][:-1]`, "leading" `arange(steps + 1) ·
+/// (T // (steps + 1))` reversed without its 0, plus `offset`, "trailing" as the other samplers.
+fn timesteps(train: usize, steps: usize, spacing: TimestepSpacing, offset: usize) -> Vec<usize> {
+    match spacing {
+        TimestepSpacing::Linspace => np_linspace(0.0, (train - 1) as f64, steps + 1)
+            .into_iter()
+            .skip(1)
+            .rev()
+            .map(|t| t.round_ties_even() as usize)
+            .collect(),
+        TimestepSpacing::Leading => (1..=steps)
+            .rev()
+            .map(|i| i * (train / (steps + 1)) + offset)
+            .collect(),
+        TimestepSpacing::Trailing => {
+            super::schedule::spaced_timesteps(train, steps, spacing, offset)
+                .into_iter()
+                .map(|t| t.max(0.0) as usize)
+                .collect()
+        }
+    }
+}
 
 /// σ → (α, σ_vp): `_sigma_to_alpha_sigma_t`.
 fn alpha_sigma(sigma: f64) -> (f64, f64) {
@@ -25,19 +49,14 @@ pub(super) fn plan(
     schedule: Schedule,
     steps: usize,
     prediction: Prediction,
+    (spacing, offset): (TimestepSpacing, usize),
     begin: usize,
 ) -> Plan {
     let train = table.sigmas.len();
     let (sigmas, timesteps): (Vec<f64>, Vec<f32>) = match schedule {
         Schedule::Normal => {
-            // `np.linspace(0, T - 1, steps + 1).round()[::-1][:-1]`: integer timesteps
-            // (numpy rounds half to even), σ straight from the float32 table.
-            let ts: Vec<usize> = np_linspace(0.0, (train - 1) as f64, steps + 1)
-                .into_iter()
-                .skip(1)
-                .rev()
-                .map(|t| t.round_ties_even() as usize)
-                .collect();
+            // Integer timesteps, σ straight from the float32 table.
+            let ts = timesteps(train, steps, spacing, offset);
             let sigmas = ts.iter().map(|&t| f64::from(table.sigmas[t])).collect();
             (sigmas, ts.into_iter().map(|t| t as f32).collect())
         }

@@ -1,8 +1,11 @@
 //! Euler, mirroring `EulerDiscreteScheduler` (`scheduling_euler_discrete.py`) with its defaults:
-//! "linspace" timestep spacing, linear σ interpolation, `final_sigmas_type="zero"`, no churn.
+//! "linspace" timestep spacing unless the config says otherwise, linear σ interpolation,
+//! `final_sigmas_type="zero"`, no churn.
 
-use super::schedule::{NoiseTable, karras_sigmas, np_linspace};
-use super::{Linear, Plan, Prediction, Schedule, StartCoefficients, StepCoefficients};
+use super::schedule::{NoiseTable, karras_sigmas, spaced_timesteps};
+use super::{
+    Linear, Plan, Prediction, Schedule, StartCoefficients, StepCoefficients, TimestepSpacing,
+};
 
 /// The σ of each step plus the final 0, and the timestep the UNet gets at each step, as
 /// `EulerDiscreteScheduler.set_timesteps` computes them (both float32, like its tensors).
@@ -11,13 +14,14 @@ pub(super) fn sigmas_and_timesteps(
     table: &NoiseTable,
     schedule: Schedule,
     steps: usize,
+    spacing: TimestepSpacing,
+    offset: usize,
 ) -> (Vec<f32>, Vec<f32>) {
-    let last_t = (table.sigmas.len() - 1) as f64;
-    // `np.linspace(0, T - 1, steps, dtype=np.float32)[::-1]`: fractional timesteps, made in
-    // float64 and rounded to float32. With one step that is [0], not [T - 1].
-    let timesteps: Vec<f32> = np_linspace(0.0, last_t, steps)
+    // "linspace": `np.linspace(0, T - 1, steps, dtype=np.float32)[::-1]`, fractional timesteps
+    // made in float64 and rounded to float32 (with one step that is [0], not [T - 1]); the
+    // others are whole numbers.
+    let timesteps: Vec<f32> = spaced_timesteps(table.sigmas.len(), steps, spacing, offset)
         .into_iter()
-        .rev()
         .map(|t| t as f32)
         .collect();
     // σ at those timesteps, interpolated in float64 from the float32 table.
@@ -59,17 +63,27 @@ pub(super) fn euler_update(x0: Linear, d: f64) -> Linear {
     Linear::new(1.0 + d * (1.0 - x0.sample), -d * x0.model)
 }
 
+/// `init_noise_sigma` of both Euler schedulers: the largest σ for "linspace" and "trailing"
+/// spacing, sqrt(σ² + 1) of it for "leading" (float32, as its tensor property computes it).
+pub(super) fn init_noise_sigma(sigmas: &[f32], spacing: TimestepSpacing) -> f32 {
+    let max = sigmas.iter().copied().fold(0.0, f32::max);
+    match spacing {
+        TimestepSpacing::Leading => (max * max + 1.0).sqrt(),
+        _ => max,
+    }
+}
+
 pub(super) fn plan(
     table: &NoiseTable,
     schedule: Schedule,
     steps: usize,
     prediction: Prediction,
+    (spacing, offset): (TimestepSpacing, usize),
 ) -> Plan {
-    let (sigmas, timesteps) = sigmas_and_timesteps(table, schedule, steps);
+    let (sigmas, timesteps) = sigmas_and_timesteps(table, schedule, steps, spacing, offset);
     let mut plan = Plan {
         timesteps,
-        // `init_noise_sigma` is `sigmas.max()` for "linspace" spacing.
-        init_noise_sigma: sigmas.iter().copied().fold(0.0, f32::max),
+        init_noise_sigma: init_noise_sigma(&sigmas, spacing),
         input_scale: Vec::with_capacity(steps),
         steps: Vec::with_capacity(steps),
         x0: Vec::with_capacity(steps),

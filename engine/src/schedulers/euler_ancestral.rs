@@ -7,22 +7,23 @@
 //! `sample_euler_ancestral` on Karras sigmas: this class's step on the σs and timesteps
 //! `EulerDiscreteScheduler(use_karras_sigmas=True)` computes, which is how the fixtures check it.
 
-use super::euler::{euler_update, input_scale, sigmas_and_timesteps, ve_start};
+use super::euler::{euler_update, init_noise_sigma, input_scale, sigmas_and_timesteps, ve_start};
 use super::schedule::NoiseTable;
-use super::{Plan, Prediction, Schedule, StepCoefficients};
+use super::{Plan, Prediction, Schedule, StepCoefficients, TimestepSpacing};
 
 pub(super) fn plan(
     table: &NoiseTable,
     schedule: Schedule,
     steps: usize,
     prediction: Prediction,
+    (spacing, offset): (TimestepSpacing, usize),
 ) -> Plan {
-    // For "normal" these equal the class's own `set_timesteps`: the same linspace timesteps and
+    // For "normal" these equal the class's own `set_timesteps`: the same spaced timesteps and
     // `np.interp` σs.
-    let (sigmas, timesteps) = sigmas_and_timesteps(table, schedule, steps);
+    let (sigmas, timesteps) = sigmas_and_timesteps(table, schedule, steps, spacing, offset);
     let mut plan = Plan {
         timesteps,
-        init_noise_sigma: sigmas.iter().copied().fold(0.0, f32::max),
+        init_noise_sigma: init_noise_sigma(&sigmas, spacing),
         input_scale: Vec::with_capacity(steps),
         steps: Vec::with_capacity(steps),
         x0: Vec::with_capacity(steps),

@@ -66,15 +66,22 @@ pub(super) fn cases() -> Vec<Case> {
             let s = |key: &str| c[key].as_str().expect("string");
             let config = SchedulerConfig {
                 prediction: s("prediction").parse().expect("prediction"),
+                timestep_spacing: c
+                    .get("spacing")
+                    .map(|v| serde_json::from_value(v.clone()).expect("timestep_spacing")),
                 ..SchedulerConfig::sd15()
             };
             let steps = c["steps"].as_u64().expect("steps") as usize;
             Case {
                 name: format!(
-                    "{} {} {} {steps} steps",
+                    "{} {} {} {steps} steps{}",
                     s("sampler"),
                     s("schedule"),
-                    s("prediction")
+                    s("prediction"),
+                    c.get("spacing")
+                        .and_then(|v| v.as_str())
+                        .map(|v| format!(", {v} spacing"))
+                        .unwrap_or_default()
                 ),
                 kind: s("sampler").parse().expect("sampler"),
                 schedule: s("schedule").parse().expect("schedule"),

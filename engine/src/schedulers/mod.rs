@@ -43,7 +43,7 @@ mod fixtures;
 mod sampler;
 mod schedule;
 
-pub use config::{BetaSchedule, Prediction, SchedulerConfig};
+pub use config::{BetaSchedule, Prediction, SchedulerConfig, TimestepSpacing};
 pub use sampler::{SamplerKind, Schedule};
 
 /// One step's update: `next = sample * x + model_output * m + prev_x0 * x0_prev + noise * n`,
@@ -253,12 +253,18 @@ fn plan_from(
     begin: usize,
 ) -> Plan {
     let table = schedule::NoiseTable::new(config);
+    let spacing = (
+        config.timestep_spacing.unwrap_or(kind.default_spacing()),
+        config.steps_offset,
+    );
     let plan = match kind {
-        SamplerKind::Euler => euler::plan(&table, schedule, steps, config.prediction),
+        SamplerKind::Euler => euler::plan(&table, schedule, steps, config.prediction, spacing),
         SamplerKind::EulerAncestral => {
-            euler_ancestral::plan(&table, schedule, steps, config.prediction)
+            euler_ancestral::plan(&table, schedule, steps, config.prediction, spacing)
         }
-        SamplerKind::DpmPp2M => dpmpp_2m::plan(&table, schedule, steps, config.prediction, begin),
+        SamplerKind::DpmPp2M => {
+            dpmpp_2m::plan(&table, schedule, steps, config.prediction, spacing, begin)
+        }
         SamplerKind::Ddim => ddim::plan(&table, steps, config),
     };
     debug_assert!(

@@ -66,6 +66,16 @@ impl SamplerKind {
     }
 }
 
+impl SamplerKind {
+    /// The spacing its diffusers class uses when a config does not say (`timestep_spacing`).
+    pub fn default_spacing(self) -> super::TimestepSpacing {
+        match self {
+            SamplerKind::Ddim => super::TimestepSpacing::Leading,
+            _ => super::TimestepSpacing::Linspace,
+        }
+    }
+}
+
 impl fmt::Display for SamplerKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.id())

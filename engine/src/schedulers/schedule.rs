@@ -4,7 +4,7 @@
 //! results move by more than float32 rounding when a table value moves by one ulp, so each helper
 //! says which precision it mirrors and why.
 
-use super::{BetaSchedule, SchedulerConfig};
+use super::{BetaSchedule, SchedulerConfig, TimestepSpacing};
 
 /// `torch.linspace(start, end, n, dtype=torch.float32)`, bit for bit.
 ///
@@ -45,6 +45,35 @@ pub(crate) fn np_linspace(start: f64, stop: f64, num: usize) -> Vec<f64> {
             }
         })
         .collect()
+}
+
+/// Descending timesteps of `steps` steps in `spacing`, as diffusers' `set_timesteps` makes them
+/// before any rounding a scheduler adds: "linspace" from T − 1 to 0 (float), "leading"
+/// `i · (T // steps) + offset`, "trailing" `round(T − i · T/steps) − 1`. (For the few step
+/// counts where numpy's float `arange` yields one value more, diffusers breaks; these are the
+/// first `steps` of its values.)
+pub(crate) fn spaced_timesteps(
+    train: usize,
+    steps: usize,
+    spacing: TimestepSpacing,
+    offset: usize,
+) -> Vec<f64> {
+    match spacing {
+        TimestepSpacing::Linspace => np_linspace(0.0, (train - 1) as f64, steps)
+            .into_iter()
+            .rev()
+            .collect(),
+        TimestepSpacing::Leading => (0..steps)
+            .rev()
+            .map(|i| (i * (train / steps) + offset) as f64)
+            .collect(),
+        TimestepSpacing::Trailing => {
+            let ratio = train as f64 / steps as f64;
+            (0..steps)
+                .map(|i| (train as f64 - i as f64 * ratio).round_ties_even() - 1.0)
+                .collect()
+        }
+    }
 }
 
 /// Karras et al. (2022) sigmas, `_convert_to_karras` in `scheduling_euler_discrete.py` and

@@ -7,7 +7,7 @@ pub mod graph;
 pub mod resnet;
 
 use burn::tensor::Tensor;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::checkpoint::Weights;
 use crate::error::{Error, Result};
@@ -16,7 +16,7 @@ use blocks::{BlockSpec, DownBlock, MidBlock, UpBlock, UpChannels};
 use embeddings::{TimestepEmbedding, timestep_projection};
 
 /// An int or one value per block, as diffusers configs allow for head counts.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum PerBlock {
     One(usize),
@@ -33,7 +33,7 @@ impl PerBlock {
 }
 
 /// Mirrors diffusers' `UNet2DConditionModel` config (the fields SD 1.x uses).
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct UNetConfig {
     pub in_channels: usize,
@@ -93,6 +93,19 @@ impl UNetConfig {
             use_linear_projection: false,
             transformer_layers_per_block: 1,
             sample_size: 64,
+        }
+    }
+
+    /// diffusers: stable-diffusion-2-1/unet/config.json (768-v, sample size 96) and
+    /// stable-diffusion-2-1-base (512, epsilon): heads per level, OpenCLIP's 1024-wide context,
+    /// linear projections into and out of each transformer.
+    pub fn sd2(v: bool) -> Self {
+        Self {
+            attention_head_dim: PerBlock::Each(vec![5, 10, 20, 20]),
+            cross_attention_dim: 1024,
+            use_linear_projection: true,
+            sample_size: if v { 96 } else { 64 },
+            ..Self::sd15()
         }
     }
 

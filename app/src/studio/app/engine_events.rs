@@ -30,10 +30,16 @@ impl StudioApp {
             self.last_event = Instant::now();
             match event {
                 Event::Status(s) => self.status = s,
-                Event::ModelLoaded { name, path } => {
+                Event::ModelLoaded(loaded) => {
                     self.activity = self.activity.loaded();
-                    self.status = format!("{name} ready");
-                    self.model = Some((name, path.clone()));
+                    self.status = format!("{} ready ({})", loaded.name, loaded.kind);
+                    // A size left at the last model's native one follows the new model's.
+                    let before = self.model.as_ref().map_or(512, |m| m.native);
+                    if (self.form.width, self.form.height) == (before, before) {
+                        (self.form.width, self.form.height) = (loaded.native, loaded.native);
+                    }
+                    let path = loaded.path.clone();
+                    self.model = Some(loaded);
                     if !demo::is_demo(&path) && self.settings.last_model.as_ref() != Some(&path) {
                         self.settings.last_model = Some(path);
                         self.saver.save(&self.settings);

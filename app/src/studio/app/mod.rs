@@ -26,7 +26,8 @@ use super::models::scan_models;
 use super::saver::SettingsSaver;
 use super::settings::Settings;
 use super::worker::{
-    CacheReport, Command, EngineConfig, EngineHandle, Event, Finished, SharedDevice, human_bytes,
+    CacheReport, Command, EngineConfig, EngineHandle, Event, Finished, LoadedModel, SharedDevice,
+    human_bytes,
 };
 
 // Drawing (`*_ui`) and event handling live beside this file; they reach the app's fields as
@@ -145,7 +146,7 @@ pub struct StudioApp {
     /// The prompt, emphasis and embeddings library last counted (the library by identity), and
     /// the count.
     token_count: ((String, Emphasis, usize), (usize, usize, bool)),
-    model: Option<(String, PathBuf)>,
+    model: Option<LoadedModel>,
     models: Vec<PathBuf>,
     activity: Activity,
     status: String,
@@ -342,8 +343,8 @@ impl StudioApp {
                 .into(),
         );
         self.status = "engine restarted on the CPU".into();
-        if let Some((_, path)) = self.model.take() {
-            self.load_model(path);
+        if let Some(loaded) = self.model.take() {
+            self.load_model(loaded.path);
         }
     }
 
@@ -366,7 +367,7 @@ impl StudioApp {
     }
 
     pub fn model_name(&self) -> Option<&str> {
-        self.model.as_ref().map(|(n, _)| n.as_str())
+        self.model.as_ref().map(|m| m.name.as_str())
     }
 
     pub fn gallery_paths(&self) -> Vec<PathBuf> {

@@ -6,9 +6,10 @@ impl StudioApp {
     pub(super) fn model_ui(&mut self, ui: &mut egui::Ui) {
         ui.heading("Model");
         match &self.model {
-            Some((name, path)) => {
-                ui.label(format!("Loaded: {name}"));
-                if demo::is_demo(path) {
+            Some(loaded) => {
+                ui.label(format!("Loaded: {}", loaded.name));
+                ui.weak(&loaded.kind);
+                if demo::is_demo(&loaded.path) {
                     ui.weak("Demo model: random weights, it paints abstract images only.");
                 }
             }

@@ -310,6 +310,16 @@ impl Worker {
                 return Err(e);
             }
         };
+        let loaded = LoadedModel {
+            name: name.clone(),
+            path: path.to_path_buf(),
+            kind: format!(
+                "{}, {}",
+                checkpoint.family.short_name(),
+                model.config.scheduler.prediction
+            ),
+            native: model.config.native_size(),
+        };
         self.model = Some(Loaded { model, checkpoint });
         let from = match source {
             LoadSource::Memory => "from the model cache",
@@ -320,10 +330,7 @@ impl Worker {
             "{name} loaded {from} in {:.1} s",
             t.elapsed().as_secs_f64()
         )));
-        self.emit(Event::ModelLoaded {
-            name,
-            path: path.to_path_buf(),
-        });
+        self.emit(Event::ModelLoaded(loaded));
         self.report_cache();
         // For the window's token counter: embeddings take as many positions as they have vectors.
         if self.config.embeddings.is_some() {

@@ -56,14 +56,22 @@ pub struct Finished {
     pub path: PathBuf,
 }
 
+/// A model the engine has loaded, as the window shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoadedModel {
+    pub name: String,
+    pub path: PathBuf,
+    /// Family and prediction type, e.g. "SD 2.x, v_prediction".
+    pub kind: String,
+    /// The size it was trained at (each side, pixels): the form's default for it.
+    pub native: usize,
+}
+
 /// Engine → GUI.
 #[derive(Debug, Clone)]
 pub enum Event {
     Status(String),
-    ModelLoaded {
-        name: String,
-        path: PathBuf,
-    },
+    ModelLoaded(LoadedModel),
     Progress {
         image: usize,
         images: usize,
