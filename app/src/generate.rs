@@ -42,7 +42,7 @@ pub struct GenerateArgs {
     steps: usize,
     #[arg(long, default_value_t = Txt2ImgRequest::default().cfg_scale, allow_negative_numbers = true)]
     cfg: f32,
-    /// euler, euler_a, dpmpp_2m or ddim.
+    /// euler, euler_a, dpmpp_2m, ddim or lcm.
     #[arg(long, default_value = "euler")]
     sampler: SamplerKind,
     /// normal or karras.

@@ -17,15 +17,19 @@ pub enum SamplerKind {
     DpmPp2M,
     /// `DDIMScheduler` with eta 0.
     Ddim,
+    /// `LCMScheduler`: few-step sampling for LCM-LoRAs and LCM fine-tunes; draws fresh noise
+    /// every step but the last.
+    Lcm,
 }
 
 impl SamplerKind {
     /// Every sampler, in the order a UI lists them.
-    pub const ALL: [SamplerKind; 4] = [
+    pub const ALL: [SamplerKind; 5] = [
         SamplerKind::Euler,
         SamplerKind::EulerAncestral,
         SamplerKind::DpmPp2M,
         SamplerKind::Ddim,
+        SamplerKind::Lcm,
     ];
 
     /// The identifier used in settings and on the command line (`euler_a`, ...).
@@ -35,6 +39,7 @@ impl SamplerKind {
             SamplerKind::EulerAncestral => "euler_a",
             SamplerKind::DpmPp2M => "dpmpp_2m",
             SamplerKind::Ddim => "ddim",
+            SamplerKind::Lcm => "lcm",
         }
     }
 
@@ -45,12 +50,14 @@ impl SamplerKind {
             SamplerKind::EulerAncestral => "Euler a",
             SamplerKind::DpmPp2M => "DPM++ 2M",
             SamplerKind::Ddim => "DDIM",
+            SamplerKind::Lcm => "LCM",
         }
     }
 
-    /// Whether [`plan`] accepts this sampler with `schedule` (DDIM has no Karras schedule).
+    /// Whether [`plan`] accepts this sampler with `schedule` (DDIM and LCM have no Karras
+    /// schedule).
     pub fn supports(self, schedule: Schedule) -> bool {
-        !(self == SamplerKind::Ddim && schedule == Schedule::Karras)
+        !(matches!(self, SamplerKind::Ddim | SamplerKind::Lcm) && schedule == Schedule::Karras)
     }
 
     /// The most steps [`plan`] accepts for this sampler and schedule: the number of training
@@ -58,6 +65,8 @@ impl SamplerKind {
     pub fn max_steps(self, schedule: Schedule, config: &SchedulerConfig) -> usize {
         match (self, schedule) {
             (SamplerKind::Ddim, _) => ddim::max_steps(config),
+            // Its steps are a subset of the 50 distillation steps.
+            (SamplerKind::Lcm, _) => super::lcm::ORIGINAL_STEPS.min(config.num_train_timesteps),
             // At T steps the rounded "linspace" timesteps repeat one; the solver then divides by
             // a zero log-SNR step and diffusers returns NaN.
             (SamplerKind::DpmPp2M, Schedule::Normal) => config.num_train_timesteps - 1,
@@ -70,7 +79,7 @@ impl SamplerKind {
     /// The spacing its diffusers class uses when a config does not say (`timestep_spacing`).
     pub fn default_spacing(self) -> super::TimestepSpacing {
         match self {
-            SamplerKind::Ddim => super::TimestepSpacing::Leading,
+            SamplerKind::Ddim | SamplerKind::Lcm => super::TimestepSpacing::Leading,
             _ => super::TimestepSpacing::Linspace,
         }
     }
@@ -178,9 +187,9 @@ mod tests {
             assert_eq!(prediction.to_string().parse::<Prediction>(), Ok(prediction));
         }
         let a1111: Vec<_> = SamplerKind::ALL.iter().map(|k| k.a1111_name()).collect();
-        assert_eq!(a1111, ["Euler", "Euler a", "DPM++ 2M", "DDIM"]);
+        assert_eq!(a1111, ["Euler", "Euler a", "DPM++ 2M", "DDIM", "LCM"]);
         let ids: Vec<_> = SamplerKind::ALL.iter().map(|k| k.id()).collect();
-        assert_eq!(ids, ["euler", "euler_a", "dpmpp_2m", "ddim"]);
+        assert_eq!(ids, ["euler", "euler_a", "dpmpp_2m", "ddim", "lcm"]);
         assert_eq!(Schedule::Karras.a1111_name(), "Karras");
         assert_eq!(Schedule::Normal.a1111_name(), "Normal");
     }
