@@ -69,12 +69,25 @@
 #           10 more steps at 1024², strength 0.5)
 #   PART=z  PyTorch's fp16 UNet step, then ours (default compiler): the op report (every op shape
 #           of one step alone, which kernel runs it, the largest re-timed last), then the step
+#   PART=aa every 3×3 convolution shape on burn's, our SIMT and our cooperative-matrix kernel
+#           (the latter reading its input unrolled and gathering it) (`--conv-only`)
+#   PART=ab PyTorch (fp16 UNet step, 20-step txt2img), then ours: the step both ways, the step
+#           with our cooperative-matrix convolution up to 160/64/640 tiles interleaved over three
+#           rounds, VAE, 20-step txt2img
 #   PART=e  PyTorch (fp16 UNet, VAE, 20-step txt2img), then our f16 bench under perf (a flat
 #           profile per thread: where the host time of a step goes). Needs .perf/perf.txz (perf
 #           and its libraries) and a release build with symbols (CARGO_PROFILE_RELEASE_STRIP=false)
-# Carry .gl (Vulkan loader), .whl (diffusers) and .gpu/latent-studio.gz (stripped release build).
+# Carry .gl (Vulkan loader), .whl (diffusers) and .gpu/latent-studio.gz (stripped release build),
+# or .gpu alone with latent-studio.xz and site.tar.xz in it (when the tree leaves less room).
 for f in .gl/*.deb; do dpkg -x $f / >/dev/null 2>&1; done; ldconfig
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
+# diffusers from .whl, or from .gpu/site.tar.xz (the same wheels installed and xz-compressed: a
+# third of the size, where the working tree and the binary leave little of the 64 MiB).
+if [ -f .gpu/site.tar.xz ]; then
+  mkdir -p /tmp/site && python3 -c "import lzma,tarfile,sys; tarfile.open(fileobj=lzma.open(sys.argv[1])).extractall('/tmp/site')" .gpu/site.tar.xz
+else
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+fi
+export PYTHONPATH=/tmp/site
 if ! ls /usr/share/vulkan/icd.d/*.json /etc/vulkan/icd.d/*.json >/dev/null 2>&1; then
   export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
 fi
@@ -231,6 +244,13 @@ y2)
 z)
   PARTS=unet16 timeout 70 python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_z.txt
   timeout ${OPS_TIMEOUT:-480} /tmp/ls bench --device gpu --precision f16 --runs 3 --unet-only --no-burn-ops --no-profile 2>&1 | grep -v "^\[F16\]   [a-z_]*  *[0-9.]* ms  {" | tee $OUT/ours_spirv_ops.txt
+  ;;
+aa)
+  timeout ${CONV_TIMEOUT:-400} /tmp/ls bench --device gpu --precision f16 --runs 5 --conv-only 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_conv.txt
+  ;;
+ab)
+  PARTS=${TORCH_PARTS:-unet16,e2e} timeout 100 python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_ab.txt
+  timeout ${OURS_TIMEOUT:-450} /tmp/ls bench --device gpu --precision f16 --runs 7 --steps 20 --no-ops --no-previews --no-profile --no-burn-ops --conv-ab 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_spirv.txt
   ;;
 h)
   timeout ${OURS_TIMEOUT:-540} /tmp/ls bench --device gpu --precision f16 --runs 3 --unet-only 2>&1 | grep -v "^\[F16\]   [a-z_]*  *[0-9.]* ms  {" | tee $OUT/ours_spirv_ops.txt

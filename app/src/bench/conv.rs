@@ -147,17 +147,35 @@ pub fn report(
                 (Ok(a), Ok(b)) => latent_engine::vae_compile::relative_difference(&a, &b),
                 _ => f32::NAN,
             };
+            // Reading the input unrolled (the route's way) and gathering it in the product, each
+            // split as the route splits it and whole.
+            let gathered = |slices| {
+                conv::conv2d_mma_gathered(x.clone(), &weight, mma, geometry, &epilogue, slices)
+            };
             let mut timed = Vec::new();
-            for slices in [None, Some(1)] {
+            let variants = [
+                (true, true, None),
+                (true, true, Some(1)),
+                (false, true, None),
+                (false, true, Some(1)),
+                (true, false, None),
+            ];
+            for (unrolled, prefetch, slices) in variants {
+                latent_engine::kernels::set_conv_prefetch(prefetch);
                 let ms = time_ms(device, 1, runs, || {
                     for _ in 0..REPS {
-                        let _ = run(slices);
+                        let _ = if unrolled {
+                            run(slices)
+                        } else {
+                            gathered(slices)
+                        };
                     }
-                })? / REPS as f64;
-                timed.push(ms);
+                });
+                latent_engine::kernels::set_conv_prefetch(true);
+                timed.push(ms? / REPS as f64);
             }
             println!(
-                "[{precision:?}]   {:<40} implicit GEMM (cmma {}x{}x{}, plane {}) {:8.3} ms {:6.1} TFLOP/s, {slices} slices | whole reduction {:8.3} ms | rel diff {rel:.1e}",
+                "[{precision:?}]   {:<40} implicit GEMM (cmma {}x{}x{}, plane {}) {:8.3} ms {:6.1} TFLOP/s, {slices} slices, input unrolled first | whole reduction {:8.3} ms | rel diff {rel:.1e} | input gathered in the product {:8.3} ms, whole {:8.3} ms | unrolled without prefetch {:8.3} ms",
                 op.to_string(),
                 mma.fragment.m,
                 mma.fragment.n,
@@ -166,6 +184,9 @@ pub fn report(
                 timed[0],
                 rate(timed[0]),
                 timed[1],
+                timed[2],
+                timed[3],
+                timed[4],
             );
         }
     }

@@ -208,7 +208,7 @@ pub fn unet_report(
                         let tiles = (b * side(*h) * side(*w)).div_ceil(64) * c_out.div_ceil(64);
                         let steps = (c_in * k * k).div_ceil(16);
                         let split = latent_engine::kernels::conv::splits(tiles, steps) > 1;
-                        if split && tiles <= latent_engine::kernels::conv::MMA_MAX_TILES {
+                        if split && tiles <= latent_engine::kernels::conv::mma_max_tiles() {
                             "ours, implicit GEMM (cmma, split)".to_string()
                         } else {
                             "burn (larger map)".to_string()

@@ -88,6 +88,10 @@ pub struct BenchArgs {
     /// process.
     #[arg(long)]
     planes_ab: bool,
+    /// After the UNet step, the same step with our cooperative-matrix convolution on more or
+    /// fewer map sizes, interleaved over three rounds in the same process.
+    #[arg(long)]
+    conv_ab: bool,
     /// Only the VAE decode (plain and compiled) and the GroupNorm kernels.
     #[arg(long)]
     vae_only: bool,
@@ -265,6 +269,9 @@ pub fn run(args: BenchArgs) -> Result<()> {
         unet::graph_bench(&model, &device, precision, args.runs, &x, &ctx, unet)?;
         if args.planes_ab {
             unet::planes_ab(&model, &device, precision, args.runs, &x, &ctx)?;
+        }
+        if args.conv_ab {
+            unet::conv_ab(&model, &device, precision, args.runs, &x, &ctx)?;
         }
         if let Some(rank) = args.lora_rank {
             lora::lora_bench(&model, &device, precision, rank, args.runs, &x, &ctx)?;

@@ -126,3 +126,51 @@ pub(super) fn planes_ab(
     }
     Ok(())
 }
+
+/// The same step, same process (kernels already tuned), with our cooperative-matrix
+/// convolution taking maps up to 160 tiles (the 8×8 and 16×16 levels: the default), 64 (8×8
+/// only) or 640 (32×32 too), interleaved over three rounds.
+pub(super) fn conv_ab(
+    model: &StableDiffusion,
+    device: &Device,
+    precision: Precision,
+    runs: usize,
+    x: &Tensor<4>,
+    ctx: &Tensor<3>,
+) -> Result<()> {
+    use latent_engine::kernels::conv::{MMA_MAX_TILES, set_mma_max_tiles};
+    use latent_engine::kernels::set_conv_prefetch;
+    let rules = [
+        (MMA_MAX_TILES, true, "default (ours up to 160 tiles)"),
+        (64, true, "ours up to 64 tiles (8×8 maps only)"),
+        (640, true, "ours up to 640 tiles (32×32 maps too)"),
+        (MMA_MAX_TILES, false, "ours up to 160 tiles, no prefetch"),
+        (64, false, "ours up to 64 tiles, no prefetch"),
+    ];
+    let mut times = vec![Vec::new(); rules.len()];
+    for _ in 0..3 {
+        for (i, &(tiles, prefetch, _)) in rules.iter().enumerate() {
+            set_mma_max_tiles(tiles);
+            set_conv_prefetch(prefetch);
+            let ms = time_ms(device, 2, runs, || {
+                let _ = model.unet.forward(x.clone(), &[500.0], ctx);
+            });
+            set_mma_max_tiles(MMA_MAX_TILES);
+            set_conv_prefetch(true);
+            times[i].push(ms?);
+        }
+    }
+    for ((.., what), t) in rules.iter().zip(&times) {
+        let mut sorted = t.clone();
+        sorted.sort_by(f64::total_cmp);
+        println!(
+            "[{precision:?}] UNet step, convolution rule: {what}: median of rounds {:.2} ms (rounds {})",
+            sorted[sorted.len() / 2],
+            t.iter()
+                .map(|m| format!("{m:.2}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    Ok(())
+}

@@ -52,6 +52,19 @@ pub fn set_enabled(on: bool) {
 
 static ENABLED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
 
+/// Whether our cooperative-matrix convolution loads the next reduction step while the current
+/// step's products run; on unless [`set_conv_prefetch`] (the bench's comparison).
+pub fn conv_prefetch() -> bool {
+    CONV_PREFETCH.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Sets [`conv_prefetch`] process-wide (launches afterwards take it).
+pub fn set_conv_prefetch(on: bool) {
+    CONV_PREFETCH.store(on, std::sync::atomic::Ordering::Relaxed);
+}
+
+static CONV_PREFETCH: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
 /// Whether our kernels are to route as if the device had no cooperative matrices
 /// (`LATENT_STUDIO_CMMA=off`): the SIMT convolution and per-row attention then run under SPIR-V
 /// too, as on an Iris Xe or Meteor Lake iGPU, so one GPU can measure both routes.

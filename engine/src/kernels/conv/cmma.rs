@@ -52,6 +52,8 @@ pub(super) fn conv2d_gemm_mma<F: Float>(
     #[comptime] fm: usize,
     #[comptime] fn_: usize,
     #[comptime] fk: usize,
+    #[comptime] from_col: bool,
+    #[comptime] prefetch: bool,
 ) {
     let lane = UNIT_POS as usize;
     let n0 = CUBE_POS_X as usize * BN;
@@ -113,29 +115,62 @@ pub(super) fn conv2d_gemm_mma<F: Float>(
             last = end;
         }
     }
+    // One step's staged values in registers, all loaded before any is stored; with `prefetch`
+    // the next step's are loaded while this one's products run (with the input unrolled the
+    // loads are the staging's whole cost, and overlapping them paid: BENCHMARKS.md, sixteenth
+    // session).
+    let mut a_reg = Array::<F>::new(comptime!(BM / (LANES / BK_MMA)));
+    let mut b_reg = Array::<F>::new(comptime!(BK_MMA / 4));
+    if prefetch && s0 < last {
+        load_step::<F>(
+            w, x, &mut a_reg, &mut b_reg, s0, kk_a, co_a, m0, c_out, k_total, row0, p_valid,
+            x_base, iy0, ix0, h, wd, pad, pixels, p_stage, kh, kw, up, from_col,
+        );
+    }
     for s in s0..last {
-        let k0 = s * BK_MMA;
+        if !prefetch {
+            load_step::<F>(
+                w, x, &mut a_reg, &mut b_reg, s, kk_a, co_a, m0, c_out, k_total, row0, p_valid,
+                x_base, iy0, ix0, h, wd, pad, pixels, p_stage, kh, kw, up, from_col,
+            );
+        }
         #[unroll]
         for r in 0..comptime!(BM / (LANES / BK_MMA)) {
-            let co = co_a + r * comptime!(LANES / BK_MMA);
-            let k = k0 + kk_a;
-            let mut a = F::from_int(0);
-            if k < k_total && m0 + co < c_out {
-                a = w[(m0 + co) * k_total + k];
-            }
-            a_s[co * A_ROW + kk_a] = a;
+            a_s[(co_a + r * comptime!(LANES / BK_MMA)) * A_ROW + kk_a] = a_reg[r];
         }
         #[unroll]
         for r in 0..BK_MMA / 4 {
-            let kk = row0 + 4 * r;
-            let k = k0 + kk;
-            let mut b = 0.0f32;
-            if k < k_total && p_valid {
-                b = gather::<F>(x, x_base, k, iy0, ix0, h, wd, pad, kh, kw, up);
-            }
-            b_s[kk * B_ROW + col] = F::cast_from(b);
+            b_s[(row0 + 4 * r) * B_ROW + col] = b_reg[r];
         }
         sync_cube();
+        if prefetch && s + 1 < last {
+            load_step::<F>(
+                w,
+                x,
+                &mut a_reg,
+                &mut b_reg,
+                s + 1,
+                kk_a,
+                co_a,
+                m0,
+                c_out,
+                k_total,
+                row0,
+                p_valid,
+                x_base,
+                iy0,
+                ix0,
+                h,
+                wd,
+                pad,
+                pixels,
+                p_stage,
+                kh,
+                kw,
+                up,
+                from_col,
+            );
+        }
         #[unroll]
         for kk in 0..BK_MMA / fk {
             let a = cmma::Matrix::<F>::from_slice(
@@ -218,4 +253,62 @@ pub(super) fn conv2d_gemm_mma<F: Float>(
         add_residual,
         split,
     );
+}
+
+/// Step `s`'s staging values of this lane into registers: the weights at reduction column
+/// `kk_a` of channels `co_a + 8·r`, and the gathered input at rows `row0 + 4·r` of its pixel
+/// (zeros past the edges).
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn load_step<F: Float>(
+    w: &[F],
+    x: &[F],
+    a_reg: &mut Array<F>,
+    b_reg: &mut Array<F>,
+    s: usize,
+    kk_a: usize,
+    co_a: usize,
+    m0: usize,
+    c_out: usize,
+    k_total: usize,
+    row0: usize,
+    p_valid: bool,
+    x_base: usize,
+    iy0: usize,
+    ix0: usize,
+    h: usize,
+    wd: usize,
+    pad: usize,
+    pixels: usize,
+    p_stage: usize,
+    #[comptime] kh: usize,
+    #[comptime] kw: usize,
+    #[comptime] up: usize,
+    #[comptime] from_col: bool,
+) {
+    let k0 = s * BK_MMA;
+    #[unroll]
+    for r in 0..comptime!(BM / (LANES / BK_MMA)) {
+        let co = co_a + r * comptime!(LANES / BK_MMA);
+        let k = k0 + kk_a;
+        let mut a = F::from_int(0);
+        if k < k_total && m0 + co < c_out {
+            a = w[(m0 + co) * k_total + k];
+        }
+        a_reg[r] = a;
+    }
+    #[unroll]
+    for r in 0..BK_MMA / 4 {
+        let k = k0 + row0 + 4 * r;
+        let mut b = 0.0f32;
+        if k < k_total && p_valid {
+            if from_col {
+                // `x` is the input unrolled ([`super::kernel::im2col`]): `[k_total, pixels]`.
+                b = f32::cast_from(x[k * pixels + p_stage]);
+            } else {
+                b = gather::<F>(x, x_base, k, iy0, ix0, h, wd, pad, kh, kw, up);
+            }
+        }
+        b_reg[r] = F::cast_from(b);
+    }
 }

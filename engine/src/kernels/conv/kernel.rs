@@ -127,24 +127,20 @@ pub(super) fn conv2d_gemm<F: Float>(
             last = end;
         }
     }
+    // A step's staged values, all loaded into registers before any is stored.
+    let mut a_reg = Array::<f32>::new(4usize);
+    let mut b_reg = Array::<f32>::new(4usize);
     for s in first..last {
-        let k0 = s * BK;
+        load_step_simt::<F>(
+            w, x, &mut a_reg, &mut b_reg, s, row0, co_stage, c_out, k_total, p_valid, x_base, iy0,
+            ix0, h, wd, pad, kh, kw, up,
+        );
         // Stage w[k0 .. k0 + 16, m0 .. m0 + 64] and the gathered input for pixels n0 .. n0 + 64.
         #[unroll]
         for r in 0..4usize {
             let kk = row0 + 4 * r;
-            let k = k0 + kk;
-            let mut a = 0.0f32;
-            if k < k_total && co_stage < c_out {
-                a = f32::cast_from(w[k * c_out + co_stage]);
-            }
-            a_s[kk * BM + col] = a;
-
-            let mut b = 0.0f32;
-            if k < k_total && p_valid {
-                b = gather::<F>(x, x_base, k, iy0, ix0, h, wd, pad, kh, kw, up);
-            }
-            b_s[kk * BN + col] = b;
+            a_s[kk * BM + col] = a_reg[r];
+            b_s[kk * BN + col] = b_reg[r];
         }
         sync_cube();
         accumulate_4x4(a_s.clone(), b_s.clone(), &mut acc, tx, ty, BK, BM, BN);
@@ -176,6 +172,47 @@ pub(super) fn conv2d_gemm<F: Float>(
 
 /// The (upsampled, zero-padded) input value at reduction index `k = (ci, ky, kx)` for the output
 /// pixel whose top-left input corner is `(iy0, ix0)` in image `x_base`, in f32.
+/// Step `s`'s staging values of this lane into registers: packed weights `w[k, co_stage]` and
+/// the gathered input, at rows `row0 + 4·r` (zeros past the edges).
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn load_step_simt<F: Float>(
+    w: &[F],
+    x: &[F],
+    a_reg: &mut Array<f32>,
+    b_reg: &mut Array<f32>,
+    s: usize,
+    row0: usize,
+    co_stage: usize,
+    c_out: usize,
+    k_total: usize,
+    p_valid: bool,
+    x_base: usize,
+    iy0: usize,
+    ix0: usize,
+    h: usize,
+    wd: usize,
+    pad: usize,
+    #[comptime] kh: usize,
+    #[comptime] kw: usize,
+    #[comptime] up: usize,
+) {
+    #[unroll]
+    for r in 0..4usize {
+        let k = s * BK + row0 + 4 * r;
+        let mut a = 0.0f32;
+        if k < k_total && co_stage < c_out {
+            a = f32::cast_from(w[k * c_out + co_stage]);
+        }
+        a_reg[r] = a;
+        let mut b = 0.0f32;
+        if k < k_total && p_valid {
+            b = gather::<F>(x, x_base, k, iy0, ix0, h, wd, pad, kh, kw, up);
+        }
+        b_reg[r] = b;
+    }
+}
+
 #[cube]
 #[allow(clippy::too_many_arguments)]
 pub(super) fn gather<F: Float>(
@@ -266,6 +303,52 @@ pub(super) fn write_block<F: Float>(
                 }
             }
         }
+    }
+}
+
+/// The input unrolled for the product: `col[k, p]` is the value the implicit GEMM gathers for
+/// reduction index `k` (channel, tap) and output pixel `p` (zero outside the image), in order, so
+/// that neighbouring lanes write neighbouring pixels. One lane a value; cube `x + y·CUBE_COUNT_X`.
+#[cube(launch)]
+#[allow(clippy::too_many_arguments)]
+pub(super) fn im2col<F: Float>(
+    x: &[F],
+    col: &mut [F],
+    c_in: usize,
+    h: usize,
+    wd: usize,
+    oh: usize,
+    ow: usize,
+    pixels: usize,
+    stride: usize,
+    pad: usize,
+    k_total: usize,
+    #[comptime] kh: usize,
+    #[comptime] kw: usize,
+    #[comptime] up: usize,
+) {
+    let cube = CUBE_POS_X as usize + CUBE_POS_Y as usize * CUBE_COUNT_X as usize;
+    let o = cube * LANES + UNIT_POS as usize;
+    if o < k_total * pixels {
+        let k = o / pixels;
+        let p = o % pixels;
+        let map = oh * ow;
+        let rem = p % map;
+        let x_base = (p / map) * c_in * h * wd;
+        let v = gather::<F>(
+            x,
+            x_base,
+            k,
+            (rem / ow) * stride,
+            (rem % ow) * stride,
+            h,
+            wd,
+            pad,
+            kh,
+            kw,
+            up,
+        );
+        col[o] = F::cast_from(v);
     }
 }
 

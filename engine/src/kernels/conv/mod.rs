@@ -26,9 +26,11 @@
 //! parity test's 360 s.
 //!
 //! Where the device has cooperative matrices, burn's cooperative-matrix implicit GEMM runs on
-//! large maps; on maps small enough that the reduction is split (the UNet's 8×8 and 16×16
-//! levels at 512²), a cooperative-matrix variant of ours ([`cmma`]) runs, reading the weights as
-//! stored. Not yet here (issue 13): a channels-last layout.
+//! large maps; on maps of at most [`MMA_MAX_TILES`] tiles (the UNet's 8×8 and 16×16 levels at
+//! 512²), a cooperative-matrix variant of ours ([`cmma`]) runs, reading the weights as stored and
+//! the input unrolled by a first kernel ([`kernel::im2col`], `[c_in·kh·kw, pixels]`): gathered
+//! inside the product, each value's index arithmetic was repeated for every tile of output
+//! channels and cost more than the products. Not yet here (issue 13): a channels-last layout.
 
 mod cmma;
 mod kernel;
@@ -36,13 +38,14 @@ mod route;
 #[cfg(test)]
 mod tests;
 
+use burn::backend::wgpu::CubeTensor;
 use burn::cubecl::prelude::*;
 use burn::tensor::{DType, Tensor};
 
 use super::{Element, buffer_arg, grid, output, resolve};
 use cmma::{BK_MMA, conv2d_gemm_mma};
-use kernel::{BK, BM, BN, LANES, conv2d_gemm, conv2d_split_sum};
-pub use route::{MMA_MAX_TILES, Mma, Prepared, mma_on, runs_for};
+use kernel::{BK, BM, BN, LANES, conv2d_gemm, conv2d_split_sum, im2col};
+pub use route::{MMA_MAX_TILES, Mma, Prepared, mma_max_tiles, mma_on, runs_for, set_mma_max_tiles};
 
 /// Cubes a launch should have before the reduction is split: a few per compute unit on the
 /// GPUs we target (an H200 has 132 SMs, an A770 32 Xe-cores, Iris Xe 6 subslices).
@@ -223,12 +226,113 @@ enum Weights<'a> {
     Stored(&'a Tensor<4>, Mma),
 }
 
+/// [`conv2d_mma`] with the kernel gathering its input through the geometry instead of reading it
+/// unrolled (the route's choice): the bench's comparison.
+pub fn conv2d_mma_gathered(
+    x: Tensor<4>,
+    weight: &Tensor<4>,
+    mma: Mma,
+    geometry: Geometry,
+    epilogue: &Epilogue<'_>,
+    slices: Option<usize>,
+) -> Option<Tensor<4>> {
+    run_with(
+        x,
+        Weights::Stored(weight, mma),
+        geometry,
+        epilogue,
+        slices,
+        false,
+    )
+}
+
+/// `x` (`[b, c_in, h, w]`) unrolled as the convolution reads it: `[c_in·k·k, b·oh·ow]`
+/// ([`kernel::im2col`]). `None` where our kernels do not run.
+#[cfg(test)]
+pub(super) fn unroll(x: Tensor<4>, geometry: Geometry) -> Option<Tensor<2>> {
+    let (device, dtype) = (x.device(), x.dtype());
+    if !super::available(&device) {
+        return None;
+    }
+    let element = Element::of(dtype)?;
+    let dims = x.dims();
+    let [oh, ow] = geometry.output(dims[2], dims[3])?;
+    let k_total = dims[1] * geometry.k * geometry.k;
+    let xc = resolve(x)?;
+    let (out, oc) = output([k_total, dims[0] * oh * ow], dtype, &device)?;
+    unroll_into(&xc, &oc, element, dims, geometry)?;
+    Some(out)
+}
+
+/// Launches [`kernel::im2col`] from `xc` (`dims`) into `colc`.
+fn unroll_into(
+    xc: &CubeTensor,
+    colc: &CubeTensor,
+    element: Element,
+    [b, c_in, h, w]: [usize; 4],
+    geometry: Geometry,
+) -> Option<()> {
+    let Geometry {
+        k,
+        stride,
+        padding,
+        upsample,
+    } = geometry;
+    let [oh, ow] = geometry.output(h, w)?;
+    let (k_total, pixels) = (c_in * k * k, b * oh * ow);
+    let (cx, cy) = grid((k_total * pixels).div_ceil(LANES))?;
+    let up = if upsample { 2 } else { 1 };
+    macro_rules! launch {
+        ($t:ty) => {
+            im2col::launch::<$t>(
+                &xc.client,
+                CubeCount::Static(cx, cy, 1),
+                CubeDim::new_1d(LANES as u32),
+                buffer_arg(xc),
+                buffer_arg(colc),
+                c_in,
+                h,
+                w,
+                oh,
+                ow,
+                pixels,
+                stride,
+                padding,
+                k_total,
+                k,
+                k,
+                up,
+            )
+        };
+    }
+    match element {
+        Element::F32 => launch!(f32),
+        Element::F16 => launch!(half::f16),
+    }
+    Some(())
+}
+
 fn run(
     x: Tensor<4>,
     weights: Weights<'_>,
     geometry: Geometry,
     epilogue: &Epilogue<'_>,
     slices: Option<usize>,
+) -> Option<Tensor<4>> {
+    // The cooperative-matrix kernel reads the input unrolled: gathered in the product, each
+    // value's index arithmetic was repeated for every tile of output channels, and cost more
+    // than the products (BENCHMARKS.md, sixteenth session: 0.44 → 0.30 ms at 8×8).
+    let from_col = matches!(weights, Weights::Stored(..));
+    run_with(x, weights, geometry, epilogue, slices, from_col)
+}
+
+fn run_with(
+    x: Tensor<4>,
+    weights: Weights<'_>,
+    geometry: Geometry,
+    epilogue: &Epilogue<'_>,
+    slices: Option<usize>,
+    from_col: bool,
 ) -> Option<Tensor<4>> {
     let device = x.device();
     if !super::available(&device) {
@@ -317,6 +421,14 @@ fn run(
         epilogue.residual.is_some(),
     );
     let (gx, gy) = grid((pixels * c_out).div_ceil(LANES))?;
+    // The unrolled input, for the cooperative-matrix kernel when `from_col`.
+    let col = if from_col {
+        let (t, c) = output([k_total, pixels], dtype, &device)?;
+        unroll_into(&xc, &c, element, [b, c_in, h, w], geometry)?;
+        Some((t, c))
+    } else {
+        None
+    };
     macro_rules! launch {
         ($t:ty) => {{
             let count = CubeCount::Static(nx as u32, ny as u32, slices as u32);
@@ -353,41 +465,46 @@ fn run(
                     add_residual,
                     split,
                 ),
-                Weights::Stored(_, mma) => conv2d_gemm_mma::launch::<$t>(
-                    &client,
-                    count,
-                    CubeDim::new_1d(LANES as u32),
-                    buffer_arg(&xc),
-                    buffer_arg(&wc),
-                    buffer_arg(&bc),
-                    buffer_arg(&tc),
-                    buffer_arg(&rc),
-                    buffer_arg(&oc),
-                    buffer_arg(&pc),
-                    c_in,
-                    h,
-                    w,
-                    c_out,
-                    oh,
-                    ow,
-                    pixels,
-                    stride,
-                    padding,
-                    per_slice,
-                    channel_row,
-                    channel_col,
-                    k,
-                    k,
-                    up,
-                    add_bias,
-                    add_channel,
-                    add_residual,
-                    split,
-                    mma.plane,
-                    mma.fragment.m,
-                    mma.fragment.n,
-                    mma.fragment.k,
-                ),
+                Weights::Stored(_, mma) => {
+                    let input = col.as_ref().map_or(&xc, |(_, c)| c);
+                    conv2d_gemm_mma::launch::<$t>(
+                        &client,
+                        count,
+                        CubeDim::new_1d(LANES as u32),
+                        buffer_arg(input),
+                        buffer_arg(&wc),
+                        buffer_arg(&bc),
+                        buffer_arg(&tc),
+                        buffer_arg(&rc),
+                        buffer_arg(&oc),
+                        buffer_arg(&pc),
+                        c_in,
+                        h,
+                        w,
+                        c_out,
+                        oh,
+                        ow,
+                        pixels,
+                        stride,
+                        padding,
+                        per_slice,
+                        channel_row,
+                        channel_col,
+                        k,
+                        k,
+                        up,
+                        add_bias,
+                        add_channel,
+                        add_residual,
+                        split,
+                        mma.plane,
+                        mma.fragment.m,
+                        mma.fragment.n,
+                        mma.fragment.k,
+                        from_col,
+                        super::conv_prefetch(),
+                    )
+                }
             }
             if split {
                 conv2d_split_sum::launch::<$t>(

@@ -14,10 +14,26 @@ use super::{Epilogue, Geometry, Weights, pack, run, splits};
 const MIN_OUT_CHANNELS: usize = 32;
 
 /// Most 64 × 64 tiles for which our cooperative-matrix convolution runs (split) instead of
-/// burn's. Measured on an H100 (BENCHMARKS.md, twelfth session, each shape alone): on the 8×8
-/// outputs (40 tiles) ours took 0.45 against 0.71 ms (1280→1280) and 0.83 against 1.30 ms
-/// (2560→1280); on 16×16 (80–160 tiles) burn's was faster (1280→1280: 0.74 against 1.25 ms).
-pub const MMA_MAX_TILES: usize = 64;
+/// burn's: the 8×8 and 16×16 maps of SD at 512². Measured on an H200 (BENCHMARKS.md, sixteenth
+/// session, each shape alone), ours reading its input unrolled: at 8×8 (40 tiles) 0.30 against
+/// burn's 0.69 ms (1280→1280); at 16×16 (80–160 tiles) level with burn's (0.73 against 0.71 ms),
+/// and the whole step 0.8 ms faster with them, which also spares burn's autotune those shapes;
+/// at 32×32 burn's is faster (2.46 against 1.19 ms for 1280→1280).
+pub const MMA_MAX_TILES: usize = 160;
+
+/// The tile limit in force: [`MMA_MAX_TILES`] unless the bench set another
+/// ([`set_mma_max_tiles`]) to time a routing rule in the same process.
+pub fn mma_max_tiles() -> usize {
+    MAX_TILES.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Sets [`mma_max_tiles`] process-wide (calls afterwards route by it).
+pub fn set_mma_max_tiles(tiles: usize) {
+    MAX_TILES.store(tiles, std::sync::atomic::Ordering::Relaxed);
+}
+
+static MAX_TILES: std::sync::atomic::AtomicUsize =
+    std::sync::atomic::AtomicUsize::new(MMA_MAX_TILES);
 
 /// The cooperative-matrix kernel's shape on one device ([`cmma`]): its plane width, fixed when
 /// the kernel compiles, and its f16×f16→f32 fragment.
@@ -156,7 +172,7 @@ impl Prepared {
                 let [oh, ow] = geometry.output(h, w)?;
                 let tiles = (b * oh * ow).div_ceil(BN) * c_out.div_ceil(BM);
                 let steps = (weight.dims()[1] * kh * kw).div_ceil(BK);
-                (tiles <= MMA_MAX_TILES && splits(tiles, steps) > 1).then_some(())?;
+                (tiles <= mma_max_tiles() && splits(tiles, steps) > 1).then_some(())?;
                 run(
                     x.clone(),
                     Weights::Stored(weight, *mma),

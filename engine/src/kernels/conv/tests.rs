@@ -282,3 +282,55 @@ fn upsampled_input_matches_interpolate_then_conv() {
         }
     }
 }
+
+/// The unrolled input the cooperative-matrix kernel reads (`im2col`) against burn's `unfold4d`
+/// (`[b, c·k·k, L]`, the same channel-major order), laid out `[c·k·k, b·L]`: odd maps, stride 2,
+/// padding, and the 2× nearest upsampling read in place. The product itself needs cooperative
+/// matrices, which lavapipe lacks; the GPU bench checks it against burn's convolution.
+#[test]
+fn unrolled_input_matches_unfold() {
+    use burn::tensor::module::{interpolate, unfold4d};
+    use burn::tensor::ops::{InterpolateMode, InterpolateOptions, UnfoldOptions};
+    let device = wgpu();
+    let cases = [
+        // batch, channels, h, w, kernel, stride, padding, upsample
+        (2, 3, 5, 7, 3, 1, 1, false),
+        (1, 4, 9, 6, 3, 2, 1, false),
+        (2, 2, 3, 4, 3, 1, 1, true),
+        (1, 5, 4, 4, 1, 1, 0, false),
+    ];
+    for (b, c, h, w, k, stride, padding, upsample) in cases {
+        for dtype in [DType::F32, DType::F16] {
+            let x: Tensor<4> = tensor(values(b * c * h * w, 0.3), [b, c, h, w], &device, dtype);
+            let geometry = super::Geometry {
+                k,
+                stride,
+                padding,
+                upsample,
+            };
+            let ours = super::unroll(x.clone(), geometry).expect("runs on wgpu");
+            let source = if upsample {
+                interpolate(
+                    x.cast(DType::F32),
+                    InterpolateOptions::new(InterpolateMode::Nearest)
+                        .with_output_size([2 * h, 2 * w]),
+                )
+            } else {
+                x.cast(DType::F32)
+            };
+            let unfolded = unfold4d(
+                source,
+                [k, k],
+                UnfoldOptions::new([stride, stride], [padding, padding], [1, 1]),
+            ); // [b, c·k·k, L]
+            let [_, rows, l] = unfolded.dims();
+            let twin = unfolded.swap_dims(0, 1).reshape([rows, b * l]);
+            assert_eq!(ours.dims(), [rows, b * l], "case {b} {c} {h}x{w} k{k}");
+            let (got, want) = (read(ours), read(twin));
+            assert!(
+                got == want,
+                "{dtype:?} case {b} {c} {h}x{w} k{k} s{stride} up {upsample}: values differ"
+            );
+        }
+    }
+}

@@ -70,34 +70,22 @@ pub(super) fn matmul_nt<F: Float>(
             last = end;
         }
     }
+    // A step's staged values, all loaded into registers before any is stored.
+    let mut a_reg = Array::<f32>::new(4usize);
+    let mut b_reg = Array::<f32>::new(4usize);
     for s in first..last {
-        let k = s * BK + kk;
+        load_step::<F>(
+            x, w, &mut a_reg, &mut b_reg, s, lane, kk, r0, m0, n0, rows, cols, depth, w_out_in,
+        );
         #[unroll]
         for r in 0..4usize {
             let rr = r0 + 16 * r;
-            let m = m0 + rr;
-            let mut a = 0.0f32;
-            if k < depth && m < rows {
-                a = f32::cast_from(x[m * depth + k]);
-            }
-            a_s[kk * STRIDE + rr] = a;
+            a_s[kk * STRIDE + rr] = a_reg[r];
             if w_out_in {
-                let n = n0 + rr;
-                let mut b = 0.0f32;
-                if k < depth && n < cols {
-                    b = f32::cast_from(w[n * depth + k]);
-                }
-                b_s[kk * STRIDE + rr] = b;
+                b_s[kk * STRIDE + rr] = b_reg[r];
             } else {
                 // Value `lane + 256·r` is depth `lane / 64 + 4·r`, column `lane % 64`.
-                let kw = lane / BN + 4 * r;
-                let k2 = s * BK + kw;
-                let n = n0 + lane % BN;
-                let mut b = 0.0f32;
-                if k2 < depth && n < cols {
-                    b = f32::cast_from(w[k2 * cols + n]);
-                }
-                b_s[kw * STRIDE + lane % BN] = b;
+                b_s[(lane / BN + 4 * r) * STRIDE + lane % BN] = b_reg[r];
             }
         }
         sync_cube();
@@ -135,6 +123,54 @@ pub(super) fn matmul_nt<F: Float>(
                 }
             }
         }
+    }
+}
+
+/// Step `s`'s staging values of this lane into registers (zeros past the edges): `x` at depth
+/// `kk` of rows `r0 + 16·r`; `w` likewise (`w_out_in`) or at depth `lane / 64 + 4·r` of column
+/// `lane % 64`.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn load_step<F: Float>(
+    x: &[F],
+    w: &[F],
+    a_reg: &mut Array<f32>,
+    b_reg: &mut Array<f32>,
+    s: usize,
+    lane: usize,
+    kk: usize,
+    r0: usize,
+    m0: usize,
+    n0: usize,
+    rows: usize,
+    cols: usize,
+    depth: usize,
+    #[comptime] w_out_in: bool,
+) {
+    let k = s * BK + kk;
+    #[unroll]
+    for r in 0..4usize {
+        let rr = r0 + 16 * r;
+        let m = m0 + rr;
+        let mut a = 0.0f32;
+        if k < depth && m < rows {
+            a = f32::cast_from(x[m * depth + k]);
+        }
+        a_reg[r] = a;
+        let mut b = 0.0f32;
+        if w_out_in {
+            let n = n0 + rr;
+            if k < depth && n < cols {
+                b = f32::cast_from(w[n * depth + k]);
+            }
+        } else {
+            let k2 = s * BK + lane / BN + 4 * r;
+            let n = n0 + lane % BN;
+            if k2 < depth && n < cols {
+                b = f32::cast_from(w[k2 * cols + n]);
+            }
+        }
+        b_reg[r] = b;
     }
 }
 
