@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
 use burn::tensor::Device;
-use common::{devices, fixtures, to_vec};
+use common::{PipelineCase, devices, fixtures, to_vec};
 use latent_engine::checkpoint::{Checkpoint, SafetensorsFile};
 use latent_engine::image_io::{ResizeMode, RgbImage, load_image};
 use latent_engine::parameters::Parameters;
@@ -23,20 +23,19 @@ use serde::Deserialize;
 
 #[derive(Deserialize)]
 struct Case {
-    name: String,
-    sampler: String,
-    schedule: String,
+    #[serde(flatten)]
+    base: PipelineCase,
     strength: f64,
-    steps: usize,
-    seed: u64,
-    cfg: f32,
-    prompt: String,
-    negative: String,
-    width: usize,
-    height: usize,
     runs: usize,
     /// Inpainting with `img2img-mask.png` (StableDiffusionInpaintPipeline).
     mask: bool,
+}
+
+impl std::ops::Deref for Case {
+    type Target = PipelineCase;
+    fn deref(&self) -> &PipelineCase {
+        &self.base
+    }
 }
 
 fn cases() -> Vec<Case> {
@@ -71,15 +70,6 @@ fn init() -> InitImage {
 
 fn request(c: &Case) -> Txt2ImgRequest {
     Txt2ImgRequest {
-        prompt: c.prompt.clone(),
-        negative_prompt: c.negative.clone(),
-        seed: c.seed,
-        steps: c.steps,
-        cfg_scale: c.cfg,
-        sampler: c.sampler.parse().unwrap(),
-        schedule: c.schedule.parse().unwrap(),
-        width: c.width,
-        height: c.height,
         init: Some(InitImage {
             strength: c.strength,
             mask: c
@@ -87,7 +77,7 @@ fn request(c: &Case) -> Txt2ImgRequest {
                 .then(|| Arc::new(load_image(&fixtures().join("img2img-mask.png")).unwrap())),
             ..init()
         }),
-        ..Default::default()
+        ..c.base.request()
     }
 }
 

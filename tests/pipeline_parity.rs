@@ -7,30 +7,14 @@ use crate::common;
 use std::sync::atomic::AtomicBool;
 
 use burn::tensor::Device;
-use common::{devices, fixtures, to_vec};
+use common::{PipelineCase, devices, fixtures, to_vec};
 use latent_engine::checkpoint::{Checkpoint, SafetensorsFile};
 use latent_engine::pipeline::{Notice, Observer, StepState, Txt2ImgRequest, txt2img};
 use latent_engine::tokenizer::ClipTokenizer;
 use latent_engine::{LoadOptions, StableDiffusion};
-use serde::Deserialize;
 
-#[derive(Deserialize)]
-struct Case {
-    name: String,
-    sampler: String,
-    schedule: String,
-    prompt: String,
-    negative: String,
-    seed: u64,
-    steps: usize,
-    cfg: f32,
-    width: usize,
-    height: usize,
-}
-
-fn cases() -> Vec<Case> {
-    let text = std::fs::read_to_string(fixtures().join("pipeline_cases.json")).unwrap();
-    serde_json::from_str(&text).unwrap()
+fn cases() -> Vec<PipelineCase> {
+    PipelineCase::load("pipeline_cases.json")
 }
 
 #[derive(Default)]
@@ -45,28 +29,6 @@ impl Observer for Record {
     }
 }
 
-fn request(c: &Case) -> Txt2ImgRequest {
-    Txt2ImgRequest {
-        prompt: c.prompt.clone(),
-        negative_prompt: c.negative.clone(),
-        seed: c.seed,
-        steps: c.steps,
-        cfg_scale: c.cfg,
-        sampler: c.sampler.parse().unwrap(),
-        schedule: c.schedule.parse().unwrap(),
-        width: c.width,
-        height: c.height,
-        batch_count: 1,
-        clip_skip: 1,
-        emphasis: Default::default(),
-        decode: Default::default(),
-        init: None,
-        hires: None,
-        embeddings: None,
-        loras: Default::default(),
-    }
-}
-
 fn run_all(model_path: &std::path::Path, device: &Device, backend: &str) {
     let expected =
         SafetensorsFile::open(&fixtures().join("pipeline-expected.safetensors")).unwrap();
@@ -78,7 +40,7 @@ fn run_all(model_path: &std::path::Path, device: &Device, backend: &str) {
         let out = txt2img(
             &model,
             &tokenizer,
-            &request(&case),
+            &case.request(),
             &AtomicBool::new(false),
             &mut rec,
         )
@@ -164,7 +126,7 @@ fn batch_count_uses_consecutive_seeds() {
     let model = StableDiffusion::load(&ckpt, &Device::flex(), LoadOptions::default()).unwrap();
     let tokenizer = ClipTokenizer::new().unwrap();
     let case = cases().into_iter().next().unwrap(); // case0, seed 42
-    let mut req = request(&case);
+    let mut req = case.request();
     req.batch_count = 2;
     let cancel = AtomicBool::new(false);
     let both = txt2img(&model, &tokenizer, &req, &cancel, &mut Record::default()).unwrap();

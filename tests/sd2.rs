@@ -10,13 +10,14 @@ use std::path::Path;
 use std::sync::atomic::AtomicBool;
 
 use burn::tensor::Device;
-use common::{Expected, assert_close, devices, f32_bytes, fixtures, scratch_dir, to_vec};
+use common::{
+    Expected, PipelineCase, assert_close, devices, f32_bytes, fixtures, scratch_dir, to_vec,
+};
 use latent_engine::checkpoint::{Checkpoint, Family, Layout};
-use latent_engine::pipeline::{Quiet, Txt2ImgRequest, txt2img};
+use latent_engine::pipeline::{Quiet, txt2img};
 use latent_engine::schedulers::Prediction;
 use latent_engine::tokenizer::ClipTokenizer;
 use latent_engine::{LoadOptions, Precision, StableDiffusion};
-use serde::Deserialize;
 
 const LAYOUTS: [&str; 2] = ["tiny-sd2", "tiny-sd2.safetensors"];
 
@@ -98,47 +99,17 @@ fn text_encoder_and_unet_match_diffusers() {
     }
 }
 
-#[derive(Deserialize)]
-struct Case {
-    name: String,
-    sampler: String,
-    schedule: String,
-    prompt: String,
-    negative: String,
-    seed: u64,
-    steps: usize,
-    cfg: f32,
-    width: usize,
-    height: usize,
-}
-
-fn request(c: &Case) -> Txt2ImgRequest {
-    Txt2ImgRequest {
-        prompt: c.prompt.clone(),
-        negative_prompt: c.negative.clone(),
-        seed: c.seed,
-        steps: c.steps,
-        cfg_scale: c.cfg,
-        sampler: c.sampler.parse().unwrap(),
-        schedule: c.schedule.parse().unwrap(),
-        width: c.width,
-        height: c.height,
-        ..Txt2ImgRequest::default()
-    }
-}
-
 /// Every case's image from `model`, checked against diffusers' within ±1.
 fn images(model: &StableDiffusion, what: &str) -> Vec<Vec<u8>> {
     let exp = Expected::open("sd2-expected.safetensors");
-    let text = std::fs::read_to_string(fixtures().join("sd2_cases.json")).unwrap();
-    let cases: Vec<Case> = serde_json::from_str(&text).unwrap();
+    let cases = PipelineCase::load("sd2_cases.json");
     let tokenizer = ClipTokenizer::new().unwrap();
     let mut out = Vec::new();
     for case in &cases {
         let got = txt2img(
             model,
             &tokenizer,
-            &request(case),
+            &case.request(),
             &AtomicBool::new(false),
             &mut Quiet,
         )

@@ -138,3 +138,43 @@ pub fn scratch_dir(name: &str) -> PathBuf {
     std::fs::create_dir_all(&dir).expect("scratch dir");
     dir
 }
+
+/// One seeded txt2img case of a fixture script's `*_cases.json` (the fields every pipeline
+/// fixture shares).
+#[derive(Debug, Clone, serde::Deserialize)]
+pub struct PipelineCase {
+    pub name: String,
+    pub sampler: String,
+    pub schedule: String,
+    pub prompt: String,
+    pub negative: String,
+    pub seed: u64,
+    pub steps: usize,
+    pub cfg: f32,
+    pub width: usize,
+    pub height: usize,
+}
+
+impl PipelineCase {
+    /// The request diffusers ran for this case (no init image, defaults elsewhere).
+    pub fn request(&self) -> latent_engine::pipeline::Txt2ImgRequest {
+        latent_engine::pipeline::Txt2ImgRequest {
+            prompt: self.prompt.clone(),
+            negative_prompt: self.negative.clone(),
+            seed: self.seed,
+            steps: self.steps,
+            cfg_scale: self.cfg,
+            sampler: self.sampler.parse().expect("sampler"),
+            schedule: self.schedule.parse().expect("schedule"),
+            width: self.width,
+            height: self.height,
+            ..Default::default()
+        }
+    }
+
+    /// The cases of `tests/fixtures/<file>`.
+    pub fn load(file: &str) -> Vec<Self> {
+        let text = std::fs::read_to_string(fixtures().join(file)).expect("cases file");
+        serde_json::from_str(&text).expect("cases")
+    }
+}

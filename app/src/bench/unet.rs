@@ -101,22 +101,37 @@ pub(super) fn planes_ab(
             "planes for self-attention up to 160 wide",
         ),
     ];
-    let mut times = vec![Vec::new(); rules.len()];
+    let names: Vec<&str> = rules.iter().map(|r| r.3).collect();
+    interleaved(precision, "planes rule", &names, |i| {
+        let (prefetch, widest, min_keys, _) = rules[i];
+        set_planes_rule(prefetch, widest, min_keys);
+        let ms = time_ms(device, 2, runs, || {
+            let _ = model.unet.forward(x.clone(), &[500.0], ctx);
+        });
+        set_planes_rule(None, WIDEST_PLANES, PLANES_MIN_KEYS);
+        ms
+    })
+}
+
+/// Times rule `i` of `names` with `time(i)`, the rules interleaved over three rounds so that
+/// drift over the run falls on each alike, and prints each rule's median of rounds.
+fn interleaved(
+    precision: Precision,
+    what: &str,
+    names: &[&str],
+    mut time: impl FnMut(usize) -> Result<f64>,
+) -> Result<()> {
+    let mut times = vec![Vec::new(); names.len()];
     for _ in 0..3 {
-        for (i, &(prefetch, widest, min_keys, _)) in rules.iter().enumerate() {
-            set_planes_rule(prefetch, widest, min_keys);
-            let ms = time_ms(device, 2, runs, || {
-                let _ = model.unet.forward(x.clone(), &[500.0], ctx);
-            });
-            set_planes_rule(None, WIDEST_PLANES, PLANES_MIN_KEYS);
-            times[i].push(ms?);
+        for (i, t) in times.iter_mut().enumerate() {
+            t.push(time(i)?);
         }
     }
-    for ((.., what), t) in rules.iter().zip(&times) {
+    for (name, t) in names.iter().zip(&times) {
         let mut sorted = t.clone();
         sorted.sort_by(f64::total_cmp);
         println!(
-            "[{precision:?}] UNet step, planes rule: {what}: median of rounds {:.2} ms (rounds {})",
+            "[{precision:?}] UNet step, {what}: {name}: median of rounds {:.2} ms (rounds {})",
             sorted[sorted.len() / 2],
             t.iter()
                 .map(|m| format!("{m:.2}"))
@@ -147,30 +162,16 @@ pub(super) fn conv_ab(
         (MMA_MAX_TILES, false, "ours up to 160 tiles, no prefetch"),
         (64, false, "ours up to 64 tiles, no prefetch"),
     ];
-    let mut times = vec![Vec::new(); rules.len()];
-    for _ in 0..3 {
-        for (i, &(tiles, prefetch, _)) in rules.iter().enumerate() {
-            set_mma_max_tiles(tiles);
-            set_conv_prefetch(prefetch);
-            let ms = time_ms(device, 2, runs, || {
-                let _ = model.unet.forward(x.clone(), &[500.0], ctx);
-            });
-            set_mma_max_tiles(MMA_MAX_TILES);
-            set_conv_prefetch(true);
-            times[i].push(ms?);
-        }
-    }
-    for ((.., what), t) in rules.iter().zip(&times) {
-        let mut sorted = t.clone();
-        sorted.sort_by(f64::total_cmp);
-        println!(
-            "[{precision:?}] UNet step, convolution rule: {what}: median of rounds {:.2} ms (rounds {})",
-            sorted[sorted.len() / 2],
-            t.iter()
-                .map(|m| format!("{m:.2}"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
-    }
-    Ok(())
+    let names: Vec<&str> = rules.iter().map(|r| r.2).collect();
+    interleaved(precision, "convolution rule", &names, |i| {
+        let (tiles, prefetch, _) = rules[i];
+        set_mma_max_tiles(tiles);
+        set_conv_prefetch(prefetch);
+        let ms = time_ms(device, 2, runs, || {
+            let _ = model.unet.forward(x.clone(), &[500.0], ctx);
+        });
+        set_mma_max_tiles(MMA_MAX_TILES);
+        set_conv_prefetch(true);
+        ms
+    })
 }

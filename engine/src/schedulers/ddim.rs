@@ -37,6 +37,16 @@ pub(super) fn max_steps(config: &SchedulerConfig) -> usize {
         .unwrap_or(0)
 }
 
+/// `add_noise` of the variance-preserving schedulers (DDIM, LCM) at timestep `t`:
+/// sqrt(ᾱ_t)·x0 + sqrt(1 − ᾱ_t)·n, in float32 like their tensors.
+pub(super) fn vp_start(table: &NoiseTable, t: usize) -> StartCoefficients {
+    let a = table.alphas_cumprod[t];
+    StartCoefficients {
+        sample: a.sqrt(),
+        noise: (1.0 - a).sqrt(),
+    }
+}
+
 pub(super) fn plan(table: &NoiseTable, steps: usize, config: &SchedulerConfig) -> Plan {
     let ratio = config.num_train_timesteps / steps;
     let timesteps = timesteps(config, steps);
@@ -57,12 +67,7 @@ pub(super) fn plan(table: &NoiseTable, steps: usize, config: &SchedulerConfig) -
         draws_noise: false,
     };
     for &t in &timesteps {
-        // `add_noise`: sqrt(ᾱ_t)·x0 + sqrt(1 − ᾱ_t)·n, in float32 like its tensors.
-        let a = table.alphas_cumprod[t];
-        plan.start.push(StartCoefficients {
-            sample: a.sqrt(),
-            noise: (1.0 - a).sqrt(),
-        });
+        plan.start.push(vp_start(table, t));
         let a_t = alpha_cumprod(t);
         // `prev_timestep = t - T // steps` is negative at the last step, which then lands on
         // `final_alpha_cumprod`: ᾱ_0 for SD 1.5, so DDIM ends at σ ≈ 0.029 rather than 0.

@@ -9,7 +9,7 @@
 //! for the other samplers (A1111's rule), not diffusers' LCM-specific strength schedule.
 
 use super::schedule::NoiseTable;
-use super::{Plan, SchedulerConfig, StartCoefficients, StepCoefficients};
+use super::{Plan, SchedulerConfig, StepCoefficients};
 
 /// `original_inference_steps`: the distillation schedule's length, and so the most steps.
 pub(super) const ORIGINAL_STEPS: usize = 50;
@@ -52,11 +52,7 @@ pub(super) fn plan(table: &NoiseTable, steps: usize, config: &SchedulerConfig) -
         draws_noise: true,
     };
     for (i, &t) in timesteps.iter().enumerate() {
-        let a = table.alphas_cumprod[t];
-        plan.start.push(StartCoefficients {
-            sample: a.sqrt(),
-            noise: (1.0 - a).sqrt(),
-        });
+        plan.start.push(super::ddim::vp_start(table, t));
         let a_t = alpha_cumprod(t);
         let (x0, _) = config.prediction.vp(a_t.sqrt(), (1.0 - a_t).sqrt());
         let (c_skip, c_out) = boundary(t);
