@@ -3,13 +3,22 @@
 # backend, with the tiny fixture model: txt2img, img2img, inpainting, hires fix (both upscalers),
 # LoRAs (a kohya file with LoCon layers and a diffusers/PEFT one at once), each image made on both
 # devices with the same seed, then the largest pixel difference.
-# Carry .gl (Vulkan loader) and .gpu/latent-studio.gz; f32 so the two devices can agree to ±1.
+# Also the tiny SD 2.x model (v-prediction, OpenCLIP text tower) from both layouts and with the
+# LCM sampler, and once in f16 on the GPU (our cooperative-matrix kernels run in f16 only)
+# against f32 on the CPU, where only the largest difference is reported.
+# Carry .gl (Vulkan loader) and .gpu/latent-studio.gz or .xz; f32 so the two devices can agree
+# to ±1.
 for f in .gl/*.deb; do dpkg -x $f / >/dev/null 2>&1; done; ldconfig
 if ! ls /usr/share/vulkan/icd.d/*.json /etc/vulkan/icd.d/*.json >/dev/null 2>&1; then
   export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
 fi
 nvidia-smi --query-gpu=name,driver_version --format=csv | tee -a $OUT/gpu.txt
-gunzip -c .gpu/latent-studio.gz > /tmp/ls && chmod +x /tmp/ls
+if [ -f .gpu/latent-studio.xz ]; then
+  python3 -c "import lzma,shutil,sys; shutil.copyfileobj(lzma.open(sys.argv[1]), sys.stdout.buffer)" .gpu/latent-studio.xz > /tmp/ls
+else
+  gunzip -c .gpu/latent-studio.gz > /tmp/ls
+fi
+chmod +x /tmp/ls
 F=tests/fixtures
 COMMON="--model $F/tiny-sd --prompt a_fox_in_tinystyle --negative blurry --seed 7 --steps 6 --precision f32 --overwrite --embeddings $F/embeddings"
 run() {  # name, extra args
@@ -24,6 +33,17 @@ run inpaint --init-image $F/img2img-init.png --mask $F/img2img-mask.png --denois
 run hires_latent --width 64 --height 48 --hires-scale 1.5 --hires-steps 3 --hires-strength 0.5
 run hires_lanczos --width 64 --height 48 --hires-scale 1.5 --hires-steps 3 --hires-strength 0.5 --hires-upscaler Lanczos
 run lora --width 64 --height 64 --loras $F/loras --lora kohya:0.7 --lora peft:0.5:0.8
+run_sd2() {  # name, model, gpu precision, extra args
+  for dev in gpu cpu; do
+    precision=f32; [ $dev = gpu ] && precision=$3
+    timeout 120 /tmp/ls generate --model $F/$2 --prompt "a lighthouse at night" --negative fog --seed 7 --steps 6 --width 64 --height 64 --precision $precision --overwrite --device $dev --out $OUT/$1-$dev.png "${@:4}" > $OUT/$1-$dev.log 2>&1
+    echo "$1 $dev rc=$?" | tee -a $OUT/summary.txt
+  done
+}
+run_sd2 sd2_folder tiny-sd2 f32 --sampler ddim
+run_sd2 sd2_single tiny-sd2.safetensors f32
+run_sd2 sd2_lcm tiny-sd2 f32 --sampler lcm --cfg 1.5
+run_sd2 sd2_f16 tiny-sd2 f16
 python3 - "$OUT" <<'PY' | tee -a $OUT/summary.txt
 import os, struct, sys, zlib
 
@@ -55,7 +75,7 @@ def read_png(path):
     return w, h, rows
 
 out = sys.argv[1]
-for name in ["txt2img", "img2img", "inpaint", "hires_latent", "hires_lanczos", "lora"]:
+for name in ["txt2img", "img2img", "inpaint", "hires_latent", "hires_lanczos", "lora", "sd2_folder", "sd2_single", "sd2_lcm", "sd2_f16"]:
     a, b = (os.path.join(out, f"{name}-{d}.png") for d in ("gpu", "cpu"))
     if not (os.path.exists(a) and os.path.exists(b)):
         print(name, "missing"); continue
