@@ -321,7 +321,7 @@ fn run(
 ) -> Option<Tensor<4>> {
     // The cooperative-matrix kernel reads the input unrolled: gathered in the product, each
     // value's index arithmetic was repeated for every tile of output channels, and cost more
-    // than the products (BENCHMARKS.md, sixteenth session: 0.44 → 0.30 ms at 8×8).
+    // than the products (BENCHMARKS.md, sixteenth session: 0.41 → 0.28 ms at 8×8).
     let from_col = matches!(weights, Weights::Stored(..));
     run_with(x, weights, geometry, epilogue, slices, from_col)
 }

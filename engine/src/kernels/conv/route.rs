@@ -15,10 +15,11 @@ const MIN_OUT_CHANNELS: usize = 32;
 
 /// Most 64 × 64 tiles for which our cooperative-matrix convolution runs (split) instead of
 /// burn's: the 8×8 and 16×16 maps of SD at 512². Measured on an H200 (BENCHMARKS.md, sixteenth
-/// session, each shape alone), ours reading its input unrolled: at 8×8 (40 tiles) 0.30 against
-/// burn's 0.69 ms (1280→1280); at 16×16 (80–160 tiles) level with burn's (0.73 against 0.71 ms),
-/// and the whole step 0.8 ms faster with them, which also spares burn's autotune those shapes;
-/// at 32×32 burn's is faster (2.46 against 1.19 ms for 1280→1280).
+/// session, call 7, each shape alone), ours reading its input unrolled: at 8×8 (40 tiles) 0.275
+/// against burn's 0.664 ms (1280→1280); at 16×16 (80–160 tiles) level with burn's (0.685
+/// against 0.678 ms), the whole step faster with them in two calls (46.3/46.8 against
+/// 47.1/49.1 ms), which also spares burn's autotune those shapes; at 32×32 burn's is faster
+/// (2.38 against 1.22 ms for 1280→1280).
 pub const MMA_MAX_TILES: usize = 160;
 
 /// The tile limit in force: [`MMA_MAX_TILES`] unless the bench set another
