@@ -190,10 +190,19 @@ impl SchedulerConfig {
             && self.beta_end > 0.0
             && self.beta_start < 1.0
             && self.beta_end < 1.0;
-        if self.num_train_timesteps < 2 {
+        // The tables are built at this length: bounded so that a config cannot ask for gigabytes.
+        if !(2..=100_000).contains(&self.num_train_timesteps) {
             return Err(SchedulerError::InvalidConfig(format!(
-                "num_train_timesteps must be at least 2, got {}",
+                "num_train_timesteps must be between 2 and 100000, got {}",
                 self.num_train_timesteps
+            )));
+        }
+        // Every Stable Diffusion config says 0 or 1; a larger offset would push "leading"
+        // timesteps past the training schedule (diffusers then indexes past its tables).
+        if self.steps_offset > 1 {
+            return Err(SchedulerError::InvalidConfig(format!(
+                "steps_offset must be 0 or 1, got {}",
+                self.steps_offset
             )));
         }
         if !betas_ok {
@@ -262,6 +271,15 @@ mod tests {
                 beta_end: f64::NAN,
                 ..SchedulerConfig::sd15()
             },
+            SchedulerConfig {
+                num_train_timesteps: 1 << 40,
+                ..SchedulerConfig::sd15()
+            },
+            SchedulerConfig {
+                steps_offset: 500,
+                timestep_spacing: Some(TimestepSpacing::Leading),
+                ..SchedulerConfig::sd15()
+            },
         ];
         for config in bad {
             let err = plan(SamplerKind::Euler, Schedule::Normal, 10, &config).unwrap_err();
@@ -270,5 +288,13 @@ mod tests {
                 "{config:?}: {err}"
             );
         }
+        // LCM's schedule needs at least 50 training timesteps (every T / 50th one).
+        let short = SchedulerConfig {
+            num_train_timesteps: 20,
+            ..SchedulerConfig::sd15()
+        };
+        let err = plan(SamplerKind::Lcm, Schedule::Normal, 4, &short).unwrap_err();
+        assert!(matches!(err, SchedulerError::InvalidConfig(_)), "{err}");
+        assert!(plan(SamplerKind::Euler, Schedule::Normal, 4, &short).is_ok());
     }
 }

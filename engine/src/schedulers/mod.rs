@@ -192,6 +192,14 @@ pub fn plan(
             schedule,
         });
     }
+    if kind == SamplerKind::Lcm && config.num_train_timesteps < lcm::ORIGINAL_STEPS {
+        // Its schedule is every (T / 50)th timestep: none below 50 training timesteps.
+        return Err(SchedulerError::InvalidConfig(format!(
+            "LCM needs at least {} training timesteps, the model has {}",
+            lcm::ORIGINAL_STEPS,
+            config.num_train_timesteps
+        )));
+    }
     let max = kind.max_steps(schedule, config);
     if steps > max {
         return Err(SchedulerError::TooManySteps {
