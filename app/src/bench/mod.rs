@@ -26,6 +26,7 @@ mod conv;
 mod kernels;
 mod linear;
 mod lora;
+mod profile;
 mod unet;
 
 #[derive(Args, Debug)]
@@ -92,6 +93,10 @@ pub struct BenchArgs {
     /// fewer map sizes, interleaved over three rounds in the same process.
     #[arg(long)]
     conv_ab: bool,
+    /// After the UNet step: every kernel of this many launch-by-launch steps timed on the device
+    /// (timestamp queries, no wait between kernels), summed by kernel and by class.
+    #[arg(long)]
+    kernel_profile: Option<usize>,
     /// Only the VAE decode (plain and compiled) and the GroupNorm kernels.
     #[arg(long)]
     vae_only: bool,
@@ -267,6 +272,9 @@ pub fn run(args: BenchArgs) -> Result<()> {
             enqueue[enqueue.len() / 2]
         );
         unet::graph_bench(&model, &device, precision, args.runs, &x, &ctx, unet)?;
+        if let Some(steps) = args.kernel_profile {
+            profile::kernel_profile(&model, &device, precision, steps, &x, &ctx)?;
+        }
         if args.planes_ab {
             unet::planes_ab(&model, &device, precision, args.runs, &x, &ctx)?;
         }

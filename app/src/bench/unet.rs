@@ -153,25 +153,34 @@ pub(super) fn conv_ab(
     x: &Tensor<4>,
     ctx: &Tensor<3>,
 ) -> Result<()> {
-    use latent_engine::kernels::conv::{MMA_MAX_TILES, set_mma_max_tiles};
-    use latent_engine::kernels::set_conv_prefetch;
+    use latent_engine::kernels::conv::{
+        MMA_MAX_TILES, set_mma_max_tiles, set_unrolled_matmul_from,
+    };
+    // (ours up to, unrolled + burn matmul from, name)
     let rules = [
-        (MMA_MAX_TILES, true, "default (ours up to 160 tiles)"),
-        (64, true, "ours up to 64 tiles (8×8 maps only)"),
-        (640, true, "ours up to 640 tiles (32×32 maps too)"),
-        (MMA_MAX_TILES, false, "ours up to 160 tiles, no prefetch"),
-        (64, false, "ours up to 64 tiles, no prefetch"),
+        (
+            MMA_MAX_TILES,
+            usize::MAX,
+            "default (ours up to 160 tiles, burn's conv above)",
+        ),
+        (
+            MMA_MAX_TILES,
+            MMA_MAX_TILES + 1,
+            "ours up to 160 tiles, unrolled + burn matmul above",
+        ),
+        (64, 65, "ours up to 64 tiles, unrolled + burn matmul above"),
+        (0, 0, "unrolled + burn matmul for every 3×3 layer"),
     ];
     let names: Vec<&str> = rules.iter().map(|r| r.2).collect();
     interleaved(precision, "convolution rule", &names, |i| {
-        let (tiles, prefetch, _) = rules[i];
+        let (tiles, from, _) = rules[i];
         set_mma_max_tiles(tiles);
-        set_conv_prefetch(prefetch);
+        set_unrolled_matmul_from(from);
         let ms = time_ms(device, 2, runs, || {
             let _ = model.unet.forward(x.clone(), &[500.0], ctx);
         });
         set_mma_max_tiles(MMA_MAX_TILES);
-        set_conv_prefetch(true);
+        set_unrolled_matmul_from(usize::MAX);
         ms
     })
 }

@@ -308,7 +308,9 @@ pub(super) fn write_block<F: Float>(
 
 /// The input unrolled for the product: `col[k, p]` is the value the implicit GEMM gathers for
 /// reduction index `k` (channel, tap) and output pixel `p` (zero outside the image), in order, so
-/// that neighbouring lanes write neighbouring pixels. One lane a value; cube `x + y·CUBE_COUNT_X`.
+/// that neighbouring lanes write neighbouring pixels. With `batch_major` the layout is
+/// `[b, k, oh·ow]` instead (one matrix per image, for a batched product whose output is already
+/// `[b, c_out, oh·ow]`). One lane a value; cube `x + y·CUBE_COUNT_X`.
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
 pub(super) fn im2col<F: Float>(
@@ -326,13 +328,19 @@ pub(super) fn im2col<F: Float>(
     #[comptime] kh: usize,
     #[comptime] kw: usize,
     #[comptime] up: usize,
+    #[comptime] batch_major: bool,
 ) {
     let cube = CUBE_POS_X as usize + CUBE_POS_Y as usize * CUBE_COUNT_X as usize;
     let o = cube * LANES + UNIT_POS as usize;
     if o < k_total * pixels {
-        let k = o / pixels;
-        let p = o % pixels;
         let map = oh * ow;
+        let mut k = o / pixels;
+        let mut p = o % pixels;
+        if batch_major {
+            let per_image = k_total * map;
+            k = (o % per_image) / map;
+            p = (o / per_image) * map + o % map;
+        }
         let rem = p % map;
         let x_base = (p / map) * c_in * h * wd;
         let v = gather::<F>(

@@ -45,7 +45,10 @@ use burn::tensor::{DType, Tensor};
 use super::{Element, buffer_arg, grid, output, resolve};
 use cmma::{BK_MMA, conv2d_gemm_mma};
 use kernel::{BK, BM, BN, LANES, conv2d_gemm, conv2d_split_sum, im2col};
-pub use route::{MMA_MAX_TILES, Mma, Prepared, mma_max_tiles, mma_on, runs_for, set_mma_max_tiles};
+pub use route::{
+    MMA_MAX_TILES, Mma, Prepared, mma_max_tiles, mma_on, runs_for, set_mma_max_tiles,
+    set_unrolled_matmul_from, unrolled_matmul_from,
+};
 
 /// Cubes a launch should have before the reduction is split: a few per compute unit on the
 /// GPUs we target (an H200 has 132 SMs, an A770 32 Xe-cores, Iris Xe 6 subslices).
@@ -264,13 +267,65 @@ pub(super) fn unroll(x: Tensor<4>, geometry: Geometry) -> Option<Tensor<2>> {
     Some(out)
 }
 
-/// Launches [`kernel::im2col`] from `xc` (`dims`) into `colc`.
+/// Most elements of an unrolled input [`conv2d_unrolled_matmul`] makes (128 MiB in f16): the
+/// UNet's maps at 512² need at most 24 M; a VAE's full-size maps would need hundreds.
+const MAX_UNROLLED: usize = 64 << 20;
+
+/// The convolution as the input unrolled batch-major (`[b, c_in·k·k, oh·ow]`) times the weights
+/// viewed `[1, c_out, c_in·k·k]` through burn's matmul (its autotuned kernels, vectorised and
+/// double-buffered, with its fusion of the epilogue's adds), the output already `[b, c_out, oh,
+/// ow]`. `None` where our kernels do not run or the unrolled input would pass [`MAX_UNROLLED`].
+pub fn conv2d_unrolled_matmul(
+    x: Tensor<4>,
+    weight: &Tensor<4>,
+    geometry: Geometry,
+    epilogue: &Epilogue<'_>,
+) -> Option<Tensor<4>> {
+    let (device, dtype) = (x.device(), x.dtype());
+    if !super::available(&device) || weight.dtype() != dtype {
+        return None;
+    }
+    let element = Element::of(dtype)?;
+    let dims @ [b, c_in, h, w] = x.dims();
+    let [c_out, wc_in, kh, kw] = weight.dims();
+    if wc_in != c_in || kh != geometry.k || kw != geometry.k {
+        return None;
+    }
+    let [oh, ow] = geometry.output(h, w)?;
+    let k_total = c_in * kh * kw;
+    if k_total * b * oh * ow > MAX_UNROLLED {
+        return None;
+    }
+    let xc = resolve(x)?;
+    let (col, colc) = output([b, k_total, oh * ow], dtype, &device)?;
+    launch_im2col(&xc, &colc, element, dims, geometry, true)?;
+    let y = weight
+        .clone()
+        .reshape([1, c_out, k_total])
+        .matmul(col)
+        .reshape([b, c_out, oh, ow]);
+    Some(epilogue.apply(y))
+}
+
+/// Launches [`kernel::im2col`] from `xc` (`dims`) into `colc`, `[c_in·k·k, b·oh·ow]`.
 fn unroll_into(
+    xc: &CubeTensor,
+    colc: &CubeTensor,
+    element: Element,
+    dims: [usize; 4],
+    geometry: Geometry,
+) -> Option<()> {
+    launch_im2col(xc, colc, element, dims, geometry, false)
+}
+
+/// [`kernel::im2col`], `batch_major` or not.
+fn launch_im2col(
     xc: &CubeTensor,
     colc: &CubeTensor,
     element: Element,
     [b, c_in, h, w]: [usize; 4],
     geometry: Geometry,
+    batch_major: bool,
 ) -> Option<()> {
     let Geometry {
         k,
@@ -302,6 +357,7 @@ fn unroll_into(
                 k,
                 k,
                 up,
+                batch_major,
             )
         };
     }

@@ -36,6 +36,21 @@ pub fn set_mma_max_tiles(tiles: usize) {
 static MAX_TILES: std::sync::atomic::AtomicUsize =
     std::sync::atomic::AtomicUsize::new(MMA_MAX_TILES);
 
+/// Fewest tiles from which a 3×3 layer on cooperative matrices that ours does not take runs as
+/// the unrolled input through burn's matmul ([`super::conv2d_unrolled_matmul`]) instead of burn's
+/// convolution: `usize::MAX` (never) unless the bench set it ([`set_unrolled_matmul_from`]).
+pub fn unrolled_matmul_from() -> usize {
+    UNROLLED_FROM.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Sets [`unrolled_matmul_from`] process-wide (calls afterwards route by it).
+pub fn set_unrolled_matmul_from(tiles: usize) {
+    UNROLLED_FROM.store(tiles, std::sync::atomic::Ordering::Relaxed);
+}
+
+static UNROLLED_FROM: std::sync::atomic::AtomicUsize =
+    std::sync::atomic::AtomicUsize::new(usize::MAX);
+
 /// The cooperative-matrix kernel's shape on one device ([`cmma`]): its plane width, fixed when
 /// the kernel compiles, and its f16×f16→f32 fragment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -173,6 +188,9 @@ impl Prepared {
                 let [oh, ow] = geometry.output(h, w)?;
                 let tiles = (b * oh * ow).div_ceil(BN) * c_out.div_ceil(BM);
                 let steps = (weight.dims()[1] * kh * kw).div_ceil(BK);
+                if tiles >= unrolled_matmul_from() {
+                    return super::conv2d_unrolled_matmul(x.clone(), weight, geometry, epilogue);
+                }
                 (tiles <= mma_max_tiles() && splits(tiles, steps) > 1).then_some(())?;
                 run(
                     x.clone(),
