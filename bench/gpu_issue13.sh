@@ -74,6 +74,14 @@
 #   PART=ab PyTorch (fp16 UNet step, 20-step txt2img), then ours: the step both ways, the step
 #           with our cooperative-matrix convolution up to 160/64/640 tiles interleaved over three
 #           rounds, VAE, 20-step txt2img
+#   PART=ac PyTorch (fp16 UNet step, 20-step txt2img), then ours: the step both ways, every kernel
+#           of three steps timed on the device (`--kernel-profile 3`: by kernel and by class), the
+#           step with the 3×3 convolutions through the unrolled input and burn's matmul above
+#           160/64/0 tiles, interleaved over three rounds (`--conv-ab`), VAE, 20-step txt2img
+#   PART=ad our cooperative-matrix GEMM against burn on every UNet linear shape (each tile) and
+#           every 3×3 convolution shape (input unrolled) (`--gemm-only`); PyTorch (fp16 UNet step,
+#           20-step txt2img); then ours: the step both ways and with the GEMM taking the linears
+#           and convolutions, interleaved over three rounds (`--gemm-ab`), VAE, txt2img
 #   PART=e  PyTorch (fp16 UNet, VAE, 20-step txt2img), then our f16 bench under perf (a flat
 #           profile per thread: where the host time of a step goes). Needs .perf/perf.txz (perf
 #           and its libraries) and a release build with symbols (CARGO_PROFILE_RELEASE_STRIP=false)
@@ -251,6 +259,15 @@ aa)
 ab)
   PARTS=${TORCH_PARTS:-unet16,e2e} timeout 100 python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_ab.txt
   timeout ${OURS_TIMEOUT:-450} /tmp/ls bench --device gpu --precision f16 --runs 7 --steps 20 --no-ops --no-previews --no-profile --no-burn-ops --conv-ab 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_spirv.txt
+  ;;
+ac)
+  PARTS=${TORCH_PARTS:-unet16,e2e} timeout 100 python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_ac.txt
+  timeout ${OURS_TIMEOUT:-470} /tmp/ls bench --device gpu --precision f16 --runs 7 --steps 20 --no-ops --no-previews --no-profile --no-burn-ops --kernel-profile 3 --conv-ab 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_spirv.txt
+  ;;
+ad)
+  timeout ${GEMM_TIMEOUT:-150} /tmp/ls bench --device gpu --precision f16 --runs 5 --gemm-only 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/gemm.txt
+  PARTS=${TORCH_PARTS:-unet16,e2e} timeout 100 python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_ad.txt
+  timeout ${OURS_TIMEOUT:-300} /tmp/ls bench --device gpu --precision f16 --runs 7 --steps 20 --no-ops --no-previews --no-profile --no-burn-ops --gemm-ab 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_spirv.txt
   ;;
 h)
   timeout ${OURS_TIMEOUT:-540} /tmp/ls bench --device gpu --precision f16 --runs 3 --unet-only 2>&1 | grep -v "^\[F16\]   [a-z_]*  *[0-9.]* ms  {" | tee $OUT/ours_spirv_ops.txt

@@ -187,3 +187,95 @@ pub fn report(
     }
     Ok(())
 }
+
+/// Every 3×3 shape of `ops` on burn's convolution (bias added after, as `nn::Conv2d` runs it)
+/// and as the input unrolled times the weights on our cooperative-matrix GEMM (automatic tile),
+/// with their difference; the sums a step weighted by count.
+pub fn gemm_report(
+    ops: &[(OpShape, usize)],
+    device: &Device,
+    precision: Precision,
+    runs: usize,
+) -> Result<()> {
+    let dtype = precision.dtype();
+    let Some(gemm) = latent_engine::kernels::matmul::mma_gemm_on(device, dtype) else {
+        return Ok(());
+    };
+    let normal = Distribution::Normal(0.0, 1.0);
+    let (mut burn_total, mut ours_total) = (0.0, 0.0);
+    for &(op, count) in ops {
+        let OpShape::Conv {
+            b,
+            c_in,
+            c_out,
+            h,
+            w,
+            k,
+            stride,
+            padding,
+            bias,
+        } = op
+        else {
+            continue;
+        };
+        let x = Tensor::<4>::random([b, c_in, h, w], normal, (device, dtype));
+        let weight = Tensor::<4>::random([c_out, c_in, k, k], normal, (device, dtype)) * 0.05;
+        let bias_t = Tensor::<1>::random([c_out], normal, (device, dtype));
+        let options = ConvOptions::new([stride, stride], [padding, padding], [1, 1], 1);
+        let burn = || {
+            let y = conv2d(x.clone(), weight.clone(), None, options.clone());
+            if bias {
+                y + bias_t.clone().reshape([1, c_out, 1, 1])
+            } else {
+                y
+            }
+        };
+        let burn_ms = time_ms(device, 1, runs, || {
+            for _ in 0..REPS {
+                let _ = burn();
+            }
+        })? / REPS as f64;
+        let epilogue = conv::Epilogue {
+            bias: bias.then_some(&bias_t),
+            ..Default::default()
+        };
+        let geometry = conv::Geometry {
+            k,
+            stride,
+            padding,
+            upsample: false,
+        };
+        let ours =
+            || conv::conv2d_unrolled_gemm(x.clone(), &weight, geometry, &epilogue, gemm, None);
+        let rate = |ms: f64| op.flops() / (ms * 1e-3) / 1e12;
+        let Some(first) = ours() else {
+            println!(
+                "[{precision:?}]   {:<40} x{count:<3} burn {burn_ms:8.3} ms | unrolled + our GEMM: does not run",
+                op.to_string()
+            );
+            continue;
+        };
+        let read = |t: Tensor<4>| t.cast(DType::F32).into_data().try_to_vec::<f32>();
+        let rel = match (read(first), read(burn())) {
+            (Ok(a), Ok(b)) => latent_engine::vae_compile::relative_difference(&a, &b),
+            _ => f32::NAN,
+        };
+        let ms = time_ms(device, 1, runs, || {
+            for _ in 0..REPS {
+                let _ = ours();
+            }
+        })? / REPS as f64;
+        burn_total += burn_ms * count as f64;
+        ours_total += ms * count as f64;
+        println!(
+            "[{precision:?}]   {:<40} x{count:<3} burn {burn_ms:8.3} ms {:6.1} TFLOP/s | unrolled + our GEMM {ms:8.3} ms {:6.1} TFLOP/s rel {rel:.1e}",
+            op.to_string(),
+            rate(burn_ms),
+            rate(ms)
+        );
+    }
+    println!(
+        "[{precision:?}]   these convolutions a step (each alone, summed by count): burn {burn_total:.2} ms, unrolled + our GEMM {ours_total:.2} ms"
+    );
+    Ok(())
+}

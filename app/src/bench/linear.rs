@@ -83,3 +83,123 @@ pub fn report(
     }
     Ok(())
 }
+
+/// SD 1.5's main linear shapes per UNet step at 512² (batch 2: tokens × in → out, bias), with
+/// their counts: each level's transformer blocks (proj_in/out, the attention outputs and the
+/// cross-attention's query, the fused q/k/v, GEGLU and the feed-forward's output) and the
+/// cross-attention's keys and values from the 77-token context.
+pub fn sd15_linear_shapes() -> Vec<(OpShape, usize)> {
+    let lin = |rows, d_in, d_out, bias| OpShape::Linear {
+        rows,
+        d_in,
+        d_out,
+        bias,
+    };
+    let mut v = Vec::new();
+    for (rows, c, blocks) in [
+        (8192, 320, 5),
+        (2048, 640, 5),
+        (512, 1280, 5),
+        (128, 1280, 1),
+    ] {
+        v.push((lin(rows, c, c, true), 4 * blocks));
+        v.push((lin(rows, c, c, false), blocks));
+        v.push((lin(rows, c, 3 * c, false), blocks));
+        v.push((lin(rows, c, 8 * c, true), blocks));
+        v.push((lin(rows, 4 * c, c, true), blocks));
+        v.push((lin(154, 768, 2 * c, false), blocks));
+    }
+    v
+}
+
+/// Our cooperative-matrix GEMM (`matmul::linear_mma`, each tile and the automatic choice)
+/// against burn's `linear` on every shape of `ops`, weights `[out, in]` as checkpoints store them.
+pub fn gemm_report(
+    ops: &[(OpShape, usize)],
+    device: &Device,
+    precision: Precision,
+    runs: usize,
+) -> Result<()> {
+    let dtype = precision.dtype();
+    let Some(gemm) = matmul::mma_gemm_on(device, dtype) else {
+        println!("[{precision:?}] our cooperative-matrix GEMM does not run here");
+        return Ok(());
+    };
+    println!(
+        "[{precision:?}] our cooperative-matrix GEMM: plane {}, fragment {}x{}x{}",
+        gemm.plane, gemm.fragment.m, gemm.fragment.n, gemm.fragment.k
+    );
+    let normal = Distribution::Normal(0.0, 1.0);
+    let (mut burn_total, mut ours_total) = (0.0, 0.0);
+    for &(op, count) in ops {
+        let OpShape::Linear {
+            rows,
+            d_in,
+            d_out,
+            bias,
+        } = op
+        else {
+            continue;
+        };
+        let x = Tensor::<2>::random([rows, d_in], normal, (device, dtype));
+        let weight = Tensor::<2>::random([d_out, d_in], normal, (device, dtype)).transpose() * 0.05;
+        let bias_t = bias.then(|| Tensor::<1>::random([d_out], normal, (device, dtype)));
+        let rate = |ms: f64| op.flops() / (ms * 1e-3) / 1e12;
+        let burn = || linear(x.clone(), weight.clone(), bias_t.clone());
+        let burn_ms = time_ms(device, 1, runs, || {
+            for _ in 0..REPS {
+                let _ = burn();
+            }
+        })? / REPS as f64;
+        let read = |t: Tensor<2>| t.cast(DType::F32).into_data().try_to_vec::<f32>();
+        let want = read(burn()).map_err(|e| anyhow::anyhow!("{e:?}"))?;
+        let mut line = format!(
+            "[{precision:?}]   {:<40} x{count:<3} burn {burn_ms:8.3} ms {:6.1} TFLOP/s",
+            op.to_string(),
+            rate(burn_ms)
+        );
+        let auto = gemm.tiles_for(rows, d_out, 1);
+        let mut best = f64::INFINITY;
+        for tiles in [None, Some((4, 2)), Some((2, 2)), Some((2, 1))] {
+            let ours = || {
+                matmul::linear_mma(
+                    gemm,
+                    x.clone(),
+                    &weight,
+                    WeightLayout::OutIn,
+                    bias_t.as_ref(),
+                    tiles,
+                )
+            };
+            let Some(first) = ours() else {
+                line += &format!(" | {tiles:?}: does not run");
+                continue;
+            };
+            let rel = match read(first) {
+                Ok(a) => latent_engine::vae_compile::relative_difference(&a, &want),
+                Err(_) => f32::NAN,
+            };
+            let ms = time_ms(device, 1, runs, || {
+                for _ in 0..REPS {
+                    let _ = ours();
+                }
+            })? / REPS as f64;
+            if tiles.is_none() {
+                best = ms;
+            }
+            let (tm, tn) = tiles.unwrap_or(auto);
+            line += &format!(
+                " | ours {}{tm}x{tn} {ms:8.3} ms {:6.1} TFLOP/s rel {rel:.1e}",
+                if tiles.is_none() { "auto " } else { "" },
+                rate(ms)
+            );
+        }
+        burn_total += burn_ms * count as f64;
+        ours_total += best * count as f64;
+        println!("{line}");
+    }
+    println!(
+        "[{precision:?}]   these linears a step (each alone, summed by count): burn {burn_total:.2} ms, ours (automatic tile) {ours_total:.2} ms"
+    );
+    Ok(())
+}

@@ -97,6 +97,18 @@ pub struct BenchArgs {
     /// (timestamp queries, no wait between kernels), summed by kernel and by class.
     #[arg(long)]
     kernel_profile: Option<usize>,
+    /// Only our cooperative-matrix GEMM against burn: every SD 1.5 UNet linear shape (each tile)
+    /// and every 3×3 convolution shape (input unrolled).
+    #[arg(long)]
+    gemm_only: bool,
+    /// Route the linears and every convolution through our cooperative-matrix GEMM for the whole
+    /// run (where it runs).
+    #[arg(long)]
+    gemm_all: bool,
+    /// After the UNet step, the same step with our cooperative-matrix GEMM taking the linears and
+    /// convolutions, interleaved over three rounds in the same process.
+    #[arg(long)]
+    gemm_ab: bool,
     /// Only the VAE decode (plain and compiled) and the GroupNorm kernels.
     #[arg(long)]
     vae_only: bool,
@@ -180,6 +192,12 @@ pub fn run(args: BenchArgs) -> Result<()> {
             .map_err(|e| anyhow::anyhow!("--unet-divisor {}: {e}", args.unet_divisor))?;
     }
     let tokenizer = ClipTokenizer::new()?;
+    if args.gemm_all {
+        latent_engine::kernels::matmul::set_mma_linears(true);
+        latent_engine::kernels::conv::set_unrolled_gemm(true);
+        latent_engine::kernels::conv::set_unrolled_matmul_from(0);
+        latent_engine::kernels::conv::set_mma_max_tiles(0);
+    }
     if let Some(path) = &args.cache_model {
         return cache::cache_bench(&args, path, &device, &tokenizer);
     }
@@ -192,6 +210,11 @@ pub fn run(args: BenchArgs) -> Result<()> {
                 precision,
                 args.runs,
             )?;
+            continue;
+        }
+        if args.gemm_only {
+            linear::gemm_report(&linear::sd15_linear_shapes(), &device, precision, args.runs)?;
+            conv::gemm_report(&kernels::sd15_conv_shapes(), &device, precision, args.runs)?;
             continue;
         }
         if args.conv_only {
@@ -280,6 +303,9 @@ pub fn run(args: BenchArgs) -> Result<()> {
         }
         if args.conv_ab {
             unet::conv_ab(&model, &device, precision, args.runs, &x, &ctx)?;
+        }
+        if args.gemm_ab {
+            unet::gemm_ab(&model, &device, precision, args.runs, &x, &ctx)?;
         }
         if let Some(rank) = args.lora_rank {
             lora::lora_bench(&model, &device, precision, rank, args.runs, &x, &ctx)?;

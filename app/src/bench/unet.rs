@@ -184,3 +184,53 @@ pub(super) fn conv_ab(
         ms
     })
 }
+
+/// The same step, same process, with our cooperative-matrix GEMM taking more of it: the linears,
+/// then the 1×1 and the 3×3 convolutions above 160 tiles (input unrolled), then every 3×3
+/// convolution, interleaved over three rounds.
+pub(super) fn gemm_ab(
+    model: &StableDiffusion,
+    device: &Device,
+    precision: Precision,
+    runs: usize,
+    x: &Tensor<4>,
+    ctx: &Tensor<3>,
+) -> Result<()> {
+    use latent_engine::kernels::conv::{
+        MMA_MAX_TILES, set_mma_max_tiles, set_unrolled_gemm, set_unrolled_matmul_from,
+    };
+    use latent_engine::kernels::matmul::set_mma_linears;
+    // (linears, convolutions: unrolled from tiles, ours up to tiles, name)
+    let rules = [
+        (
+            false,
+            usize::MAX,
+            MMA_MAX_TILES,
+            "default (burn's matmul for linears)",
+        ),
+        (true, usize::MAX, MMA_MAX_TILES, "linears on our GEMM"),
+        (
+            true,
+            MMA_MAX_TILES + 1,
+            MMA_MAX_TILES,
+            "linears, 1×1 and 3×3 above 160 tiles on our GEMM",
+        ),
+        (true, 0, 0, "linears and every convolution on our GEMM"),
+    ];
+    let names: Vec<&str> = rules.iter().map(|r| r.3).collect();
+    interleaved(precision, "GEMM rule", &names, |i| {
+        let (linears, from, tiles, _) = rules[i];
+        set_mma_linears(linears);
+        set_unrolled_gemm(from != usize::MAX);
+        set_unrolled_matmul_from(from);
+        set_mma_max_tiles(tiles);
+        let ms = time_ms(device, 2, runs, || {
+            let _ = model.unet.forward(x.clone(), &[500.0], ctx);
+        });
+        set_mma_linears(false);
+        set_unrolled_gemm(false);
+        set_unrolled_matmul_from(usize::MAX);
+        set_mma_max_tiles(MMA_MAX_TILES);
+        ms
+    })
+}

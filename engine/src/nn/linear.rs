@@ -19,6 +19,9 @@ pub struct Linear {
     /// Whether this layer's device runs our product ([`crate::kernels::matmul`]), settled at the
     /// first call; clones share it, a cast makes a new layer.
     ours: Arc<OnceLock<bool>>,
+    /// The cooperative-matrix GEMM where this layer's device runs it ([`matmul::mma_gemm_on`]),
+    /// settled at the first call while [`matmul::mma_linears`] is on.
+    mma: Arc<OnceLock<Option<matmul::MmaGemm>>>,
 }
 
 impl Linear {
@@ -43,6 +46,7 @@ impl Linear {
             bias,
             layout,
             ours: Arc::default(),
+            mma: Arc::default(),
         }
     }
 
@@ -62,6 +66,21 @@ impl Linear {
                 bias: self.bias.is_some(),
             }
         });
+        if matmul::mma_linears()
+            && let Some(gemm) = *self
+                .mma
+                .get_or_init(|| matmul::mma_gemm_on(&x.device(), self.weight.dtype()))
+            && let Some(y) = matmul::linear_mma(
+                gemm,
+                x.clone(),
+                &self.weight,
+                self.layout,
+                self.bias.as_ref(),
+                None,
+            )
+        {
+            return y;
+        }
         let ours = *self
             .ours
             .get_or_init(|| matmul::runs_on(&x.device(), self.weight.dtype()));

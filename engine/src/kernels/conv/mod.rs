@@ -47,7 +47,7 @@ use cmma::{BK_MMA, conv2d_gemm_mma};
 use kernel::{BK, BM, BN, LANES, conv2d_gemm, conv2d_split_sum, im2col};
 pub use route::{
     MMA_MAX_TILES, Mma, Prepared, mma_max_tiles, mma_on, runs_for, set_mma_max_tiles,
-    set_unrolled_matmul_from, unrolled_matmul_from,
+    set_unrolled_gemm, set_unrolled_matmul_from, unrolled_gemm, unrolled_matmul_from,
 };
 
 /// Cubes a launch should have before the reduction is split: a few per compute unit on the
@@ -305,6 +305,81 @@ pub fn conv2d_unrolled_matmul(
         .matmul(col)
         .reshape([b, c_out, oh, ow]);
     Some(epilogue.apply(y))
+}
+
+/// The convolution as the weights (`[c_out, c_in·k·k]`, as stored) times the input unrolled
+/// batch-major on our cooperative-matrix GEMM ([`crate::kernels::matmul::gemm_into`]), one
+/// product per image with the bias added per output channel, the output already `[b, c_out, oh,
+/// ow]`; a 1×1 layer of stride 1 reads its input as it lies, unrolled by definition. The other
+/// epilogue terms are added with burn ops. `None` where it does not run (f16, shapes the GEMM's
+/// alignment refuses, [`MAX_UNROLLED`]).
+pub fn conv2d_unrolled_gemm(
+    x: Tensor<4>,
+    weight: &Tensor<4>,
+    geometry: Geometry,
+    epilogue: &Epilogue<'_>,
+    gemm: crate::kernels::matmul::MmaGemm,
+    tiles: Option<(usize, usize)>,
+) -> Option<Tensor<4>> {
+    let (device, dtype) = (x.device(), x.dtype());
+    if !super::available(&device) || dtype != DType::F16 || weight.dtype() != dtype {
+        return None;
+    }
+    let dims @ [b, c_in, h, w] = x.dims();
+    let [c_out, wc_in, kh, kw] = weight.dims();
+    if wc_in != c_in || kh != geometry.k || kw != geometry.k {
+        return None;
+    }
+    let [oh, ow] = geometry.output(h, w)?;
+    let (k_total, map) = (c_in * kh * kw, oh * ow);
+    if k_total * b * map > MAX_UNROLLED
+        || epilogue
+            .bias
+            .is_some_and(|t| t.dtype() != dtype || t.dims() != [c_out])
+    {
+        return None;
+    }
+    let direct = kh == 1 && geometry.stride == 1 && geometry.padding == 0 && !geometry.upsample;
+    let xc = resolve(x)?;
+    let col = if direct {
+        None
+    } else {
+        let (t, c) = output([b, k_total, map], dtype, &device)?;
+        launch_im2col(&xc, &c, element_f16(), dims, geometry, true)?;
+        Some((t, c))
+    };
+    let input = col.as_ref().map_or(&xc, |(_, c)| c);
+    let wc = resolve(weight.clone())?;
+    let bias = match epilogue.bias {
+        Some(t) => Some(resolve(t.clone())?),
+        None => None,
+    };
+    let (out, oc) = output([b, c_out, oh, ow], dtype, &device)?;
+    crate::kernels::matmul::gemm_into(
+        gemm,
+        &device,
+        &wc,
+        input,
+        bias.as_ref(),
+        &oc,
+        [c_out, map, k_total],
+        b,
+        [0, k_total * map, c_out * map],
+        false,
+        true,
+        tiles,
+    )?;
+    Some(
+        Epilogue {
+            bias: None,
+            ..*epilogue
+        }
+        .apply(out),
+    )
+}
+
+fn element_f16() -> Element {
+    Element::F16
 }
 
 /// Launches [`kernel::im2col`] from `xc` (`dims`) into `colc`, `[c_in·k·k, b·oh·ow]`.

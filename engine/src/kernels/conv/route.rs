@@ -51,6 +51,29 @@ pub fn set_unrolled_matmul_from(tiles: usize) {
 static UNROLLED_FROM: std::sync::atomic::AtomicUsize =
     std::sync::atomic::AtomicUsize::new(usize::MAX);
 
+/// Whether the unrolled layers ([`unrolled_matmul_from`]) and the 1×1 layers run on our
+/// cooperative-matrix GEMM ([`super::conv2d_unrolled_gemm`]) rather than burn's matmul and
+/// convolution: off unless the bench set it ([`set_unrolled_gemm`]).
+pub fn unrolled_gemm() -> bool {
+    UNROLLED_GEMM.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Sets [`unrolled_gemm`] process-wide.
+pub fn set_unrolled_gemm(on: bool) {
+    UNROLLED_GEMM.store(on, std::sync::atomic::Ordering::Relaxed);
+}
+
+static UNROLLED_GEMM: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// The GEMM's shape from the convolution's (same plane width and fragment), where it fits.
+fn gemm_of(mma: Mma) -> Option<crate::kernels::matmul::MmaGemm> {
+    let gemm = crate::kernels::matmul::MmaGemm {
+        plane: mma.plane,
+        fragment: mma.fragment,
+    };
+    gemm.fits().then_some(gemm)
+}
+
 /// The cooperative-matrix kernel's shape on one device ([`cmma`]): its plane width, fixed when
 /// the kernel compiles, and its f16×f16→f32 fragment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -137,6 +160,8 @@ impl Route {
 #[derive(Debug, Clone)]
 enum Use {
     Burn,
+    /// Burn's, on a device with cooperative matrices (our GEMM may take it: [`unrolled_gemm`]).
+    BurnOnMma(Mma),
     /// The SIMT kernel on the weights packed once ([`pack`]).
     Packed(Tensor<2>),
     /// The cooperative-matrix kernel, on the weights as stored, where the map is small.
@@ -173,6 +198,7 @@ impl Prepared {
         let prepared = self.0.get_or_init(|| {
             let route = Route::of(&device, x.dtype());
             match route {
+                Route::Mma(mma) if !route.takes(kh, kw, c_out) => Use::BurnOnMma(mma),
                 _ if !route.takes(kh, kw, c_out) => Use::Burn,
                 Route::Mma(mma) => Use::Stored(mma),
                 _ => Use::Packed(pack(weight.clone())),
@@ -180,6 +206,19 @@ impl Prepared {
         });
         match prepared {
             Use::Burn => None,
+            Use::BurnOnMma(mma) => {
+                if !(unrolled_gemm() && kh == 1) {
+                    return None;
+                }
+                super::conv2d_unrolled_gemm(
+                    x.clone(),
+                    weight,
+                    geometry,
+                    epilogue,
+                    gemm_of(*mma)?,
+                    None,
+                )
+            }
             Use::Packed(packed) => {
                 run(x.clone(), Weights::Packed(packed), geometry, epilogue, None)
             }
@@ -189,6 +228,17 @@ impl Prepared {
                 let tiles = (b * oh * ow).div_ceil(BN) * c_out.div_ceil(BM);
                 let steps = (weight.dims()[1] * kh * kw).div_ceil(BK);
                 if tiles >= unrolled_matmul_from() {
+                    if unrolled_gemm() {
+                        let gemm = gemm_of(*mma)?;
+                        return super::conv2d_unrolled_gemm(
+                            x.clone(),
+                            weight,
+                            geometry,
+                            epilogue,
+                            gemm,
+                            None,
+                        );
+                    }
                     return super::conv2d_unrolled_matmul(x.clone(), weight, geometry, epilogue);
                 }
                 (tiles <= mma_max_tiles() && splits(tiles, steps) > 1).then_some(())?;

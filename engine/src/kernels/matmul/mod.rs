@@ -18,8 +18,15 @@
 //! `LATENT_STUDIO_MATMUL=burn` turns it off there too.
 
 mod kernel;
+mod mma;
 #[cfg(test)]
 mod tests;
+
+pub use gemm::{
+    MMA_TILES, MmaGemm, gemm_into, linear_mma, mma_gemm_on, mma_linears, set_mma_linears,
+};
+
+mod gemm;
 
 use burn::cubecl::prelude::*;
 use burn::tensor::{DType, Tensor};

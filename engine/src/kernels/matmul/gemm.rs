@@ -1,0 +1,221 @@
+//! Launching the cooperative-matrix GEMM ([`super::mma`]): where it runs, its tile, and the
+//! linear layer on it. The convolution reaches it through [`gemm_into`] with its input unrolled.
+
+use burn::backend::wgpu::CubeTensor;
+use burn::cubecl::prelude::*;
+use burn::tensor::{DType, Tensor};
+
+use super::super::attention::{Fragment, device_fragment};
+use super::super::{output, resolve};
+use super::WeightLayout;
+use super::mma::{BK, LANES, PLANES_M, PLANES_N, VEC, gemm_mma};
+
+/// The tiles the GEMM takes, largest first, as fragments a plane `(tm, tn)`: 128 × 128, 64 ×
+/// 128 and 64 × 64 with 16 × 16 fragments.
+pub const MMA_TILES: [(usize, usize); 3] = [(4, 2), (2, 2), (2, 1)];
+
+/// Fewest cubes a launch should have before a smaller tile is taken: two per SM of an H100.
+const TARGET_CUBES: usize = 264;
+
+/// The GEMM's shape on one device: its plane width and f16×f16→f32 fragment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MmaGemm {
+    pub plane: usize,
+    pub fragment: Fragment,
+}
+
+impl MmaGemm {
+    /// Whether the kernel's layout works with this plane and fragment: 8 planes of 32, each
+    /// fragment's values an even share of a plane's lanes, the step a multiple of the depth.
+    pub fn fits(&self) -> bool {
+        let f = self.fragment;
+        self.plane * PLANES_M * PLANES_N == LANES
+            && f.m > 0
+            && f.n > 0
+            && f.k > 0
+            && BK % f.k == 0
+            && (f.m * f.n) % self.plane == 0
+            && f.m % 8 == 0
+            && f.n % 8 == 0
+    }
+
+    /// The tile `(tm, tn)` for an `m × n` product over `batch` matrices: the largest that
+    /// still gives [`TARGET_CUBES`] cubes, else the smallest.
+    pub fn tiles_for(&self, m: usize, n: usize, batch: usize) -> (usize, usize) {
+        let f = self.fragment;
+        MMA_TILES
+            .into_iter()
+            .find(|&(tm, tn)| {
+                let (bm, bn) = (PLANES_M * tm * f.m, PLANES_N * tn * f.n);
+                m.div_ceil(bm) * n.div_ceil(bn) * batch >= TARGET_CUBES
+            })
+            .unwrap_or(MMA_TILES[MMA_TILES.len() - 1])
+    }
+}
+
+/// The GEMM on `device` in `dtype`, where it can run: f16 on a device with cooperative matrices
+/// (not switched off), one fixed plane width of 32 and a fragment it can use.
+pub fn mma_gemm_on(device: &burn::tensor::Device, dtype: DType) -> Option<MmaGemm> {
+    if dtype != DType::F16
+        || !super::super::available(device)
+        || super::super::plain_lanes(device, dtype)
+    {
+        return None;
+    }
+    let probe = resolve(Tensor::<1>::zeros([1], (device, dtype)))?;
+    let hardware = &probe.client.properties().hardware;
+    if hardware.plane_size_min != hardware.plane_size_max {
+        return None;
+    }
+    let gemm = MmaGemm {
+        plane: hardware.plane_size_max as usize,
+        fragment: device_fragment(&probe.client)?,
+    };
+    gemm.fits().then_some(gemm)
+}
+
+/// Whether linear layers take the GEMM where it runs: off unless set ([`set_mma_linears`]).
+pub fn mma_linears() -> bool {
+    MMA_LINEARS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Sets [`mma_linears`] process-wide (the bench times both).
+pub fn set_mma_linears(on: bool) {
+    MMA_LINEARS.store(on, std::sync::atomic::Ordering::Relaxed);
+}
+
+static MMA_LINEARS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// A `&[Vector<E, 8>]` argument over a contiguous buffer of `E`.
+fn vector_arg(t: &CubeTensor) -> BufferArg {
+    let len = t.meta.num_elements() / VEC;
+    // SAFETY: the buffer holds `len · VEC` elements (contiguous; callers check the multiple).
+    unsafe { BufferArg::from_raw_parts(t.handle.clone(), len) }
+}
+
+/// `out[z] = a[z] · b[z] (+ bias)` over `batch` matrices, f16: `a` `[m, k]` row-major at
+/// `z · a_batch` elements, `b` `[k, n]` (or `[n, k]` with `b_nk`) at `z · b_batch`, `out`
+/// `[m, n]` at `z · c_batch`; `bias` per output row (`bias_per_row`) or column. `None` where
+/// the shapes break the kernel's alignment (`k`, `n` and the batch strides multiples of 8) or
+/// the grid.
+#[allow(clippy::too_many_arguments)]
+pub fn gemm_into(
+    gemm: MmaGemm,
+    device: &burn::tensor::Device,
+    a: &CubeTensor,
+    b: &CubeTensor,
+    bias: Option<&CubeTensor>,
+    out: &CubeTensor,
+    [m, n, k]: [usize; 3],
+    batch: usize,
+    [a_batch, b_batch, c_batch]: [usize; 3],
+    b_nk: bool,
+    bias_per_row: bool,
+    tiles: Option<(usize, usize)>,
+) -> Option<()> {
+    let aligned = |v: usize| v % VEC == 0;
+    let sized = |t: &CubeTensor| aligned(t.meta.num_elements());
+    if !(aligned(k) && aligned(n) && aligned(a_batch) && aligned(b_batch))
+        || !(sized(a) && sized(b))
+        || m == 0
+        || n == 0
+        || k == 0
+        || batch == 0
+    {
+        return None;
+    }
+    let (tm, tn) = tiles.unwrap_or_else(|| gemm.tiles_for(m, n, batch));
+    let f = gemm.fragment;
+    let (bm, bn) = (PLANES_M * tm * f.m, PLANES_N * tn * f.n);
+    let (nx, ny) = (n.div_ceil(bn), m.div_ceil(bm));
+    if nx > 65_535 || ny > 65_535 || batch > 65_535 {
+        return None;
+    }
+    let placeholder;
+    let bias_c = match bias {
+        Some(t) => t,
+        None => {
+            placeholder = resolve(Tensor::<1>::zeros([1], (device, DType::F16)))?;
+            &placeholder
+        }
+    };
+    gemm_mma::launch::<half::f16>(
+        &a.client,
+        CubeCount::Static(nx as u32, ny as u32, batch as u32),
+        CubeDim::new_1d(LANES as u32),
+        VEC,
+        vector_arg(a),
+        vector_arg(b),
+        super::super::buffer_arg(bias_c),
+        super::super::buffer_arg(out),
+        m,
+        n,
+        k,
+        a_batch,
+        b_batch,
+        c_batch,
+        tm,
+        tn,
+        f.m,
+        f.n,
+        f.k,
+        gemm.plane,
+        b_nk,
+        bias.is_some(),
+        bias_per_row,
+    );
+    Some(())
+}
+
+/// `x` `[.., in]` times the layer's `weight` (`[in, out]`, laid out as `layout` says) plus
+/// `bias`, on the GEMM; `None` where it does not run (see [`gemm_into`]).
+pub fn linear_mma<const D: usize>(
+    gemm: MmaGemm,
+    x: Tensor<D>,
+    weight: &Tensor<2>,
+    layout: WeightLayout,
+    bias: Option<&Tensor<1>>,
+    tiles: Option<(usize, usize)>,
+) -> Option<Tensor<D>> {
+    let device = x.device();
+    let dtype = x.dtype();
+    let dims = x.dims();
+    let depth = dims[D - 1];
+    let rows: usize = dims[..D - 1].iter().product();
+    let [w_in, cols] = weight.dims();
+    if dtype != DType::F16
+        || w_in != depth
+        || weight.dtype() != dtype
+        || bias.is_some_and(|b| b.dims() != [cols] || b.dtype() != dtype)
+    {
+        return None;
+    }
+    let xc = resolve(x)?;
+    // The buffer as it lies: `[out, in]` is the transposed view's source, contiguous.
+    let wc = match layout {
+        WeightLayout::OutIn => resolve(weight.clone().transpose())?,
+        WeightLayout::InOut => resolve(weight.clone())?,
+    };
+    let bc = match bias {
+        Some(b) => Some(resolve(b.clone())?),
+        None => None,
+    };
+    let mut out_shape = dims;
+    out_shape[D - 1] = cols;
+    let (out, oc) = output(out_shape, dtype, &device)?;
+    gemm_into(
+        gemm,
+        &device,
+        &xc,
+        &wc,
+        bc.as_ref(),
+        &oc,
+        [rows, cols, depth],
+        1,
+        [0, 0, 0],
+        layout == WeightLayout::OutIn,
+        false,
+        tiles,
+    )?;
+    Some(out)
+}

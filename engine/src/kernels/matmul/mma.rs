@@ -1,0 +1,293 @@
+//! A GEMM on cooperative matrices with large tiles: `c[z] = a[z] · b[z] (+ bias)`, f16 in, f32
+//! accumulators, f16 out. Written when a device-timestamp profile of the UNet step on an H100
+//! (BENCHMARKS.md, seventeenth session) put 45 % of the step in burn's matmul at ~25 TFLOP/s.
+//!
+//! A cube of 256 lanes (8 planes of 32) computes a `BM × BN` tile, `BM = 2·tm·fm`, `BN =
+//! 4·tn·fn`: the planes stand 2 × 4 and each keeps `tm × tn` accumulator fragments (8 at 128 ×
+//! 128), so every fragment of `a` loaded from workgroup memory feeds `tn` products and every one
+//! of `b` feeds `tm` (the convolution's kernel loads 1.5 fragments a product). Global memory is
+//! read 16 bytes a lane (vectors of 8), staged as vectors, and the next step's vectors are loaded
+//! into registers while this step's products run. `b` lies `[k, n]` or, for a linear layer's
+//! weight as checkpoints store it, `[n, k]` (read as column-major fragments, no copy).
+//!
+//! Requires `k` and `n` multiples of 8 and 16-byte aligned buffers (the launcher checks); any `m`.
+
+use burn::cubecl;
+use burn::cubecl::prelude::*;
+
+/// Lanes per cube: 8 planes of 32.
+pub(super) const LANES: usize = 256;
+/// The planes' arrangement over the tile.
+pub(super) const PLANES_M: usize = 2;
+pub(super) const PLANES_N: usize = 4;
+/// Reduction step staged in workgroup memory.
+pub(super) const BK: usize = 32;
+/// Elements per vector: 16 bytes of f16.
+pub(super) const VEC: usize = 8;
+/// A staged row of `a` (and of `b` as `[n, k]`): the step plus one vector of padding, so that
+/// fragment loads spread over the banks.
+const K_ROW: usize = BK + VEC;
+
+#[cube(launch)]
+#[allow(clippy::too_many_arguments)]
+pub(super) fn gemm_mma<F: Float, N: Size>(
+    a: &[Vector<F, N>],
+    b: &[Vector<F, N>],
+    bias: &[F],
+    out: &mut [F],
+    m: usize,
+    n: usize,
+    k: usize,
+    a_batch: usize,
+    b_batch: usize,
+    c_batch: usize,
+    #[comptime] tm: usize,
+    #[comptime] tn: usize,
+    #[comptime] fm: usize,
+    #[comptime] fn_: usize,
+    #[comptime] fk: usize,
+    #[comptime] plane: usize,
+    #[comptime] b_nk: bool,
+    #[comptime] add_bias: bool,
+    #[comptime] bias_per_row: bool,
+) {
+    let bm = comptime!(PLANES_M * tm * fm);
+    let bn = comptime!(PLANES_N * tn * fn_);
+    let n_row = comptime!(bn + VEC);
+    let lane = UNIT_POS as usize;
+    let warp = lane / plane;
+    let in_warp = lane % plane;
+    let wm = warp / PLANES_N;
+    let wn = warp % PLANES_N;
+    let n0 = CUBE_POS_X as usize * bn;
+    let m0 = CUBE_POS_Y as usize * bm;
+    let z = CUBE_POS_Z as usize;
+    let a_base = z * a_batch;
+    let b_base = z * b_batch;
+    let c_base = z * c_batch;
+
+    let mut a_s = Shared::<[Vector<F, N>]>::new_slice(comptime!(bm * K_ROW / VEC));
+    let b_len = comptime!(if b_nk {
+        bn * K_ROW / VEC
+    } else {
+        BK * (bn + VEC) / VEC
+    });
+    let mut b_s = Shared::<[Vector<F, N>]>::new_slice(b_len);
+    let mut c_s = Shared::<[f32]>::new_slice(comptime!(LANES / plane * fm * fn_));
+
+    let mut acc = Sequence::<cmma::Matrix<f32>>::new();
+    #[unroll]
+    for _ in 0..comptime!(tm * tn) {
+        acc.push(cmma::Matrix::<f32>::from_value(
+            cmma::MatrixIdent::Accumulator,
+            fm,
+            fn_,
+            fk,
+            cmma::MatrixLayout::Undefined,
+            0.0f32,
+        ));
+    }
+
+    let a_per = comptime!(bm * BK / VEC / LANES);
+    let b_per = comptime!(bn * BK / VEC / LANES);
+    let mut a_reg = Array::<Vector<F, N>>::new(a_per);
+    let mut b_reg = Array::<Vector<F, N>>::new(b_per);
+    let steps = k.div_ceil(BK);
+    load_step::<F, N>(
+        a, b, &mut a_reg, &mut b_reg, 0, lane, m0, n0, m, n, k, a_base, b_base, bm, bn, b_nk,
+    );
+    for s in 0..steps {
+        #[unroll]
+        for i in 0..a_per {
+            let v = lane + i * LANES;
+            a_s[v / 4 * (K_ROW / VEC) + v % 4] = a_reg[i];
+        }
+        #[unroll]
+        for i in 0..b_per {
+            let v = lane + i * LANES;
+            if b_nk {
+                b_s[v / 4 * (K_ROW / VEC) + v % 4] = b_reg[i];
+            } else {
+                let per_row = comptime!(bn / VEC);
+                b_s[v / per_row * (n_row / VEC) + v % per_row] = b_reg[i];
+            }
+        }
+        sync_cube();
+        if s + 1 < steps {
+            load_step::<F, N>(
+                a,
+                b,
+                &mut a_reg,
+                &mut b_reg,
+                s + 1,
+                lane,
+                m0,
+                n0,
+                m,
+                n,
+                k,
+                a_base,
+                b_base,
+                bm,
+                bn,
+                b_nk,
+            );
+        }
+        #[unroll]
+        for kk in 0..comptime!(BK / fk) {
+            let mut bf = Sequence::<cmma::Matrix<F>>::new();
+            #[unroll]
+            for j in 0..tn {
+                let col = wn * comptime!(tn * fn_) + j * fn_;
+                if b_nk {
+                    let mut f = unsafe {
+                        cmma::Matrix::<F>::uninitialized(
+                            cmma::MatrixIdent::B,
+                            fm,
+                            fn_,
+                            fk,
+                            cmma::MatrixLayout::ColMajor,
+                        )
+                    };
+                    cmma::load(
+                        &mut f,
+                        &b_s[(col * K_ROW + kk * fk) / VEC..b_len],
+                        K_ROW as u32,
+                    );
+                    bf.push(f);
+                } else {
+                    let mut f = unsafe {
+                        cmma::Matrix::<F>::uninitialized(
+                            cmma::MatrixIdent::B,
+                            fm,
+                            fn_,
+                            fk,
+                            cmma::MatrixLayout::RowMajor,
+                        )
+                    };
+                    cmma::load(
+                        &mut f,
+                        &b_s[(kk * fk * n_row + col) / VEC..b_len],
+                        n_row as u32,
+                    );
+                    bf.push(f);
+                }
+            }
+            #[unroll]
+            for i in 0..tm {
+                let row = wm * comptime!(tm * fm) + i * fm;
+                let mut af = unsafe {
+                    cmma::Matrix::<F>::uninitialized(
+                        cmma::MatrixIdent::A,
+                        fm,
+                        fn_,
+                        fk,
+                        cmma::MatrixLayout::RowMajor,
+                    )
+                };
+                cmma::load(
+                    &mut af,
+                    &a_s[(row * K_ROW + kk * fk) / VEC..comptime!(bm * K_ROW / VEC)],
+                    K_ROW as u32,
+                );
+                #[unroll]
+                for j in 0..tn {
+                    let c = acc.index(i * tn + j);
+                    cmma::execute(&af, bf.index(j), c, c);
+                }
+            }
+        }
+        sync_cube();
+    }
+
+    // Each plane writes its fragments through its own scratch, adding the bias in f32.
+    let scratch = warp * comptime!(fm * fn_);
+    #[unroll]
+    for i in 0..tm {
+        #[unroll]
+        for j in 0..tn {
+            cmma::store(
+                &mut c_s[scratch..scratch + comptime!(fm * fn_)],
+                acc.index(i * tn + j),
+                fn_ as u32,
+                cmma::MatrixLayout::RowMajor,
+            );
+            sync_cube();
+            #[unroll]
+            for e in 0..comptime!(fm * fn_ / plane) {
+                let idx = in_warp + e * plane;
+                let row = m0 + wm * comptime!(tm * fm) + i * fm + idx / fn_;
+                let col = n0 + wn * comptime!(tn * fn_) + j * fn_ + idx % fn_;
+                if row < m && col < n {
+                    let mut v = c_s[scratch + idx];
+                    if add_bias {
+                        if bias_per_row {
+                            v += f32::cast_from(bias[row]);
+                        } else {
+                            v += f32::cast_from(bias[col]);
+                        }
+                    }
+                    out[c_base + row * n + col] = F::cast_from(v);
+                }
+            }
+            sync_cube();
+        }
+    }
+}
+
+/// Step `s`'s vectors of this lane into registers (zeros past the edges): `a`'s rows `v / 4`,
+/// vector `v % 4` of the step, and `b`'s likewise (`[n, k]`) or row `v / (bn / 8)` of the step,
+/// vector `v % (bn / 8)` (`[k, n]`), for `v = lane + 256·i`.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn load_step<F: Float, N: Size>(
+    a: &[Vector<F, N>],
+    b: &[Vector<F, N>],
+    a_reg: &mut Array<Vector<F, N>>,
+    b_reg: &mut Array<Vector<F, N>>,
+    s: usize,
+    lane: usize,
+    m0: usize,
+    n0: usize,
+    m: usize,
+    n: usize,
+    k: usize,
+    a_base: usize,
+    b_base: usize,
+    #[comptime] bm: usize,
+    #[comptime] bn: usize,
+    #[comptime] b_nk: bool,
+) {
+    let k0 = s * BK;
+    #[unroll]
+    for i in 0..comptime!(bm * BK / VEC / LANES) {
+        let v = lane + i * LANES;
+        let row = m0 + v / 4;
+        let kk = k0 + (v % 4) * VEC;
+        let mut x = Vector::<F, N>::new(F::new(0.0));
+        if row < m && kk < k {
+            x = a[(a_base + row * k + kk) / VEC];
+        }
+        a_reg[i] = x;
+    }
+    #[unroll]
+    for i in 0..comptime!(bn * BK / VEC / LANES) {
+        let v = lane + i * LANES;
+        let mut x = Vector::<F, N>::new(F::new(0.0));
+        if b_nk {
+            let col = n0 + v / 4;
+            let kk = k0 + (v % 4) * VEC;
+            if col < n && kk < k {
+                x = b[(b_base + col * k + kk) / VEC];
+            }
+        } else {
+            let per_row = comptime!(bn / VEC);
+            let kk = k0 + v / per_row;
+            let col = n0 + (v % per_row) * VEC;
+            if col < n && kk < k {
+                x = b[(b_base + kk * n + col) / VEC];
+            }
+        }
+        b_reg[i] = x;
+    }
+}
