@@ -82,6 +82,10 @@
 #           every 3×3 convolution shape (input unrolled) (`--gemm-only`); PyTorch (fp16 UNet step,
 #           20-step txt2img); then ours: the step both ways and with the GEMM taking the linears
 #           and convolutions, interleaved over three rounds (`--gemm-ab`), VAE, txt2img
+#   PART=ae PyTorch (fp16 UNet step, 20-step txt2img), then ours with the convolution rules
+#           (split kernel at 8×8, GEMM on the unrolled input at 16×16, stride 2 and 1280 outputs):
+#           the step both ways, its kernel profile, the step under six convolution rules and with
+#           the linears on our GEMM, interleaved over three rounds, VAE, 20-step txt2img
 #   PART=e  PyTorch (fp16 UNet, VAE, 20-step txt2img), then our f16 bench under perf (a flat
 #           profile per thread: where the host time of a step goes). Needs .perf/perf.txz (perf
 #           and its libraries) and a release build with symbols (CARGO_PROFILE_RELEASE_STRIP=false)
@@ -268,6 +272,10 @@ ad)
   timeout ${GEMM_TIMEOUT:-150} /tmp/ls bench --device gpu --precision f16 --runs 5 --gemm-only 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/gemm.txt
   PARTS=${TORCH_PARTS:-unet16,e2e} timeout 100 python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_ad.txt
   timeout ${OURS_TIMEOUT:-300} /tmp/ls bench --device gpu --precision f16 --runs 7 --steps 20 --no-ops --no-previews --no-profile --no-burn-ops --gemm-ab 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_spirv.txt
+  ;;
+ae)
+  PARTS=${TORCH_PARTS:-unet16,e2e} timeout 100 python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_ae.txt
+  timeout ${OURS_TIMEOUT:-470} /tmp/ls bench --device gpu --precision f16 --runs 7 --steps 20 --no-ops --no-previews --no-profile --no-burn-ops --kernel-profile 3 --conv-ab --gemm-ab 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_spirv.txt
   ;;
 h)
   timeout ${OURS_TIMEOUT:-540} /tmp/ls bench --device gpu --precision f16 --runs 3 --unet-only 2>&1 | grep -v "^\[F16\]   [a-z_]*  *[0-9.]* ms  {" | tee $OUT/ours_spirv_ops.txt

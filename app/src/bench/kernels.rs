@@ -208,8 +208,11 @@ pub fn unet_report(
                         let tiles = (b * side(*h) * side(*w)).div_ceil(64) * c_out.div_ceil(64);
                         let steps = (c_in * k * k).div_ceil(16);
                         let split = latent_engine::kernels::conv::splits(tiles, steps) > 1;
-                        if split && tiles <= latent_engine::kernels::conv::mma_max_tiles() {
+                        let rules = latent_engine::kernels::conv::conv_rules();
+                        if split && tiles <= rules.split_max_tiles {
                             "ours, implicit GEMM (cmma, split)".to_string()
+                        } else if tiles <= rules.gemm_max_tiles || *c_out >= rules.gemm_min_out {
+                            "ours, input unrolled on our GEMM (cmma)".to_string()
                         } else {
                             "burn (larger map)".to_string()
                         }

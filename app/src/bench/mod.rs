@@ -193,10 +193,14 @@ pub fn run(args: BenchArgs) -> Result<()> {
     }
     let tokenizer = ClipTokenizer::new()?;
     if args.gemm_all {
+        use latent_engine::kernels::conv::{ConvRules, set_conv_rules};
         latent_engine::kernels::matmul::set_mma_linears(true);
-        latent_engine::kernels::conv::set_unrolled_gemm(true);
-        latent_engine::kernels::conv::set_unrolled_matmul_from(0);
-        latent_engine::kernels::conv::set_mma_max_tiles(0);
+        set_conv_rules(ConvRules {
+            split_max_tiles: 0,
+            gemm_max_tiles: usize::MAX,
+            gemm_min_out: 0,
+            gemm_one_by_one: true,
+        });
     }
     if let Some(path) = &args.cache_model {
         return cache::cache_bench(&args, path, &device, &tokenizer);

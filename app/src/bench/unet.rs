@@ -142,9 +142,9 @@ fn interleaved(
     Ok(())
 }
 
-/// The same step, same process (kernels already tuned), with our cooperative-matrix
-/// convolution taking maps up to 160 tiles (the 8×8 and 16×16 levels: the default), 64 (8×8
-/// only) or 640 (32×32 too), interleaved over three rounds.
+/// The same step, same process (kernels already tuned), under other convolution rules
+/// ([`ConvRules`]): the sixteenth session's (our split kernel up to 160 tiles, burn's above), the
+/// default, and variants, interleaved over three rounds.
 pub(super) fn conv_ab(
     model: &StableDiffusion,
     device: &Device,
@@ -153,41 +153,60 @@ pub(super) fn conv_ab(
     x: &Tensor<4>,
     ctx: &Tensor<3>,
 ) -> Result<()> {
-    use latent_engine::kernels::conv::{
-        MMA_MAX_TILES, set_mma_max_tiles, set_unrolled_matmul_from,
-    };
-    // (ours up to, unrolled + burn matmul from, name)
+    use latent_engine::kernels::conv::{ConvRules, set_conv_rules};
+    let d = ConvRules::DEFAULT;
     let rules = [
         (
-            MMA_MAX_TILES,
-            usize::MAX,
-            "default (ours up to 160 tiles, burn's conv above)",
+            d,
+            "default: split ≤ 64 tiles, GEMM ≤ 160 tiles or ≥ 1280 out, burn's above",
         ),
         (
-            MMA_MAX_TILES,
-            MMA_MAX_TILES + 1,
-            "ours up to 160 tiles, unrolled + burn matmul above",
+            ConvRules::SPLIT_ONLY,
+            "sixteenth session's: split ≤ 160 tiles, burn's above",
         ),
-        (64, 65, "ours up to 64 tiles, unrolled + burn matmul above"),
-        (0, 0, "unrolled + burn matmul for every 3×3 layer"),
+        (
+            ConvRules {
+                split_max_tiles: 0,
+                ..d
+            },
+            "no split kernel: GEMM ≤ 160 tiles or ≥ 1280 out",
+        ),
+        (
+            ConvRules {
+                gemm_one_by_one: true,
+                ..d
+            },
+            "default + 1×1 layers on the GEMM",
+        ),
+        (
+            ConvRules {
+                gemm_min_out: usize::MAX,
+                ..d
+            },
+            "split ≤ 64, GEMM ≤ 160 tiles only",
+        ),
+        (
+            ConvRules {
+                gemm_max_tiles: usize::MAX,
+                gemm_one_by_one: true,
+                ..d
+            },
+            "split ≤ 64, GEMM for every other 3×3 and 1×1",
+        ),
     ];
-    let names: Vec<&str> = rules.iter().map(|r| r.2).collect();
+    let names: Vec<&str> = rules.iter().map(|r| r.1).collect();
     interleaved(precision, "convolution rule", &names, |i| {
-        let (tiles, from, _) = rules[i];
-        set_mma_max_tiles(tiles);
-        set_unrolled_matmul_from(from);
+        set_conv_rules(rules[i].0);
         let ms = time_ms(device, 2, runs, || {
             let _ = model.unet.forward(x.clone(), &[500.0], ctx);
         });
-        set_mma_max_tiles(MMA_MAX_TILES);
-        set_unrolled_matmul_from(usize::MAX);
+        set_conv_rules(d);
         ms
     })
 }
 
-/// The same step, same process, with our cooperative-matrix GEMM taking more of it: the linears,
-/// then the 1×1 and the 3×3 convolutions above 160 tiles (input unrolled), then every 3×3
-/// convolution, interleaved over three rounds.
+/// The same step, same process, with the linear layers on our cooperative-matrix GEMM instead
+/// of burn's matmul, interleaved over three rounds.
 pub(super) fn gemm_ab(
     model: &StableDiffusion,
     device: &Device,
@@ -196,41 +215,14 @@ pub(super) fn gemm_ab(
     x: &Tensor<4>,
     ctx: &Tensor<3>,
 ) -> Result<()> {
-    use latent_engine::kernels::conv::{
-        MMA_MAX_TILES, set_mma_max_tiles, set_unrolled_gemm, set_unrolled_matmul_from,
-    };
     use latent_engine::kernels::matmul::set_mma_linears;
-    // (linears, convolutions: unrolled from tiles, ours up to tiles, name)
-    let rules = [
-        (
-            false,
-            usize::MAX,
-            MMA_MAX_TILES,
-            "default (burn's matmul for linears)",
-        ),
-        (true, usize::MAX, MMA_MAX_TILES, "linears on our GEMM"),
-        (
-            true,
-            MMA_MAX_TILES + 1,
-            MMA_MAX_TILES,
-            "linears, 1×1 and 3×3 above 160 tiles on our GEMM",
-        ),
-        (true, 0, 0, "linears and every convolution on our GEMM"),
-    ];
-    let names: Vec<&str> = rules.iter().map(|r| r.3).collect();
-    interleaved(precision, "GEMM rule", &names, |i| {
-        let (linears, from, tiles, _) = rules[i];
-        set_mma_linears(linears);
-        set_unrolled_gemm(from != usize::MAX);
-        set_unrolled_matmul_from(from);
-        set_mma_max_tiles(tiles);
+    let names = ["linears on burn's matmul (default)", "linears on our GEMM"];
+    interleaved(precision, "linear rule", &names, |i| {
+        set_mma_linears(i == 1);
         let ms = time_ms(device, 2, runs, || {
             let _ = model.unet.forward(x.clone(), &[500.0], ctx);
         });
         set_mma_linears(false);
-        set_unrolled_gemm(false);
-        set_unrolled_matmul_from(usize::MAX);
-        set_mma_max_tiles(MMA_MAX_TILES);
         ms
     })
 }

@@ -25,12 +25,15 @@
 //! shape (the im2col matmul's dozens more), and on lavapipe those LLVM compiles were 290 of a cold
 //! parity test's 360 s.
 //!
-//! Where the device has cooperative matrices, burn's cooperative-matrix implicit GEMM runs on
-//! large maps; on maps of at most [`MMA_MAX_TILES`] tiles (the UNet's 8×8 and 16×16 levels at
-//! 512²), a cooperative-matrix variant of ours ([`cmma`]) runs, reading the weights as stored and
-//! the input unrolled by a first kernel ([`kernel::im2col`], `[c_in·kh·kw, pixels]`): gathered
-//! inside the product, each value's index arithmetic was repeated for every tile of output
-//! channels and cost more than the products. Not yet here (issue 13): a channels-last layout.
+//! Where the device has cooperative matrices (f16), three kernels share the layers by
+//! [`ConvRules`]: on the 8×8 maps a cooperative-matrix variant of ours ([`cmma`]) with the
+//! reduction split, reading the weights as stored and the input unrolled by a first kernel
+//! ([`kernel::im2col`], `[c_in·kh·kw, pixels]`: gathered inside the product, each value's index
+//! arithmetic was repeated for every tile of output channels and cost more than the products);
+//! on the 16×16 maps, the stride-2 layers and the widest outputs the weights times the input
+//! unrolled batch-major on our large-tile GEMM ([`conv2d_unrolled_gemm`]); burn's
+//! cooperative-matrix implicit GEMM on the wide maps of few channels. Not yet here (issue 13): a
+//! channels-last layout.
 
 mod cmma;
 mod kernel;
@@ -45,10 +48,7 @@ use burn::tensor::{DType, Tensor};
 use super::{Element, buffer_arg, grid, output, resolve};
 use cmma::{BK_MMA, conv2d_gemm_mma};
 use kernel::{BK, BM, BN, LANES, conv2d_gemm, conv2d_split_sum, im2col};
-pub use route::{
-    MMA_MAX_TILES, Mma, Prepared, mma_max_tiles, mma_on, runs_for, set_mma_max_tiles,
-    set_unrolled_gemm, set_unrolled_matmul_from, unrolled_gemm, unrolled_matmul_from,
-};
+pub use route::{ConvRules, Mma, Prepared, conv_rules, mma_on, runs_for, set_conv_rules};
 
 /// Cubes a launch should have before the reduction is split: a few per compute unit on the
 /// GPUs we target (an H200 has 132 SMs, an A770 32 Xe-cores, Iris Xe 6 subslices).
@@ -249,10 +249,11 @@ pub fn conv2d_mma_gathered(
     )
 }
 
-/// `x` (`[b, c_in, h, w]`) unrolled as the convolution reads it: `[c_in·k·k, b·oh·ow]`
+/// `x` (`[b, c_in, h, w]`) unrolled as the convolution reads it: `[c_in·k·k, b·oh·ow]`, or
+/// `[b, c_in·k·k, oh·ow]` flattened to `[b·c_in·k·k, oh·ow]` with `batch_major`
 /// ([`kernel::im2col`]). `None` where our kernels do not run.
 #[cfg(test)]
-pub(super) fn unroll(x: Tensor<4>, geometry: Geometry) -> Option<Tensor<2>> {
+pub(super) fn unroll(x: Tensor<4>, geometry: Geometry, batch_major: bool) -> Option<Tensor<2>> {
     let (device, dtype) = (x.device(), x.dtype());
     if !super::available(&device) {
         return None;
@@ -262,50 +263,19 @@ pub(super) fn unroll(x: Tensor<4>, geometry: Geometry) -> Option<Tensor<2>> {
     let [oh, ow] = geometry.output(dims[2], dims[3])?;
     let k_total = dims[1] * geometry.k * geometry.k;
     let xc = resolve(x)?;
-    let (out, oc) = output([k_total, dims[0] * oh * ow], dtype, &device)?;
-    unroll_into(&xc, &oc, element, dims, geometry)?;
+    let shape = if batch_major {
+        [dims[0] * k_total, oh * ow]
+    } else {
+        [k_total, dims[0] * oh * ow]
+    };
+    let (out, oc) = output(shape, dtype, &device)?;
+    launch_im2col(&xc, &oc, element, dims, geometry, batch_major)?;
     Some(out)
 }
 
-/// Most elements of an unrolled input [`conv2d_unrolled_matmul`] makes (128 MiB in f16): the
+/// Most elements of an unrolled input [`conv2d_unrolled_gemm`] makes (128 MiB in f16): the
 /// UNet's maps at 512² need at most 24 M; a VAE's full-size maps would need hundreds.
 const MAX_UNROLLED: usize = 64 << 20;
-
-/// The convolution as the input unrolled batch-major (`[b, c_in·k·k, oh·ow]`) times the weights
-/// viewed `[1, c_out, c_in·k·k]` through burn's matmul (its autotuned kernels, vectorised and
-/// double-buffered, with its fusion of the epilogue's adds), the output already `[b, c_out, oh,
-/// ow]`. `None` where our kernels do not run or the unrolled input would pass [`MAX_UNROLLED`].
-pub fn conv2d_unrolled_matmul(
-    x: Tensor<4>,
-    weight: &Tensor<4>,
-    geometry: Geometry,
-    epilogue: &Epilogue<'_>,
-) -> Option<Tensor<4>> {
-    let (device, dtype) = (x.device(), x.dtype());
-    if !super::available(&device) || weight.dtype() != dtype {
-        return None;
-    }
-    let element = Element::of(dtype)?;
-    let dims @ [b, c_in, h, w] = x.dims();
-    let [c_out, wc_in, kh, kw] = weight.dims();
-    if wc_in != c_in || kh != geometry.k || kw != geometry.k {
-        return None;
-    }
-    let [oh, ow] = geometry.output(h, w)?;
-    let k_total = c_in * kh * kw;
-    if k_total * b * oh * ow > MAX_UNROLLED {
-        return None;
-    }
-    let xc = resolve(x)?;
-    let (col, colc) = output([b, k_total, oh * ow], dtype, &device)?;
-    launch_im2col(&xc, &colc, element, dims, geometry, true)?;
-    let y = weight
-        .clone()
-        .reshape([1, c_out, k_total])
-        .matmul(col)
-        .reshape([b, c_out, oh, ow]);
-    Some(epilogue.apply(y))
-}
 
 /// The convolution as the weights (`[c_out, c_in·k·k]`, as stored) times the input unrolled
 /// batch-major on our cooperative-matrix GEMM ([`crate::kernels::matmul::gemm_into`]), one

@@ -13,57 +13,55 @@ use super::{Epilogue, Geometry, Weights, pack, run, splits};
 /// Fewest output channels for which ours runs on a card (a tile holds 64).
 const MIN_OUT_CHANNELS: usize = 32;
 
-/// Most 64 × 64 tiles for which our cooperative-matrix convolution runs (split) instead of
-/// burn's: the 8×8 and 16×16 maps of SD at 512². Measured on an H200 (BENCHMARKS.md, sixteenth
-/// session, call 7, each shape alone), ours reading its input unrolled: at 8×8 (40 tiles) 0.275
-/// against burn's 0.664 ms (1280→1280); at 16×16 (80–160 tiles) level with burn's (0.685
-/// against 0.678 ms), the whole step faster with them in two calls (46.3/46.8 against
-/// 47.1/49.1 ms), which also spares burn's autotune those shapes; at 32×32 burn's is faster
-/// (2.38 against 1.22 ms for 1280→1280).
-pub const MMA_MAX_TILES: usize = 160;
-
-/// The tile limit in force: [`MMA_MAX_TILES`] unless the bench set another
-/// ([`set_mma_max_tiles`]) to time a routing rule in the same process.
-pub fn mma_max_tiles() -> usize {
-    MAX_TILES.load(std::sync::atomic::Ordering::Relaxed)
+/// Which kernel takes a layer on a device with cooperative matrices (f16), by its count of 64 × 64
+/// output tiles and its output channels. Measured on an H100 (BENCHMARKS.md, seventeenth session,
+/// each shape alone): our split kernel ([`super::cmma`]) is the fastest on the 8×8 maps (40 tiles,
+/// the split fills the GPU); our GEMM on the unrolled input ([`super::conv2d_unrolled_gemm`]) beat
+/// burn's convolution on every 16×16 map (0.45 against 0.68 ms for 1280→1280), every stride-2
+/// layer, and the 1280-channel layer at 32×32; burn's stays faster on the wide maps of 320 and
+/// 640 channels (70 against 52 TFLOP/s at 64×64).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConvRules {
+    /// Our split kernel for 3×3 layers of at most this many tiles (when it splits them).
+    pub split_max_tiles: usize,
+    /// Our GEMM for the other 3×3 layers of at most this many tiles …
+    pub gemm_max_tiles: usize,
+    /// … or of at least this many output channels.
+    pub gemm_min_out: usize,
+    /// Our GEMM for 1×1 layers (their input read as it lies).
+    pub gemm_one_by_one: bool,
 }
 
-/// Sets [`mma_max_tiles`] process-wide (calls afterwards route by it).
-pub fn set_mma_max_tiles(tiles: usize) {
-    MAX_TILES.store(tiles, std::sync::atomic::Ordering::Relaxed);
+impl ConvRules {
+    /// The rules in force unless the bench sets others.
+    pub const DEFAULT: ConvRules = ConvRules {
+        split_max_tiles: 64,
+        gemm_max_tiles: 160,
+        gemm_min_out: 1280,
+        gemm_one_by_one: false,
+    };
+    /// The sixteenth session's: our split kernel up to 160 tiles, burn's above, no GEMM.
+    pub const SPLIT_ONLY: ConvRules = ConvRules {
+        split_max_tiles: 160,
+        gemm_max_tiles: 0,
+        gemm_min_out: usize::MAX,
+        gemm_one_by_one: false,
+    };
 }
 
-static MAX_TILES: std::sync::atomic::AtomicUsize =
-    std::sync::atomic::AtomicUsize::new(MMA_MAX_TILES);
-
-/// Fewest tiles from which a 3×3 layer on cooperative matrices that ours does not take runs as
-/// the unrolled input through burn's matmul ([`super::conv2d_unrolled_matmul`]) instead of burn's
-/// convolution: `usize::MAX` (never) unless the bench set it ([`set_unrolled_matmul_from`]).
-pub fn unrolled_matmul_from() -> usize {
-    UNROLLED_FROM.load(std::sync::atomic::Ordering::Relaxed)
+/// The rules in force.
+pub fn conv_rules() -> ConvRules {
+    RULES.read().map(|r| *r).unwrap_or(ConvRules::DEFAULT)
 }
 
-/// Sets [`unrolled_matmul_from`] process-wide (calls afterwards route by it).
-pub fn set_unrolled_matmul_from(tiles: usize) {
-    UNROLLED_FROM.store(tiles, std::sync::atomic::Ordering::Relaxed);
+/// Sets [`conv_rules`] process-wide (calls afterwards route by them; the bench compares).
+pub fn set_conv_rules(rules: ConvRules) {
+    if let Ok(mut r) = RULES.write() {
+        *r = rules;
+    }
 }
 
-static UNROLLED_FROM: std::sync::atomic::AtomicUsize =
-    std::sync::atomic::AtomicUsize::new(usize::MAX);
-
-/// Whether the unrolled layers ([`unrolled_matmul_from`]) and the 1×1 layers run on our
-/// cooperative-matrix GEMM ([`super::conv2d_unrolled_gemm`]) rather than burn's matmul and
-/// convolution: off unless the bench set it ([`set_unrolled_gemm`]).
-pub fn unrolled_gemm() -> bool {
-    UNROLLED_GEMM.load(std::sync::atomic::Ordering::Relaxed)
-}
-
-/// Sets [`unrolled_gemm`] process-wide.
-pub fn set_unrolled_gemm(on: bool) {
-    UNROLLED_GEMM.store(on, std::sync::atomic::Ordering::Relaxed);
-}
-
-static UNROLLED_GEMM: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+static RULES: std::sync::RwLock<ConvRules> = std::sync::RwLock::new(ConvRules::DEFAULT);
 
 /// The GEMM's shape from the convolution's (same plane width and fragment), where it fits.
 fn gemm_of(mma: Mma) -> Option<crate::kernels::matmul::MmaGemm> {
@@ -118,8 +116,8 @@ enum Route {
     /// The CPU backend, f32 on cooperative matrices, or a device whose fragments or planes
     /// our cooperative-matrix kernel cannot use: burn's convolution.
     Burn,
-    /// Cooperative matrices in f16: ours on them for 3×3 layers on the smallest maps (at most
-    /// [`MMA_MAX_TILES`] tiles, the reduction split); burn's cooperative-matrix kernel elsewhere.
+    /// Cooperative matrices in f16: ours on them as [`ConvRules`] say; burn's cooperative-matrix
+    /// kernel elsewhere.
     Mma(Mma),
     /// A card without cooperative matrices: ours for the shapes it is faster at.
     Card,
@@ -207,9 +205,7 @@ impl Prepared {
         match prepared {
             Use::Burn => None,
             Use::BurnOnMma(mma) => {
-                if !(unrolled_gemm() && kh == 1) {
-                    return None;
-                }
+                (kh == 1 && conv_rules().gemm_one_by_one).then_some(())?;
                 super::conv2d_unrolled_gemm(
                     x.clone(),
                     weight,
@@ -227,28 +223,27 @@ impl Prepared {
                 let [oh, ow] = geometry.output(h, w)?;
                 let tiles = (b * oh * ow).div_ceil(BN) * c_out.div_ceil(BM);
                 let steps = (weight.dims()[1] * kh * kw).div_ceil(BK);
-                if tiles >= unrolled_matmul_from() {
-                    if unrolled_gemm() {
-                        let gemm = gemm_of(*mma)?;
-                        return super::conv2d_unrolled_gemm(
-                            x.clone(),
-                            weight,
-                            geometry,
-                            epilogue,
-                            gemm,
-                            None,
-                        );
-                    }
-                    return super::conv2d_unrolled_matmul(x.clone(), weight, geometry, epilogue);
+                let rules = conv_rules();
+                if tiles <= rules.split_max_tiles && splits(tiles, steps) > 1 {
+                    run(
+                        x.clone(),
+                        Weights::Stored(weight, *mma),
+                        geometry,
+                        epilogue,
+                        None,
+                    )
+                } else if tiles <= rules.gemm_max_tiles || c_out >= rules.gemm_min_out {
+                    super::conv2d_unrolled_gemm(
+                        x.clone(),
+                        weight,
+                        geometry,
+                        epilogue,
+                        gemm_of(*mma)?,
+                        None,
+                    )
+                } else {
+                    None
                 }
-                (tiles <= mma_max_tiles() && splits(tiles, steps) > 1).then_some(())?;
-                run(
-                    x.clone(),
-                    Weights::Stored(weight, *mma),
-                    geometry,
-                    epilogue,
-                    None,
-                )
             }
         }
     }

@@ -283,8 +283,8 @@ fn upsampled_input_matches_interpolate_then_conv() {
     }
 }
 
-/// The unrolled input the cooperative-matrix kernel reads (`im2col`) against burn's `unfold4d`
-/// (`[b, c·k·k, L]`, the same channel-major order), laid out `[c·k·k, b·L]`: odd maps, stride 2,
+/// The unrolled input the cooperative-matrix kernels read (`im2col`) against burn's `unfold4d`
+/// (`[b, c·k·k, L]`, the same channel-major order), laid out `[c·k·k, b·L]` and batch-major: odd maps, stride 2,
 /// padding, and the 2× nearest upsampling read in place. The product itself needs cooperative
 /// matrices, which lavapipe lacks; the GPU bench checks it against burn's convolution.
 #[test]
@@ -308,7 +308,8 @@ fn unrolled_input_matches_unfold() {
                 padding,
                 upsample,
             };
-            let ours = super::unroll(x.clone(), geometry).expect("runs on wgpu");
+            let ours = super::unroll(x.clone(), geometry, false).expect("runs on wgpu");
+            let batch_major = super::unroll(x.clone(), geometry, true).expect("runs on wgpu");
             let source = if upsample {
                 interpolate(
                     x.cast(DType::F32),
@@ -324,79 +325,18 @@ fn unrolled_input_matches_unfold() {
                 UnfoldOptions::new([stride, stride], [padding, padding], [1, 1]),
             ); // [b, c·k·k, L]
             let [_, rows, l] = unfolded.dims();
+            let twin_batch_major = unfolded.clone().reshape([b * rows, l]);
             let twin = unfolded.swap_dims(0, 1).reshape([rows, b * l]);
             assert_eq!(ours.dims(), [rows, b * l], "case {b} {c} {h}x{w} k{k}");
+            assert!(
+                read(batch_major) == read(twin_batch_major),
+                "{dtype:?} case {b} {c} {h}x{w} k{k} s{stride} up {upsample}: batch-major values differ"
+            );
             let (got, want) = (read(ours), read(twin));
             assert!(
                 got == want,
                 "{dtype:?} case {b} {c} {h}x{w} k{k} s{stride} up {upsample}: values differ"
             );
         }
-    }
-}
-
-/// The convolution as the batch-major unrolled input through burn's matmul (the bench's
-/// candidate for large maps) against burn's `conv2d` plus the adds: batch 2, stride 2, the
-/// upsample, in f32 (one small case: burn's matmul autotunes on its first shape).
-#[test]
-fn unrolled_matmul_matches_burn_conv2d() {
-    use burn::tensor::module::interpolate;
-    use burn::tensor::ops::{InterpolateMode, InterpolateOptions};
-    let device = wgpu();
-    let (b, c_in, c_out, h, w) = (2, 6, 5, 5, 7);
-    for (stride, upsample) in [(1, false), (2, false), (1, true)] {
-        let x: Tensor<4> = tensor(
-            values(b * c_in * h * w, 0.1),
-            [b, c_in, h, w],
-            &device,
-            DType::F32,
-        );
-        let wt: Tensor<4> = tensor(
-            values(c_out * c_in * 9, -0.3),
-            [c_out, c_in, 3, 3],
-            &device,
-            DType::F32,
-        );
-        let bias: Tensor<1> = tensor(values(c_out, 0.5), [c_out], &device, DType::F32);
-        let geometry = super::Geometry {
-            k: 3,
-            stride,
-            padding: 1,
-            upsample,
-        };
-        let [oh, ow] = geometry.output(h, w).expect("fits");
-        let residual: Tensor<4> = tensor(
-            values(b * c_out * oh * ow, 0.2),
-            [b, c_out, oh, ow],
-            &device,
-            DType::F32,
-        );
-        let epilogue = Epilogue {
-            bias: Some(&bias),
-            residual: Some(&residual),
-            ..Default::default()
-        };
-        let source = if upsample {
-            interpolate(
-                x.clone(),
-                InterpolateOptions::new(InterpolateMode::Nearest).with_output_size([2 * h, 2 * w]),
-            )
-        } else {
-            x.clone()
-        };
-        let twin = epilogue.apply(conv2d(
-            source,
-            wt.clone(),
-            None,
-            ConvOptions::new([stride, stride], [1, 1], [1, 1], 1),
-        ));
-        let ours =
-            super::conv2d_unrolled_matmul(x, &wt, geometry, &epilogue).expect("runs on wgpu");
-        assert_eq!(ours.dims(), [b, c_out, oh, ow]);
-        let rel = relative(&read(ours), &read(twin));
-        assert!(
-            rel <= 1e-4,
-            "stride {stride} upsample {upsample}: rel {rel}"
-        );
     }
 }

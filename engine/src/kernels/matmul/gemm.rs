@@ -219,3 +219,37 @@ pub fn linear_mma<const D: usize>(
     )?;
     Some(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{Fragment, MmaGemm};
+
+    fn gemm(plane: usize, m: usize, n: usize, k: usize) -> MmaGemm {
+        MmaGemm {
+            plane,
+            fragment: Fragment { m, n, k },
+        }
+    }
+
+    /// The layouts the kernel takes: 8 planes of 32 and fragments that split evenly over a
+    /// plane's lanes (NVIDIA's 16×16×16 and 16×8×16); not Intel's 8-row or 16-lane planes.
+    #[test]
+    fn fits_the_kernels_layout() {
+        assert!(gemm(32, 16, 16, 16).fits(), "NVIDIA");
+        assert!(gemm(32, 16, 8, 16).fits());
+        assert!(!gemm(16, 8, 16, 16).fits(), "16-lane planes: 16 planes, not 8");
+        assert!(!gemm(64, 16, 16, 16).fits());
+        assert!(!gemm(32, 16, 16, 48).fits(), "the step is not a multiple of k");
+        assert!(!gemm(32, 4, 16, 16).fits());
+    }
+
+    /// The largest tile that still fills the GPU, else the smallest.
+    #[test]
+    fn tiles_fill_the_gpu() {
+        let g = gemm(32, 16, 16, 16);
+        assert_eq!(g.tiles_for(8192, 2560, 1), (4, 2), "64 × 20 tiles of 128");
+        assert_eq!(g.tiles_for(8192, 320, 1), (2, 2), "3 columns of 128 need 64-row tiles");
+        assert_eq!(g.tiles_for(1280, 256, 2), (2, 1), "a 16×16 convolution");
+        assert_eq!(g.tiles_for(16, 16, 1), (2, 1));
+    }
+}
