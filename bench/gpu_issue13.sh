@@ -86,6 +86,9 @@
 #           (split kernel at 8×8, GEMM on the unrolled input at 16×16, stride 2 and 1280 outputs):
 #           the step both ways, its kernel profile, the step under six convolution rules and with
 #           the linears on our GEMM, interleaved over three rounds, VAE, 20-step txt2img
+#   PART=af part ae with this session's final default (GEMM for 3×3 layers up to 160 tiles or of
+#           1280 outputs and for the 1×1 layers, burn's elsewhere) and five convolution rules
+#           interleaved over five rounds, without the linear A/B
 #   PART=e  PyTorch (fp16 UNet, VAE, 20-step txt2img), then our f16 bench under perf (a flat
 #           profile per thread: where the host time of a step goes). Needs .perf/perf.txz (perf
 #           and its libraries) and a release build with symbols (CARGO_PROFILE_RELEASE_STRIP=false)
@@ -276,6 +279,10 @@ ad)
 ae)
   PARTS=${TORCH_PARTS:-unet16,e2e} timeout 100 python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_ae.txt
   timeout ${OURS_TIMEOUT:-470} /tmp/ls bench --device gpu --precision f16 --runs 7 --steps 20 --no-ops --no-previews --no-profile --no-burn-ops --kernel-profile 3 --conv-ab --gemm-ab 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_spirv.txt
+  ;;
+af)
+  PARTS=${TORCH_PARTS:-unet16,e2e} timeout 100 python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_af.txt
+  timeout ${OURS_TIMEOUT:-470} /tmp/ls bench --device gpu --precision f16 --runs 7 --steps 20 --no-ops --no-previews --no-profile --no-burn-ops --kernel-profile 3 --conv-ab 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_spirv.txt
   ;;
 h)
   timeout ${OURS_TIMEOUT:-540} /tmp/ls bench --device gpu --precision f16 --runs 3 --unet-only 2>&1 | grep -v "^\[F16\]   [a-z_]*  *[0-9.]* ms  {" | tee $OUT/ours_spirv_ops.txt

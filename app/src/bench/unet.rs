@@ -102,7 +102,7 @@ pub(super) fn planes_ab(
         ),
     ];
     let names: Vec<&str> = rules.iter().map(|r| r.3).collect();
-    interleaved(precision, "planes rule", &names, |i| {
+    interleaved(precision, "planes rule", &names, 3, |i| {
         let (prefetch, widest, min_keys, _) = rules[i];
         set_planes_rule(prefetch, widest, min_keys);
         let ms = time_ms(device, 2, runs, || {
@@ -113,16 +113,17 @@ pub(super) fn planes_ab(
     })
 }
 
-/// Times rule `i` of `names` with `time(i)`, the rules interleaved over three rounds so that
+/// Times rule `i` of `names` with `time(i)`, the rules interleaved over `rounds` rounds so that
 /// drift over the run falls on each alike, and prints each rule's median of rounds.
 fn interleaved(
     precision: Precision,
     what: &str,
     names: &[&str],
+    rounds: usize,
     mut time: impl FnMut(usize) -> Result<f64>,
 ) -> Result<()> {
     let mut times = vec![Vec::new(); names.len()];
-    for _ in 0..3 {
+    for _ in 0..rounds {
         for (i, t) in times.iter_mut().enumerate() {
             t.push(time(i)?);
         }
@@ -156,46 +157,32 @@ pub(super) fn conv_ab(
     use latent_engine::kernels::conv::{ConvRules, set_conv_rules};
     let d = ConvRules::DEFAULT;
     let rules = [
+        (d, "default: GEMM ≤ 160 tiles or ≥ 1280 out and 1×1, burn's above"),
+        (ConvRules::SPLIT_ONLY, "sixteenth session's: split ≤ 160 tiles, burn's above"),
         (
-            d,
-            "default: split ≤ 64 tiles, GEMM ≤ 160 tiles or ≥ 1280 out, burn's above",
-        ),
-        (
-            ConvRules::SPLIT_ONLY,
-            "sixteenth session's: split ≤ 160 tiles, burn's above",
+            ConvRules {
+                split_max_tiles: 64,
+                ..d
+            },
+            "default with the split kernel at 8×8 (≤ 64 tiles)",
         ),
         (
             ConvRules {
-                split_max_tiles: 0,
+                gemm_one_by_one: false,
                 ..d
             },
-            "no split kernel: GEMM ≤ 160 tiles or ≥ 1280 out",
-        ),
-        (
-            ConvRules {
-                gemm_one_by_one: true,
-                ..d
-            },
-            "default + 1×1 layers on the GEMM",
-        ),
-        (
-            ConvRules {
-                gemm_min_out: usize::MAX,
-                ..d
-            },
-            "split ≤ 64, GEMM ≤ 160 tiles only",
+            "default with burn's 1×1",
         ),
         (
             ConvRules {
                 gemm_max_tiles: usize::MAX,
-                gemm_one_by_one: true,
                 ..d
             },
-            "split ≤ 64, GEMM for every other 3×3 and 1×1",
+            "GEMM for every 3×3 and 1×1",
         ),
     ];
     let names: Vec<&str> = rules.iter().map(|r| r.1).collect();
-    interleaved(precision, "convolution rule", &names, |i| {
+    interleaved(precision, "convolution rule", &names, 5, |i| {
         set_conv_rules(rules[i].0);
         let ms = time_ms(device, 2, runs, || {
             let _ = model.unet.forward(x.clone(), &[500.0], ctx);
@@ -217,7 +204,7 @@ pub(super) fn gemm_ab(
 ) -> Result<()> {
     use latent_engine::kernels::matmul::set_mma_linears;
     let names = ["linears on burn's matmul (default)", "linears on our GEMM"];
-    interleaved(precision, "linear rule", &names, |i| {
+    interleaved(precision, "linear rule", &names, 3, |i| {
         set_mma_linears(i == 1);
         let ms = time_ms(device, 2, runs, || {
             let _ = model.unet.forward(x.clone(), &[500.0], ctx);

@@ -35,10 +35,10 @@ pub struct ConvRules {
 impl ConvRules {
     /// The rules in force unless the bench sets others.
     pub const DEFAULT: ConvRules = ConvRules {
-        split_max_tiles: 64,
+        split_max_tiles: 0,
         gemm_max_tiles: 160,
         gemm_min_out: 1280,
-        gemm_one_by_one: false,
+        gemm_one_by_one: true,
     };
     /// The sixteenth session's: our split kernel up to 160 tiles, burn's above, no GEMM.
     pub const SPLIT_ONLY: ConvRules = ConvRules {
