@@ -92,6 +92,9 @@
 #   PART=e  PyTorch (fp16 UNet, VAE, 20-step txt2img), then our f16 bench under perf (a flat
 #           profile per thread: where the host time of a step goes). Needs .perf/perf.txz (perf
 #           and its libraries) and a release build with symbols (CARGO_PROFILE_RELEASE_STRIP=false)
+# The tracked tree is ~48 MB since the SDXL fixtures: for a call that does not need them, move
+# tests/fixtures aside first (the copy takes the working tree as it is), or the tree, the binary
+# and diffusers pass the 64 MiB a call carries.
 # Carry .gl (Vulkan loader), .whl (diffusers) and .gpu/latent-studio.gz (stripped release build),
 # or .gpu alone with latent-studio.xz and site.tar.xz in it (when the tree leaves less room).
 for f in .gl/*.deb; do dpkg -x $f / >/dev/null 2>&1; done; ldconfig

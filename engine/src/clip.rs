@@ -1,4 +1,6 @@
-//! CLIP text encoder (transformers' `CLIPTextModel`), the prompt encoder of SD 1.x.
+//! CLIP text encoder (transformers' `CLIPTextModel`), the prompt encoder of SD 1.x and 2.x, and
+//! `CLIPTextModelWithProjection` (SDXL's second encoder, whose projected end-token state is the
+//! pooled conditioning).
 
 use burn::tensor::{DType, Tensor, TensorData};
 use serde::{Deserialize, Serialize};
@@ -24,6 +26,14 @@ pub struct ClipConfig {
     /// family, never read from a config (SD 2.1's `pad_token_id` is a placeholder).
     #[serde(skip)]
     pub pad_token: u32,
+    /// Width of the projection of the end token's state (`text_projection`), read where the
+    /// encoder has one ([`Self::with_projection`]).
+    pub projection_dim: Option<usize>,
+    /// Whether the weights include `text_projection` (`CLIPTextModelWithProjection`: SDXL's
+    /// OpenCLIP ViT-bigG). Set from the model's family: every CLIP config names a
+    /// `projection_dim`, whether or not the encoder was saved with its projection.
+    #[serde(skip)]
+    pub with_projection: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -53,6 +63,25 @@ impl ClipConfig {
             hidden_act: Activation::QuickGelu,
             layer_norm_eps: 1e-5,
             pad_token: crate::tokenizer::EOS,
+            projection_dim: None,
+            with_projection: false,
+        }
+    }
+
+    /// OpenCLIP ViT-bigG/14's text tower, SDXL's second encoder: its penultimate layer's output
+    /// and its projected end-token state (the pooled conditioning), GELU, padding with id 0.
+    /// diffusers: stable-diffusion-xl-base-1.0/text_encoder_2/config.json
+    pub fn sdxl_g() -> Self {
+        Self {
+            hidden_size: 1280,
+            intermediate_size: 5120,
+            num_hidden_layers: 32,
+            num_attention_heads: 20,
+            hidden_act: Activation::Gelu,
+            pad_token: 0,
+            projection_dim: Some(1280),
+            with_projection: true,
+            ..Self::sd15()
         }
     }
 
@@ -98,6 +127,10 @@ impl ClipConfig {
             4096,
         )?;
         bounds::positive("text encoder layer_norm_eps", self.layer_norm_eps, 1.0)?;
+        if self.with_projection {
+            let dim = self.projection_dim.unwrap_or(0);
+            bounds::count("text encoder projection_dim", dim, MAX_WIDTH)?;
+        }
         bounds::divides(
             "text encoder hidden_size",
             self.hidden_size,
@@ -166,12 +199,33 @@ pub struct ClipTextModel {
     position_embedding: Embedding,
     layers: Vec<EncoderLayer>,
     final_layer_norm: LayerNorm,
+    /// `text_projection` (`[hidden] -> [projection_dim]`, no bias), where the encoder has one.
+    projection: Option<Linear>,
     config: ClipConfig,
+}
+
+/// What SDXL takes from one text encoder ([`ClipTextModel::encode_sdxl`]).
+#[derive(Debug, Clone)]
+pub struct SdxlEncoding {
+    /// The penultimate layer's output without the final layer norm, `[b, n, hidden]`.
+    pub hidden: Tensor<3>,
+    /// The projected end-token state after the final layer norm, `[b, projection_dim]`, where
+    /// the encoder has a projection.
+    pub pooled: Option<Tensor<2>>,
 }
 
 impl ClipTextModel {
     pub fn load(w: &Weights, config: &ClipConfig) -> Result<Self> {
         config.validate()?;
+        let projection = match (config.with_projection, config.projection_dim) {
+            (true, Some(dim)) => Some(Linear::load(
+                &w.pp("text_projection"),
+                config.hidden_size,
+                dim,
+                false,
+            )?),
+            _ => None,
+        };
         let w = w.pp("text_model");
         let emb = w.pp("embeddings");
         let layers = (0..config.num_hidden_layers)
@@ -194,6 +248,7 @@ impl ClipTextModel {
                 config.hidden_size,
                 config.layer_norm_eps,
             )?,
+            projection,
             config: config.clone(),
         })
     }
@@ -227,6 +282,85 @@ impl ClipTextModel {
         clip_skip: usize,
         fixes: &[Vec<(usize, &crate::prompt::Embedding)>],
     ) -> Result<Tensor<3>> {
+        let layers = self.layers.len();
+        let skip = clip_skip.max(1);
+        if skip > layers {
+            return Err(Error::InvalidInput(format!(
+                "clip skip {skip} exceeds the {layers} text encoder layers"
+            )));
+        }
+        let mut x = self.embed(ids, fixes)?;
+        for layer in &self.layers[..layers + 1 - skip] {
+            x = layer.forward(x);
+        }
+        Ok(self.final_layer_norm.forward(x))
+    }
+
+    /// SDXL's use of an encoder, as diffusers' `encode_prompt` and ComfyUI make it: the output of
+    /// the layer `1 + extra_skip` before the last, without the final layer norm (`hidden_states[-2]`
+    /// for `extra_skip` 0, diffusers' `clip_skip` = `extra_skip`), and, where the encoder has a
+    /// projection, the last layer's state at each row's end token (its largest id, as
+    /// transformers picks it), layer-normed and projected.
+    ///
+    /// # Shapes
+    /// ids `[b, n]` -> hidden `[b, n, hidden]`, pooled `[b, projection_dim]`
+    pub fn encode_sdxl(
+        &self,
+        ids: &[Vec<u32>],
+        extra_skip: usize,
+        fixes: &[Vec<(usize, &crate::prompt::Embedding)>],
+    ) -> Result<SdxlEncoding> {
+        let layers = self.layers.len();
+        if extra_skip + 2 > layers {
+            return Err(Error::InvalidInput(format!(
+                "clip skip {} exceeds the {layers} text encoder layers",
+                extra_skip + 2
+            )));
+        }
+        let mut x = self.embed(ids, fixes)?;
+        let used = layers - 1 - extra_skip;
+        for layer in &self.layers[..used] {
+            x = layer.forward(x);
+        }
+        let hidden = x.clone();
+        let pooled = match &self.projection {
+            None => None,
+            Some(projection) => {
+                for layer in &self.layers[used..] {
+                    x = layer.forward(x);
+                }
+                let last = self.final_layer_norm.forward(x);
+                let [b, _, d] = last.dims();
+                let rows: Vec<Tensor<2>> = ids
+                    .iter()
+                    .enumerate()
+                    .map(|(r, row)| {
+                        // The first position of the row's largest id (the end token).
+                        let at = row
+                            .iter()
+                            .enumerate()
+                            .fold(
+                                (0, 0),
+                                |best, (i, &id)| if id > best.1 { (i, id) } else { best },
+                            )
+                            .0;
+                        last.clone()
+                            .slice([r..r + 1, at..at + 1, 0..d])
+                            .reshape([1, d])
+                    })
+                    .collect();
+                Some(projection.forward(Tensor::cat(rows, 0).reshape([b, d])))
+            }
+        };
+        Ok(SdxlEncoding { hidden, pooled })
+    }
+
+    /// The token embeddings (with `fixes`) plus the position embeddings, after checking `ids`.
+    fn embed(
+        &self,
+        ids: &[Vec<u32>],
+        fixes: &[Vec<(usize, &crate::prompt::Embedding)>],
+    ) -> Result<Tensor<3>> {
         let b = ids.len();
         let n = ids.first().map_or(0, Vec::len);
         if b == 0
@@ -248,13 +382,6 @@ impl ClipTextModel {
                 "token id {bad} is outside the vocabulary"
             )));
         }
-        let layers = self.layers.len();
-        let skip = clip_skip.max(1);
-        if skip > layers {
-            return Err(Error::InvalidInput(format!(
-                "clip skip {skip} exceeds the {layers} text encoder layers"
-            )));
-        }
         let flat: Vec<usize> = ids.iter().flatten().map(|&id| id as usize).collect();
         let positions: Vec<usize> = (0..n).collect();
         let mut tokens = self.token_embedding.forward(&flat, b, n)?; // [b, n, d]
@@ -273,10 +400,6 @@ impl ClipTextModel {
                 tokens = tokens.slice_assign([row..row + 1, at..at + len, 0..d], values);
             }
         }
-        let mut x = tokens + self.position_embedding.forward(&positions, 1, n)?; // [b, n, d]
-        for layer in &self.layers[..layers + 1 - skip] {
-            x = layer.forward(x);
-        }
-        Ok(self.final_layer_norm.forward(x))
+        Ok(tokens + self.position_embedding.forward(&positions, 1, n)?) // [b, n, d]
     }
 }

@@ -33,6 +33,8 @@ mod pipeline_parity;
 mod preview;
 #[path = "../sd2.rs"]
 mod sd2;
+#[path = "../sdxl.rs"]
+mod sdxl;
 #[path = "../taesd.rs"]
 mod taesd;
 #[path = "../vae_tiling.rs"]

@@ -237,9 +237,15 @@ mod tests {
     fn fits_the_kernels_layout() {
         assert!(gemm(32, 16, 16, 16).fits(), "NVIDIA");
         assert!(gemm(32, 16, 8, 16).fits());
-        assert!(!gemm(16, 8, 16, 16).fits(), "16-lane planes: 16 planes, not 8");
+        assert!(
+            !gemm(16, 8, 16, 16).fits(),
+            "16-lane planes: 16 planes, not 8"
+        );
         assert!(!gemm(64, 16, 16, 16).fits());
-        assert!(!gemm(32, 16, 16, 48).fits(), "the step is not a multiple of k");
+        assert!(
+            !gemm(32, 16, 16, 48).fits(),
+            "the step is not a multiple of k"
+        );
         assert!(!gemm(32, 4, 16, 16).fits());
     }
 
@@ -248,7 +254,11 @@ mod tests {
     fn tiles_fill_the_gpu() {
         let g = gemm(32, 16, 16, 16);
         assert_eq!(g.tiles_for(8192, 2560, 1), (4, 2), "64 × 20 tiles of 128");
-        assert_eq!(g.tiles_for(8192, 320, 1), (2, 2), "3 columns of 128 need 64-row tiles");
+        assert_eq!(
+            g.tiles_for(8192, 320, 1),
+            (2, 2),
+            "3 columns of 128 need 64-row tiles"
+        );
         assert_eq!(g.tiles_for(1280, 256, 2), (2, 1), "a 16×16 convolution");
         assert_eq!(g.tiles_for(16, 16, 1), (2, 1));
     }
