@@ -157,8 +157,14 @@ pub(super) fn conv_ab(
     use latent_engine::kernels::conv::{ConvRules, set_conv_rules};
     let d = ConvRules::DEFAULT;
     let rules = [
-        (d, "default: GEMM ≤ 160 tiles or ≥ 1280 out and 1×1, burn's above"),
-        (ConvRules::SPLIT_ONLY, "sixteenth session's: split ≤ 160 tiles, burn's above"),
+        (
+            d,
+            "default: GEMM ≤ 160 tiles or ≥ 1280 out and 1×1, burn's above",
+        ),
+        (
+            ConvRules::SPLIT_ONLY,
+            "sixteenth session's: split ≤ 160 tiles, burn's above",
+        ),
         (
             ConvRules {
                 split_max_tiles: 64,
