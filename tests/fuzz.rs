@@ -609,7 +609,7 @@ fn small(config: &latent_engine::checkpoint::ModelConfig) -> bool {
         && t.num_hidden_layers <= 4
         && u.block_out_channels.iter().all(|&c| c <= 96)
         && u.layers_per_block <= 3
-        && u.transformer_layers_per_block <= 2
+        && (0..u.block_out_channels.len()).all(|i| u.transformer_layers(i) <= 2)
         && u.cross_attention_dim <= 64
         && v.block_out_channels.iter().all(|&c| c <= 96)
         && v.layers_per_block <= 3

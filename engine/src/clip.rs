@@ -218,12 +218,18 @@ impl ClipTextModel {
     pub fn load(w: &Weights, config: &ClipConfig) -> Result<Self> {
         config.validate()?;
         let projection = match (config.with_projection, config.projection_dim) {
-            (true, Some(dim)) => Some(Linear::load(
+            // transformers' `[proj, hidden]` weight, or OpenCLIP's `[hidden, proj]` matrix as
+            // single files store it (the same values transposed; the name tells which).
+            (true, Some(dim)) if w.contains("text_projection.weight") => Some(Linear::load(
                 &w.pp("text_projection"),
                 config.hidden_size,
                 dim,
                 false,
             )?),
+            (true, Some(dim)) => Some(Linear::from_tensors(
+                w.tensor("text_projection", [config.hidden_size, dim])?,
+                None,
+            )),
             _ => None,
         };
         let w = w.pp("text_model");

@@ -9,6 +9,10 @@ pub const VAE_PREFIX: &str = "first_stage_model.";
 pub const CLIP_PREFIX: &str = "cond_stage_model.transformer.";
 /// SD 2.x files store OpenCLIP's text tower under this, in OpenCLIP's own names.
 pub const OPENCLIP_PREFIX: &str = "cond_stage_model.model.";
+/// SDXL files (SGM layout) store CLIP ViT-L under this, in transformers' names …
+pub const SDXL_CLIP_PREFIX: &str = "conditioner.embedders.0.transformer.";
+/// … and OpenCLIP ViT-bigG under this, in OpenCLIP's names, its projection as `text_projection`.
+pub const SDXL_OPENCLIP_PREFIX: &str = "conditioner.embedders.1.model.";
 
 /// Splits `a.b.rest` into (`a`, `b`, `rest`).
 fn split3(name: &str) -> Option<(&str, &str, &str)> {
@@ -49,6 +53,9 @@ fn unet_key_inner(name: &str, config: &UNetConfig, per_block: usize) -> Option<S
     let top = [
         ("time_embedding.linear_1.", "time_embed.0."),
         ("time_embedding.linear_2.", "time_embed.2."),
+        // SDXL's added conditioning.
+        ("add_embedding.linear_1.", "label_emb.0.0."),
+        ("add_embedding.linear_2.", "label_emb.0.2."),
         ("conv_in.", "input_blocks.0.0."),
         ("conv_norm_out.", "out.0."),
         ("conv_out.", "out.2."),
@@ -175,8 +182,20 @@ fn vae_key_inner(name: &str, blocks: usize) -> Option<String> {
 /// `convert_open_clip_checkpoint`). q, k and v are parts of OpenCLIP's fused `in_proj_*`, made
 /// readable by [`split_openclip`].
 pub fn openclip_key(name: &str) -> String {
-    let key = openclip_key_inner(name).unwrap_or_else(|| name.to_string());
-    format!("{OPENCLIP_PREFIX}{key}")
+    openclip_key_under(OPENCLIP_PREFIX, name)
+}
+
+/// [`openclip_key`] under `prefix` (SD 2.x's or SDXL's). OpenCLIP keeps the projection it
+/// right-multiplies, `text_projection` `[hidden, proj]`: the transpose of transformers'
+/// `text_projection.weight`, which therefore maps to no stored key (the encoder reads
+/// `text_projection` as it lies, [`crate::clip::ClipTextModel::load`]).
+pub fn openclip_key_under(prefix: &str, name: &str) -> String {
+    let key = match name {
+        "text_projection" => Some("text_projection".to_string()),
+        "text_projection.weight" => Some("text_projection.weight (stored transposed)".to_string()),
+        _ => openclip_key_inner(name),
+    };
+    format!("{prefix}{}", key.unwrap_or_else(|| name.to_string()))
 }
 
 fn openclip_key_inner(name: &str) -> Option<String> {
@@ -208,10 +227,15 @@ fn openclip_key_inner(name: &str) -> Option<String> {
 /// Splits every fused OpenCLIP `attn.in_proj_weight`/`in_proj_bias` of `file` into the
 /// `attn.q_proj`/`k_proj`/`v_proj` parts [`openclip_key`] names (rows q, k, v in that order).
 pub fn split_openclip(file: &mut super::SafetensorsFile) -> crate::Result<()> {
+    split_openclip_under(file, OPENCLIP_PREFIX)
+}
+
+/// [`split_openclip`] for the tower under `prefix`.
+pub fn split_openclip_under(file: &mut super::SafetensorsFile, prefix: &str) -> crate::Result<()> {
     let fused: Vec<(String, String, &'static str)> = file
         .entries()
         .keys()
-        .filter(|k| k.starts_with(OPENCLIP_PREFIX))
+        .filter(|k| k.starts_with(prefix))
         .filter_map(|k| {
             let (base, kind) = k
                 .strip_suffix("in_proj_weight")
@@ -376,5 +400,35 @@ mod tests {
                 "{diffusers}"
             );
         }
+    }
+
+    /// SDXL's single-file names (SGM layout, as diffusers' `convert_ldm_unet_checkpoint` and
+    /// `convert_open_clip_checkpoint` read them): the added conditioning, bigG's tower under its
+    /// own prefix, its projection under OpenCLIP's name only.
+    #[test]
+    fn sdxl_keys() {
+        let c = UNetConfig::sd15();
+        assert_eq!(
+            unet_key("add_embedding.linear_1.weight", &c),
+            format!("{UNET_PREFIX}label_emb.0.0.weight")
+        );
+        assert_eq!(
+            unet_key("add_embedding.linear_2.bias", &c),
+            format!("{UNET_PREFIX}label_emb.0.2.bias")
+        );
+        let g = |n| openclip_key_under(SDXL_OPENCLIP_PREFIX, n);
+        assert_eq!(
+            g("text_model.encoder.layers.31.mlp.fc1.weight"),
+            format!("{SDXL_OPENCLIP_PREFIX}transformer.resblocks.31.mlp.c_fc.weight")
+        );
+        assert_eq!(
+            g("text_projection"),
+            format!("{SDXL_OPENCLIP_PREFIX}text_projection")
+        );
+        assert_ne!(
+            g("text_projection.weight"),
+            format!("{SDXL_OPENCLIP_PREFIX}text_projection"),
+            "transformers' [proj, hidden] is not OpenCLIP's [hidden, proj]"
+        );
     }
 }

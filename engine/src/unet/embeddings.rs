@@ -3,7 +3,7 @@
 use burn::tensor::{DType, Device, Tensor, TensorData};
 
 use crate::checkpoint::Weights;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::nn::{Linear, silu};
 
 /// Sinusoidal projection of (possibly fractional) timesteps, computed in f32 as diffusers does.
@@ -66,5 +66,54 @@ impl TimestepEmbedding {
 
     pub fn forward(&self, x: Tensor<2>) -> Tensor<2> {
         self.linear_2.forward(silu(self.linear_1.forward(x)))
+    }
+}
+
+/// SDXL's added conditioning (diffusers' `addition_embed_type = "text_time"`): each of the six
+/// size and crop values through the UNet's sinusoid (`add_time_proj`), beside the pooled text
+/// embedding, through `add_embedding` (a [`TimestepEmbedding`]); the result is added to the time
+/// embedding of every step.
+#[derive(Debug, Clone)]
+pub struct AddEmbedding {
+    pub(super) embedding: TimestepEmbedding,
+    /// Sinusoid width of each value.
+    pub(super) time_dim: usize,
+    /// The embedding's input width: pooled + 6 × `time_dim`.
+    pub(super) input: usize,
+}
+
+impl AddEmbedding {
+    /// # Shapes
+    /// text_embeds `[b, pooled]`, `b` rows of time ids -> `[b, 4·c0]`
+    pub fn forward(
+        &self,
+        text_embeds: &Tensor<2>,
+        time_ids: &[[f32; 6]],
+        config: &super::UNetConfig,
+    ) -> Result<Tensor<2>> {
+        let [b, pooled] = text_embeds.dims();
+        if time_ids.len() != b || pooled + 6 * self.time_dim != self.input {
+            return Err(Error::InvalidInput(format!(
+                "added conditioning: {} rows of size values for {b} pooled embeddings of width \
+                 {pooled}; the UNet takes {} = pooled + 6 × {}",
+                time_ids.len(),
+                self.input,
+                self.time_dim
+            )));
+        }
+        let flat: Vec<f32> = time_ids.iter().flatten().copied().collect();
+        let device = text_embeds.device();
+        let times = timestep_projection(
+            &flat,
+            self.time_dim,
+            config.flip_sin_to_cos,
+            config.freq_shift,
+            &device,
+        )
+        .reshape([b, 6 * self.time_dim]);
+        let dtype = text_embeds.dtype();
+        // As diffusers: the sinusoids in f32, cast with the pooled embedding to the model's dtype.
+        let input = Tensor::cat(vec![text_embeds.clone(), times.cast(dtype)], 1);
+        Ok(self.embedding.forward(input))
     }
 }

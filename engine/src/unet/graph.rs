@@ -37,6 +37,8 @@ pub fn available(device: &Device) -> bool {
 pub struct UNetSteps<'a> {
     unet: &'a UNet2DConditionModel,
     context: Tensor<3>,
+    /// SDXL's added conditioning, where the model has one.
+    added: Option<Tensor<2>>,
     device: Device,
     state: State,
 }
@@ -76,9 +78,17 @@ impl<'a> UNetSteps<'a> {
         Self {
             unet,
             context,
+            added: None,
             device,
             state,
         }
+    }
+
+    /// The same steps with SDXL's added conditioning `[b, 4·c0]`
+    /// ([`UNet2DConditionModel::added_conditioning`]), constant over the steps like the context.
+    pub fn with_added(mut self, added: Tensor<2>) -> Self {
+        self.added = Some(added);
+        self
     }
 
     /// Whether the steps now replay a recorded graph.
@@ -100,7 +110,9 @@ impl<'a> UNetSteps<'a> {
             State::Ready(_) => return self.replay(x, t),
         };
         if !record {
-            return self.unet.forward_projected(x, t, &self.context);
+            return self
+                .unet
+                .forward_projected(x, t, &self.context, self.added.as_ref());
         }
         match self.capture(&x, &t) {
             Ok(captured) => {
@@ -113,7 +125,8 @@ impl<'a> UNetSteps<'a> {
                      every step runs launch by launch"
                 );
                 self.state = State::Plain;
-                self.unet.forward_projected(x, t, &self.context)
+                self.unet
+                    .forward_projected(x, t, &self.context, self.added.as_ref())
             }
         }
     }
@@ -136,9 +149,12 @@ impl<'a> UNetSteps<'a> {
         // The lazy fused ops drain into the recording on `resolve`. A panic inside the window
         // closes it before unwinding on: an open window would refuse every later read.
         let recorded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            let out = self
-                .unet
-                .forward_projected(x_in.clone(), t_in.clone(), &self.context);
+            let out = self.unet.forward_projected(
+                x_in.clone(),
+                t_in.clone(),
+                &self.context,
+                self.added.as_ref(),
+            );
             let outb = kernels::resolve(out.clone());
             (out, outb)
         }));
@@ -164,11 +180,15 @@ impl<'a> UNetSteps<'a> {
     /// overwrites the graph's output buffer).
     fn replay(&mut self, x: Tensor<4>, t: Tensor<2>) -> Tensor<4> {
         let State::Ready(captured) = &self.state else {
-            return self.unet.forward_projected(x, t, &self.context);
+            return self
+                .unet
+                .forward_projected(x, t, &self.context, self.added.as_ref());
         };
         if x.dims() != captured.shape || x.dtype() != captured.dtype {
             // Another latent shape: this runner's graph does not fit it.
-            return self.unet.forward_projected(x, t, &self.context);
+            return self
+                .unet
+                .forward_projected(x, t, &self.context, self.added.as_ref());
         }
         let copied_in = kernels::resolve(x.clone())
             .zip(kernels::resolve(t.clone()))
@@ -177,7 +197,9 @@ impl<'a> UNetSteps<'a> {
                 copy_into(&ts, &captured.t)
             });
         let Some(()) = copied_in else {
-            return self.unet.forward_projected(x, t, &self.context);
+            return self
+                .unet
+                .forward_projected(x, t, &self.context, self.added.as_ref());
         };
         // SAFETY: every buffer the graph reads or writes is held by `captured` (inputs, output)
         // or by the model and `self.context` (weights, conditioning), all outliving the replay;
@@ -188,14 +210,17 @@ impl<'a> UNetSteps<'a> {
         if let Err(e) = replayed {
             tracing::warn!("a recorded UNet step failed to replay ({e}); running steps as usual");
             self.state = State::Plain;
-            return self.unet.forward_projected(x, t, &self.context);
+            return self
+                .unet
+                .forward_projected(x, t, &self.context, self.added.as_ref());
         }
         match kernels::output(captured.shape, captured.dtype, &self.device) {
             Some((out, buffer)) if copy_into(&captured.out, &buffer).is_some() => out,
             _ => {
                 tracing::warn!("the recorded UNet step's output could not be copied out");
                 self.state = State::Plain;
-                self.unet.forward_projected(x, t, &self.context)
+                self.unet
+                    .forward_projected(x, t, &self.context, self.added.as_ref())
             }
         }
     }

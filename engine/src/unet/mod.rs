@@ -13,7 +13,7 @@ use crate::checkpoint::Weights;
 use crate::error::{Error, Result};
 use crate::nn::{Conv2d, GroupNorm, Kernels, Linear, silu};
 use blocks::{BlockSpec, DownBlock, MidBlock, UpBlock, UpChannels};
-use embeddings::{TimestepEmbedding, timestep_projection};
+use embeddings::{AddEmbedding, TimestepEmbedding, timestep_projection};
 
 /// An int or one value per block, as diffusers configs allow for head counts.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -51,8 +51,18 @@ pub struct UNetConfig {
     pub flip_sin_to_cos: bool,
     pub freq_shift: f32,
     pub use_linear_projection: bool,
-    pub transformer_layers_per_block: usize,
+    /// Transformer layers per attention of each level (SDXL: 1, 2, 10); the mid block takes the
+    /// last level's.
+    pub transformer_layers_per_block: PerBlock,
     pub sample_size: usize,
+    /// SDXL's added conditioning: `"text_time"` (the pooled text embedding and the six size and
+    /// crop values, [`embeddings::AddEmbedding`]); `None` for SD 1.x/2.x.
+    pub addition_embed_type: Option<String>,
+    /// Sinusoid width of each of the six size and crop values.
+    pub addition_time_embed_dim: Option<usize>,
+    /// Width of the added conditioning's input: the pooled text embedding and 6 ×
+    /// `addition_time_embed_dim`.
+    pub projection_class_embeddings_input_dim: Option<usize>,
 }
 
 impl Default for UNetConfig {
@@ -91,8 +101,11 @@ impl UNetConfig {
             flip_sin_to_cos: true,
             freq_shift: 0.0,
             use_linear_projection: false,
-            transformer_layers_per_block: 1,
+            transformer_layers_per_block: PerBlock::One(1),
             sample_size: 64,
+            addition_embed_type: None,
+            addition_time_embed_dim: None,
+            projection_class_embeddings_input_dim: None,
         }
     }
 
@@ -115,6 +128,23 @@ impl UNetConfig {
             .as_ref()
             .unwrap_or(&self.attention_head_dim)
             .get(block)
+    }
+
+    /// Transformer layers of each attention at level `block` (the mid block: the last level).
+    pub fn transformer_layers(&self, block: usize) -> usize {
+        self.transformer_layers_per_block
+            .get(block)
+            .or_else(|| self.transformer_layers_per_block.get(0))
+            .unwrap_or(1)
+    }
+
+    /// The added conditioning's widths `(time value sinusoid, input)` where the UNet has one.
+    pub fn added_conditioning(&self) -> Option<(usize, usize)> {
+        self.addition_embed_type.as_ref()?;
+        Some((
+            self.addition_time_embed_dim?,
+            self.projection_class_embeddings_input_dim?,
+        ))
     }
 
     fn has_cross_attention(kind: &str) -> bool {
@@ -148,11 +178,51 @@ impl UNetConfig {
             MAX_LEVELS,
         )?;
         bounds::count("layers_per_block", self.layers_per_block, MAX_LAYERS)?;
-        bounds::count(
-            "transformer_layers_per_block",
-            self.transformer_layers_per_block,
-            MAX_LAYERS,
-        )?;
+        match &self.transformer_layers_per_block {
+            PerBlock::One(v) => bounds::count("transformer_layers_per_block", *v, MAX_LAYERS)?,
+            PerBlock::Each(v) => {
+                if v.len() != self.block_out_channels.len() {
+                    return Err(Error::Config(format!(
+                        "transformer_layers_per_block has {} values for {} levels",
+                        v.len(),
+                        self.block_out_channels.len()
+                    )));
+                }
+                bounds::counts("transformer_layers_per_block", v, MAX_LAYERS, MAX_LEVELS)?;
+            }
+        }
+        match self.addition_embed_type.as_deref() {
+            None => {}
+            Some("text_time") => {
+                let (Some(time), Some(input)) = (
+                    self.addition_time_embed_dim,
+                    self.projection_class_embeddings_input_dim,
+                ) else {
+                    return Err(Error::Config(
+                        "addition_embed_type text_time needs addition_time_embed_dim and \
+                         projection_class_embeddings_input_dim"
+                            .into(),
+                    ));
+                };
+                bounds::count("addition_time_embed_dim", time, MAX_WIDTH)?;
+                bounds::count(
+                    "projection_class_embeddings_input_dim",
+                    input,
+                    8 * MAX_WIDTH,
+                )?;
+                if input <= 6 * time {
+                    return Err(Error::Config(format!(
+                        "projection_class_embeddings_input_dim {input} leaves no room for the \
+                         pooled text embedding beside 6 × {time}"
+                    )));
+                }
+            }
+            Some(other) => {
+                return Err(Error::Config(format!(
+                    "unsupported UNet addition_embed_type `{other}`"
+                )));
+            }
+        }
         bounds::count("norm_num_groups", self.norm_num_groups, MAX_GROUPS)?;
         // A zero head count is refused wherever it stands, even in a field the other overrides
         // or for a level without attention: a file that says 0 heads is wrong, not unused.
@@ -244,6 +314,8 @@ impl UNetConfig {
 #[derive(Debug, Clone)]
 pub struct UNet2DConditionModel {
     time_embedding: TimestepEmbedding,
+    /// SDXL's added conditioning (`add_embedding`), where the config has one.
+    add_embedding: Option<AddEmbedding>,
     /// The resnets' `time_emb_proj` layers side by side (see `ResnetBlock2D::take_time_projection`).
     time_projections: Option<Linear>,
     conv_in: Conv2d,
@@ -266,8 +338,12 @@ impl UNet2DConditionModel {
             groups: config.norm_num_groups,
             eps: config.norm_eps,
             context_dim: config.cross_attention_dim,
-            transformer_layers: config.transformer_layers_per_block,
+            transformer_layers: 1,
             linear_projection: config.use_linear_projection,
+        };
+        let level = |i: usize| BlockSpec {
+            transformer_layers: config.transformer_layers(i),
+            ..spec
         };
         let heads = |i: usize, attn: bool| if attn { config.heads(i) } else { None };
 
@@ -276,7 +352,7 @@ impl UNet2DConditionModel {
             let c_in = if i == 0 { c[0] } else { c[i - 1] };
             down_blocks.push(DownBlock::load(
                 &w.pp(format!("down_blocks.{i}")),
-                &spec,
+                &level(i),
                 c_in,
                 c[i],
                 config.layers_per_block,
@@ -285,7 +361,7 @@ impl UNet2DConditionModel {
             )?);
         }
         let mid_heads = config.heads(n - 1).unwrap_or(1);
-        let mut mid_block = MidBlock::load(&w.pp("mid_block"), &spec, c[n - 1], mid_heads)?;
+        let mut mid_block = MidBlock::load(&w.pp("mid_block"), &level(n - 1), c[n - 1], mid_heads)?;
 
         let mut up_blocks: Vec<UpBlock> = Vec::with_capacity(n);
         for i in 0..n {
@@ -297,7 +373,7 @@ impl UNet2DConditionModel {
             };
             up_blocks.push(UpBlock::load(
                 &w.pp(format!("up_blocks.{i}")),
-                &spec,
+                &level(rev),
                 ch,
                 config.layers_per_block + 1,
                 heads(rev, config.up_has_attention(i)),
@@ -321,8 +397,17 @@ impl UNet2DConditionModel {
         }
         let time_projections = (!projections.is_empty()).then(|| Linear::concat(&projections));
 
+        let add_embedding = match config.added_conditioning() {
+            Some((time, input)) => Some(AddEmbedding {
+                embedding: TimestepEmbedding::load(&w.pp("add_embedding"), input, temb)?,
+                time_dim: time,
+                input,
+            }),
+            None => None,
+        };
         Ok(Self {
             time_embedding: TimestepEmbedding::load(&w.pp("time_embedding"), c[0], temb)?,
+            add_embedding,
             time_projections,
             conv_in: Conv2d::load(&w.pp("conv_in"), config.in_channels, c[0], 3, 1, 1)?,
             down_blocks,
@@ -354,7 +439,7 @@ impl UNet2DConditionModel {
     ) -> Vec<(String, std::time::Duration)> {
         let mut times = Vec::new();
         let mut clock = std::time::Instant::now();
-        let _ = self.forward_with(x, timesteps, context, &mut |block, index| {
+        let _ = self.forward_with(x, timesteps, context, None, &mut |block, index| {
             sync();
             let name = match index {
                 Some(i) => format!("{block}.{i}"),
@@ -371,7 +456,39 @@ impl UNet2DConditionModel {
     /// # Shapes
     /// x `[b, 4, h/8, w/8]`, timesteps `[b]`, context `[b, 77, 768]` -> `[b, 4, h/8, w/8]`
     pub fn forward(&self, x: Tensor<4>, timesteps: &[f32], context: &Tensor<3>) -> Tensor<4> {
-        self.forward_with(x, timesteps, context, &mut |_, _| {})
+        self.forward_with(x, timesteps, context, None, &mut |_, _| {})
+    }
+
+    /// [`Self::forward`] with SDXL's added conditioning ([`Self::added_conditioning`], `[b,
+    /// 4·c0]`), added to the time embedding.
+    pub fn forward_added(
+        &self,
+        x: Tensor<4>,
+        timesteps: &[f32],
+        context: &Tensor<3>,
+        added: &Tensor<2>,
+    ) -> Tensor<4> {
+        self.forward_with(x, timesteps, context, Some(added), &mut |_, _| {})
+    }
+
+    /// SDXL's added conditioning for each batch row: its pooled text embedding `[b, pooled]` and
+    /// its six size and crop values (original height and width, crop top and left, target height
+    /// and width, in pixels), through `add_embedding`: `[b, 4·c0]`, the same for every step. An
+    /// error where the UNet has none or the widths disagree.
+    pub fn added_conditioning(
+        &self,
+        text_embeds: &Tensor<2>,
+        time_ids: &[[f32; 6]],
+    ) -> Result<Tensor<2>> {
+        let add = self.add_embedding.as_ref().ok_or_else(|| {
+            Error::InvalidInput("this UNet takes no added conditioning (not SDXL)".into())
+        })?;
+        add.forward(text_embeds, time_ids, &self.config)
+    }
+
+    /// Whether the UNet needs [`Self::added_conditioning`] (SDXL).
+    pub fn takes_added_conditioning(&self) -> bool {
+        self.add_embedding.is_some()
     }
 
     /// The sinusoidal projection of one timestep per batch item (or one for all), `[b, c0]` f32:
@@ -388,8 +505,14 @@ impl UNet2DConditionModel {
     }
 
     /// [`Self::forward`] from the timestep projection ([`Self::timestep_input`]) `[b, c0]`.
-    pub fn forward_projected(&self, x: Tensor<4>, t: Tensor<2>, context: &Tensor<3>) -> Tensor<4> {
-        self.forward_from(x, t, context, &mut |_, _| {})
+    pub fn forward_projected(
+        &self,
+        x: Tensor<4>,
+        t: Tensor<2>,
+        context: &Tensor<3>,
+        added: Option<&Tensor<2>>,
+    ) -> Tensor<4> {
+        self.forward_from(x, t, context, added, &mut |_, _| {})
     }
 
     /// The forward pass, calling `after_block(name, index)` after each top-level block.
@@ -398,6 +521,7 @@ impl UNet2DConditionModel {
         x: Tensor<4>,
         timesteps: &[f32],
         context: &Tensor<3>,
+        added: Option<&Tensor<2>>,
         after_block: &mut dyn FnMut(&'static str, Option<usize>),
     ) -> Tensor<4> {
         let b = x.dims()[0];
@@ -408,7 +532,7 @@ impl UNet2DConditionModel {
             timesteps.to_vec()
         };
         let t = self.timestep_input(&timesteps, &x.device());
-        self.forward_from(x, t, context, after_block)
+        self.forward_from(x, t, context, added, after_block)
     }
 
     fn forward_from(
@@ -416,10 +540,14 @@ impl UNet2DConditionModel {
         x: Tensor<4>,
         t: Tensor<2>,
         context: &Tensor<3>,
+        added: Option<&Tensor<2>>,
         after_block: &mut dyn FnMut(&'static str, Option<usize>),
     ) -> Tensor<4> {
         let dtype = x.dtype();
-        let temb = self.time_embedding.forward(t.cast(dtype)); // [b, 4*c0]
+        let mut temb = self.time_embedding.forward(t.cast(dtype)); // [b, 4*c0]
+        if let Some(added) = added {
+            temb = temb + added.clone().cast(dtype);
+        }
         // Every resnet's projection at once, [b, Σ c_out]; each resnet reads its columns.
         let temb = match &self.time_projections {
             Some(proj) => proj.forward(silu(temb)),
