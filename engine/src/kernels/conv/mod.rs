@@ -40,15 +40,19 @@ mod kernel;
 mod route;
 #[cfg(test)]
 mod tests;
+mod unrolled;
 
-use burn::backend::wgpu::CubeTensor;
 use burn::cubecl::prelude::*;
 use burn::tensor::{DType, Tensor};
 
 use super::{Element, buffer_arg, grid, output, resolve};
 use cmma::{BK_MMA, conv2d_gemm_mma};
-use kernel::{BK, BM, BN, LANES, conv2d_gemm, conv2d_split_sum, im2col};
+use kernel::{BK, BM, BN, LANES, conv2d_gemm, conv2d_split_sum};
 pub use route::{ConvRules, Mma, Prepared, conv_rules, mma_on, runs_for, set_conv_rules};
+pub use unrolled::conv2d_unrolled_gemm;
+#[cfg(test)]
+use unrolled::unroll;
+use unrolled::unroll_into;
 
 /// Cubes a launch should have before the reduction is split: a few per compute unit on the
 /// GPUs we target (an H200 has 132 SMs, an A770 32 Xe-cores, Iris Xe 6 subslices).
@@ -247,170 +251,6 @@ pub fn conv2d_mma_gathered(
         slices,
         false,
     )
-}
-
-/// `x` (`[b, c_in, h, w]`) unrolled as the convolution reads it: `[c_in·k·k, b·oh·ow]`, or
-/// `[b, c_in·k·k, oh·ow]` flattened to `[b·c_in·k·k, oh·ow]` with `batch_major`
-/// ([`kernel::im2col`]). `None` where our kernels do not run.
-#[cfg(test)]
-pub(super) fn unroll(x: Tensor<4>, geometry: Geometry, batch_major: bool) -> Option<Tensor<2>> {
-    let (device, dtype) = (x.device(), x.dtype());
-    if !super::available(&device) {
-        return None;
-    }
-    let element = Element::of(dtype)?;
-    let dims = x.dims();
-    let [oh, ow] = geometry.output(dims[2], dims[3])?;
-    let k_total = dims[1] * geometry.k * geometry.k;
-    let xc = resolve(x)?;
-    let shape = if batch_major {
-        [dims[0] * k_total, oh * ow]
-    } else {
-        [k_total, dims[0] * oh * ow]
-    };
-    let (out, oc) = output(shape, dtype, &device)?;
-    launch_im2col(&xc, &oc, element, dims, geometry, batch_major)?;
-    Some(out)
-}
-
-/// Most elements of an unrolled input [`conv2d_unrolled_gemm`] makes (128 MiB in f16): the
-/// UNet's maps at 512² need at most 24 M; a VAE's full-size maps would need hundreds.
-const MAX_UNROLLED: usize = 64 << 20;
-
-/// The convolution as the weights (`[c_out, c_in·k·k]`, as stored) times the input unrolled
-/// batch-major on our cooperative-matrix GEMM ([`crate::kernels::matmul::gemm_into`]), one
-/// product per image with the bias added per output channel, the output already `[b, c_out, oh,
-/// ow]`; a 1×1 layer of stride 1 reads its input as it lies, unrolled by definition. The other
-/// epilogue terms are added with burn ops. `None` where it does not run (f16, shapes the GEMM's
-/// alignment refuses, [`MAX_UNROLLED`]).
-pub fn conv2d_unrolled_gemm(
-    x: Tensor<4>,
-    weight: &Tensor<4>,
-    geometry: Geometry,
-    epilogue: &Epilogue<'_>,
-    gemm: crate::kernels::matmul::MmaGemm,
-    tiles: Option<(usize, usize)>,
-) -> Option<Tensor<4>> {
-    let (device, dtype) = (x.device(), x.dtype());
-    if !super::available(&device) || dtype != DType::F16 || weight.dtype() != dtype {
-        return None;
-    }
-    let dims @ [b, c_in, h, w] = x.dims();
-    let [c_out, wc_in, kh, kw] = weight.dims();
-    if wc_in != c_in || kh != geometry.k || kw != geometry.k {
-        return None;
-    }
-    let [oh, ow] = geometry.output(h, w)?;
-    let (k_total, map) = (c_in * kh * kw, oh * ow);
-    if k_total * b * map > MAX_UNROLLED
-        || epilogue
-            .bias
-            .is_some_and(|t| t.dtype() != dtype || t.dims() != [c_out])
-    {
-        return None;
-    }
-    let direct = kh == 1 && geometry.stride == 1 && geometry.padding == 0 && !geometry.upsample;
-    let xc = resolve(x)?;
-    let col = if direct {
-        None
-    } else {
-        let (t, c) = output([b, k_total, map], dtype, &device)?;
-        launch_im2col(&xc, &c, element_f16(), dims, geometry, true)?;
-        Some((t, c))
-    };
-    let input = col.as_ref().map_or(&xc, |(_, c)| c);
-    let wc = resolve(weight.clone())?;
-    let bias = match epilogue.bias {
-        Some(t) => Some(resolve(t.clone())?),
-        None => None,
-    };
-    let (out, oc) = output([b, c_out, oh, ow], dtype, &device)?;
-    crate::kernels::matmul::gemm_into(
-        gemm,
-        &device,
-        &wc,
-        input,
-        bias.as_ref(),
-        &oc,
-        [c_out, map, k_total],
-        b,
-        [0, k_total * map, c_out * map],
-        false,
-        true,
-        tiles,
-    )?;
-    Some(
-        Epilogue {
-            bias: None,
-            ..*epilogue
-        }
-        .apply(out),
-    )
-}
-
-fn element_f16() -> Element {
-    Element::F16
-}
-
-/// Launches [`kernel::im2col`] from `xc` (`dims`) into `colc`, `[c_in·k·k, b·oh·ow]`.
-fn unroll_into(
-    xc: &CubeTensor,
-    colc: &CubeTensor,
-    element: Element,
-    dims: [usize; 4],
-    geometry: Geometry,
-) -> Option<()> {
-    launch_im2col(xc, colc, element, dims, geometry, false)
-}
-
-/// [`kernel::im2col`], `batch_major` or not.
-fn launch_im2col(
-    xc: &CubeTensor,
-    colc: &CubeTensor,
-    element: Element,
-    [b, c_in, h, w]: [usize; 4],
-    geometry: Geometry,
-    batch_major: bool,
-) -> Option<()> {
-    let Geometry {
-        k,
-        stride,
-        padding,
-        upsample,
-    } = geometry;
-    let [oh, ow] = geometry.output(h, w)?;
-    let (k_total, pixels) = (c_in * k * k, b * oh * ow);
-    let (cx, cy) = grid((k_total * pixels).div_ceil(LANES))?;
-    let up = if upsample { 2 } else { 1 };
-    macro_rules! launch {
-        ($t:ty) => {
-            im2col::launch::<$t>(
-                &xc.client,
-                CubeCount::Static(cx, cy, 1),
-                CubeDim::new_1d(LANES as u32),
-                buffer_arg(xc),
-                buffer_arg(colc),
-                c_in,
-                h,
-                w,
-                oh,
-                ow,
-                pixels,
-                stride,
-                padding,
-                k_total,
-                k,
-                k,
-                up,
-                batch_major,
-            )
-        };
-    }
-    match element {
-        Element::F32 => launch!(f32),
-        Element::F16 => launch!(half::f16),
-    }
-    Some(())
 }
 
 fn run(

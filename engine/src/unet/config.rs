@@ -1,0 +1,301 @@
+//! The UNet's configuration as diffusers' `config.json` spells it, its family presets, and its
+//! validation (a user's file or sidecar gets a clear error, never a panic).
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::Error;
+
+/// An int or one value per block, as diffusers configs allow for head counts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum PerBlock {
+    One(usize),
+    Each(Vec<usize>),
+}
+
+impl PerBlock {
+    pub fn get(&self, block: usize) -> Option<usize> {
+        match self {
+            PerBlock::One(v) => Some(*v),
+            PerBlock::Each(v) => v.get(block).copied(),
+        }
+    }
+}
+
+/// Mirrors diffusers' `UNet2DConditionModel` config (the fields SD 1.x, 2.x and XL use).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct UNetConfig {
+    pub in_channels: usize,
+    pub out_channels: usize,
+    pub block_out_channels: Vec<usize>,
+    pub layers_per_block: usize,
+    /// Number of heads for SD 1.x (diffusers' historical misnomer, kept for config compatibility).
+    pub attention_head_dim: PerBlock,
+    pub num_attention_heads: Option<PerBlock>,
+    pub cross_attention_dim: usize,
+    pub down_block_types: Vec<String>,
+    pub up_block_types: Vec<String>,
+    pub norm_num_groups: usize,
+    pub norm_eps: f64,
+    pub flip_sin_to_cos: bool,
+    pub freq_shift: f32,
+    pub use_linear_projection: bool,
+    /// Transformer layers per attention of each level (SDXL: 1, 2, 10); the mid block takes the
+    /// last level's.
+    pub transformer_layers_per_block: PerBlock,
+    pub sample_size: usize,
+    /// SDXL's added conditioning: `"text_time"` (the pooled text embedding and the six size and
+    /// crop values, [`embeddings::AddEmbedding`]); `None` for SD 1.x/2.x.
+    pub addition_embed_type: Option<String>,
+    /// Sinusoid width of each of the six size and crop values.
+    pub addition_time_embed_dim: Option<usize>,
+    /// Width of the added conditioning's input: the pooled text embedding and 6 ×
+    /// `addition_time_embed_dim`.
+    pub projection_class_embeddings_input_dim: Option<usize>,
+}
+
+impl Default for UNetConfig {
+    fn default() -> Self {
+        Self::sd15()
+    }
+}
+
+impl UNetConfig {
+    /// diffusers: stable-diffusion-v1-5/unet/config.json
+    pub fn sd15() -> Self {
+        let down = [
+            "CrossAttnDownBlock2D",
+            "CrossAttnDownBlock2D",
+            "CrossAttnDownBlock2D",
+            "DownBlock2D",
+        ];
+        let up = [
+            "UpBlock2D",
+            "CrossAttnUpBlock2D",
+            "CrossAttnUpBlock2D",
+            "CrossAttnUpBlock2D",
+        ];
+        Self {
+            in_channels: 4,
+            out_channels: 4,
+            block_out_channels: vec![320, 640, 1280, 1280],
+            layers_per_block: 2,
+            attention_head_dim: PerBlock::One(8),
+            num_attention_heads: None,
+            cross_attention_dim: 768,
+            down_block_types: down.map(String::from).to_vec(),
+            up_block_types: up.map(String::from).to_vec(),
+            norm_num_groups: 32,
+            norm_eps: 1e-5,
+            flip_sin_to_cos: true,
+            freq_shift: 0.0,
+            use_linear_projection: false,
+            transformer_layers_per_block: PerBlock::One(1),
+            sample_size: 64,
+            addition_embed_type: None,
+            addition_time_embed_dim: None,
+            projection_class_embeddings_input_dim: None,
+        }
+    }
+
+    /// diffusers: stable-diffusion-2-1/unet/config.json (768-v, sample size 96) and
+    /// stable-diffusion-2-1-base (512, epsilon): heads per level, OpenCLIP's 1024-wide context,
+    /// linear projections into and out of each transformer.
+    pub fn sd2(v: bool) -> Self {
+        Self {
+            attention_head_dim: PerBlock::Each(vec![5, 10, 20, 20]),
+            cross_attention_dim: 1024,
+            use_linear_projection: true,
+            sample_size: if v { 96 } else { 64 },
+            ..Self::sd15()
+        }
+    }
+
+    /// Heads of block `i` (diffusers: `num_attention_heads or attention_head_dim`).
+    pub fn heads(&self, block: usize) -> Option<usize> {
+        self.num_attention_heads
+            .as_ref()
+            .unwrap_or(&self.attention_head_dim)
+            .get(block)
+    }
+
+    /// Transformer layers of each attention at level `block` (the mid block: the last level).
+    pub fn transformer_layers(&self, block: usize) -> usize {
+        self.transformer_layers_per_block
+            .get(block)
+            .or_else(|| self.transformer_layers_per_block.get(0))
+            .unwrap_or(1)
+    }
+
+    /// The added conditioning's widths `(time value sinusoid, input)` where the UNet has one.
+    pub fn added_conditioning(&self) -> Option<(usize, usize)> {
+        self.addition_embed_type.as_ref()?;
+        Some((
+            self.addition_time_embed_dim?,
+            self.projection_class_embeddings_input_dim?,
+        ))
+    }
+
+    fn has_cross_attention(kind: &str) -> bool {
+        kind.starts_with("CrossAttn")
+    }
+
+    /// Whether down block `i` has transformers.
+    pub fn down_has_attention(&self, i: usize) -> bool {
+        self.down_block_types
+            .get(i)
+            .is_some_and(|k| Self::has_cross_attention(k))
+    }
+
+    /// Whether up block `i` has transformers.
+    pub fn up_has_attention(&self, i: usize) -> bool {
+        self.up_block_types
+            .get(i)
+            .is_some_and(|k| Self::has_cross_attention(k))
+    }
+
+    /// Every field a layer is sized from, within [`crate::bounds`]: a clear error for a zero,
+    /// absurd or inconsistent value from a user's `config.json` or sidecar, never a panic.
+    pub fn validate(&self) -> crate::Result<()> {
+        use crate::bounds::{self, MAX_GROUPS, MAX_IO_CHANNELS, MAX_LAYERS, MAX_LEVELS, MAX_WIDTH};
+        bounds::count("in_channels", self.in_channels, MAX_IO_CHANNELS)?;
+        bounds::count("out_channels", self.out_channels, MAX_IO_CHANNELS)?;
+        bounds::counts(
+            "block_out_channels",
+            &self.block_out_channels,
+            MAX_WIDTH,
+            MAX_LEVELS,
+        )?;
+        bounds::count("layers_per_block", self.layers_per_block, MAX_LAYERS)?;
+        match &self.transformer_layers_per_block {
+            PerBlock::One(v) => bounds::count("transformer_layers_per_block", *v, MAX_LAYERS)?,
+            PerBlock::Each(v) => {
+                if v.len() != self.block_out_channels.len() {
+                    return Err(Error::Config(format!(
+                        "transformer_layers_per_block has {} values for {} levels",
+                        v.len(),
+                        self.block_out_channels.len()
+                    )));
+                }
+                bounds::counts("transformer_layers_per_block", v, MAX_LAYERS, MAX_LEVELS)?;
+            }
+        }
+        match self.addition_embed_type.as_deref() {
+            None => {}
+            Some("text_time") => {
+                let (Some(time), Some(input)) = (
+                    self.addition_time_embed_dim,
+                    self.projection_class_embeddings_input_dim,
+                ) else {
+                    return Err(Error::Config(
+                        "addition_embed_type text_time needs addition_time_embed_dim and \
+                         projection_class_embeddings_input_dim"
+                            .into(),
+                    ));
+                };
+                bounds::count("addition_time_embed_dim", time, MAX_WIDTH)?;
+                bounds::count(
+                    "projection_class_embeddings_input_dim",
+                    input,
+                    8 * MAX_WIDTH,
+                )?;
+                if input <= 6 * time {
+                    return Err(Error::Config(format!(
+                        "projection_class_embeddings_input_dim {input} leaves no room for the \
+                         pooled text embedding beside 6 × {time}"
+                    )));
+                }
+            }
+            Some(other) => {
+                return Err(Error::Config(format!(
+                    "unsupported UNet addition_embed_type `{other}`"
+                )));
+            }
+        }
+        bounds::count("norm_num_groups", self.norm_num_groups, MAX_GROUPS)?;
+        // A zero head count is refused wherever it stands, even in a field the other overrides
+        // or for a level without attention: a file that says 0 heads is wrong, not unused.
+        let heads = [
+            ("attention_head_dim", Some(&self.attention_head_dim)),
+            ("num_attention_heads", self.num_attention_heads.as_ref()),
+        ];
+        for (field, value) in heads {
+            let zero = match value {
+                Some(PerBlock::One(v)) => *v == 0,
+                Some(PerBlock::Each(v)) => v.contains(&0),
+                None => false,
+            };
+            if zero {
+                return Err(Error::Config(format!(
+                    "{field} has a zero; a level has at least one attention head"
+                )));
+            }
+        }
+        bounds::count("cross_attention_dim", self.cross_attention_dim, MAX_WIDTH)?;
+        bounds::count("sample_size", self.sample_size, 4096)?;
+        bounds::positive("norm_eps", self.norm_eps, 1.0)?;
+        if !self.freq_shift.is_finite() || self.freq_shift.abs() > 1e3 {
+            return Err(Error::Config(format!(
+                "freq_shift {} is not a small finite number",
+                self.freq_shift
+            )));
+        }
+        // The time embedding's frequencies divide by (half width − shift).
+        let half = (self.block_out_channels[0] / 2) as f32;
+        if half - self.freq_shift <= 0.0 {
+            return Err(Error::Config(format!(
+                "freq_shift {} leaves no time-embedding frequencies for width {}",
+                self.freq_shift, self.block_out_channels[0]
+            )));
+        }
+        let n = self.block_out_channels.len();
+        if self.down_block_types.len() != n || self.up_block_types.len() != n {
+            return Err(Error::Config(format!(
+                "UNet needs one down and one up block type per block_out_channels entry ({n})"
+            )));
+        }
+        let known_down = ["CrossAttnDownBlock2D", "DownBlock2D"];
+        let known_up = ["CrossAttnUpBlock2D", "UpBlock2D"];
+        if let Some(k) = self
+            .down_block_types
+            .iter()
+            .find(|k| !known_down.contains(&k.as_str()))
+        {
+            return Err(Error::Config(format!("unsupported UNet down block `{k}`")));
+        }
+        if let Some(k) = self
+            .up_block_types
+            .iter()
+            .find(|k| !known_up.contains(&k.as_str()))
+        {
+            return Err(Error::Config(format!("unsupported UNet up block `{k}`")));
+        }
+        for (i, &c) in self.block_out_channels.iter().enumerate() {
+            bounds::divides(
+                &format!("block {i} width"),
+                c,
+                self.norm_num_groups,
+                "groups",
+            )?;
+            let attn = self.down_has_attention(i) || self.up_has_attention(n - 1 - i) || i == n - 1;
+            match self.heads(i) {
+                Some(h) if (1..=MAX_GROUPS).contains(&h) && c % h == 0 => {}
+                _ if !attn => {}
+                h => {
+                    return Err(Error::Config(format!(
+                        "block {i} width {c} does not split into {h:?} heads \
+                         (attention_head_dim or num_attention_heads)"
+                    )));
+                }
+            }
+        }
+        // The time embedding is 4× the first width; the resnets' GroupNorms see every width.
+        bounds::count(
+            "block_out_channels[0] × 4",
+            self.block_out_channels[0] * 4,
+            4 * MAX_WIDTH,
+        )?;
+        Ok(())
+    }
+}
