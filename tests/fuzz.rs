@@ -268,10 +268,10 @@ fn tensor_key(header: &serde_json::Map<String, Value>, i: &Index) -> Option<Stri
 }
 
 fn set_field(header: &mut serde_json::Map<String, Value>, i: &Index, field: &str, v: Value) {
-    if let Some(k) = tensor_key(header, i) {
-        if let Some(Value::Object(t)) = header.get_mut(&k) {
-            t.insert(field.into(), v);
-        }
+    if let Some(k) = tensor_key(header, i)
+        && let Some(Value::Object(t)) = header.get_mut(&k)
+    {
+        t.insert(field.into(), v);
     }
 }
 

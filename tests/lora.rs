@@ -49,7 +49,7 @@ fn outputs(model: &StableDiffusion, set: &LoraSet, case: &Case) -> (Vec<f32>, Ve
     let networks = model.networks(set).unwrap();
     let context = networks
         .text_encoder
-        .forward(&[case.ids.clone()], 1)
+        .forward(std::slice::from_ref(&case.ids), 1)
         .unwrap();
     let latents = Tensor::<4>::from_data(
         TensorData::new(expected.read_f32("latents").unwrap(), [1, 4, 8, 8]),

@@ -214,7 +214,8 @@ fn a_damaged_disk_cache_entry_is_rebuilt_not_used() {
     assert_eq!(source, LoadSource::DiskCache);
     assert_eq!(decode(&model, Kernels::Plain), reference);
 
-    let damages: [(&str, &dyn Fn(&Path)); 3] = [
+    type Damage<'a> = (&'a str, &'a dyn Fn(&Path));
+    let damages: [Damage; 3] = [
         ("flipped bytes", &|p: &Path| {
             let mut bytes = std::fs::read(p).unwrap();
             let mid = bytes.len() / 2;

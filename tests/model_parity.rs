@@ -47,7 +47,7 @@ fn outputs(model: &StableDiffusion, exp: &Expected) -> Vec<(&'static str, Vec<f3
         out.push((name, to_vec(model.unet.forward(x.clone(), &[t], &ctx))));
     }
     let xw = exp.tensor::<4>("unet.x_wide", device, dtype);
-    let ctx1 = ctx.clone().slice([0..1]);
+    let ctx1 = ctx.clone().narrow(0, 0, 1);
     out.push((
         "unet.out_wide.t250",
         to_vec(model.unet.forward(xw, &[250.0], &ctx1)),

@@ -200,9 +200,9 @@ fn unet_matches_diffusers() {
             // A map wider than tall (odd sizes at the third level), the first row's conditions.
             let x = exp.tensor::<4>("unet.x_wide", &device, dtype);
             let added = unet
-                .added_conditioning(&pooled.clone().slice([0..1]), &ids[..1])
+                .added_conditioning(&pooled.clone().narrow(0, 0, 1), &ids[..1])
                 .expect("conditions");
-            let got = to_vec(unet.forward_added(x, &[250.0], &ctx.clone().slice([0..1]), &added));
+            let got = to_vec(unet.forward_added(x, &[250.0], &ctx.clone().narrow(0, 0, 1), &added));
             assert_close(
                 &what("unet.out_wide.t250"),
                 &got,

@@ -399,10 +399,10 @@ pub fn run(args: GenerateArgs) -> Result<()> {
             bail!("{} exists; pass --overwrite to replace it", out.display());
         }
         let parent = out.parent().filter(|p| !p.as_os_str().is_empty());
-        if let Some(dir) = parent {
-            if !dir.is_dir() {
-                bail!("the output folder {} does not exist", dir.display());
-            }
+        if let Some(dir) = parent
+            && !dir.is_dir()
+        {
+            bail!("the output folder {} does not exist", dir.display());
         }
     }
     // The family's schedule is not known before the model opens: SD 1.5's catches what any

@@ -22,6 +22,8 @@ struct Cli {
 }
 
 #[derive(Subcommand)]
+// Parsed once per process.
+#[allow(clippy::large_enum_variant)]
 enum Command {
     /// Generate images from a prompt (txt2img).
     Generate(generate::GenerateArgs),

@@ -252,7 +252,7 @@ pub fn enumerate() -> Vec<AdapterSummary> {
                         .trim()
                         .to_string(),
                     max_buffer_size: limits.max_buffer_size,
-                    max_storage_binding: limits.max_storage_buffer_binding_size as u64,
+                    max_storage_binding: limits.max_storage_buffer_binding_size,
                     shader_f16: adapter.features().contains(wgpu::Features::SHADER_F16),
                 }
             })

@@ -51,7 +51,7 @@ pub fn positive(field: &str, value: f64, max: f64) -> crate::Result<()> {
 
 /// `width` splits evenly into `parts` (already checked positive), or an error naming both.
 pub fn divides(what: &str, width: usize, parts: usize, into: &str) -> crate::Result<()> {
-    if parts == 0 || width % parts != 0 {
+    if parts == 0 || !width.is_multiple_of(parts) {
         return Err(Error::Config(format!(
             "{what} {width} does not split into {parts} {into}"
         )));

@@ -381,7 +381,7 @@ impl<'a> Previewer<'a> {
             PreviewMethod::Latent2Rgb => Some((method, latent2rgb_packed(x0, &self.factors))),
             PreviewMethod::Taesd | PreviewMethod::Auto => match self.taesd {
                 Some(taesd) => {
-                    let pixels = taesd.decode(x0.clone().slice([0..1]));
+                    let pixels = taesd.decode(x0.clone().narrow(0, 0, 1));
                     Some((PreviewMethod::Taesd, pack_rgb(pixels_to_rgb(pixels))))
                 }
                 None => {
@@ -402,7 +402,10 @@ impl<'a> Previewer<'a> {
             },
             PreviewMethod::Full => {
                 let dtype = self.model.precision.dtype();
-                let pixels = self.model.vae.decode(x0.clone().slice([0..1]).cast(dtype));
+                let pixels = self
+                    .model
+                    .vae
+                    .decode(x0.clone().narrow(0, 0, 1).cast(dtype));
                 Some((method, pack_rgb(pixels_to_rgb(pixels))))
             }
         }
@@ -426,12 +429,10 @@ impl Observer for Previewer<'_> {
 
     fn step(&mut self, state: &StepState<'_>) {
         let interval = self.settings.interval();
-        let due = state.step % interval == 0 || state.step == state.total;
-        if due {
-            if let Some((method, image)) = self.render(self.settings.method(), state.denoised) {
-                self.readback
-                    .submit(ReadbackRequest::new(state.step, state.total, method, image));
-            }
+        let due = state.step.is_multiple_of(interval) || state.step == state.total;
+        if due && let Some((method, image)) = self.render(self.settings.method(), state.denoised) {
+            self.readback
+                .submit(ReadbackRequest::new(state.step, state.total, method, image));
         }
         self.inner.step(state);
     }

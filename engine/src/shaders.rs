@@ -110,17 +110,17 @@ pub fn pack_rgb(rgb: Tensor<3>) -> PackedImage {
 /// latent2rgb of the first batch item of `x0` (`[b, c, h, w]`) as packed RGBA8: our kernel on a
 /// wgpu device, burn ops elsewhere. Both round after `clamp((x0ᵀ·F + bias + 1) / 2, 0, 1) · 255`.
 pub fn latent2rgb_packed(x0: &Tensor<4>, factors: &Factors) -> PackedImage {
-    if !LATENT2RGB_KERNEL_FAILED.load(Ordering::Relaxed) {
-        if let Some((client, handle)) = crate::kernels::latent2rgb::latent2rgb(x0, factors) {
-            return PackedImage {
-                width: x0.dims()[3],
-                height: x0.dims()[2],
-                pixels: Pixels::Buffer { client, handle },
-            };
-        }
+    if !LATENT2RGB_KERNEL_FAILED.load(Ordering::Relaxed)
+        && let Some((client, handle)) = crate::kernels::latent2rgb::latent2rgb(x0, factors)
+    {
+        return PackedImage {
+            width: x0.dims()[3],
+            height: x0.dims()[2],
+            pixels: Pixels::Buffer { client, handle },
+        };
     }
     pack_rgb(crate::preview::latent2rgb(
-        x0.clone().slice([0..1]),
+        x0.clone().narrow(0, 0, 1),
         factors,
     ))
 }

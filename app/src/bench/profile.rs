@@ -229,7 +229,7 @@ pub(super) fn kernel_profile(
     }
     let share = |d: std::time::Duration| 100.0 * d.as_secs_f64() / total.as_secs_f64().max(1e-12);
     let mut by_class: Vec<_> = classes.into_iter().collect();
-    by_class.sort_by(|a, b| b.1.total.cmp(&a.1.total));
+    by_class.sort_by_key(|c| std::cmp::Reverse(c.1.total));
     for (class, s) in by_class {
         println!(
             "[{precision:?}]   class {class:<40} {:>5} launches/step {:8.3} ms/step {:5.1}%",
@@ -239,7 +239,7 @@ pub(super) fn kernel_profile(
         );
     }
     let mut by_kernel: Vec<_> = p.kernels.into_iter().collect();
-    by_kernel.sort_by(|a, b| b.1.total.cmp(&a.1.total));
+    by_kernel.sort_by_key(|k| std::cmp::Reverse(k.1.total));
     for (name, s) in by_kernel {
         println!(
             "[{precision:?}]   kernel {name:<48} {:>5} launches/step {:8.3} ms/step {:5.1}% ({:.1} µs each)",

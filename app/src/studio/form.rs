@@ -191,7 +191,7 @@ impl Form {
                 }
             }
         }
-        if p.width % 8 == 0 && p.height % 8 == 0 && p.width > 0 && p.height > 0 {
+        if p.width.is_multiple_of(8) && p.height.is_multiple_of(8) && p.width > 0 && p.height > 0 {
             self.width = p.width;
             self.height = p.height;
         } else {

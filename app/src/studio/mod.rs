@@ -218,10 +218,8 @@ impl eframe::App for ScreenshotApp {
                 self.stage = Stage::Capturing;
             }
             Stage::Settle(n) => self.stage = Stage::Settle(n - 1),
-            Stage::Capturing => {
-                if self.result.lock().map(|r| r.is_some()).unwrap_or(true) {
-                    ctx.send_viewport_cmd(egui::ViewportCommand::Close);
-                }
+            Stage::Capturing if self.result.lock().map(|r| r.is_some()).unwrap_or(true) => {
+                ctx.send_viewport_cmd(egui::ViewportCommand::Close);
             }
             _ => {}
         }

@@ -259,11 +259,13 @@ mod tests {
     fn round_trips_and_replaces_atomically() {
         let dir = scratch("rt");
         let path = dir.join("settings.json");
-        let mut s = Settings::default();
-        s.preview_method = PreviewMethod::Full;
-        s.preview_interval = 3;
-        s.device = DeviceChoice::Cpu;
-        s.precision = Some(Precision::F16);
+        let mut s = Settings {
+            preview_method: PreviewMethod::Full,
+            preview_interval: 3,
+            device: DeviceChoice::Cpu,
+            precision: Some(Precision::F16),
+            ..Default::default()
+        };
         s.save(&path).unwrap();
         s.model_cache = false;
         s.save(&path).unwrap();

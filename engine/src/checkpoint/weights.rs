@@ -248,7 +248,7 @@ impl Weights {
     }
 
     /// A kept tensor (patched or base), or the error a file source would give.
-    fn from_kept<const D: usize>(
+    fn kept_tensor<const D: usize>(
         &self,
         (base, patches): (&TensorMap, &TensorMap),
         full: &str,
@@ -283,7 +283,7 @@ impl Weights {
     pub fn tensor<const D: usize>(&self, name: &str, shape: [usize; D]) -> Result<Tensor<D>> {
         let full = self.full(name);
         if let Source::Kept { base, patches } = &self.inner.source {
-            return self.from_kept((base, patches), &full, shape);
+            return self.kept_tensor((base, patches), &full, shape);
         }
         self.check_fits(&full, &shape)?;
         let options = (&self.inner.device, self.inner.dtype);
@@ -305,7 +305,7 @@ impl Weights {
             return match patches.get(&full).or_else(|| base.get(&full)) {
                 Some(Kept::Rows(chunks)) => Ok(chunks.clone()),
                 _ => self
-                    .from_kept((base, patches), &full, shape)
+                    .kept_tensor((base, patches), &full, shape)
                     .map(|t| vec![t]),
             };
         }

@@ -131,8 +131,8 @@ fn unpremultiply(data: &mut [u8]) {
     for p in data.chunks_exact_mut(4) {
         let a = u32::from(p[3]);
         if a != 0 && a != 255 {
-            for c in 0..3 {
-                p[c] = (u32::from(p[c]) * 255 / a).min(255) as u8;
+            for v in &mut p[..3] {
+                *v = (u32::from(*v) * 255 / a).min(255) as u8;
             }
         }
     }

@@ -14,6 +14,8 @@ use crate::preview::Factors;
 
 const LANES: usize = 256;
 
+// `clamp` is not among the functions a `#[cube]` kernel can call.
+#[allow(clippy::manual_clamp)]
 #[cube]
 fn to_byte(v: f32) -> u32 {
     let mut t = (v + 1.0) * 0.5;

@@ -114,7 +114,7 @@ pub(crate) fn cube_total(
     for k in 1..log2_lanes + 1 {
         let stride = lanes >> k;
         if lane < stride {
-            shared[lane] = shared[lane] + shared[lane + stride];
+            shared[lane] += shared[lane + stride];
         }
         sync_cube();
     }

@@ -121,10 +121,11 @@ impl DiskCache {
             .ok()
             .and_then(|b| serde_json::from_slice(&b).ok())
             .unwrap_or_default();
-        if let Some(r) = index.files.get(&key) {
-            if r.size == meta.len() && r.modified_ns == modified_ns {
-                return Ok(r.sha256.clone());
-            }
+        if let Some(r) = index.files.get(&key)
+            && r.size == meta.len()
+            && r.modified_ns == modified_ns
+        {
+            return Ok(r.sha256.clone());
         }
         let sha256 = sha256_file(path)?;
         index.files.insert(

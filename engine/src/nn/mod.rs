@@ -155,17 +155,17 @@ impl GroupNorm {
     /// ([`crate::kernels::group_norm`]) fall back to burn ops where they cannot run.
     pub fn forward_with(&self, x: Tensor<4>, silu: bool, kernels: Kernels) -> Tensor<4> {
         self.record(&x, silu);
-        if kernels == Kernels::Fused {
-            if let Some(y) = crate::kernels::group_norm::group_norm(
+        if kernels == Kernels::Fused
+            && let Some(y) = crate::kernels::group_norm::group_norm(
                 &x,
                 &self.weight,
                 &self.bias,
                 self.groups,
                 self.eps,
                 silu,
-            ) {
-                return y;
-            }
+            )
+        {
+            return y;
         }
         let y = self.forward_plain(x);
         if silu { activation::silu(y) } else { y }

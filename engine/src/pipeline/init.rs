@@ -223,6 +223,10 @@ pub(super) fn encode(
     })
 }
 
+/// What [`only_masked`] makes: the crop, its mask, the whole picture with its overlay weights,
+/// and the region.
+type OnlyMasked = (RgbImage, RgbImage, (RgbImage, Vec<f32>), Region);
+
 /// Only masked: the picture and mask cut to the mask's padded box (widened to the request's
 /// ratio) and scaled to `width`×`height` (A1111's resize and fill), and the overlay at the
 /// picture's own size. The box is taken on the blurred mask, as A1111 blurs before it crops.
@@ -232,7 +236,7 @@ fn only_masked(
     padding: usize,
     width: usize,
     height: usize,
-) -> Result<(RgbImage, RgbImage, (RgbImage, Vec<f32>), Region)> {
+) -> Result<OnlyMasked> {
     let picture = init.image.as_ref().clone();
     let (pw, ph) = (picture.width, picture.height);
     let mask = resize(mask, pw, ph, ResizeMode::JustResize)?;

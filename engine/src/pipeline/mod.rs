@@ -220,7 +220,11 @@ pub fn check_request(model: &StableDiffusion, req: &Txt2ImgRequest) -> Result<()
             req.schedule.a1111_name()
         ));
     }
-    if req.width == 0 || req.height == 0 || req.width % scale != 0 || req.height % scale != 0 {
+    if req.width == 0
+        || req.height == 0
+        || !req.width.is_multiple_of(scale)
+        || !req.height.is_multiple_of(scale)
+    {
         return bad(format!(
             "width and height must be positive multiples of {scale}, got {}x{}",
             req.width, req.height
@@ -493,10 +497,10 @@ impl Pass {
             let denoised = latents.clone() * x0.sample + eps.clone() * x0.model_output;
             let c = plan.steps[i];
             let mut next = latents.clone() * c.sample + eps * c.model_output;
-            if let Some(x0) = &prev_x0 {
-                if c.prev_x0 != 0.0 {
-                    next = next + x0.clone() * c.prev_x0;
-                }
+            if let Some(x0) = &prev_x0
+                && c.prev_x0 != 0.0
+            {
+                next = next + x0.clone() * c.prev_x0;
             }
             if plan.draws_noise {
                 // Drawn every step (even when its weight is 0) to stay in step with diffusers' stream.

@@ -23,11 +23,14 @@ pub struct Embedding {
     pub hash: String,
 }
 
+/// An embedding's name as token ids, and the embedding.
+type Named = (Vec<u32>, Arc<Embedding>);
+
 /// The embeddings of a folder, looked up by the token ids of their names.
 #[derive(Debug, Default)]
 pub struct Embeddings {
     /// First token of a name → (the name's ids, the embedding), longest names first.
-    by_first: HashMap<u32, Vec<(Vec<u32>, Arc<Embedding>)>>,
+    by_first: HashMap<u32, Vec<Named>>,
     names: Vec<String>,
 }
 

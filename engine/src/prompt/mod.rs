@@ -102,7 +102,7 @@ pub fn encode(
 pub fn repeat_chunks(context: Tensor<3>, chunks: usize) -> Tensor<3> {
     let [_, n, _] = context.dims();
     let have = n / CONTEXT_LEN;
-    if have == 0 || chunks <= have || chunks % have != 0 {
+    if have == 0 || chunks <= have || !chunks.is_multiple_of(have) {
         return context;
     }
     context.repeat_dim(1, chunks / have)

@@ -21,6 +21,8 @@ pub struct CrossAttention {
 }
 
 #[derive(Debug, Clone)]
+// One per attention layer, never moved in a hot loop: boxing would only add an indirection.
+#[allow(clippy::large_enum_variant)]
 enum Projections {
     /// `[q | k | v]` from the tokens.
     SelfAttention { qkv: Linear },

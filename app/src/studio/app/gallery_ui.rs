@@ -38,10 +38,9 @@ impl StudioApp {
                     .button("Use as init image")
                     .on_hover_text("image to image from this picture")
                     .clicked()
+                    && let Some(i) = self.selected
                 {
-                    if let Some(i) = self.selected {
-                        self.use_as_init(i);
-                    }
+                    self.use_as_init(i);
                 }
             }
         });

@@ -33,7 +33,7 @@ impl StudioApp {
                 };
                 let parameters = text.and_then(|t| {
                     let t = t.ok_or("it has no generation parameters")?;
-                    Parameters::parse_a1111(&t).map_err(|e| format!("{e}"))
+                    Parameters::parse_a1111(&t).map_err(|e| e.to_string())
                 });
                 Some(DialogResult::Restored { path, parameters })
             });

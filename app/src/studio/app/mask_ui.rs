@@ -140,10 +140,10 @@ impl StudioApp {
     fn mask_texture(&mut self, ctx: &egui::Context) -> Option<TextureHandle> {
         let mask = self.form.mask.as_ref()?.image.clone();
         let key = (Arc::as_ptr(&mask) as usize, self.painter.version);
-        if let Some((shown, texture)) = &self.painter.texture {
-            if *shown == key {
-                return Some(texture.clone());
-            }
+        if let Some((shown, texture)) = &self.painter.texture
+            && *shown == key
+        {
+            return Some(texture.clone());
         }
         let shown = super::img2img_ui::display_copy(&mask);
         let rgba: Vec<u8> = shown

@@ -38,15 +38,15 @@ impl StudioApp {
                 });
             }
         }
-        if let Some(frame) = self.preview.as_ref().map(|(f, _)| f.clone()) {
-            if self.activity.working() {
-                ui.weak(format!(
-                    "preview step {}/{} ({})",
-                    frame.step,
-                    frame.total,
-                    frame.method.map(|m| m.id()).unwrap_or("-")
-                ));
-            }
+        if let Some(frame) = self.preview.as_ref().map(|(f, _)| f.clone())
+            && self.activity.working()
+        {
+            ui.weak(format!(
+                "preview step {}/{} ({})",
+                frame.step,
+                frame.total,
+                frame.method.map(|m| m.id()).unwrap_or("-")
+            ));
         }
     }
 

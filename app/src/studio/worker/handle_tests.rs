@@ -5,7 +5,6 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
 use crossbeam_channel::{Receiver, bounded};
-use latent_engine::pipeline::Txt2ImgRequest;
 use latent_engine::preview::{FrameStore, PreviewMethod, PreviewSettings};
 
 use super::{Command, EngineHandle, SendError};
@@ -34,7 +33,7 @@ fn idle_handle(slots: usize) -> (EngineHandle, Receiver<Command>) {
 #[test]
 fn a_settings_drag_never_crowds_out_a_generate() {
     let (handle, commands) = idle_handle(8);
-    let generate = || Command::Generate(Box::new(Txt2ImgRequest::default()));
+    let generate = || Command::Generate(Box::default());
     assert_eq!(handle.send(generate()), Ok(()));
     let mut settings = Settings::default();
     for frame in 0..200 {
@@ -64,7 +63,7 @@ fn a_settings_drag_never_crowds_out_a_generate() {
 #[test]
 fn a_full_queue_refuses_instead_of_dropping() {
     let (handle, commands) = idle_handle(2);
-    let generate = || Command::Generate(Box::new(Txt2ImgRequest::default()));
+    let generate = || Command::Generate(Box::default());
     assert_eq!(handle.send(generate()), Ok(()));
     assert_eq!(handle.send(generate()), Ok(()));
     assert_eq!(handle.send(generate()), Err(SendError::Full));

@@ -204,7 +204,7 @@ pub(super) fn flash_attention<F: Float>(
         let alpha = f32::exp(old - max);
         let mut c = part;
         while c < dp {
-            o_s[r * dp + c] = o_s[r * dp + c] * alpha;
+            o_s[r * dp + c] *= alpha;
             c += lpr;
         }
         let mut sum = 0.0f32;

@@ -412,11 +412,12 @@ mod tests {
     /// on plain lanes, rows in registers, one lane per 64 columns or fewer.
     #[test]
     fn default_plan_rule() {
-        let square = Some(Fragment {
+        let fragment = Fragment {
             m: 16,
             n: 16,
             k: 16,
-        });
+        };
+        let square = Some(fragment);
         for d in [40, 64, 80, 128, 160] {
             let cmma = Plan::choose(d, 2, square, 48 * 1024).expect("fits");
             assert_eq!((cmma.bq, cmma.bk), (32, 16));
@@ -448,7 +449,7 @@ mod tests {
             (80, 1024, true),
             (80, 77, false),
         ] {
-            let mut all = Plan::on_planes(d, 2, square.expect("square"), 32, 256, 48 * 1024);
+            let mut all = Plan::on_planes(d, 2, fragment, 32, 256, 48 * 1024);
             let first = all[0];
             all.extend(Plan::fitting(d, 2, square, 48 * 1024));
             all.extend(Plan::fitting(d, 2, None, 48 * 1024));

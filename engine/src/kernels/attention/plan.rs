@@ -125,7 +125,7 @@ impl Plan {
     /// the head into slices of at most [`ROW_MAX_WIDTH`].
     fn per_row(d: usize) -> Vec<Self> {
         let Some(parts) =
-            (1..=ROW_MAX_PARTS).find(|p| d % p == 0 && d / p <= ROW_MAX_WIDTH && d > 0)
+            (1..=ROW_MAX_PARTS).find(|p| d.is_multiple_of(*p) && d / p <= ROW_MAX_WIDTH && d > 0)
         else {
             return Vec::new();
         };
@@ -161,12 +161,12 @@ impl Plan {
         budget: usize,
     ) -> Vec<Self> {
         let f = fragment;
-        if d == 0 || plane == 0 || f.m == 0 || plane % f.m != 0 {
+        if d == 0 || plane == 0 || f.m == 0 || !plane.is_multiple_of(f.m) {
             return Vec::new();
         }
         let lpr = plane / f.m;
         let dp = d.div_ceil(lcm(f.n, f.k)) * lcm(f.n, f.k);
-        if !lpr.is_power_of_two() || dp % lpr != 0 {
+        if !lpr.is_power_of_two() || !dp.is_multiple_of(lpr) {
             return Vec::new();
         }
         PLANE_TILES
@@ -363,7 +363,7 @@ mod tests {
             assert_eq!(p.dp % 16, 0);
             assert!(p.dp >= d && p.dp < d + 16);
             assert!(p.shared_bytes(2) <= 48 * 1024);
-            assert!(p.bq % 16 == 0 && p.bk % 16 == 0);
+            assert!(p.bq.is_multiple_of(16) && p.bk.is_multiple_of(16));
         }
         let arc = Some(Fragment { m: 8, n: 16, k: 16 });
         let p = Plan::choose(40, 2, arc, 48 * 1024).expect("fits");

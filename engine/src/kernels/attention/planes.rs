@@ -294,7 +294,7 @@ pub(super) fn flash_attention_planes<F: Float>(
             #[unroll]
             for c in 0..cols {
                 let at = s_at_row + part + c * lpr;
-                s_s[at] = s_s[at] * alpha;
+                s_s[at] *= alpha;
             }
             sync_plane();
             #[unroll]

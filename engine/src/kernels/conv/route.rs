@@ -102,10 +102,10 @@ impl Mma {
             && f.m > 0
             && f.n > 0
             && f.k > 0
-            && LANES % plane == 0
-            && BM % f.m == 0
-            && BN % (2 * f.n) == 0
-            && BK_MMA % f.k == 0
+            && LANES.is_multiple_of(plane)
+            && BM.is_multiple_of(f.m)
+            && BN.is_multiple_of(2 * f.n)
+            && BK_MMA.is_multiple_of(f.k)
             && (BM / f.m) * (BN / f.n) == 2 * (LANES / plane)
     }
 }
@@ -161,7 +161,7 @@ enum Use {
     /// Burn's, on a device with cooperative matrices (our GEMM may take it: [`unrolled_gemm`]).
     BurnOnMma(Mma),
     /// The SIMT kernel on the weights packed once ([`pack`]).
-    Packed(Tensor<2>),
+    Packed(Box<Tensor<2>>),
     /// The cooperative-matrix kernel, on the weights as stored, where the map is small.
     Stored(Mma),
 }
@@ -199,7 +199,7 @@ impl Prepared {
                 Route::Mma(mma) if !route.takes(kh, kw, c_out) => Use::BurnOnMma(mma),
                 _ if !route.takes(kh, kw, c_out) => Use::Burn,
                 Route::Mma(mma) => Use::Stored(mma),
-                _ => Use::Packed(pack(weight.clone())),
+                _ => Use::Packed(Box::new(pack(weight.clone()))),
             }
         });
         match prepared {

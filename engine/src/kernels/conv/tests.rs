@@ -146,7 +146,7 @@ fn splits_only_small_grids_with_long_reductions() {
     for tiles in 1..300 {
         for steps in [1, 31, 32, 33, 64, 100, 719, 720, 2000] {
             let s = super::splits(tiles, steps);
-            assert!(s >= 1 && s <= 16);
+            assert!((1..=16).contains(&s));
             let per = steps.div_ceil(s);
             assert!(per * (s - 1) < steps, "no empty slice: {tiles} {steps} {s}");
         }

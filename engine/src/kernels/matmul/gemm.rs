@@ -33,10 +33,10 @@ impl MmaGemm {
             && f.m > 0
             && f.n > 0
             && f.k > 0
-            && BK % f.k == 0
-            && (f.m * f.n) % self.plane == 0
-            && f.m % 8 == 0
-            && f.n % 8 == 0
+            && BK.is_multiple_of(f.k)
+            && (f.m * f.n).is_multiple_of(self.plane)
+            && f.m.is_multiple_of(8)
+            && f.n.is_multiple_of(8)
     }
 
     /// The tile `(tm, tn)` for an `m × n` product over `batch` matrices: the largest that
@@ -113,15 +113,10 @@ pub fn gemm_into(
     bias_per_row: bool,
     tiles: Option<(usize, usize)>,
 ) -> Option<()> {
-    let aligned = |v: usize| v % VEC == 0;
+    let aligned = |v: usize| v.is_multiple_of(VEC);
     let sized = |t: &CubeTensor| aligned(t.meta.num_elements());
-    if !(aligned(k) && aligned(n) && aligned(a_batch) && aligned(b_batch))
-        || !(sized(a) && sized(b))
-        || m == 0
-        || n == 0
-        || k == 0
-        || batch == 0
-    {
+    let fits = aligned(k) && aligned(n) && aligned(a_batch) && aligned(b_batch);
+    if !(fits && sized(a) && sized(b)) || m == 0 || n == 0 || k == 0 || batch == 0 {
         return None;
     }
     let (tm, tn) = tiles.unwrap_or_else(|| gemm.tiles_for(m, n, batch));

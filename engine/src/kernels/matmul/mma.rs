@@ -36,7 +36,7 @@ pub(super) fn gemm_mma<F: Float, N: Size>(
     bias: &[F],
     out: &mut [F],
     m: usize,
-    n: usize,
+    cols: usize,
     k: usize,
     a_batch: usize,
     b_batch: usize,
@@ -94,7 +94,7 @@ pub(super) fn gemm_mma<F: Float, N: Size>(
     let mut b_reg = Array::<Vector<F, N>>::new(b_per);
     let steps = k.div_ceil(BK);
     load_step::<F, N>(
-        a, b, &mut a_reg, &mut b_reg, 0, lane, m0, n0, m, n, k, a_base, b_base, bm, bn, b_nk,
+        a, b, &mut a_reg, &mut b_reg, 0, lane, m0, n0, m, cols, k, a_base, b_base, bm, bn, b_nk,
     );
     for s in 0..steps {
         #[unroll]
@@ -124,7 +124,7 @@ pub(super) fn gemm_mma<F: Float, N: Size>(
                 m0,
                 n0,
                 m,
-                n,
+                cols,
                 k,
                 a_base,
                 b_base,
@@ -218,7 +218,7 @@ pub(super) fn gemm_mma<F: Float, N: Size>(
                 let idx = in_warp + e * plane;
                 let row = m0 + wm * comptime!(tm * fm) + i * fm + idx / fn_;
                 let col = n0 + wn * comptime!(tn * fn_) + j * fn_ + idx % fn_;
-                if row < m && col < n {
+                if row < m && col < cols {
                     let mut v = c_s[scratch + idx];
                     if add_bias {
                         if bias_per_row {
@@ -227,7 +227,7 @@ pub(super) fn gemm_mma<F: Float, N: Size>(
                             v += f32::cast_from(bias[col]);
                         }
                     }
-                    out[c_base + row * n + col] = F::cast_from(v);
+                    out[c_base + row * cols + col] = F::cast_from(v);
                 }
             }
             sync_cube();
@@ -250,7 +250,7 @@ fn load_step<F: Float, N: Size>(
     m0: usize,
     n0: usize,
     m: usize,
-    n: usize,
+    cols: usize,
     k: usize,
     a_base: usize,
     b_base: usize,
@@ -277,15 +277,15 @@ fn load_step<F: Float, N: Size>(
         if b_nk {
             let col = n0 + v / 4;
             let kk = k0 + (v % 4) * VEC;
-            if col < n && kk < k {
+            if col < cols && kk < k {
                 x = b[(b_base + col * k + kk) / VEC];
             }
         } else {
             let per_row = comptime!(bn / VEC);
             let kk = k0 + v / per_row;
             let col = n0 + (v % per_row) * VEC;
-            if col < n && kk < k {
-                x = b[(b_base + kk * n + col) / VEC];
+            if col < cols && kk < k {
+                x = b[(b_base + kk * cols + col) / VEC];
             }
         }
         b_reg[i] = x;
