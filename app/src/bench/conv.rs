@@ -13,6 +13,47 @@ use super::time_ms;
 
 const REPS: usize = 10;
 
+/// One convolution shape's random input, weights and bias.
+struct Inputs {
+    x: Tensor<4>,
+    weight: Tensor<4>,
+    bias: Tensor<1>,
+    options: ConvOptions<2>,
+}
+
+impl Inputs {
+    fn new(
+        [b, c_in, c_out, h, w, k, stride, padding]: [usize; 8],
+        device: &Device,
+        dtype: DType,
+    ) -> Self {
+        let normal = Distribution::Normal(0.0, 1.0);
+        Self {
+            x: Tensor::<4>::random([b, c_in, h, w], normal, (device, dtype)),
+            weight: Tensor::<4>::random([c_out, c_in, k, k], normal, (device, dtype)) * 0.05,
+            bias: Tensor::<1>::random([c_out], normal, (device, dtype)),
+            options: ConvOptions::new([stride, stride], [padding, padding], [1, 1], 1),
+        }
+    }
+
+    /// burn's path as `nn::Conv2d` takes it: the bias added after the convolution (passed in,
+    /// it drops burn's cooperative-matrix candidates; see `nn::Conv2d::forward`).
+    fn burn(&self, bias: bool) -> Tensor<4> {
+        let y = conv2d(
+            self.x.clone(),
+            self.weight.clone(),
+            None,
+            self.options.clone(),
+        );
+        if bias {
+            let c_out = self.bias.dims()[0];
+            y + self.bias.clone().reshape([1, c_out, 1, 1])
+        } else {
+            y
+        }
+    }
+}
+
 /// One line per convolution shape in `ops`.
 pub fn report(
     ops: &[(OpShape, usize)],
@@ -21,7 +62,6 @@ pub fn report(
     precision: Precision,
     runs: usize,
 ) -> Result<()> {
-    let normal = Distribution::Normal(0.0, 1.0);
     for (op, _) in ops {
         let OpShape::Conv {
             b,
@@ -37,21 +77,10 @@ pub fn report(
         else {
             continue;
         };
-        let x = Tensor::<4>::random([b, c_in, h, w], normal, (device, dtype));
-        let weight = Tensor::<4>::random([c_out, c_in, k, k], normal, (device, dtype)) * 0.05;
-        let bias_t = Tensor::<1>::random([c_out], normal, (device, dtype));
-        let options = ConvOptions::new([stride, stride], [padding, padding], [1, 1], 1);
+        let case = Inputs::new([b, c_in, c_out, h, w, k, stride, padding], device, dtype);
+        let (x, weight, bias_t) = (&case.x, &case.weight, &case.bias);
         let packed = conv::pack(weight.clone());
-        // burn's path as `nn::Conv2d` takes it: the bias added after the convolution (passed in,
-        // it drops burn's cooperative-matrix candidates; see `nn::Conv2d::forward`).
-        let burn = || {
-            let y = conv2d(x.clone(), weight.clone(), None, options.clone());
-            if bias {
-                y + bias_t.clone().reshape([1, c_out, 1, 1])
-            } else {
-                y
-            }
-        };
+        let burn = || case.burn(bias);
         let burn_ms = time_ms(device, 1, runs, || {
             for _ in 0..REPS {
                 let _ = burn();
@@ -60,7 +89,7 @@ pub fn report(
         let ours = conv::conv2d(
             x.clone(),
             &packed,
-            bias.then_some(&bias_t),
+            bias.then_some(bias_t),
             k,
             stride,
             padding,
@@ -77,7 +106,7 @@ pub fn report(
                 let _ = conv::conv2d(
                     x.clone(),
                     &packed,
-                    bias.then_some(&bias_t),
+                    bias.then_some(bias_t),
                     k,
                     stride,
                     padding,
@@ -98,7 +127,7 @@ pub fn report(
         let slices = conv::splits(tiles, (c_in * k * k).div_ceil(16));
         let whole = if slices > 1 {
             let epilogue = conv::Epilogue {
-                bias: bias.then_some(&bias_t),
+                bias: bias.then_some(bias_t),
                 ..Default::default()
             };
             let geometry = conv::Geometry {
@@ -125,7 +154,7 @@ pub fn report(
         // Our cooperative-matrix variant, where the device has one it can use.
         if let Some(mma) = conv::mma_on(device, dtype) {
             let epilogue = conv::Epilogue {
-                bias: bias.then_some(&bias_t),
+                bias: bias.then_some(bias_t),
                 ..Default::default()
             };
             let geometry = conv::Geometry {
@@ -135,7 +164,7 @@ pub fn report(
                 upsample: false,
             };
             let run =
-                |slices| conv::conv2d_mma(x.clone(), &weight, mma, geometry, &epilogue, slices);
+                |slices| conv::conv2d_mma(x.clone(), weight, mma, geometry, &epilogue, slices);
             let Some(ours) = run(None) else {
                 println!(
                     "[{precision:?}]   {:<40} ours on cooperative matrices: does not run",
@@ -152,7 +181,7 @@ pub fn report(
             let gemm = latent_engine::kernels::matmul::mma_gemm_on(device, dtype);
             let on_gemm = || {
                 gemm.and_then(|g| {
-                    conv::conv2d_unrolled_gemm(x.clone(), &weight, geometry, &epilogue, g, None)
+                    conv::conv2d_unrolled_gemm(x.clone(), weight, geometry, &epilogue, g, None)
                 })
             };
             let mut timed = Vec::new();
@@ -199,7 +228,6 @@ pub fn gemm_report(
     let Some(gemm) = latent_engine::kernels::matmul::mma_gemm_on(device, dtype) else {
         return Ok(());
     };
-    let normal = Distribution::Normal(0.0, 1.0);
     let (mut burn_total, mut ours_total) = (0.0, 0.0);
     for &(op, count) in ops {
         let OpShape::Conv {
@@ -216,25 +244,16 @@ pub fn gemm_report(
         else {
             continue;
         };
-        let x = Tensor::<4>::random([b, c_in, h, w], normal, (device, dtype));
-        let weight = Tensor::<4>::random([c_out, c_in, k, k], normal, (device, dtype)) * 0.05;
-        let bias_t = Tensor::<1>::random([c_out], normal, (device, dtype));
-        let options = ConvOptions::new([stride, stride], [padding, padding], [1, 1], 1);
-        let burn = || {
-            let y = conv2d(x.clone(), weight.clone(), None, options.clone());
-            if bias {
-                y + bias_t.clone().reshape([1, c_out, 1, 1])
-            } else {
-                y
-            }
-        };
+        let case = Inputs::new([b, c_in, c_out, h, w, k, stride, padding], device, dtype);
+        let (x, weight, bias_t) = (&case.x, &case.weight, &case.bias);
+        let burn = || case.burn(bias);
         let burn_ms = time_ms(device, 1, runs, || {
             for _ in 0..REPS {
                 let _ = burn();
             }
         })? / REPS as f64;
         let epilogue = conv::Epilogue {
-            bias: bias.then_some(&bias_t),
+            bias: bias.then_some(bias_t),
             ..Default::default()
         };
         let geometry = conv::Geometry {
@@ -244,7 +263,7 @@ pub fn gemm_report(
             upsample: false,
         };
         let ours =
-            || conv::conv2d_unrolled_gemm(x.clone(), &weight, geometry, &epilogue, gemm, None);
+            || conv::conv2d_unrolled_gemm(x.clone(), weight, geometry, &epilogue, gemm, None);
         let rate = |ms: f64| op.flops() / (ms * 1e-3) / 1e12;
         let Some(first) = ours() else {
             println!(

@@ -202,18 +202,14 @@ impl Prepared {
                 _ => Use::Packed(Box::new(pack(weight.clone()))),
             }
         });
+        let on_gemm = |mma: Mma| {
+            super::conv2d_unrolled_gemm(x.clone(), weight, geometry, epilogue, gemm_of(mma)?, None)
+        };
         match prepared {
             Use::Burn => None,
             Use::BurnOnMma(mma) => {
                 (kh == 1 && conv_rules().gemm_one_by_one).then_some(())?;
-                super::conv2d_unrolled_gemm(
-                    x.clone(),
-                    weight,
-                    geometry,
-                    epilogue,
-                    gemm_of(*mma)?,
-                    None,
-                )
+                on_gemm(*mma)
             }
             Use::Packed(packed) => {
                 run(x.clone(), Weights::Packed(packed), geometry, epilogue, None)
@@ -233,14 +229,7 @@ impl Prepared {
                         None,
                     )
                 } else if tiles <= rules.gemm_max_tiles || c_out >= rules.gemm_min_out {
-                    super::conv2d_unrolled_gemm(
-                        x.clone(),
-                        weight,
-                        geometry,
-                        epilogue,
-                        gemm_of(*mma)?,
-                        None,
-                    )
+                    on_gemm(*mma)
                 } else {
                     None
                 }
