@@ -19,6 +19,7 @@ struct Inputs {
     weight: Tensor<4>,
     bias: Tensor<1>,
     options: ConvOptions<2>,
+    geometry: conv::Geometry,
 }
 
 impl Inputs {
@@ -33,6 +34,20 @@ impl Inputs {
             weight: Tensor::<4>::random([c_out, c_in, k, k], normal, (device, dtype)) * 0.05,
             bias: Tensor::<1>::random([c_out], normal, (device, dtype)),
             options: ConvOptions::new([stride, stride], [padding, padding], [1, 1], 1),
+            geometry: conv::Geometry {
+                k,
+                stride,
+                padding,
+                upsample: false,
+            },
+        }
+    }
+
+    /// Our kernels' epilogue: the bias where the layer has one.
+    fn epilogue(&self, bias: bool) -> conv::Epilogue<'_> {
+        conv::Epilogue {
+            bias: bias.then_some(&self.bias),
+            ..Default::default()
         }
     }
 
@@ -126,16 +141,7 @@ pub fn report(
         let tiles = (b * oh * ow).div_ceil(64) * c_out.div_ceil(64);
         let slices = conv::splits(tiles, (c_in * k * k).div_ceil(16));
         let whole = if slices > 1 {
-            let epilogue = conv::Epilogue {
-                bias: bias.then_some(bias_t),
-                ..Default::default()
-            };
-            let geometry = conv::Geometry {
-                k,
-                stride,
-                padding,
-                upsample: false,
-            };
+            let (epilogue, geometry) = (case.epilogue(bias), case.geometry);
             let ms = time_ms(device, 1, runs, || {
                 for _ in 0..REPS {
                     let _ = conv::conv2d_with(x.clone(), &packed, geometry, &epilogue, Some(1));
@@ -153,16 +159,7 @@ pub fn report(
         );
         // Our cooperative-matrix variant, where the device has one it can use.
         if let Some(mma) = conv::mma_on(device, dtype) {
-            let epilogue = conv::Epilogue {
-                bias: bias.then_some(bias_t),
-                ..Default::default()
-            };
-            let geometry = conv::Geometry {
-                k,
-                stride,
-                padding,
-                upsample: false,
-            };
+            let (epilogue, geometry) = (case.epilogue(bias), case.geometry);
             let run =
                 |slices| conv::conv2d_mma(x.clone(), weight, mma, geometry, &epilogue, slices);
             let Some(ours) = run(None) else {
@@ -245,23 +242,14 @@ pub fn gemm_report(
             continue;
         };
         let case = Inputs::new([b, c_in, c_out, h, w, k, stride, padding], device, dtype);
-        let (x, weight, bias_t) = (&case.x, &case.weight, &case.bias);
+        let (x, weight) = (&case.x, &case.weight);
         let burn = || case.burn(bias);
         let burn_ms = time_ms(device, 1, runs, || {
             for _ in 0..REPS {
                 let _ = burn();
             }
         })? / REPS as f64;
-        let epilogue = conv::Epilogue {
-            bias: bias.then_some(bias_t),
-            ..Default::default()
-        };
-        let geometry = conv::Geometry {
-            k,
-            stride,
-            padding,
-            upsample: false,
-        };
+        let (epilogue, geometry) = (case.epilogue(bias), case.geometry);
         let ours =
             || conv::conv2d_unrolled_gemm(x.clone(), weight, geometry, &epilogue, gemm, None);
         let rate = |ms: f64| op.flops() / (ms * 1e-3) / 1e12;

@@ -105,11 +105,22 @@ pub(super) fn planes_ab(
     interleaved(precision, "planes rule", &names, 3, |i| {
         let (prefetch, widest, min_keys, _) = rules[i];
         set_planes_rule(prefetch, widest, min_keys);
-        let ms = time_ms(device, 2, runs, || {
-            let _ = model.unet.forward(x.clone(), &[500.0], ctx);
-        });
+        let ms = step_ms(model, device, runs, x, ctx);
         set_planes_rule(None, WIDEST_PLANES, PLANES_MIN_KEYS);
         ms
+    })
+}
+
+/// The median of `runs` launch-by-launch steps (after two untimed ones) under the rules in force.
+fn step_ms(
+    model: &StableDiffusion,
+    device: &Device,
+    runs: usize,
+    x: &Tensor<4>,
+    ctx: &Tensor<3>,
+) -> Result<f64> {
+    time_ms(device, 2, runs, || {
+        let _ = model.unet.forward(x.clone(), &[500.0], ctx);
     })
 }
 
@@ -190,9 +201,7 @@ pub(super) fn conv_ab(
     let names: Vec<&str> = rules.iter().map(|r| r.1).collect();
     interleaved(precision, "convolution rule", &names, 5, |i| {
         set_conv_rules(rules[i].0);
-        let ms = time_ms(device, 2, runs, || {
-            let _ = model.unet.forward(x.clone(), &[500.0], ctx);
-        });
+        let ms = step_ms(model, device, runs, x, ctx);
         set_conv_rules(d);
         ms
     })
@@ -212,9 +221,7 @@ pub(super) fn gemm_ab(
     let names = ["linears on burn's matmul (default)", "linears on our GEMM"];
     interleaved(precision, "linear rule", &names, 3, |i| {
         set_mma_linears(i == 1);
-        let ms = time_ms(device, 2, runs, || {
-            let _ = model.unet.forward(x.clone(), &[500.0], ctx);
-        });
+        let ms = step_ms(model, device, runs, x, ctx);
         set_mma_linears(false);
         ms
     })
