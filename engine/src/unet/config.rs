@@ -299,3 +299,57 @@ impl UNetConfig {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{PerBlock, UNetConfig};
+
+    fn sdxl_like() -> UNetConfig {
+        UNetConfig {
+            transformer_layers_per_block: PerBlock::Each(vec![1, 2, 10, 10]),
+            addition_embed_type: Some("text_time".into()),
+            addition_time_embed_dim: Some(256),
+            projection_class_embeddings_input_dim: Some(2816),
+            ..UNetConfig::sd15()
+        }
+    }
+
+    /// What a user's SDXL config or sidecar can get wrong is refused with a clear error.
+    #[test]
+    fn sdxl_fields_are_validated() {
+        assert!(sdxl_like().validate().is_ok());
+        assert_eq!(sdxl_like().transformer_layers(2), 10);
+        assert_eq!(sdxl_like().added_conditioning(), Some((256, 2816)));
+        let bad = [
+            UNetConfig {
+                transformer_layers_per_block: PerBlock::Each(vec![1, 2]),
+                ..sdxl_like()
+            },
+            UNetConfig {
+                transformer_layers_per_block: PerBlock::Each(vec![1, 0, 10, 10]),
+                ..sdxl_like()
+            },
+            UNetConfig {
+                addition_embed_type: Some("image".into()),
+                ..sdxl_like()
+            },
+            UNetConfig {
+                addition_time_embed_dim: None,
+                ..sdxl_like()
+            },
+            UNetConfig {
+                addition_time_embed_dim: Some(0),
+                ..sdxl_like()
+            },
+            UNetConfig {
+                projection_class_embeddings_input_dim: Some(6 * 256),
+                ..sdxl_like()
+            },
+        ];
+        for config in bad {
+            let e = config.validate().expect_err("refused");
+            assert!(!e.to_string().is_empty());
+        }
+        assert_eq!(UNetConfig::sd15().added_conditioning(), None);
+    }
+}
