@@ -54,7 +54,8 @@ fn both_layouts_open_as_sd2_with_v_prediction() {
     assert_eq!(open(LAYOUTS[1]).layout, Layout::SingleFile);
 }
 
-/// f32 from both layouts, f16 (where SD 2.1 needs its attention upcast) from the folder.
+/// f32 from both layouts, f16 (where SD 2.1 needs its attention upcast) from the folder. The
+/// single file's tensors are the folder's once loaded: its layout is checked on the CPU.
 #[test]
 fn text_encoder_and_unet_match_diffusers() {
     let exp = Expected::open("sd2-expected.safetensors");
@@ -65,6 +66,9 @@ fn text_encoder_and_unet_match_diffusers() {
     ];
     for (backend, device) in devices() {
         for (name, precision) in runs {
+            if backend == "wgpu" && name == LAYOUTS[1] {
+                continue;
+            }
             let model = load_in(name, &device, precision);
             // The single file's fused q/k/v and extra last layer leave nothing unread but that
             // layer, the projection and the logit scale.
@@ -105,7 +109,12 @@ fn images(model: &StableDiffusion, what: &str) -> Vec<Vec<u8>> {
     let cases = PipelineCase::load("sd2_cases.json");
     let tokenizer = ClipTokenizer::new().unwrap();
     let mut out = Vec::new();
+    let backend = what.split('/').next().unwrap_or_default();
     for case in &cases {
+        // On wgpu: DDIM (64×80), DPM++ 2M karras (72×56) and LCM.
+        if !common::runs_on(backend, &case.name, &["case1", "case2", "case4"]) {
+            continue;
+        }
         let got = txt2img(
             model,
             &tokenizer,

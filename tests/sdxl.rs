@@ -180,6 +180,11 @@ fn unet_matches_diffusers() {
     let exp = Expected::open("sdxl-expected.safetensors");
     for (backend, device) in devices() {
         for (layout, precision) in runs() {
+            // The single file's tensors are the folder's once loaded: its layout is checked on
+            // the CPU.
+            if backend == "wgpu" && layout == LAYOUTS[1] {
+                continue;
+            }
             let dtype = precision.dtype();
             let what = |part: &str| format!("{backend}/{layout}/{precision:?}/{part}");
             let unet = unet(layout, &device, precision);

@@ -19,6 +19,14 @@ pub fn devices() -> Vec<(&'static str, Device)> {
     ]
 }
 
+/// Whether `case` runs on `backend`: every case on the CPU; on wgpu (lavapipe in CI, where a
+/// seeded run of the tiny model costs seconds of kernels) only `on_wgpu`, a subset chosen to
+/// cover every sampler, schedule and size class once. The samplers' arithmetic is the same code
+/// on both backends; what the wgpu run checks is the kernels under it.
+pub fn runs_on(backend: &str, case: &str, on_wgpu: &[&str]) -> bool {
+    backend != "wgpu" || on_wgpu.contains(&case)
+}
+
 pub struct Expected(SafetensorsFile);
 
 impl Expected {

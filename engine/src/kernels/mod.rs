@@ -124,9 +124,9 @@ pub(crate) fn cube_total(
 }
 
 /// One staged reduction step of a 64 × 64 output tile on 256 lanes (the SIMT convolution's and
-/// product's): lane `(tx, ty)` adds `a[q, ty·4 + i] · b[q, tx + 16·j]` for the `bk` staged rows
-/// `q` to its 4 × 4 f32 accumulators (`acc[i·4 + j]`). Row `q` of `a` starts at `q·a_stride`, of
-/// `b` at `q·b_stride`.
+/// product's): lane `(tx, ty)` adds `a[q, ty·4 + i] · b[q, tx + lanes_x·j]` for the `bk` staged
+/// rows `q` to its 4 × 4 f32 accumulators (`acc[i·4 + j]`). Row `q` of `a` starts at
+/// `q·a_stride`, of `b` at `q·b_stride`; `lanes_x` lanes share a `ty`.
 #[cubecl::cube]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn accumulate_4x4(
@@ -138,6 +138,7 @@ pub(crate) fn accumulate_4x4(
     #[comptime] bk: usize,
     #[comptime] a_stride: usize,
     #[comptime] b_stride: usize,
+    #[comptime] lanes_x: usize,
 ) {
     // Used by the expansion (the plain build calls it unused).
     #[allow(unused_imports)]
@@ -150,7 +151,7 @@ pub(crate) fn accumulate_4x4(
         let a3 = a_s[q * a_stride + ty * 4 + 3];
         #[unroll]
         for j in 0..4usize {
-            let b = b_s[q * b_stride + tx + 16 * j];
+            let b = b_s[q * b_stride + tx + lanes_x * j];
             acc[j] += a0 * b;
             acc[4 + j] += a1 * b;
             acc[8 + j] += a2 * b;
@@ -265,6 +266,14 @@ pub(crate) mod testing {
         dtype: DType,
     ) -> Tensor<D> {
         Tensor::from_data(TensorData::new(values, shape), (device, dtype))
+    }
+
+    /// `t` in f32 on the CPU backend: where a kernel's burn-op twin runs, so the twin's
+    /// autotune does not compile and time burn's candidates on lavapipe for every shape (most of
+    /// a kernel test's time there).
+    pub fn on_cpu<const D: usize>(t: &Tensor<D>) -> Tensor<D> {
+        let shape: [usize; D] = t.dims();
+        tensor(read(t.clone()), shape, &Device::flex(), DType::F32)
     }
 
     pub fn read<const D: usize>(t: Tensor<D>) -> Vec<f32> {

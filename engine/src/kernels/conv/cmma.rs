@@ -252,6 +252,7 @@ pub(super) fn conv2d_gemm_mma<F: Float>(
         add_channel,
         add_residual,
         split,
+        16usize,
     );
 }
 

@@ -48,12 +48,30 @@ fn with_adds<F: Float>(
     v
 }
 
+/// The pixels of a tile `rows` output channels tall: 256 lanes of 4 × 4 blocks.
+pub(super) const fn tile_pixels(rows: usize) -> usize {
+    LANES * 16 / rows
+}
+
+/// The tile height (output channels) for `c_out`: the smallest of 16, 32 and 64 that holds
+/// them all, else 64. A narrower tile is as many lanes over more pixels, so few channels (a
+/// 3-channel output, a small model's 16 or 32) are not computed four or two times over.
+pub(super) fn tile_rows(c_out: usize) -> usize {
+    match c_out {
+        0..=16 => 16,
+        17..=32 => 32,
+        _ => BM,
+    }
+}
+
 /// The input is `x` (`[b, c_in, h, wd]`) upsampled `up`× by nearest neighbour, read in place.
-/// Cube `(pixel tile, channel tile, slice)`. Lane `(tx, ty)` owns output channels
-/// `ty·4 .. ty·4 + 4` and pixels `tx + 16·j`: neighbouring lanes touch neighbouring pixels, so
-/// the staged input is read without bank conflicts and the output is written coalesced. Split
-/// (`split`), slice `z` covers reduction steps `z·steps_per_split ..` and writes its f32 sums to
-/// `partial[z, co, p]`; whole, the cube applies the epilogue and writes `out[b, co, oy, ox]`.
+/// Cube `(pixel tile, channel tile, slice)`; the tile is `rows` (16, 32 or 64) output channels by
+/// [`tile_pixels`]`(rows)` pixels. Lane `(tx, ty)` owns output channels `ty·4 .. ty·4 + 4` and
+/// pixels `tx + lanes_x·j` (`lanes_x = 1024 / rows` lanes share a `ty`): neighbouring lanes touch
+/// neighbouring pixels, so the staged input is read without bank conflicts and the output is
+/// written coalesced. Split (`split`), slice `z` covers reduction steps `z·steps_per_split ..`
+/// and writes its f32 sums to `partial[z, co, p]`; whole, the cube applies the epilogue and
+/// writes `out[b, co, oy, ox]`.
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
 pub(super) fn conv2d_gemm<F: Float>(
@@ -83,19 +101,24 @@ pub(super) fn conv2d_gemm<F: Float>(
     #[comptime] add_channel: bool,
     #[comptime] add_residual: bool,
     #[comptime] split: bool,
+    #[comptime] rows: usize,
 ) {
+    let cols = comptime!(tile_pixels(rows));
+    let lanes_x = comptime!(cols / 4);
     let lane = UNIT_POS as usize;
-    let tx = lane % 16;
-    let ty = lane / 16;
-    let n0 = CUBE_POS_X as usize * BN;
-    let m0 = CUBE_POS_Y as usize * BM;
+    let tx = lane % lanes_x;
+    let ty = lane / lanes_x;
+    let n0 = CUBE_POS_X as usize * cols;
+    let m0 = CUBE_POS_Y as usize * rows;
     let k_total = c_in * kh * kw;
     let plane = oh * ow;
 
-    // The staging position of this lane is the same at every step (256 is a multiple of 64):
-    // column `lane % 64` of rows `lane / 64 + 4·r`. Its pixel's coordinates are computed once.
-    let col = lane % BN;
-    let row0 = lane / BN;
+    // The staging positions of this lane are the same at every step (256 is a multiple of the
+    // tile's sides): weights at column `lane % rows` of rows `lane / rows + (256 / rows)·r`,
+    // input at column `lane % cols` of rows `lane / cols + (256 / cols)·r`. The input pixel's
+    // coordinates are computed once.
+    let col = lane % cols;
+    let row0 = lane / cols;
     let p_stage = n0 + col;
     let p_valid = p_stage < pixels;
     let mut p_clamped = 0usize;
@@ -107,10 +130,11 @@ pub(super) fn conv2d_gemm<F: Float>(
     let iy0 = (s_rem / ow) * stride;
     let ix0 = (s_rem % ow) * stride;
     let x_base = s_batch * c_in * h * wd;
-    let co_stage = m0 + col;
+    let co_stage = m0 + lane % rows;
+    let a_row0 = lane / rows;
 
-    let mut a_s = Shared::<[f32]>::new_slice(BK * BM);
-    let mut b_s = Shared::<[f32]>::new_slice(BK * BN);
+    let mut a_s = Shared::<[f32]>::new_slice(comptime!(BK * rows));
+    let mut b_s = Shared::<[f32]>::new_slice(comptime!(BK * cols));
     let mut acc = Array::<f32>::new(16usize);
     #[unroll]
     for i in 0..16usize {
@@ -128,22 +152,36 @@ pub(super) fn conv2d_gemm<F: Float>(
         }
     }
     // A step's staged values, all loaded into registers before any is stored.
-    let mut a_reg = Array::<f32>::new(4usize);
-    let mut b_reg = Array::<f32>::new(4usize);
+    let a_per = comptime!(BK * rows / LANES);
+    let b_per = comptime!(BK * cols / LANES);
+    let mut a_reg = Array::<f32>::new(a_per);
+    let mut b_reg = Array::<f32>::new(b_per);
     for s in first..last {
         load_step_simt::<F>(
-            w, x, &mut a_reg, &mut b_reg, s, row0, co_stage, c_out, k_total, p_valid, x_base, iy0,
-            ix0, h, wd, pad, kh, kw, up,
+            w, x, &mut a_reg, &mut b_reg, s, a_row0, row0, co_stage, c_out, k_total, p_valid,
+            x_base, iy0, ix0, h, wd, pad, kh, kw, up, rows, cols,
         );
-        // Stage w[k0 .. k0 + 16, m0 .. m0 + 64] and the gathered input for pixels n0 .. n0 + 64.
+        // Stage w[k0 .. k0 + 16, m0 .. m0 + rows] and the gathered input for the tile's pixels.
         #[unroll]
-        for r in 0..4usize {
-            let kk = row0 + 4 * r;
-            a_s[kk * BM + col] = a_reg[r];
-            b_s[kk * BN + col] = b_reg[r];
+        for r in 0..a_per {
+            a_s[(a_row0 + comptime!(LANES / rows) * r) * rows + lane % rows] = a_reg[r];
+        }
+        #[unroll]
+        for r in 0..b_per {
+            b_s[(row0 + comptime!(LANES / cols) * r) * cols + col] = b_reg[r];
         }
         sync_cube();
-        accumulate_4x4(a_s.clone(), b_s.clone(), &mut acc, tx, ty, BK, BM, BN);
+        accumulate_4x4(
+            a_s.clone(),
+            b_s.clone(),
+            &mut acc,
+            tx,
+            ty,
+            BK,
+            rows,
+            cols,
+            lanes_x,
+        );
         sync_cube();
     }
 
@@ -167,13 +205,13 @@ pub(super) fn conv2d_gemm<F: Float>(
         add_channel,
         add_residual,
         split,
+        lanes_x,
     );
 }
 
-/// The (upsampled, zero-padded) input value at reduction index `k = (ci, ky, kx)` for the output
-/// pixel whose top-left input corner is `(iy0, ix0)` in image `x_base`, in f32.
-/// Step `s`'s staging values of this lane into registers: packed weights `w[k, co_stage]` and
-/// the gathered input, at rows `row0 + 4·r` (zeros past the edges).
+/// Step `s`'s staging values of this lane into registers: packed weights `w[k, co_stage]` at
+/// rows `a_row0 + (256 / rows)·r` and the gathered (upsampled, zero-padded) input at rows
+/// `row0 + (256 / cols)·r`, zeros past the edges.
 #[cube]
 #[allow(clippy::too_many_arguments)]
 fn load_step_simt<F: Float>(
@@ -182,6 +220,7 @@ fn load_step_simt<F: Float>(
     a_reg: &mut Array<f32>,
     b_reg: &mut Array<f32>,
     s: usize,
+    a_row0: usize,
     row0: usize,
     co_stage: usize,
     c_out: usize,
@@ -196,15 +235,21 @@ fn load_step_simt<F: Float>(
     #[comptime] kh: usize,
     #[comptime] kw: usize,
     #[comptime] up: usize,
+    #[comptime] rows: usize,
+    #[comptime] cols: usize,
 ) {
     #[unroll]
-    for r in 0..4usize {
-        let k = s * BK + row0 + 4 * r;
+    for r in 0..comptime!(BK * rows / LANES) {
+        let k = s * BK + a_row0 + comptime!(LANES / rows) * r;
         let mut a = 0.0f32;
         if k < k_total && co_stage < c_out {
             a = f32::cast_from(w[k * c_out + co_stage]);
         }
         a_reg[r] = a;
+    }
+    #[unroll]
+    for r in 0..comptime!(BK * cols / LANES) {
+        let k = s * BK + row0 + comptime!(LANES / cols) * r;
         let mut b = 0.0f32;
         if k < k_total && p_valid {
             b = gather::<F>(x, x_base, k, iy0, ix0, h, wd, pad, kh, kw, up);
@@ -213,6 +258,8 @@ fn load_step_simt<F: Float>(
     }
 }
 
+/// The (upsampled, zero-padded) input value at reduction index `k = (ci, ky, kx)` for the output
+/// pixel whose top-left input corner is `(iy0, ix0)` in image `x_base`, in f32.
 #[cube]
 #[allow(clippy::too_many_arguments)]
 pub(super) fn gather<F: Float>(
@@ -244,8 +291,8 @@ pub(super) fn gather<F: Float>(
     b
 }
 
-/// Lane `(tx, ty)`'s 4 × 4 block of a 64 × 64 tile at `(m0, n0)`: output channels `ty·4 ..`,
-/// pixels `tx + 16·j`, written to the slice's partial sums (`split`) or, with the epilogue's
+/// Lane `(tx, ty)`'s 4 × 4 block of a tile at `(m0, n0)`: output channels `ty·4 ..`, pixels
+/// `tx + lanes_x·j`, written to the slice's partial sums (`split`) or, with the epilogue's
 /// adds, to the output.
 #[cube]
 #[allow(clippy::too_many_arguments)]
@@ -269,6 +316,7 @@ pub(super) fn write_block<F: Float>(
     #[comptime] add_channel: bool,
     #[comptime] add_residual: bool,
     #[comptime] split: bool,
+    #[comptime] lanes_x: usize,
 ) {
     #[unroll]
     for i in 0..4usize {
@@ -276,7 +324,7 @@ pub(super) fn write_block<F: Float>(
         if co < c_out {
             #[unroll]
             for j in 0..4usize {
-                let p = n0 + tx + 16 * j;
+                let p = n0 + tx + lanes_x * j;
                 if p < pixels {
                     if split {
                         let z = CUBE_POS_Z as usize;

@@ -47,7 +47,7 @@ use burn::tensor::{DType, Tensor};
 
 use super::{Element, buffer_arg, grid, output, resolve};
 use cmma::{BK_MMA, conv2d_gemm_mma};
-use kernel::{BK, BM, BN, LANES, conv2d_gemm, conv2d_split_sum};
+use kernel::{BK, BM, LANES, conv2d_gemm, conv2d_split_sum, tile_pixels, tile_rows};
 pub use route::{ConvRules, Mma, Prepared, conv_rules, mma_on, runs_for, set_conv_rules};
 pub use unrolled::conv2d_unrolled_gemm;
 #[cfg(test)]
@@ -320,7 +320,14 @@ fn run_with(
         && epilogue
             .residual
             .is_none_or(|t| t.dtype() == dtype && t.dims() == [b, c_out, oh, ow]);
-    let (nx, ny) = (pixels.div_ceil(BN), c_out.div_ceil(BM));
+    // The SIMT kernel narrows its tile to few output channels; the cooperative-matrix one's is
+    // fixed.
+    let rows = match weights {
+        Weights::Packed(_) => tile_rows(c_out),
+        Weights::Stored(..) => BM,
+    };
+    let cols = tile_pixels(rows);
+    let (nx, ny) = (pixels.div_ceil(cols), c_out.div_ceil(rows));
     if !fits || pixels == 0 || c_out == 0 || nx > 65_535 || ny > 65_535 {
         return None;
     }
@@ -405,6 +412,7 @@ fn run_with(
                     add_channel,
                     add_residual,
                     split,
+                    rows,
                 ),
                 Weights::Stored(_, mma) => {
                     let input = col.as_ref().map_or(&xc, |(_, c)| c);

@@ -2,7 +2,7 @@ use burn::tensor::module::conv2d;
 use burn::tensor::ops::ConvOptions;
 use burn::tensor::{DType, Tensor};
 
-use super::super::testing::{read, relative, tensor, values, wgpu};
+use super::super::testing::{on_cpu, read, relative, tensor, values, wgpu};
 use super::{Columns, Epilogue};
 
 /// One case: batch, channels in/out, map, kernel, stride, padding.
@@ -43,19 +43,15 @@ fn check(case: Case, terms: &[(bool, bool, bool)], slices: &[Option<usize>]) {
             dtype,
         );
         let packed = super::pack(wt.clone());
-        let f32 = |t: Tensor<4>| t.cast(DType::F32);
         let plain = conv2d(
-            f32(x.clone()),
-            f32(wt.clone()),
+            on_cpu(&x),
+            on_cpu(&wt),
             None,
             ConvOptions::new([stride, stride], [pad, pad], [1, 1], 1),
         );
         for &(with_bias, with_channel, with_residual) in terms {
-            let (bias32, channel32, residual32) = (
-                bias.clone().cast(DType::F32),
-                channel.clone().cast(DType::F32),
-                f32(residual.clone()),
-            );
+            let (bias32, channel32, residual32) =
+                (on_cpu(&bias), on_cpu(&channel), on_cpu(&residual));
             let twin = Epilogue {
                 bias: with_bias.then_some(&bias32),
                 channel: with_channel.then_some(Columns {
@@ -108,6 +104,31 @@ fn implicit_gemm_matches_burn_conv2d() {
         (1, 64, 64, 16, 16, 3, 1, 1),
     ] {
         check(case, &bias_only, &[None]);
+    }
+}
+
+/// The narrow tiles (16 and 32 output channels by 256 and 128 pixels): 3, 16, 17 and 32
+/// channels over several pixel tiles with a partial last one, whole and split, with every
+/// epilogue term.
+#[test]
+fn narrow_tiles_match_burn_conv2d() {
+    assert_eq!(super::tile_rows(3), 16);
+    assert_eq!(super::tile_rows(16), 16);
+    assert_eq!(super::tile_rows(17), 32);
+    assert_eq!(super::tile_rows(32), 32);
+    assert_eq!(super::tile_rows(33), 64);
+    assert_eq!(super::tile_rows(1280), 64);
+    for rows in [16, 32, 64] {
+        assert_eq!(rows * super::tile_pixels(rows), 64 * 64);
+    }
+    let all = [(true, true, true), (true, false, false)];
+    for case in [
+        (2, 20, 3, 17, 19, 3, 1, 1),
+        (1, 16, 16, 20, 20, 3, 1, 1),
+        (1, 24, 17, 13, 11, 3, 2, 1),
+        (2, 12, 32, 9, 10, 3, 1, 1),
+    ] {
+        check(case, &all, &[None, Some(3)]);
     }
 }
 
@@ -191,9 +212,9 @@ fn prepared_routes_by_shape_and_device() {
         .expect("ours runs");
     assert!(super::runs_for(&device, dtype, 3, 40));
     let twin = conv2d(
-        x.clone(),
-        w3.clone(),
-        Some(bias.clone()),
+        on_cpu(&x),
+        on_cpu(&w3),
+        Some(on_cpu(&bias)),
         ConvOptions::new([1, 1], [1, 1], [1, 1], 1),
     );
     assert!(relative(&read(ours), &read(twin)) <= 1e-4);
@@ -205,8 +226,8 @@ fn prepared_routes_by_shape_and_device() {
         .forward(&x, &narrow, geometry(3, 1), &none)
         .expect("ours runs narrow outputs too");
     let twin = conv2d(
-        x.clone(),
-        narrow,
+        on_cpu(&x),
+        on_cpu(&narrow),
         None,
         ConvOptions::new([1, 1], [1, 1], [1, 1], 1),
     );
@@ -217,8 +238,8 @@ fn prepared_routes_by_shape_and_device() {
         .expect("ours runs 1×1 layers too");
     assert!(super::runs_for(&device, dtype, 1, 40));
     let twin = conv2d(
-        x.clone(),
-        pointwise,
+        on_cpu(&x),
+        on_cpu(&pointwise),
         None,
         ConvOptions::new([1, 1], [0, 0], [1, 1], 1),
     );
@@ -253,13 +274,13 @@ fn upsampled_input_matches_interpolate_then_conv() {
         );
         let bias: Tensor<1> = tensor(values(c_out, 0.5), [c_out], &device, dtype);
         let up = interpolate(
-            x.clone().cast(DType::F32),
+            on_cpu(&x),
             InterpolateOptions::new(InterpolateMode::Nearest).with_output_size([2 * h, 2 * w]),
         );
         let twin = conv2d(
             up,
-            wt.clone().cast(DType::F32),
-            Some(bias.clone().cast(DType::F32)),
+            on_cpu(&wt),
+            Some(on_cpu(&bias)),
             ConvOptions::new([1, 1], [1, 1], [1, 1], 1),
         );
         let packed = super::pack(wt);

@@ -98,6 +98,7 @@ pub(super) fn matmul_nt<F: Float>(
             BK,
             STRIDE,
             STRIDE,
+            16usize,
         );
         sync_cube();
     }

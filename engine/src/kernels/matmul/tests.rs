@@ -1,7 +1,7 @@
 use burn::tensor::module::linear as burn_linear;
 use burn::tensor::{DType, Tensor};
 
-use super::super::testing::{read, relative, tensor, values, wgpu};
+use super::super::testing::{on_cpu, read, relative, tensor, values, wgpu};
 use super::{WeightLayout, linear};
 
 /// Ours against burn's `linear` in f32 on `[2, rows / 2, depth] -> cols`, in both weight layouts,
@@ -30,12 +30,11 @@ fn check(rows: usize, depth: usize, cols: usize, slices: &[Option<usize>]) {
             dtype,
         );
         let bias: Tensor<1> = tensor(values(cols, 0.5), [cols], &device, dtype);
-        let f32 = |t: Tensor<2>| t.cast(DType::F32);
         for with_bias in [false, true] {
             let twin = burn_linear(
-                x.clone().cast(DType::F32),
-                f32(as_out_in.clone()),
-                with_bias.then(|| bias.clone().cast(DType::F32)),
+                on_cpu(&x),
+                on_cpu(&as_out_in),
+                with_bias.then(|| on_cpu(&bias)),
             );
             let expected = read(twin);
             for (weight, layout) in [
