@@ -71,35 +71,40 @@ const CASE0: &[&str] = &[
     "f32",
 ];
 
+/// `generate` writes diffusers' case0 image with A1111 parameters, on the CPU backend and on the
+/// GPU. The GPU run (the software adapter in CI, picked by part of its name in another case:
+/// "llvmpipe (LLVM 15…)" → `--device LLVMPIPE`) also has VAE compilation forced to fail (test
+/// hook): exactly one warning line and the image still right. One lavapipe process for all of it:
+/// each compiles and tunes every kernel from scratch (tens of seconds on two cores).
 #[test]
 fn generate_writes_diffusers_image_with_parameters() {
     let dir = scratch("ok");
     let out = dir.join("fox.png");
-    for device in ["cpu", "auto"] {
-        let model = model();
-        let out_s = out.display().to_string();
-        let mut args = vec![
-            "generate",
-            "--model",
-            &model,
-            "--device",
-            device,
-            "--out",
-            &out_s,
-            "--overwrite",
-        ];
-        args.extend_from_slice(CASE0);
-        let o = studio(&args);
-        assert!(
-            o.status.success(),
-            "{device}: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
+    let word = software_adapter().map(|soft| {
+        soft.name
+            .split_whitespace()
+            .next()
+            .unwrap_or(&soft.name)
+            .to_uppercase()
+    });
+    let gpu = word.as_deref().unwrap_or("auto");
+    let forced = [("LATENT_STUDIO_FAIL_VAE_COMPILE", "1")];
+    for (device, envs) in [("cpu", &[][..]), (gpu, &forced[..])] {
+        let extra = ["--device", device, "--vae-compile", "on"];
+        let o = generate_with(&extra, &out, envs);
         let stderr = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "{device}: {stderr}");
         assert!(
             stderr.contains("step 6/6") && stderr.contains("it/s"),
             "{stderr}"
         );
+        // The GPU path warns once; the CPU backend has nothing to compile.
+        let on_gpu = device != "cpu" && !latent_engine::adapters::enumerate().is_empty();
+        let warnings = stderr
+            .lines()
+            .filter(|l| l.contains("VAE compilation"))
+            .count();
+        assert_eq!(warnings, usize::from(on_gpu), "{device}: {stderr}");
 
         let (image, text) = decode_png(&std::fs::read(&out).unwrap()).unwrap();
         let worst = worst_vs_case0(&image);
@@ -538,48 +543,6 @@ fn model_cache_flag_uses_the_disk_cache_on_the_next_launch() {
     assert!(!off.exists(), "cache off writes nothing");
 }
 
-/// A forced VAE compile failure (test hook) on the GPU path prints exactly one warning line and
-/// still writes diffusers' image. (Compile on vs off is compared in the engine's cache matrix test;
-/// each lavapipe process here costs minutes of kernel compilation in a debug build.)
-/// A forced VAE-compilation failure warns once and the image is still written and right. It runs
-/// on the software adapter picked by part of its name, in another case ("llvmpipe (LLVM 15…)" →
-/// `--device LLVMPIPE`): one lavapipe process for both checks (each compiles and tunes every
-/// kernel from scratch, about 100 s on two cores).
-#[test]
-fn a_forced_vae_compile_failure_warns_once_and_still_writes_the_image() {
-    let dir = scratch("vae-compile");
-    let out = dir.join("forced.png");
-    let word = software_adapter().map(|soft| {
-        soft.name
-            .split_whitespace()
-            .next()
-            .unwrap_or(&soft.name)
-            .to_uppercase()
-    });
-    let device = word.as_deref().unwrap_or("auto");
-    let o = generate_with(
-        &["--device", device, "--vae-compile", "on"],
-        &out,
-        &[("LATENT_STUDIO_FAIL_VAE_COMPILE", "1")],
-    );
-    let err = String::from_utf8_lossy(&o.stderr).into_owned();
-    assert!(o.status.success(), "--device {device}: {err}");
-    let warnings = err
-        .lines()
-        .filter(|l| l.contains("VAE compilation"))
-        .count();
-    // The GPU path warns once; the CPU backend (no wgpu adapter at all) has nothing to compile.
-    let on_gpu = !latent_engine::adapters::enumerate().is_empty();
-    assert_eq!(
-        warnings,
-        usize::from(on_gpu),
-        "gpu: {on_gpu}; stderr: {err}"
-    );
-    let (image, _) = decode_png(&std::fs::read(&out).unwrap()).unwrap();
-    let worst = worst_vs_case0(&image);
-    assert!(worst <= 1, "pixels differ by {worst}");
-}
-
 /// Every file under `dir`, recursively, as paths relative to it.
 fn files_under(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
@@ -824,7 +787,7 @@ fn software_adapter() -> Option<latent_engine::adapters::AdapterSummary> {
 
 /// A `--device` name that matches no adapter is one clear line listing the adapters, before any
 /// model is loaded (a name that does match runs in
-/// `a_forced_vae_compile_failure_warns_once_and_still_writes_the_image`).
+/// `generate_writes_diffusers_image_with_parameters`).
 #[test]
 fn an_unknown_device_name_is_one_clear_line() {
     let dir = scratch("named");
