@@ -1,10 +1,10 @@
 //! The SD 1.x models against diffusers/transformers on tiny random-weight fixtures
 //! (tests/fixtures/make_model_fixtures.py), on burn's CPU (flex) and wgpu backends, f32 and f16,
-//! from both file layouts.
+//! from both file layouts (the single file on the CPU: it loads the folder's tensors).
 
 use crate::common;
 
-use burn::tensor::Device;
+use burn::tensor::{DType, Device};
 use common::{Expected, assert_close, devices, fixtures, to_vec};
 use latent_engine::checkpoint::Checkpoint;
 use latent_engine::{LoadOptions, Precision, StableDiffusion};
@@ -85,9 +85,16 @@ fn f32_diffusers_folder_matches_diffusers() {
     check("diffusers", Precision::F32);
 }
 
+/// On the CPU: the single file loads the folder's tensors (`both_layouts_give_identical_outputs`),
+/// so the wgpu kernels are checked from the folder alone.
 #[test]
 fn f32_single_file_matches_diffusers() {
-    check("single-file", Precision::F32);
+    let exp = Expected::load();
+    let model = load("single-file", &Device::flex(), Precision::F32);
+    for (name, got) in outputs(&model, &exp) {
+        let what = format!("cpu/single-file/F32/{name}");
+        assert_close(&what, &got, &exp.values(name), DType::F32);
+    }
 }
 
 #[test]

@@ -87,7 +87,12 @@ fn outputs(
 fn check(dtype: DType) {
     let exp = Expected::load();
     for (backend, device) in devices() {
-        for (source, path) in sources() {
+        for (i, (source, path)) in sources().into_iter().enumerate() {
+            // Every layout loads the same tensors (`layouts_are_detected_and_give_identical_
+            // outputs`): on wgpu, where each decode is seconds of lavapipe, the first suffices.
+            if backend == "wgpu" && i > 0 {
+                continue;
+            }
             let decoder = open(&path, &device, dtype);
             for (case, got) in outputs(&decoder, &exp, &device) {
                 let what = format!("{backend}/{source}/{dtype:?}/{case}");
