@@ -323,7 +323,14 @@ fn broken_diffusers_folders_are_clear_errors() {
         text.replace("StableDiffusionPipeline", "StableDiffusionXLPipeline"),
     )
     .expect("write");
-    let e = Checkpoint::open(&xl).expect_err("an SDXL folder opens");
+    // An SDXL folder without its second text encoder is a broken one, named by what it lacks.
+    let e = Checkpoint::open(&xl).expect_err("an SDXL folder without text_encoder_2 opens");
+    assert!(e.to_string().contains("text_encoder_2"), "{e}");
+    // A whole one opens, and building a model from it is refused by name (not generated yet).
+    let whole = Checkpoint::open(&fixtures().join("tiny-sdxl")).expect("the SDXL folder opens");
+    let e = StableDiffusion::load(&whole, &Device::flex(), LoadOptions::default())
+        .err()
+        .expect("SDXL generation is refused");
     assert!(matches!(e, Error::UnsupportedFamily { .. }), "{e}");
     assert!(e.to_string().contains("XL"), "{e}");
 

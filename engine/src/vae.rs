@@ -43,6 +43,15 @@ impl VaeConfig {
         }
     }
 
+    /// diffusers: stable-diffusion-xl-base-1.0/vae/config.json: SD 1.5's architecture, its own
+    /// scaling factor.
+    pub fn sdxl() -> Self {
+        Self {
+            scaling_factor: 0.13025,
+            ..Self::sd15()
+        }
+    }
+
     /// Pixels per latent along each side.
     pub fn downscale(&self) -> usize {
         1 << (self.block_out_channels.len().saturating_sub(1))

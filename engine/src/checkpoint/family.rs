@@ -38,7 +38,7 @@ impl Family {
     }
 
     pub fn is_supported(self) -> bool {
-        matches!(self, Family::Sd1 | Family::Sd2)
+        matches!(self, Family::Sd1 | Family::Sd2 | Family::Sdxl)
     }
 
     /// The short name the studio and `inspect` show.

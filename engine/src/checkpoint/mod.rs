@@ -1,6 +1,7 @@
 //! Finding and opening checkpoints: single `.safetensors` files in the LDM layout and diffusers
 //! folders, each memory-mapped once and shared by every component that reads from it.
 
+mod config;
 pub mod family;
 pub mod kept;
 pub mod ldm;
@@ -12,91 +13,15 @@ use std::sync::Arc;
 
 use burn::tensor::{DType, Device};
 use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
 
 use crate::clip::ClipConfig;
 use crate::error::{Error, Result};
 use crate::schedulers::{Prediction, SchedulerConfig};
 use crate::unet::UNetConfig;
-use crate::vae::VaeConfig;
+pub use config::ModelConfig;
 pub use family::Family;
 pub use safetensors::SafetensorsFile;
 pub use weights::{KeyMap, LoadReport, Weights, controlled};
-
-/// The configs of an SD model: its three networks and its training schedule (under diffusers'
-/// names, as a folder's `*/config.json` and `scheduler/scheduler_config.json` hold them, or a
-/// single file's sidecar).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct ModelConfig {
-    pub text_encoder: ClipConfig,
-    pub unet: UNetConfig,
-    pub vae: VaeConfig,
-    pub scheduler: SchedulerConfig,
-}
-
-impl ModelConfig {
-    /// diffusers: stable-diffusion-v1-5 (text_encoder, unet, vae configs).
-    pub fn sd15() -> Self {
-        Self::default()
-    }
-
-    /// Stable Diffusion 2.x: 2.1 (768-v) when `v`, else 2.1-base (512, epsilon).
-    pub fn sd2(v: bool) -> Self {
-        Self {
-            text_encoder: ClipConfig::sd2(),
-            unet: UNetConfig::sd2(v),
-            vae: VaeConfig::sd15(),
-            scheduler: SchedulerConfig::sd2(v),
-        }
-    }
-
-    /// The size the model was trained at, in pixels (each side): 512 for SD 1.x and 2.x base,
-    /// 768 for SD 2.x v.
-    pub fn native_size(&self) -> usize {
-        self.unet.sample_size * self.vae.downscale()
-    }
-
-    /// `self` with the fields `sidecar` (a JSON object of the same shape) sets, objects merged
-    /// key by key, anything else replaced: a sidecar need only say what differs from the family.
-    fn overridden(&self, sidecar: &serde_json::Value, path: &Path) -> Result<Self> {
-        fn merge(base: &mut serde_json::Value, over: &serde_json::Value) {
-            match (base, over) {
-                (serde_json::Value::Object(base), serde_json::Value::Object(over)) => {
-                    for (k, v) in over {
-                        merge(base.entry(k.clone()).or_insert(serde_json::Value::Null), v);
-                    }
-                }
-                (base, over) => *base = over.clone(),
-            }
-        }
-        let invalid = |reason: String| Error::InvalidConfig {
-            reason,
-            path: path.to_path_buf(),
-        };
-        if let Some(scheduler) = sidecar.get("scheduler") {
-            check_scheduler(scheduler).map_err(invalid)?;
-        }
-        let mut value = serde_json::to_value(self).map_err(|e| invalid(e.to_string()))?;
-        merge(&mut value, sidecar);
-        let mut config: Self = serde_json::from_value(value).map_err(|e| invalid(e.to_string()))?;
-        config.text_encoder.pad_token = self.text_encoder.pad_token;
-        Ok(config)
-    }
-
-    /// Every field of the three configs within [`crate::bounds`]: the first problem, in words.
-    pub fn validate(&self) -> crate::Result<()> {
-        self.text_encoder.validate()?;
-        self.unet.validate()?;
-        self.vae.validate()
-    }
-
-    /// [`Self::validate`] as the engine's error for the file that supplied the config.
-    fn checked(self, path: &Path) -> Result<Self> {
-        self.validate().map_err(|e| e.in_file(path))?;
-        Ok(self)
-    }
-}
 
 /// How a checkpoint is laid out on disk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -113,6 +38,8 @@ pub struct Checkpoint {
     pub family: Family,
     pub config: ModelConfig,
     text_encoder: Arc<SafetensorsFile>,
+    /// SDXL's second text encoder (the same file as the others in a single file).
+    text_encoder_2: Option<Arc<SafetensorsFile>>,
     unet: Arc<SafetensorsFile>,
     vae: Arc<SafetensorsFile>,
     clip_prefix: &'static str,
@@ -148,6 +75,10 @@ impl Checkpoint {
             serde_json::Value::Object(Default::default())
         };
         let config = match family {
+            Family::Sdxl => {
+                ldm::split_openclip_under(&mut file, ldm::SDXL_OPENCLIP_PREFIX)?;
+                ModelConfig::sdxl().overridden(&sidecar, &sidecar_path)?
+            }
             Family::Sd2 => {
                 ldm::split_openclip(&mut file)?;
                 // 2.x base predicts ε, 2.x 768 v: the file's keys tell (ComfyUI's rule), unless
@@ -162,18 +93,21 @@ impl Checkpoint {
             _ => ModelConfig::sd15().overridden(&sidecar, &sidecar_path)?,
         }
         .checked(&sidecar_path)?;
-        let clip_flat = is_flat_clip(&file, ldm::CLIP_PREFIX);
         let clip_prefix = match family {
             Family::Sd2 => ldm::OPENCLIP_PREFIX,
+            Family::Sdxl => ldm::SDXL_CLIP_PREFIX,
             _ => ldm::CLIP_PREFIX,
         };
+        let clip_flat = is_flat_clip(&file, clip_prefix);
         let file = Arc::new(file);
+        let text_encoder_2 = (family == Family::Sdxl).then(|| file.clone());
         Ok(Self {
             path: path.to_path_buf(),
             layout: Layout::SingleFile,
             family,
             config,
             text_encoder: file.clone(),
+            text_encoder_2,
             unet: file.clone(),
             vae: file,
             clip_prefix,
@@ -213,6 +147,20 @@ impl Checkpoint {
             Family::Sd2 => ClipConfig::sd2().pad_token,
             _ => ClipConfig::sd15().pad_token,
         };
+        // SDXL's second encoder, with its projection; the folder's empty-negative rule (diffusers'
+        // SDXL pipelines default to zeros where model_index.json does not say).
+        let (text_config_2, force_zeros) = if family == Family::Sdxl {
+            let mut config: ClipConfig = read_json(&dir.join("text_encoder_2/config.json"))?;
+            config.pad_token = ClipConfig::sdxl_g().pad_token;
+            config.with_projection = true;
+            let zeros = index
+                .get("force_zeros_for_empty_prompt")
+                .and_then(|v| v.as_bool())
+                .unwrap_or(true);
+            (Some(config), zeros)
+        } else {
+            (None, false)
+        };
         // The folder's schedule as diffusers reads it; the family's where the file is missing.
         let scheduler_path = dir.join("scheduler/scheduler_config.json");
         let scheduler = if scheduler_path.is_file() {
@@ -228,19 +176,26 @@ impl Checkpoint {
         };
         let config = ModelConfig {
             text_encoder: text_config,
+            text_encoder_2: text_config_2,
             unet: unet_config,
             vae: read_json(&dir.join("vae/config.json"))?,
             scheduler,
+            force_zeros_for_empty_prompt: force_zeros,
         }
         .checked(dir)?;
         let text_encoder = open_component(dir, "text_encoder", "model")?;
         let clip_flat = is_flat_clip(&text_encoder, "");
+        let text_encoder_2 = match family {
+            Family::Sdxl => Some(Arc::new(open_component(dir, "text_encoder_2", "model")?)),
+            _ => None,
+        };
         Ok(Self {
             path: dir.to_path_buf(),
             layout: Layout::Diffusers,
             family,
             config,
             text_encoder: Arc::new(text_encoder),
+            text_encoder_2,
             unet: Arc::new(open_component(dir, "unet", "diffusion_pytorch_model")?),
             vae: Arc::new(open_component(dir, "vae", "diffusion_pytorch_model")?),
             clip_prefix: "",
@@ -267,6 +222,30 @@ impl Checkpoint {
             device,
             dtype,
         )
+    }
+
+    /// Weights of SDXL's second text encoder, named as transformers'
+    /// `CLIPTextModelWithProjection`; `None` for the families with one encoder.
+    pub fn text_encoder_2_weights(&self, device: &Device, dtype: DType) -> Option<Weights> {
+        let file = self.text_encoder_2.clone()?;
+        let map: KeyMap = match self.layout {
+            Layout::SingleFile => {
+                Arc::new(|n: &str| ldm::openclip_key_under(ldm::SDXL_OPENCLIP_PREFIX, n))
+            }
+            // transformers 5 saves a `CLIPTextModel` without its `text_model.` prefix (and some
+            // exporters a `CLIPTextModelWithProjection` too).
+            Layout::Diffusers if is_flat_clip(&file, "") => {
+                Arc::new(|n: &str| n.strip_prefix("text_model.").unwrap_or(n).to_string())
+            }
+            Layout::Diffusers => Arc::new(|n: &str| n.to_string()),
+        };
+        Some(Weights::from_file(
+            "text encoder 2",
+            file,
+            map,
+            device,
+            dtype,
+        ))
     }
 
     pub fn unet_weights(&self, device: &Device, dtype: DType) -> Weights {
@@ -296,6 +275,7 @@ impl Checkpoint {
         match (self.layout, component) {
             (Layout::Diffusers, _) => "",
             (Layout::SingleFile, Component::TextEncoder) => self.clip_prefix,
+            (Layout::SingleFile, Component::TextEncoder2) => ldm::SDXL_OPENCLIP_PREFIX,
             (Layout::SingleFile, Component::Unet) => ldm::UNET_PREFIX,
             (Layout::SingleFile, Component::Vae) => ldm::VAE_PREFIX,
         }
@@ -305,6 +285,7 @@ impl Checkpoint {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Component {
     TextEncoder,
+    TextEncoder2,
     Unet,
     Vae,
 }
@@ -409,16 +390,24 @@ impl Checkpoint {
         Ok(hash)
     }
 
-    /// The distinct weight files this checkpoint reads (one for a single file, up to three for a
+    /// The distinct weight files this checkpoint reads (one for a single file, up to four for a
     /// diffusers folder).
     pub fn files(&self) -> Vec<&Path> {
         let mut files: Vec<&Path> = Vec::new();
-        for f in [&self.text_encoder, &self.unet, &self.vae] {
+        for f in self.weight_files() {
             if !files.contains(&f.path()) {
                 files.push(f.path());
             }
         }
         files
+    }
+
+    /// Every component's file, in order (a single file's more than once).
+    fn weight_files(&self) -> impl Iterator<Item = &Arc<SafetensorsFile>> {
+        [&self.text_encoder]
+            .into_iter()
+            .chain(&self.text_encoder_2)
+            .chain([&self.unet, &self.vae])
     }
 
     /// The UNet's weight file (the one A1111's short hash covers).
@@ -430,7 +419,7 @@ impl Checkpoint {
     pub fn stored_bytes(&self) -> u64 {
         let mut seen: Vec<&Path> = Vec::new();
         let mut total = 0u64;
-        for f in [&self.text_encoder, &self.unet, &self.vae] {
+        for f in self.weight_files() {
             if seen.contains(&f.path()) {
                 continue;
             }

@@ -180,6 +180,15 @@ impl SchedulerConfig {
         }
     }
 
+    /// Stable Diffusion XL base 1.0 (`EulerDiscreteScheduler`): SD 1.5's schedule with
+    /// `"timestep_spacing": "leading"` stated.
+    pub fn sdxl() -> Self {
+        Self {
+            timestep_spacing: Some(TimestepSpacing::Leading),
+            ..Self::sd15()
+        }
+    }
+
     /// ᾱ for each training timestep, float32 exactly as diffusers computes it.
     pub fn alphas_cumprod(&self) -> Vec<f32> {
         schedule::alphas_cumprod(self)

@@ -112,6 +112,32 @@ impl UNetConfig {
         }
     }
 
+    /// diffusers: stable-diffusion-xl-base-1.0/unet/config.json: three levels (the first without
+    /// attention), 1, 2 and 10 transformer layers, CLIP-L and bigG's 2048-wide context, and the
+    /// added conditioning (bigG's pooled 1280 and six 256-wide size and crop sinusoids: 2816).
+    pub fn sdxl() -> Self {
+        let down = [
+            "DownBlock2D",
+            "CrossAttnDownBlock2D",
+            "CrossAttnDownBlock2D",
+        ];
+        let up = ["CrossAttnUpBlock2D", "CrossAttnUpBlock2D", "UpBlock2D"];
+        Self {
+            block_out_channels: vec![320, 640, 1280],
+            attention_head_dim: PerBlock::Each(vec![5, 10, 20]),
+            cross_attention_dim: 2048,
+            down_block_types: down.map(String::from).to_vec(),
+            up_block_types: up.map(String::from).to_vec(),
+            use_linear_projection: true,
+            transformer_layers_per_block: PerBlock::Each(vec![1, 2, 10]),
+            sample_size: 128,
+            addition_embed_type: Some("text_time".into()),
+            addition_time_embed_dim: Some(256),
+            projection_class_embeddings_input_dim: Some(2816),
+            ..Self::sd15()
+        }
+    }
+
     /// Heads of block `i` (diffusers: `num_attention_heads or attention_head_dim`).
     pub fn heads(&self, block: usize) -> Option<usize> {
         self.num_attention_heads

@@ -1,0 +1,118 @@
+//! A model's configs: the networks' and the schedule's, the family presets, a sidecar's
+//! overrides and their validation.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use super::check_scheduler;
+use crate::clip::ClipConfig;
+use crate::error::{Error, Result};
+use crate::schedulers::SchedulerConfig;
+use crate::unet::UNetConfig;
+use crate::vae::VaeConfig;
+
+/// The configs of an SD model: its networks and its training schedule (under diffusers' names,
+/// as a folder's `*/config.json` and `scheduler/scheduler_config.json` hold them, or a single
+/// file's sidecar).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ModelConfig {
+    pub text_encoder: ClipConfig,
+    /// SDXL's second text encoder (OpenCLIP ViT-bigG with its projection); `None` for SD 1.x
+    /// and 2.x.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub text_encoder_2: Option<ClipConfig>,
+    pub unet: UNetConfig,
+    pub vae: VaeConfig,
+    pub scheduler: SchedulerConfig,
+    /// diffusers' `force_zeros_for_empty_prompt` (an SDXL folder's `model_index.json`): an empty
+    /// negative prompt conditions on zeros instead of the encoded empty string. Single files
+    /// follow ComfyUI and A1111, which always encode it (false), unless the sidecar says.
+    pub force_zeros_for_empty_prompt: bool,
+}
+
+impl ModelConfig {
+    /// diffusers: stable-diffusion-v1-5 (text_encoder, unet, vae configs).
+    pub fn sd15() -> Self {
+        Self::default()
+    }
+
+    /// Stable Diffusion 2.x: 2.1 (768-v) when `v`, else 2.1-base (512, epsilon).
+    pub fn sd2(v: bool) -> Self {
+        Self {
+            text_encoder: ClipConfig::sd2(),
+            unet: UNetConfig::sd2(v),
+            scheduler: SchedulerConfig::sd2(v),
+            ..Self::sd15()
+        }
+    }
+
+    /// Stable Diffusion XL base 1.0: CLIP ViT-L and OpenCLIP ViT-bigG, the three-level UNet
+    /// with added conditioning, the VAE scaled by 0.13025, Euler's "leading" schedule.
+    pub fn sdxl() -> Self {
+        Self {
+            text_encoder: ClipConfig::sd15(),
+            text_encoder_2: Some(ClipConfig::sdxl_g()),
+            unet: UNetConfig::sdxl(),
+            vae: VaeConfig::sdxl(),
+            scheduler: SchedulerConfig::sdxl(),
+            force_zeros_for_empty_prompt: false,
+        }
+    }
+
+    /// The size the model was trained at, in pixels (each side): 512 for SD 1.x and 2.x base,
+    /// 768 for SD 2.x v.
+    pub fn native_size(&self) -> usize {
+        self.unet.sample_size * self.vae.downscale()
+    }
+
+    /// `self` with the fields `sidecar` (a JSON object of the same shape) sets, objects merged
+    /// key by key, anything else replaced: a sidecar need only say what differs from the family.
+    pub(super) fn overridden(&self, sidecar: &serde_json::Value, path: &Path) -> Result<Self> {
+        fn merge(base: &mut serde_json::Value, over: &serde_json::Value) {
+            match (base, over) {
+                (serde_json::Value::Object(base), serde_json::Value::Object(over)) => {
+                    for (k, v) in over {
+                        merge(base.entry(k.clone()).or_insert(serde_json::Value::Null), v);
+                    }
+                }
+                (base, over) => *base = over.clone(),
+            }
+        }
+        let invalid = |reason: String| Error::InvalidConfig {
+            reason,
+            path: path.to_path_buf(),
+        };
+        if let Some(scheduler) = sidecar.get("scheduler") {
+            check_scheduler(scheduler).map_err(invalid)?;
+        }
+        let mut value = serde_json::to_value(self).map_err(|e| invalid(e.to_string()))?;
+        merge(&mut value, sidecar);
+        let mut config: Self = serde_json::from_value(value).map_err(|e| invalid(e.to_string()))?;
+        // What a config file cannot say: the tokenizer's padding and the second encoder's
+        // projection are the family's.
+        config.text_encoder.pad_token = self.text_encoder.pad_token;
+        if let (Some(ours), Some(theirs)) = (&self.text_encoder_2, &mut config.text_encoder_2) {
+            theirs.pad_token = ours.pad_token;
+            theirs.with_projection = ours.with_projection;
+        }
+        Ok(config)
+    }
+
+    /// Every field of the three configs within [`crate::bounds`]: the first problem, in words.
+    pub fn validate(&self) -> crate::Result<()> {
+        self.text_encoder.validate()?;
+        if let Some(te2) = &self.text_encoder_2 {
+            te2.validate()?;
+        }
+        self.unet.validate()?;
+        self.vae.validate()
+    }
+
+    /// [`Self::validate`] as the engine's error for the file that supplied the config.
+    pub(super) fn checked(self, path: &Path) -> Result<Self> {
+        self.validate().map_err(|e| e.in_file(path))?;
+        Ok(self)
+    }
+}
