@@ -7,11 +7,13 @@
 
 use crate::common;
 
-use burn::tensor::Device;
+use burn::tensor::{DType, Device};
 use common::{Expected, assert_close, devices, fixtures, to_vec};
 use latent_engine::checkpoint::{Checkpoint, Family, ModelConfig, ldm};
 use latent_engine::clip::{ClipConfig, ClipTextModel};
+use latent_engine::prompt::{self, Chunks, Emphasis};
 use latent_engine::schedulers::TimestepSpacing;
+use latent_engine::tokenizer::ClipTokenizer;
 use latent_engine::unet::UNet2DConditionModel;
 use latent_engine::vae::AutoencoderKL;
 use latent_engine::{Error, LoadOptions, Precision, StableDiffusion};
@@ -130,6 +132,58 @@ fn text_encoders_match_diffusers() {
                 &to_vec(g.forward(&ids, 1).expect("encodes")),
                 &exp.values("clip2.last_hidden_state"),
                 dtype,
+            );
+        }
+    }
+}
+
+/// A prompt through both encoders as diffusers' `encode_prompt` makes it (context side by side,
+/// pooled from bigG): the prompt, an explicit negative, the empty string (what an explicit ""
+/// and `force_zeros_for_empty_prompt` false give), and the zeroed negative.
+#[test]
+fn prompts_encode_as_diffusers_encode_prompt() {
+    let exp = Expected::open("sdxl-expected.safetensors");
+    let cases: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(fixtures().join("sdxl_cases.json")).expect("cases"),
+    )
+    .expect("parses");
+    let tokenizer = ClipTokenizer::new().expect("tokenizer");
+    for (backend, device) in devices() {
+        let first = encoder(LAYOUTS[0], false, &device, Precision::F32);
+        let second = encoder(LAYOUTS[0], true, &device, Precision::F32);
+        let encode = |text: &str| {
+            let chunks = Chunks::new(&tokenizer, text, Emphasis::Original);
+            prompt::encode_sdxl(&first, &second, &chunks, 1, Emphasis::Original).expect("encodes")
+        };
+        for case in cases["encode"].as_array().expect("encode cases") {
+            let name = case["name"].as_str().expect("name");
+            let what = |part: &str| format!("{backend}/{name}/{part}");
+            let key = |part: &str| format!("{name}.{part}");
+            let cond = encode(case["prompt"].as_str().expect("prompt"));
+            assert_eq!(cond.context.dims(), [1, 77, 12]);
+            let check = |part: &str, got: &prompt::SdxlConditioning, pooled: &str| {
+                assert_close(
+                    &what(part),
+                    &to_vec(got.context.clone()),
+                    &exp.values(&key(part)),
+                    DType::F32,
+                );
+                assert_close(
+                    &what(pooled),
+                    &to_vec(got.pooled.clone()),
+                    &exp.values(&key(pooled)),
+                    DType::F32,
+                );
+            };
+            check("prompt_embeds", &cond, "pooled_prompt_embeds");
+            let negative = match case["negative_embeds"].as_str() {
+                Some("zeros") => cond.zeros_like(),
+                _ => encode(case["negative"].as_str().unwrap_or_default()),
+            };
+            check(
+                "negative_prompt_embeds",
+                &negative,
+                "negative_pooled_prompt_embeds",
             );
         }
     }

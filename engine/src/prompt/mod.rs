@@ -42,6 +42,81 @@ pub fn encode(
     clip_skip: usize,
     emphasis: Emphasis,
 ) -> Result<Tensor<3>> {
+    encode_rows(
+        chunks,
+        emphasis,
+        encoder.config().pad_token,
+        |ids, fixes| encoder.forward_with(ids, clip_skip, fixes),
+    )
+}
+
+/// SDXL's conditioning: `chunks` through both encoders as diffusers' `encode_prompt` and
+/// ComfyUI use them (each one's layer `clip_skip` before the last, 2 by default, without the
+/// final norm; [`ClipTextModel::encode_sdxl`]), each weighted as `emphasis` says, side by side
+/// along the features; the pooled conditioning is the second encoder's projected end token of
+/// the first chunk (as A1111 and ComfyUI take it for a long prompt).
+///
+/// # Shapes
+/// -> context `[1, 77 · chunks, hidden₁ + hidden₂]`, pooled `[1, projection]`
+pub fn encode_sdxl(
+    first: &ClipTextModel,
+    second: &ClipTextModel,
+    chunks: &Chunks,
+    clip_skip: usize,
+    emphasis: Emphasis,
+) -> Result<SdxlConditioning> {
+    // A1111's `clip_skip` counts from the last layer, diffusers' counts the layers skipped past
+    // the penultimate one, which SDXL always starts from: 1 (the request's default) and 2 both
+    // mean the penultimate.
+    let extra_skip = clip_skip.max(2) - 2;
+    let a = encode_rows(chunks, emphasis, first.config().pad_token, |ids, fixes| {
+        first.encode_sdxl(ids, extra_skip, fixes).map(|e| e.hidden)
+    })?;
+    let mut pooled = None;
+    let b = encode_rows(chunks, emphasis, second.config().pad_token, |ids, fixes| {
+        let e = second.encode_sdxl(ids, extra_skip, fixes)?;
+        pooled = e.pooled.map(|p| {
+            let d = p.dims()[1];
+            p.slice([0..1, 0..d])
+        });
+        Ok(e.hidden)
+    })?;
+    let pooled = pooled.ok_or_else(|| {
+        crate::Error::InvalidInput("SDXL's second text encoder has no projection".into())
+    })?;
+    Ok(SdxlConditioning {
+        context: Tensor::cat(vec![a, b], 2),
+        pooled,
+    })
+}
+
+/// What SDXL conditions its UNet on besides the size and crop values.
+#[derive(Debug, Clone)]
+pub struct SdxlConditioning {
+    /// Both encoders' states side by side, `[1, 77 · chunks, hidden₁ + hidden₂]`.
+    pub context: Tensor<3>,
+    /// The second encoder's projected end token, `[1, projection]`.
+    pub pooled: Tensor<2>,
+}
+
+impl SdxlConditioning {
+    /// diffusers' zeroed negative (`force_zeros_for_empty_prompt`): zeros shaped like `self`.
+    pub fn zeros_like(&self) -> Self {
+        Self {
+            context: self.context.zeros_like(),
+            pooled: self.pooled.zeros_like(),
+        }
+    }
+}
+
+/// [`encode`] with the rows `[n (+1), 77]` of ids (padded with `pad` after each end token)
+/// run through `run`, which returns their states `[rows, 77, d]`.
+fn encode_rows(
+    chunks: &Chunks,
+    emphasis: Emphasis,
+    pad: u32,
+    run: impl FnOnce(&[Vec<u32>], &[Vec<(usize, &Embedding)>]) -> Result<Tensor<3>>,
+) -> Result<Tensor<3>> {
     let weighted = chunks.chunks.iter().any(Chunk::weighted)
         && !matches!(emphasis, Emphasis::Ignore | Emphasis::Off);
     let mut ids: Vec<Vec<u32>> = chunks.chunks.iter().map(|c| c.ids.to_vec()).collect();
@@ -50,13 +125,13 @@ pub fn encode(
     if with_empty {
         ids.push(Chunk::empty().ids.to_vec());
     }
-    pad_after_end(&mut ids, encoder.config().pad_token);
+    pad_after_end(&mut ids, pad);
     let fixes: Vec<Vec<(usize, &Embedding)>> = chunks
         .chunks
         .iter()
         .map(|c| c.fixes.iter().map(|(at, e)| (*at, e.as_ref())).collect())
         .collect();
-    let z = encoder.forward_with(&ids, clip_skip, &fixes)?; // [n (+1), 77, d]
+    let z = run(&ids, &fixes)?; // [n (+1), 77, d]
     let [rows, n_tok, d] = z.dims();
     let n = chunks.chunks.len();
     let z = if weighted {
