@@ -270,22 +270,24 @@ fn other_families_are_named() {
 
 /// Copies tests/fixtures/tiny-sd (a diffusers folder) so a test can break it.
 fn diffusers_copy(name: &str) -> PathBuf {
-    fn copy(from: &Path, to: &Path) {
-        std::fs::create_dir_all(to).expect("mkdir");
-        for entry in std::fs::read_dir(from).expect("read_dir") {
-            let entry = entry.expect("entry");
-            let target = to.join(entry.file_name());
-            if entry.path().is_dir() {
-                copy(&entry.path(), &target);
-            } else {
-                std::fs::copy(entry.path(), target).expect("copy");
-            }
-        }
-    }
     let dir = scratch_dir("diffusers").join(name);
     let _ = std::fs::remove_dir_all(&dir);
-    copy(&fixtures().join("tiny-sd"), &dir);
+    copy_tree(&fixtures().join("tiny-sd"), &dir);
     dir
+}
+
+/// `from` and everything under it, copied to `to`.
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("mkdir");
+    for entry in std::fs::read_dir(from).expect("read_dir") {
+        let entry = entry.expect("entry");
+        let target = to.join(entry.file_name());
+        if entry.path().is_dir() {
+            copy_tree(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).expect("copy");
+        }
+    }
 }
 
 #[test]
@@ -326,13 +328,21 @@ fn broken_diffusers_folders_are_clear_errors() {
     // An SDXL folder without its second text encoder is a broken one, named by what it lacks.
     let e = Checkpoint::open(&xl).expect_err("an SDXL folder without text_encoder_2 opens");
     assert!(e.to_string().contains("text_encoder_2"), "{e}");
-    // A whole one opens, and building a model from it is refused by name (not generated yet).
+    // An SDXL folder whose second encoder has its config but no weights names what is missing.
     let whole = Checkpoint::open(&fixtures().join("tiny-sdxl")).expect("the SDXL folder opens");
-    let e = StableDiffusion::load(&whole, &Device::flex(), LoadOptions::default())
-        .err()
-        .expect("SDXL generation is refused");
-    assert!(matches!(e, Error::UnsupportedFamily { .. }), "{e}");
-    assert!(e.to_string().contains("XL"), "{e}");
+    let half = scratch_dir("diffusers").join("sdxl-no-te2-weights");
+    let _ = std::fs::remove_dir_all(&half);
+    copy_tree(&fixtures().join("tiny-sdxl"), &half);
+    for f in std::fs::read_dir(half.join("text_encoder_2")).expect("text_encoder_2") {
+        let f = f.expect("entry").path();
+        if f.extension().is_some_and(|e| e == "safetensors") {
+            std::fs::remove_file(f).expect("rm");
+        }
+    }
+    let e = Checkpoint::open(&half).expect_err("an SDXL folder without te2 weights opens");
+    assert!(e.to_string().contains("text_encoder_2"), "{e}");
+    StableDiffusion::load(&whole, &Device::flex(), LoadOptions::default())
+        .expect("the whole SDXL folder loads");
 
     // The untouched copy loads: the failures above are the breakage, not the copying.
     let ok = diffusers_copy("intact");

@@ -3,20 +3,23 @@
 //! bigG's projected end-token state (the pooled conditioning) — and its UNet (transformer depth
 //! per level, the added size/crop and pooled conditioning) and VAE (scaling factor 0.13025), from
 //! both layouts opened as the studio opens them (`Checkpoint::open`), on CPU and wgpu, in f32
-//! and f16. Generating with SDXL is not wired yet (refused by name).
+//! and f16; prompts as diffusers' `encode_prompt`; whole seeded txt2img runs.
 
 use crate::common;
 
 use burn::tensor::{DType, Device};
-use common::{Expected, assert_close, devices, fixtures, to_vec};
+use std::sync::atomic::AtomicBool;
+
+use common::{Expected, PipelineCase, assert_close, devices, fixtures, to_vec};
 use latent_engine::checkpoint::{Checkpoint, Family, ModelConfig, ldm};
 use latent_engine::clip::{ClipConfig, ClipTextModel};
+use latent_engine::pipeline::{Quiet, SizeConditioning, txt2img};
 use latent_engine::prompt::{self, Chunks, Emphasis};
 use latent_engine::schedulers::TimestepSpacing;
 use latent_engine::tokenizer::ClipTokenizer;
 use latent_engine::unet::UNet2DConditionModel;
 use latent_engine::vae::AutoencoderKL;
-use latent_engine::{Error, LoadOptions, Precision, StableDiffusion};
+use latent_engine::{LoadOptions, Precision, StableDiffusion};
 
 /// The two layouts of the tiny model.
 const LAYOUTS: [&str; 2] = ["tiny-sdxl", "tiny-sdxl.safetensors"];
@@ -57,8 +60,7 @@ fn encoder(layout: &str, second: bool, device: &Device, precision: Precision) ->
 
 /// Both layouts open as SDXL with the same configs: the folder's files, the single file's
 /// family preset under its sidecar. The empty-negative rule is the folder's `model_index.json`
-/// (true) and ComfyUI's for a single file (false). Building a model is refused by name until
-/// the pipeline conditions on the second encoder.
+/// (true) and ComfyUI's for a single file (false).
 #[test]
 fn both_layouts_open_as_sdxl_with_the_same_configs() {
     let folder = open(LAYOUTS[0]);
@@ -84,11 +86,75 @@ fn both_layouts_open_as_sdxl_with_the_same_configs() {
         ..single.config.clone()
     };
     assert_eq!(folder.config, same_rule);
-    let e = StableDiffusion::load(&single, &Device::flex(), LoadOptions::default())
-        .err()
-        .expect("SDXL generation is refused for now");
-    assert!(matches!(e, Error::UnsupportedFamily { .. }), "{e}");
-    assert!(e.to_string().contains("XL"), "{e}");
+}
+
+/// Seeded txt2img against diffusers' `StableDiffusionXLPipeline` within ±1 per channel: size and
+/// crop conditioning, an encoded negative, the zeroed empty negative and an encoded empty one
+/// (the case's `force_zeros_for_empty_prompt`), three samplers on the folder's "leading"
+/// schedule. Both layouts on the CPU; on wgpu the folder, the zeroed negative's case.
+#[test]
+fn txt2img_matches_diffusers() {
+    let exp = Expected::open("sdxl-expected.safetensors");
+    let cases: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(fixtures().join("sdxl_cases.json")).expect("cases"),
+    )
+    .expect("parses");
+    let tokenizer = ClipTokenizer::new().expect("tokenizer");
+    let pair = |v: &serde_json::Value| -> [usize; 2] {
+        let a = v.as_array().expect("a pair");
+        [
+            a[0].as_u64().unwrap() as usize,
+            a[1].as_u64().unwrap() as usize,
+        ]
+    };
+    let mut cpu_images = 0;
+    for (backend, device) in devices() {
+        for layout in LAYOUTS {
+            if backend == "wgpu" && layout == LAYOUTS[1] {
+                continue;
+            }
+            let mut model = StableDiffusion::load(&open(layout), &device, LoadOptions::default())
+                .unwrap_or_else(|e| panic!("{layout}: {e}"));
+            assert!(model.text_encoder_2.is_some());
+            for case in cases["pipeline"].as_array().expect("pipeline cases") {
+                let c: PipelineCase = serde_json::from_value(case.clone()).expect("a case");
+                if !common::runs_on(backend, &c.name, &["case1"]) {
+                    continue;
+                }
+                model.config.force_zeros_for_empty_prompt = case["force_zeros_for_empty_prompt"]
+                    .as_bool()
+                    .expect("rule");
+                let mut req = c.request();
+                req.size_conditioning = Some(SizeConditioning {
+                    original: pair(&case["original_size"]),
+                    crop_top_left: pair(&case["crops_coords_top_left"]),
+                    target: pair(&case["target_size"]),
+                });
+                let out = txt2img(
+                    &model,
+                    &tokenizer,
+                    &req,
+                    &AtomicBool::new(false),
+                    &mut Quiet,
+                )
+                .unwrap_or_else(|e| panic!("{backend}/{layout}/{}: {e}", c.name));
+                let got = out[0].image.pixels.clone();
+                let want = exp.bytes(&format!("{}.image", c.name));
+                assert_eq!(got.len(), want.len(), "{}: size", c.name);
+                let worst = got.iter().zip(&want).map(|(a, b)| a.abs_diff(*b)).max();
+                assert!(
+                    worst.unwrap_or(0) <= 1,
+                    "{backend}/{layout}/{} ({}): pixels differ by up to {worst:?}",
+                    c.name,
+                    c.sampler
+                );
+                cpu_images += usize::from(backend == "cpu");
+            }
+        }
+    }
+    // Not bit for bit: the folder holds diffusers' fp16 variant, the single file the SGM
+    // export's mixed f32/f16/bf16 tensors; each is within ±1 of diffusers above.
+    assert_eq!(cpu_images, 6, "three cases from each layout on the CPU");
 }
 
 #[test]

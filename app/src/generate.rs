@@ -372,6 +372,8 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         }),
         embeddings: None,
         loras: Default::default(),
+        // SDXL: the image's own size, no crop (diffusers' and ComfyUI's defaults).
+        size_conditioning: None,
     };
     for tag in &args.lora {
         request.prompt = format!("{} <lora:{tag}>", request.prompt.trim_end());

@@ -45,6 +45,8 @@ impl std::str::FromStr for Precision {
 
 /// Name prefixes of each component's tensors in a disk-cache file (text encoder, UNet, VAE).
 pub const CACHE_PREFIXES: [&str; 3] = ["text_encoder.", "unet.", "vae."];
+/// SDXL's second text encoder's prefix in a disk-cache file.
+pub const CACHE_PREFIX_TE2: &str = "text_encoder_2.";
 
 /// What to load besides the always-needed parts.
 #[derive(Debug, Clone, Copy, Default)]
@@ -56,6 +58,8 @@ pub struct LoadOptions {
 
 pub struct StableDiffusion {
     pub text_encoder: ClipTextModel,
+    /// SDXL's second text encoder (OpenCLIP ViT-bigG with its projection).
+    pub text_encoder_2: Option<ClipTextModel>,
     pub unet: UNet2DConditionModel,
     pub vae: AutoencoderKL,
     pub config: ModelConfig,
@@ -84,29 +88,17 @@ struct Kept {
 #[derive(Debug, Clone)]
 pub struct Networks {
     pub text_encoder: ClipTextModel,
+    /// SDXL's second encoder (LoRAs for it are refused, so it is always the model's own).
+    pub text_encoder_2: Option<ClipTextModel>,
     pub unet: UNet2DConditionModel,
-}
-
-/// SDXL checkpoints open (their configs and every component's weights are read and tested
-/// against diffusers) but the pipeline does not yet condition on the second encoder: refused by
-/// name before any weight is read.
-fn generates(checkpoint: &Checkpoint) -> Result<()> {
-    if checkpoint.config.text_encoder_2.is_some() {
-        return Err(Error::UnsupportedFamily {
-            found: format!(
-                "{} (its checkpoints open, generating with them is not supported yet)",
-                checkpoint.family.describe()
-            ),
-            path: checkpoint.path.clone(),
-        });
-    }
-    Ok(())
 }
 
 impl StableDiffusion {
     pub fn load(checkpoint: &Checkpoint, device: &Device, options: LoadOptions) -> Result<Self> {
-        generates(checkpoint)?;
         let dtype = options.precision.dtype();
+        let second = checkpoint
+            .text_encoder_2_weights(device, dtype)
+            .map(|w| (w, checkpoint.stored_prefix(Component::TextEncoder2)));
         let weights = [
             checkpoint.text_encoder_weights(device, dtype),
             checkpoint.unet_weights(device, dtype),
@@ -117,7 +109,14 @@ impl StableDiffusion {
             checkpoint.stored_prefix(Component::Unet),
             checkpoint.stored_prefix(Component::Vae),
         ];
-        Self::from_weights(weights, prefixes, &checkpoint.config, device, options)
+        Self::from_weights(
+            weights,
+            prefixes,
+            second,
+            &checkpoint.config,
+            device,
+            options,
+        )
     }
 
     /// [`Self::load`], handing every built tensor to `recorder` with the component's name prefix
@@ -128,7 +127,6 @@ impl StableDiffusion {
         options: LoadOptions,
         recorder: Recorder,
     ) -> Result<Self> {
-        generates(checkpoint)?;
         let dtype = options.precision.dtype();
         let prefixed = |prefix: &'static str| -> Recorder {
             let inner = recorder.clone();
@@ -149,19 +147,33 @@ impl StableDiffusion {
                 .vae_weights(device, dtype)
                 .recording(prefixed(CACHE_PREFIXES[2])),
         ];
+        let second = checkpoint.text_encoder_2_weights(device, dtype).map(|w| {
+            (
+                w.recording(prefixed(CACHE_PREFIX_TE2)),
+                checkpoint.stored_prefix(Component::TextEncoder2),
+            )
+        });
         let prefixes = [
             checkpoint.stored_prefix(Component::TextEncoder),
             checkpoint.stored_prefix(Component::Unet),
             checkpoint.stored_prefix(Component::Vae),
         ];
-        Self::from_weights(weights, prefixes, &checkpoint.config, device, options)
+        Self::from_weights(
+            weights,
+            prefixes,
+            second,
+            &checkpoint.config,
+            device,
+            options,
+        )
     }
 
-    /// Builds the model from per-component weights (text encoder, UNet, VAE); `prefixes` are the
-    /// stored-key prefixes unused keys are reported under.
+    /// Builds the model from per-component weights (text encoder, UNet, VAE, and SDXL's second
+    /// encoder); `prefixes` are the stored-key prefixes unused keys are reported under.
     pub fn from_weights(
         weights: [Weights; 3],
         prefixes: [&str; 3],
+        second: Option<(Weights, &str)>,
         config: &ModelConfig,
         device: &Device,
         options: LoadOptions,
@@ -170,17 +182,31 @@ impl StableDiffusion {
         let [te, uw, vw] = weights;
         let (te, uw) = (te.keeping(), uw.keeping());
         let text_encoder = ClipTextModel::load(&te, &c.text_encoder)?;
+        // The config says whether there is a second encoder; its weights must then be there.
+        let text_encoder_2 = match (&c.text_encoder_2, &second) {
+            (Some(config), Some((w, _))) => Some(ClipTextModel::load(w, config)?),
+            (None, _) => None,
+            (Some(_), None) => {
+                return Err(Error::MissingTensor {
+                    component: "SDXL model",
+                    name: "text_encoder_2 (the second text encoder's weights)".into(),
+                });
+            }
+        };
         let unet = UNet2DConditionModel::load(&uw, &c.unet)?;
         let kept = Kept {
             text_encoder: Arc::new(te.take_kept()),
             unet: Arc::new(uw.take_kept()),
         };
         let vae = AutoencoderKL::load(&vw, &c.vae, options.vae_encoder)?;
-        let reports = vec![
+        let mut reports = vec![
             te.report(prefixes[0]),
             uw.report(prefixes[1]),
             vw.report(prefixes[2]),
         ];
+        if let (Some(_), Some((w, prefix))) = (&text_encoder_2, &second) {
+            reports.push(w.report(prefix));
+        }
         for r in &reports {
             if !r.unused.is_empty() {
                 tracing::debug!(component = r.component, unused = ?r.unused, "checkpoint keys not used");
@@ -194,6 +220,7 @@ impl StableDiffusion {
         }
         Ok(Self {
             text_encoder,
+            text_encoder_2,
             unet,
             vae,
             config: c.clone(),
@@ -214,6 +241,7 @@ impl StableDiffusion {
         if set.is_empty() {
             return Ok(Arc::new(Networks {
                 text_encoder: self.text_encoder.clone(),
+                text_encoder_2: self.text_encoder_2.clone(),
                 unet: self.unet.clone(),
             }));
         }
@@ -276,7 +304,11 @@ impl StableDiffusion {
             ms = start.elapsed().as_secs_f64() * 1e3,
             "LoRAs merged"
         );
-        let networks = Arc::new(Networks { text_encoder, unet });
+        let networks = Arc::new(Networks {
+            text_encoder,
+            text_encoder_2: self.text_encoder_2.clone(),
+            unet,
+        });
         *slot = Some((set.clone(), networks.clone()));
         Ok(networks)
     }
@@ -336,6 +368,7 @@ impl StableDiffusion {
         let unet = UNet2DConditionModel::load(&uw, &config.unet)?;
         Ok(Self {
             text_encoder,
+            text_encoder_2: None,
             unet,
             kept: Some(Kept {
                 text_encoder: Arc::new(te.take_kept()),

@@ -124,6 +124,8 @@ impl Form {
             embeddings: None,
             // The engine reads the prompt's `<lora:…>` tags with the LoRA folder's library.
             loras: Default::default(),
+            // SDXL: the image's own size, no crop (diffusers' and ComfyUI's defaults).
+            size_conditioning: None,
         }
     }
 

@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 use crate::checkpoint::weights::Recorder;
 use crate::checkpoint::{Checkpoint, KeyMap, SafetensorsFile, Weights, sha256_file};
 use crate::error::{Error, Result};
-use crate::model::{CACHE_PREFIXES, LoadOptions, Precision, StableDiffusion};
+use crate::model::{CACHE_PREFIX_TE2, CACHE_PREFIXES, LoadOptions, Precision, StableDiffusion};
 
 // The disk cache (entries, their checks, the hash index) and the writer that fills it live beside
 // this file.

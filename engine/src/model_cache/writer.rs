@@ -178,9 +178,15 @@ pub fn load_through_disk(
             let map: KeyMap = Arc::new(move |n: &str| format!("{prefix}{n}"));
             Weights::from_file("cached weights", file.clone(), map, device, dtype)
         });
+        let second = checkpoint.config.text_encoder_2.as_ref().map(|_| {
+            let map: KeyMap = Arc::new(|n: &str| format!("{CACHE_PREFIX_TE2}{n}"));
+            let w = Weights::from_file("cached weights", file.clone(), map, device, dtype);
+            (w, CACHE_PREFIX_TE2)
+        });
         match StableDiffusion::from_weights(
             weights,
             CACHE_PREFIXES,
+            second,
             &checkpoint.config,
             device,
             options,

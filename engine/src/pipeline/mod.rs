@@ -5,17 +5,20 @@
 //!
 //! `decode.rs`: latents to pixels (NaN guard, tiling). `init.rs`: img2img's encoded start and
 //! inpainting's blend.
-//! `hires.rs`: A1111's hires fix, a second img2img pass at a larger size.
+//! `hires.rs`: A1111's hires fix, a second img2img pass at a larger size. `sdxl.rs`: SDXL's
+//! second encoder, empty negative and size conditioning.
 
 mod decode;
 pub mod hires;
 mod init;
 pub mod inpaint_area;
+pub mod sdxl;
 
 pub use decode::{all_finite, decode, to_rgb8};
 pub use hires::{HiresFix, HiresUpscaler};
 pub use init::{InitImage, MaskedContent};
 pub use inpaint_area::InpaintArea;
+pub use sdxl::SizeConditioning;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -82,6 +85,8 @@ pub struct Txt2ImgRequest {
     /// LoRAs merged into the text encoder and UNet for this request (the front ends read them
     /// from the prompt's `<lora:…>` tags: [`crate::lora::LoraLibrary::resolve`]).
     pub loras: crate::lora::LoraSet,
+    /// SDXL's size and crop conditioning; `None`: the image's own size, no crop.
+    pub size_conditioning: Option<SizeConditioning>,
 }
 
 impl Default for Txt2ImgRequest {
@@ -104,6 +109,7 @@ impl Default for Txt2ImgRequest {
             hires: None,
             embeddings: None,
             loras: crate::lora::LoraSet::default(),
+            size_conditioning: None,
         }
     }
 }
@@ -260,6 +266,9 @@ pub fn check_request(model: &StableDiffusion, req: &Txt2ImgRequest) -> Result<()
             .map_err(|e| Error::InvalidInput(e.to_string()))?;
     }
     if let Some(hires) = &req.hires {
+        if model.text_encoder_2.is_some() {
+            return bad("the hires fix does not run SDXL models yet".into());
+        }
         hires.check(req, &model.config.scheduler)?;
     }
     Ok(())
@@ -299,8 +308,10 @@ pub fn txt2img(
     // the unconditional pass, as diffusers does.
     let guided = req.cfg_scale > 1.0;
     let mut ti_hashes: Vec<(String, String)> = Vec::new();
+    // SDXL: both encoders side by side, and bigG's pooled state for the added conditioning.
+    type Encoded = (Tensor<3>, Option<Tensor<2>>);
     let mut encode =
-        |text: &str, which: &'static str, observer: &mut dyn Observer| -> Result<Tensor<3>> {
+        |text: &str, which: &'static str, observer: &mut dyn Observer| -> Result<Encoded> {
             // Extra-network tags are read by the front end, not by the text encoder.
             let text = crate::lora::tags::strip(text);
             let chunks = prompt::Chunks::with_embeddings(
@@ -323,11 +334,33 @@ pub fn txt2img(
                 tracing::warn!("{notice}");
                 observer.notice(&notice);
             }
-            prompt::encode(&networks.text_encoder, &chunks, req.clip_skip, req.emphasis)
+            match &networks.text_encoder_2 {
+                Some(second) => {
+                    let c = prompt::encode_sdxl(
+                        &networks.text_encoder,
+                        second,
+                        &chunks,
+                        req.clip_skip,
+                        req.emphasis,
+                    )?;
+                    Ok((c.context, Some(c.pooled)))
+                }
+                None => Ok((
+                    prompt::encode(&networks.text_encoder, &chunks, req.clip_skip, req.emphasis)?,
+                    None,
+                )),
+            }
         };
-    let cond = encode(&req.prompt, "prompt", observer)?;
-    let context = if guided {
-        let uncond = encode(&req.negative_prompt, "negative prompt", observer)?;
+    let (cond, cond_pooled) = encode(&req.prompt, "prompt", observer)?;
+    let (context, pooled) = if guided {
+        let (uncond, uncond_pooled) = if sdxl::zero_negative(model, &req.negative_prompt) {
+            (
+                cond.zeros_like(),
+                cond_pooled.as_ref().map(|p| p.zeros_like()),
+            )
+        } else {
+            encode(&req.negative_prompt, "negative prompt", observer)?
+        };
         // Different chunk counts meet at their least common multiple (exact for attention).
         let chunks = |t: &Tensor<3>| t.dims()[1] / crate::tokenizer::CONTEXT_LEN;
         let common = prompt::common_chunks(chunks(&cond), chunks(&uncond));
@@ -335,10 +368,21 @@ pub fn txt2img(
             prompt::repeat_chunks(uncond, common),
             prompt::repeat_chunks(cond, common),
         );
-        Tensor::cat(vec![uncond, cond], 0) // [2, 77·k, d]: unconditional first, as diffusers
+        // [2, 77·k, d]: unconditional first, as diffusers.
+        let pooled = match (uncond_pooled, cond_pooled) {
+            (Some(u), Some(c)) => Some(Tensor::cat(vec![u, c], 0)),
+            _ => None,
+        };
+        (Tensor::cat(vec![uncond, cond], 0), pooled)
     } else {
-        cond
+        (cond, cond_pooled)
     };
+    let size = req
+        .size_conditioning
+        .unwrap_or_else(|| SizeConditioning::of_image(req.width, req.height));
+    let added = pooled
+        .map(|p| sdxl::added(&networks.unet, &p, size))
+        .transpose()?;
 
     let scale = model.config.vae.downscale();
     let shape = [
@@ -362,6 +406,9 @@ pub fn txt2img(
     // Every step of every image has one shape: after a few, the step replays a recorded graph.
     // The hires pass, of another shape, runs launch by launch (one recorded graph at a time).
     let mut unet = UNetSteps::new(&networks.unet, context.clone());
+    if let Some(added) = &added {
+        unet = unet.with_added(added.clone());
+    }
     let mut first = |x: Tensor<4>, t: f32| unet.forward(x, t);
     let mut second = |x: Tensor<4>, t: f32| {
         let b = x.dims()[0];
