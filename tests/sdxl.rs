@@ -13,7 +13,8 @@ use std::sync::atomic::AtomicBool;
 use common::{Expected, PipelineCase, assert_close, devices, fixtures, to_vec};
 use latent_engine::checkpoint::{Checkpoint, Family, ModelConfig, ldm};
 use latent_engine::clip::{ClipConfig, ClipTextModel};
-use latent_engine::pipeline::{Quiet, SizeConditioning, txt2img};
+use latent_engine::model_cache::{CacheSettings, LoadSource, ModelCache};
+use latent_engine::pipeline::{Quiet, SizeConditioning, Txt2ImgRequest, txt2img};
 use latent_engine::prompt::{self, Chunks, Emphasis};
 use latent_engine::schedulers::TimestepSpacing;
 use latent_engine::tokenizer::ClipTokenizer;
@@ -201,6 +202,53 @@ fn text_encoders_match_diffusers() {
             );
         }
     }
+}
+
+/// The disk cache keeps the second encoder: a model loaded back from it generates the same
+/// image as the one built from the checkpoint.
+#[test]
+fn the_disk_cache_keeps_both_encoders() {
+    let dir = std::env::temp_dir().join(format!("latent-sdxl-cache-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let settings = CacheSettings {
+        enabled: true,
+        memory_budget: 1 << 30,
+        disk_dir: Some(dir.clone()),
+        disk_limit: 1 << 30,
+    };
+    let tokenizer = ClipTokenizer::new().expect("tokenizer");
+    let req = Txt2ImgRequest {
+        prompt: "a lighthouse".into(),
+        negative_prompt: "fog".into(),
+        seed: 3,
+        steps: 2,
+        width: 32,
+        height: 32,
+        ..Default::default()
+    };
+    let mut images = Vec::new();
+    let mut sources = Vec::new();
+    for _ in 0..2 {
+        let mut cache = ModelCache::new(settings.clone());
+        let path = fixtures().join(LAYOUTS[1]);
+        let (model, _, source) = cache
+            .get(&path, &Device::flex(), LoadOptions::default())
+            .expect("loads");
+        assert!(model.text_encoder_2.is_some());
+        sources.push(source);
+        let out = txt2img(
+            &model,
+            &tokenizer,
+            &req,
+            &AtomicBool::new(false),
+            &mut Quiet,
+        )
+        .expect("generates");
+        images.push(out[0].image.pixels.clone());
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(sources, [LoadSource::Checkpoint, LoadSource::DiskCache]);
+    assert!(images[0] == images[1], "the cached model's image differs");
 }
 
 /// A prompt through both encoders as diffusers' `encode_prompt` makes it (context side by side,

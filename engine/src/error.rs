@@ -22,7 +22,7 @@ pub enum Error {
     )]
     PickleRefused { path: PathBuf },
     #[error(
-        "unsupported model family: {found}. Latent Studio generates with Stable Diffusion 1.x and 2.x for now ({path})"
+        "unsupported model family: {found}. Latent Studio generates with Stable Diffusion 1.x, 2.x and XL for now ({path})"
     )]
     UnsupportedFamily { found: String, path: PathBuf },
     #[error("missing tensor `{name}` required by the {component}")]
