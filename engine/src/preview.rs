@@ -267,6 +267,7 @@ impl Drop for Readback {
 #[derive(Deserialize)]
 struct FactorFile {
     sd1: Factors,
+    sdxl: Factors,
 }
 
 /// Per-family latent→RGB factors, from `assets/latent_rgb_factors.json`.
@@ -278,11 +279,27 @@ pub struct Factors {
 }
 
 impl Factors {
+    fn file() -> Result<FactorFile> {
+        serde_json::from_str(include_str!("../../assets/latent_rgb_factors.json"))
+            .map_err(|e| Error::InvalidInput(format!("latent_rgb_factors.json: {e}")))
+    }
+
+    /// SD 1.x's (SD 2.x shares its VAE and latents).
     pub fn sd1() -> Result<Self> {
-        let file: FactorFile =
-            serde_json::from_str(include_str!("../../assets/latent_rgb_factors.json"))
-                .map_err(|e| Error::InvalidInput(format!("latent_rgb_factors.json: {e}")))?;
-        Ok(file.sd1)
+        Ok(Self::file()?.sd1)
+    }
+
+    /// SDXL's, with their bias (its VAE's latents are another space).
+    pub fn sdxl() -> Result<Self> {
+        Ok(Self::file()?.sdxl)
+    }
+
+    /// The factors of `config`'s family: SDXL's for a model with a second text encoder.
+    pub fn for_model(config: &crate::checkpoint::ModelConfig) -> Result<Self> {
+        match config.text_encoder_2 {
+            Some(_) => Self::sdxl(),
+            None => Self::sd1(),
+        }
     }
 }
 
@@ -358,7 +375,7 @@ impl<'a> Previewer<'a> {
             model,
             settings,
             readback: Readback::spawn_with_sink(store, sink)?,
-            factors: Factors::sd1()?,
+            factors: Factors::for_model(&model.config)?,
             inner,
             taesd,
             taesd_notice_sent: false,
@@ -540,30 +557,40 @@ mod tests {
         assert!(frame.rgba.chunks(4).all(|p| p == [50, 50, 50, 255]));
     }
 
+    /// Both families' factors (SDXL's with a bias), on the CPU backend and wgpu; the model's
+    /// family picks them.
     #[test]
     fn latent2rgb_matches_its_reference_on_every_backend() {
-        let factors = Factors::sd1().unwrap();
-        assert_eq!(factors.factors[0], [0.3512, 0.2297, 0.3227]);
+        let sd1 = Factors::sd1().unwrap();
+        assert_eq!(sd1.factors[0], [0.3512, 0.2297, 0.3227]);
+        let sdxl = Factors::sdxl().unwrap();
+        assert_eq!(sdxl.bias, [0.1084, -0.0175, -0.0011]);
+        let picked = Factors::for_model(&crate::checkpoint::ModelConfig::sdxl()).unwrap();
+        assert_eq!(picked.factors, sdxl.factors);
+        let picked = Factors::for_model(&crate::checkpoint::ModelConfig::sd2(true)).unwrap();
+        assert_eq!(picked.factors, sd1.factors);
         let (c, h, w) = (4, 5, 7);
         let x0: Vec<f32> = (0..c * h * w)
             .map(|i| ((i * 37 % 23) as f32 / 11.5) - 1.0)
             .collect();
-        let want = latent2rgb_reference(&x0, c, h, w, &factors);
-        for device in [
-            burn::tensor::Device::flex(),
-            burn::tensor::Device::wgpu(burn::tensor::DeviceKind::DefaultDevice),
-        ] {
-            let t = Tensor::<4>::from_data(TensorData::new(x0.clone(), [1, c, h, w]), &device);
-            let got = latent2rgb(t, &factors)
-                .into_data()
-                .try_to_vec::<f32>()
-                .unwrap();
-            let worst = got
-                .iter()
-                .zip(&want)
-                .map(|(a, b)| (a - b).abs())
-                .fold(0f32, f32::max);
-            assert!(worst < 1e-3, "{device:?}: {worst}");
+        for factors in [sd1, sdxl] {
+            let want = latent2rgb_reference(&x0, c, h, w, &factors);
+            for device in [
+                burn::tensor::Device::flex(),
+                burn::tensor::Device::wgpu(burn::tensor::DeviceKind::DefaultDevice),
+            ] {
+                let t = Tensor::<4>::from_data(TensorData::new(x0.clone(), [1, c, h, w]), &device);
+                let got = latent2rgb(t, &factors)
+                    .into_data()
+                    .try_to_vec::<f32>()
+                    .unwrap();
+                let worst = got
+                    .iter()
+                    .zip(&want)
+                    .map(|(a, b)| (a - b).abs())
+                    .fold(0f32, f32::max);
+                assert!(worst < 1e-3, "{device:?} bias {:?}: {worst}", factors.bias);
+            }
         }
     }
 

@@ -167,11 +167,15 @@ mod tests {
     }
 
     /// Our kernel (wgpu) and the burn-op packing (CPU) agree with the host reference, also for
-    /// a batch where only item 0 is shown and a size spanning several workgroups.
+    /// a batch where only item 0 is shown, a size spanning several workgroups, and SDXL's
+    /// factors with their bias.
     #[test]
     fn latent2rgb_kernel_matches_its_reference() {
-        let factors = Factors::sd1().unwrap();
-        for (c, h, w) in [(4, 5, 7), (4, 40, 24)] {
+        for (factors, (c, h, w)) in [
+            (Factors::sd1().unwrap(), (4, 5, 7)),
+            (Factors::sd1().unwrap(), (4, 40, 24)),
+            (Factors::sdxl().unwrap(), (4, 9, 6)),
+        ] {
             let x0 = sample_latent(c, h, w);
             let want = latent2rgb_reference_rgba8(&x0, c, h, w, &factors);
             let mut batch = x0.clone();
