@@ -201,6 +201,7 @@ fn load_taesd(
     args: &GenerateArgs,
     device: &burn::tensor::Device,
     precision: Precision,
+    family: latent_engine::checkpoint::Family,
 ) -> Option<TaesdDecoder> {
     if !matches!(args.preview, PreviewMethod::Taesd | PreviewMethod::Auto) {
         return None;
@@ -209,7 +210,8 @@ fn load_taesd(
         Some(p) => p.clone(),
         None => {
             let folders = latent_studio::paths::taesd_folders_for(&args.model);
-            latent_studio::paths::find_taesd(&folders)?
+            let file = latent_studio::paths::taesd_file(family);
+            latent_studio::paths::find_taesd(&folders, file)?
         }
     };
     match TaesdDecoder::open(&path, device, precision.dtype()) {
@@ -532,7 +534,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     );
     let settings = PreviewSettings::new(args.preview, args.preview_interval);
     let store = FrameStore::new();
-    let taesd = load_taesd(&args, &device, precision);
+    let taesd = load_taesd(&args, &device, precision, checkpoint.family);
     let sink = match &args.preview_dir {
         Some(dir) => {
             std::fs::create_dir_all(dir)

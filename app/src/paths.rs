@@ -5,6 +5,16 @@ use std::path::{Path, PathBuf};
 
 /// The file name of madebyollin's TAESD decoder, as ComfyUI and A1111 users keep it.
 pub const TAESD_FILE: &str = "taesd_decoder.safetensors";
+/// The same for SDXL's latents (TAESDXL).
+pub const TAESDXL_FILE: &str = "taesdxl_decoder.safetensors";
+
+/// The TAESD decoder file a family's latents need: SDXL's are another space.
+pub fn taesd_file(family: latent_engine::checkpoint::Family) -> &'static str {
+    match family {
+        latent_engine::checkpoint::Family::Sdxl => TAESDXL_FILE,
+        _ => TAESD_FILE,
+    }
+}
 
 /// The platform's folders for "Latent Studio" (`None` where the platform has no home folder).
 fn project() -> Option<directories::ProjectDirs> {
@@ -36,17 +46,12 @@ pub fn weights_cache() -> PathBuf {
     }
 }
 
-/// The TAESD decoder to use when none was chosen: the first of `taesd_decoder.safetensors` and
-/// `vae_approx/taesd_decoder.safetensors` (ComfyUI's folder) in each of `folders`, in order.
-pub fn find_taesd(folders: &[&Path]) -> Option<PathBuf> {
+/// The TAESD decoder to use when none was chosen: the first of `file` ([`taesd_file`]) and
+/// `vae_approx/<file>` (ComfyUI's folder) in each of `folders`, in order.
+pub fn find_taesd(folders: &[&Path], file: &str) -> Option<PathBuf> {
     folders
         .iter()
-        .flat_map(|dir| {
-            [
-                dir.join(TAESD_FILE),
-                dir.join("vae_approx").join(TAESD_FILE),
-            ]
-        })
+        .flat_map(|dir| [dir.join(file), dir.join("vae_approx").join(file)])
         .find(|p| p.is_file())
 }
 
@@ -63,26 +68,42 @@ mod tests {
 
     #[test]
     fn taesd_is_found_beside_the_model_or_in_comfyui_vae_approx() {
+        use latent_engine::checkpoint::Family;
         let root = std::env::temp_dir().join(format!("latent-paths-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&root);
         let checkpoints = root.join("models/checkpoints");
         std::fs::create_dir_all(&checkpoints).unwrap();
         let model = checkpoints.join("sd15.safetensors");
         let folders = taesd_folders_for(&model);
-        assert_eq!(find_taesd(&folders), None);
+        assert_eq!(find_taesd(&folders, TAESD_FILE), None);
 
         let comfy = root.join("models/vae_approx");
         std::fs::create_dir_all(&comfy).unwrap();
         std::fs::write(comfy.join(TAESD_FILE), b"").unwrap();
-        assert_eq!(find_taesd(&folders), Some(comfy.join(TAESD_FILE)));
+        assert_eq!(
+            find_taesd(&folders, TAESD_FILE),
+            Some(comfy.join(TAESD_FILE))
+        );
 
         // One beside the model comes first.
         std::fs::write(checkpoints.join(TAESD_FILE), b"").unwrap();
-        assert_eq!(find_taesd(&folders), Some(checkpoints.join(TAESD_FILE)));
+        assert_eq!(
+            find_taesd(&folders, TAESD_FILE),
+            Some(checkpoints.join(TAESD_FILE))
+        );
         // The studio's models folder follows the same rule.
         assert_eq!(
-            find_taesd(&[&root.join("models")]),
+            find_taesd(&[&root.join("models")], TAESD_FILE),
             Some(comfy.join(TAESD_FILE))
+        );
+        // SDXL's latents take TAESDXL, never SD's decoder.
+        assert_eq!(taesd_file(Family::Sdxl), TAESDXL_FILE);
+        assert_eq!(taesd_file(Family::Sd2), TAESD_FILE);
+        assert_eq!(find_taesd(&folders, TAESDXL_FILE), None);
+        std::fs::write(comfy.join(TAESDXL_FILE), b"").unwrap();
+        assert_eq!(
+            find_taesd(&folders, taesd_file(Family::Sdxl)),
+            Some(comfy.join(TAESDXL_FILE))
         );
         let _ = std::fs::remove_dir_all(&root);
     }

@@ -161,13 +161,19 @@ impl Settings {
         }
     }
 
-    /// The TAESD decoder to use: the chosen one, else one found in the models folder
+    /// The TAESD decoder for SD 1.x/2.x: the chosen one, else one found in the models folder
     /// ([`crate::paths::find_taesd`], the command line's rule too).
     pub fn taesd_path(&self) -> Option<PathBuf> {
         if let Some(p) = &self.taesd {
             return Some(p.clone());
         }
-        crate::paths::find_taesd(&[self.models_dir.as_deref()?])
+        crate::paths::find_taesd(&[self.models_dir.as_deref()?], crate::paths::TAESD_FILE)
+    }
+
+    /// The TAESDXL decoder for SDXL models, found in the models folder (the chosen TAESD file
+    /// decodes SD 1.x/2.x latents only).
+    pub fn taesdxl_path(&self) -> Option<PathBuf> {
+        crate::paths::find_taesd(&[self.models_dir.as_deref()?], crate::paths::TAESDXL_FILE)
     }
 }
 

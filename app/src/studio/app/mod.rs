@@ -560,6 +560,7 @@ pub(super) fn engine_config(settings: &Settings) -> EngineConfig {
         precision: settings.precision,
         outputs: settings.outputs_dir.clone(),
         taesd: settings.taesd_path(),
+        taesdxl: settings.taesdxl_path(),
         embeddings: settings.embeddings_dir.clone(),
         loras: settings.loras_dir.clone(),
         cache: settings.cache_settings(),

@@ -121,7 +121,7 @@ impl Worker {
     fn configure(&mut self, config: EngineConfig) -> Result<()> {
         let reload =
             config.device != self.config.device || config.precision != self.config.precision;
-        if config.taesd != self.config.taesd || reload {
+        if config.taesd != self.config.taesd || config.taesdxl != self.config.taesdxl || reload {
             self.taesd = None;
         }
         if config.cache != self.config.cache {
@@ -375,7 +375,18 @@ impl Worker {
         ) {
             return;
         }
-        let Some(path) = self.config.taesd.clone() else {
+        // SDXL's latents need TAESDXL; SD 1.x/2.x's the TAESD decoder.
+        let sdxl = self
+            .model
+            .as_ref()
+            .is_some_and(|m| m.model.text_encoder_2.is_some());
+        let chosen = if sdxl {
+            &self.config.taesdxl
+        } else {
+            &self.config.taesd
+        };
+        let Some(path) = chosen.clone() else {
+            self.taesd = None;
             return;
         };
         if self.taesd.as_ref().is_some_and(|(p, _)| *p == path) {

@@ -10,7 +10,9 @@ pub struct EngineConfig {
     /// `None`: the device's preference (f16 where supported).
     pub precision: Option<Precision>,
     pub outputs: PathBuf,
+    /// The TAESD decoder for SD 1.x/2.x latents, and TAESDXL's for SDXL's.
     pub taesd: Option<PathBuf>,
+    pub taesdxl: Option<PathBuf>,
     /// Textual-inversion embeddings folder, read at each generation's start.
     pub embeddings: Option<PathBuf>,
     /// LoRA folder: `<lora:name:w>` in a prompt merges `name.safetensors` from it.
