@@ -25,6 +25,14 @@ use latent_engine::{LoadOptions, Precision, StableDiffusion};
 /// The two layouts of the tiny model.
 const LAYOUTS: [&str; 2] = ["tiny-sdxl", "tiny-sdxl.safetensors"];
 
+/// `tests/fixtures/sdxl_cases.json`: what the fixture script asked diffusers for.
+fn cases() -> serde_json::Value {
+    serde_json::from_str(
+        &std::fs::read_to_string(fixtures().join("sdxl_cases.json")).expect("cases"),
+    )
+    .expect("parses")
+}
+
 /// The tiny model opened as the studio opens it.
 fn open(layout: &str) -> Checkpoint {
     Checkpoint::open(&fixtures().join(layout)).unwrap_or_else(|e| panic!("{layout}: {e}"))
@@ -96,10 +104,7 @@ fn both_layouts_open_as_sdxl_with_the_same_configs() {
 #[test]
 fn txt2img_matches_diffusers() {
     let exp = Expected::open("sdxl-expected.safetensors");
-    let cases: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(fixtures().join("sdxl_cases.json")).expect("cases"),
-    )
-    .expect("parses");
+    let cases = cases();
     let tokenizer = ClipTokenizer::new().expect("tokenizer");
     let pair = |v: &serde_json::Value| -> [usize; 2] {
         let a = v.as_array().expect("a pair");
@@ -257,10 +262,7 @@ fn the_disk_cache_keeps_both_encoders() {
 #[test]
 fn prompts_encode_as_diffusers_encode_prompt() {
     let exp = Expected::open("sdxl-expected.safetensors");
-    let cases: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(fixtures().join("sdxl_cases.json")).expect("cases"),
-    )
-    .expect("parses");
+    let cases = cases();
     let tokenizer = ClipTokenizer::new().expect("tokenizer");
     for (backend, device) in devices() {
         let first = encoder(LAYOUTS[0], false, &device, Precision::F32);

@@ -93,6 +93,15 @@ pub struct Networks {
     pub unet: UNet2DConditionModel,
 }
 
+/// The stored-key prefixes the text encoder's, UNet's and VAE's unused keys are reported under.
+fn stored_prefixes(checkpoint: &Checkpoint) -> [&str; 3] {
+    [
+        checkpoint.stored_prefix(Component::TextEncoder),
+        checkpoint.stored_prefix(Component::Unet),
+        checkpoint.stored_prefix(Component::Vae),
+    ]
+}
+
 impl StableDiffusion {
     pub fn load(checkpoint: &Checkpoint, device: &Device, options: LoadOptions) -> Result<Self> {
         let dtype = options.precision.dtype();
@@ -104,14 +113,9 @@ impl StableDiffusion {
             checkpoint.unet_weights(device, dtype),
             checkpoint.vae_weights(device, dtype),
         ];
-        let prefixes = [
-            checkpoint.stored_prefix(Component::TextEncoder),
-            checkpoint.stored_prefix(Component::Unet),
-            checkpoint.stored_prefix(Component::Vae),
-        ];
         Self::from_weights(
             weights,
-            prefixes,
+            stored_prefixes(checkpoint),
             second,
             &checkpoint.config,
             device,
@@ -153,14 +157,9 @@ impl StableDiffusion {
                 checkpoint.stored_prefix(Component::TextEncoder2),
             )
         });
-        let prefixes = [
-            checkpoint.stored_prefix(Component::TextEncoder),
-            checkpoint.stored_prefix(Component::Unet),
-            checkpoint.stored_prefix(Component::Vae),
-        ];
         Self::from_weights(
             weights,
-            prefixes,
+            stored_prefixes(checkpoint),
             second,
             &checkpoint.config,
             device,
