@@ -126,6 +126,65 @@ fn generate_writes_diffusers_image_with_parameters() {
     }
 }
 
+/// An SDXL folder through `generate` on the CPU: diffusers' `StableDiffusionXLPipeline` image
+/// of `tests/fixtures/sdxl_cases.json` case0 (its size conditioning is the default: the image's
+/// own size, no crop) within ±1, and A1111 parameters naming the model.
+#[test]
+fn generate_runs_sdxl_like_diffusers() {
+    let dir = scratch("sdxl");
+    let out = dir.join("xl.png");
+    let model = fixtures().join("tiny-sdxl").display().to_string();
+    let out_s = out.display().to_string();
+    let o = studio(&[
+        "generate",
+        "--model",
+        &model,
+        "--device",
+        "cpu",
+        "--out",
+        &out_s,
+        "--overwrite",
+        "--prompt",
+        "a watercolor fox in the snow",
+        "--negative",
+        "blurry",
+        "--seed",
+        "42",
+        "--steps",
+        "5",
+        "--cfg",
+        "7",
+        "--sampler",
+        "euler",
+        "--schedule",
+        "normal",
+        "--width",
+        "64",
+        "--height",
+        "64",
+        "--precision",
+        "f32",
+    ]);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{stderr}");
+    assert!(stderr.contains("SDXL"), "the family is reported: {stderr}");
+    let (image, text) = decode_png(&std::fs::read(&out).unwrap()).unwrap();
+    let expected = SafetensorsFile::open(&fixtures().join("sdxl-expected.safetensors")).unwrap();
+    let want = expected.bytes(expected.entry("case0.image").unwrap());
+    assert_eq!(image.pixels.len(), want.len());
+    let worst = image
+        .pixels
+        .iter()
+        .zip(want)
+        .map(|(a, b)| a.abs_diff(*b))
+        .max()
+        .unwrap();
+    assert!(worst <= 1, "pixels differ by {worst}");
+    let p = Parameters::parse_a1111(&text.expect("parameters chunk")).unwrap();
+    assert_eq!((p.steps, p.seed, p.width, p.height), (5, 42, 64, 64));
+    assert_eq!(p.model.as_deref(), Some("tiny-sdxl"));
+}
+
 #[test]
 fn never_overwrites_and_numbers_outputs() {
     let dir = scratch("numbered");
