@@ -34,9 +34,13 @@ fn model() -> String {
 
 /// Largest per-channel difference between `image` and diffusers' case0 image.
 fn worst_vs_case0(image: &latent_engine::image_io::RgbImage) -> u8 {
-    let expected =
-        SafetensorsFile::open(&fixtures().join("pipeline-expected.safetensors")).unwrap();
-    let want = expected.bytes(expected.entry("case0.image").unwrap());
+    worst_vs(image, "pipeline-expected.safetensors", "case0.image")
+}
+
+/// Largest per-channel difference between `image` and the uint8 image `key` of a fixture file.
+fn worst_vs(image: &latent_engine::image_io::RgbImage, file: &str, key: &str) -> u8 {
+    let expected = SafetensorsFile::open(&fixtures().join(file)).unwrap();
+    let want = expected.bytes(expected.entry(key).unwrap());
     assert_eq!(image.pixels.len(), want.len());
     image
         .pixels
@@ -169,16 +173,7 @@ fn generate_runs_sdxl_like_diffusers() {
     assert!(o.status.success(), "{stderr}");
     assert!(stderr.contains("SDXL"), "the family is reported: {stderr}");
     let (image, text) = decode_png(&std::fs::read(&out).unwrap()).unwrap();
-    let expected = SafetensorsFile::open(&fixtures().join("sdxl-expected.safetensors")).unwrap();
-    let want = expected.bytes(expected.entry("case0.image").unwrap());
-    assert_eq!(image.pixels.len(), want.len());
-    let worst = image
-        .pixels
-        .iter()
-        .zip(want)
-        .map(|(a, b)| a.abs_diff(*b))
-        .max()
-        .unwrap();
+    let worst = worst_vs(&image, "sdxl-expected.safetensors", "case0.image");
     assert!(worst <= 1, "pixels differ by {worst}");
     let p = Parameters::parse_a1111(&text.expect("parameters chunk")).unwrap();
     assert_eq!((p.steps, p.seed, p.width, p.height), (5, 42, 64, 64));

@@ -11,10 +11,12 @@ use burn::tensor::{DType, Device};
 use std::sync::atomic::AtomicBool;
 
 use common::{Expected, PipelineCase, assert_close, devices, fixtures, to_vec};
-use latent_engine::checkpoint::{Checkpoint, Family, ModelConfig, ldm};
+use latent_engine::checkpoint::{Checkpoint, Family, ModelConfig, SafetensorsFile, ldm};
 use latent_engine::clip::{ClipConfig, ClipTextModel};
 use latent_engine::model_cache::{CacheSettings, LoadSource, ModelCache};
-use latent_engine::pipeline::{Quiet, SizeConditioning, Txt2ImgRequest, txt2img};
+use latent_engine::pipeline::{
+    HiresFix, Quiet, SizeConditioning, Txt2ImgRequest, check_request, txt2img,
+};
 use latent_engine::prompt::{self, Chunks, Emphasis};
 use latent_engine::schedulers::TimestepSpacing;
 use latent_engine::tokenizer::ClipTokenizer;
@@ -207,6 +209,63 @@ fn text_encoders_match_diffusers() {
             );
         }
     }
+}
+
+/// What SDXL cannot take yet, or a user's file gets wrong, is a clear error before any work: a
+/// hires fix (its size conditioning would have to follow the second pass), a sidecar with an
+/// impossible second encoder, a single file whose second encoder is missing.
+#[test]
+fn bad_sdxl_inputs_are_clear_errors() {
+    let model = StableDiffusion::load(&open(LAYOUTS[0]), &Device::flex(), LoadOptions::default())
+        .expect("loads");
+    let req = Txt2ImgRequest {
+        prompt: "x".into(),
+        steps: 2,
+        width: 32,
+        height: 32,
+        hires: Some(HiresFix::default()),
+        ..Default::default()
+    };
+    let e = check_request(&model, &req).expect_err("a hires fix with SDXL");
+    assert!(e.to_string().contains("SDXL"), "{e}");
+
+    let dir = std::env::temp_dir().join(format!("latent-sdxl-bad-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("scratch");
+    let file = dir.join("xl.safetensors");
+    std::fs::copy(fixtures().join(LAYOUTS[1]), &file).expect("copy");
+    let sidecar = fixtures().join("tiny-sdxl.json");
+    let mut config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(sidecar).expect("sidecar")).expect("json");
+    config["text_encoder_2"]["num_attention_heads"] = 0.into();
+    std::fs::write(dir.join("xl.json"), config.to_string()).expect("write");
+    let e = Checkpoint::open(&file).expect_err("zero heads");
+    assert!(e.to_string().contains("num_attention_heads"), "{e}");
+
+    // The second encoder's tensors gone from a single file: named when the model is built.
+    let mut keep = config.clone();
+    keep["text_encoder_2"]["num_attention_heads"] = 2.into();
+    std::fs::write(dir.join("xl.json"), keep.to_string()).expect("write");
+    let f = SafetensorsFile::open(&fixtures().join(LAYOUTS[1])).expect("file");
+    let tensors: Vec<(String, String, Vec<usize>, Vec<u8>)> = f
+        .entries()
+        .iter()
+        .filter(|(k, _)| !k.starts_with(ldm::SDXL_OPENCLIP_PREFIX))
+        .map(|(k, e)| {
+            let bytes = f.bytes(e).to_vec();
+            (k.clone(), format!("{:?}", e.dtype), e.shape.clone(), bytes)
+        })
+        .collect();
+    let refs: Vec<(&str, &str, Vec<usize>, Vec<u8>)> = tensors
+        .iter()
+        .map(|(k, d, s, b)| (k.as_str(), d.as_str(), s.clone(), b.clone()))
+        .collect();
+    common::write_safetensors(&file, &refs);
+    let e = Checkpoint::open(&file)
+        .and_then(|c| StableDiffusion::load(&c, &Device::flex(), LoadOptions::default()))
+        .err()
+        .expect("no second encoder");
+    assert!(e.to_string().contains("text encoder 2"), "{e}");
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The disk cache keeps the second encoder: a model loaded back from it generates the same

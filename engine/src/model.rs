@@ -93,73 +93,63 @@ pub struct Networks {
     pub unet: UNet2DConditionModel,
 }
 
-/// The stored-key prefixes the text encoder's, UNet's and VAE's unused keys are reported under.
-fn stored_prefixes(checkpoint: &Checkpoint) -> [&str; 3] {
-    [
-        checkpoint.stored_prefix(Component::TextEncoder),
-        checkpoint.stored_prefix(Component::Unet),
-        checkpoint.stored_prefix(Component::Vae),
-    ]
-}
-
 impl StableDiffusion {
     pub fn load(checkpoint: &Checkpoint, device: &Device, options: LoadOptions) -> Result<Self> {
-        let dtype = options.precision.dtype();
-        let second = checkpoint
-            .text_encoder_2_weights(device, dtype)
-            .map(|w| (w, checkpoint.stored_prefix(Component::TextEncoder2)));
-        let weights = [
-            checkpoint.text_encoder_weights(device, dtype),
-            checkpoint.unet_weights(device, dtype),
-            checkpoint.vae_weights(device, dtype),
-        ];
-        Self::from_weights(
-            weights,
-            stored_prefixes(checkpoint),
-            second,
-            &checkpoint.config,
-            device,
-            options,
-        )
+        Self::load_with(checkpoint, device, options, None)
     }
 
     /// [`Self::load`], handing every built tensor to `recorder` with the component's name prefix
-    /// (`text_encoder.`, `unet.`, `vae.`), e.g. to write the disk cache.
+    /// (`text_encoder.`, `unet.`, `vae.`, `text_encoder_2.`), e.g. to write the disk cache.
     pub fn load_recorded(
         checkpoint: &Checkpoint,
         device: &Device,
         options: LoadOptions,
         recorder: Recorder,
     ) -> Result<Self> {
+        Self::load_with(checkpoint, device, options, Some(recorder))
+    }
+
+    fn load_with(
+        checkpoint: &Checkpoint,
+        device: &Device,
+        options: LoadOptions,
+        recorder: Option<Recorder>,
+    ) -> Result<Self> {
         let dtype = options.precision.dtype();
-        let prefixed = |prefix: &'static str| -> Recorder {
+        // Each component's tensors to the recorder under its cache prefix, where there is one.
+        let record = |w: Weights, prefix: &'static str| -> Weights {
+            let Some(recorder) = &recorder else {
+                return w;
+            };
             let inner = recorder.clone();
-            std::rc::Rc::new(std::cell::RefCell::new(
+            w.recording(std::rc::Rc::new(std::cell::RefCell::new(
                 move |name: &str, shape: &[usize], dtype, bytes: &[u8]| {
                     (inner.borrow_mut())(&format!("{prefix}{name}"), shape, dtype, bytes)
                 },
-            ))
+            )))
         };
         let weights = [
-            checkpoint
-                .text_encoder_weights(device, dtype)
-                .recording(prefixed(CACHE_PREFIXES[0])),
-            checkpoint
-                .unet_weights(device, dtype)
-                .recording(prefixed(CACHE_PREFIXES[1])),
-            checkpoint
-                .vae_weights(device, dtype)
-                .recording(prefixed(CACHE_PREFIXES[2])),
+            record(
+                checkpoint.text_encoder_weights(device, dtype),
+                CACHE_PREFIXES[0],
+            ),
+            record(checkpoint.unet_weights(device, dtype), CACHE_PREFIXES[1]),
+            record(checkpoint.vae_weights(device, dtype), CACHE_PREFIXES[2]),
         ];
         let second = checkpoint.text_encoder_2_weights(device, dtype).map(|w| {
             (
-                w.recording(prefixed(CACHE_PREFIX_TE2)),
+                record(w, CACHE_PREFIX_TE2),
                 checkpoint.stored_prefix(Component::TextEncoder2),
             )
         });
+        let prefixes = [
+            checkpoint.stored_prefix(Component::TextEncoder),
+            checkpoint.stored_prefix(Component::Unet),
+            checkpoint.stored_prefix(Component::Vae),
+        ];
         Self::from_weights(
             weights,
-            stored_prefixes(checkpoint),
+            prefixes,
             second,
             &checkpoint.config,
             device,
