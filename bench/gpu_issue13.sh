@@ -89,6 +89,16 @@
 #   PART=af part ae with this session's final default (GEMM for 3×3 layers up to 160 tiles or of
 #           1280 outputs and for the 1×1 layers, burn's elsewhere) and five convolution rules
 #           interleaved over five rounds, without the linear A/B
+#   PART=ag our GEMM's compilations (reduction step 32/64, bounds checks on/off; the plane-barrier
+#           vector epilogue) against burn on every UNet linear and 3×3 shape, device time of the
+#           kernels (`--gemm-only`); PyTorch's fp16 UNet step; then ours: the step both ways, the
+#           step with the linears on burn's matmul or our GEMM under each compilation
+#           interleaved over three rounds (`--gemm-ab`), every kernel of three steps
+#           (`--kernel-profile 3`, with EXTRA flags such as --mma-linears)
+#   PART=ah PyTorch (fp16 UNet step, 20-step txt2img), then ours end to end (step both ways,
+#           VAE, 20-step txt2img) with every kernel of three steps profiled with the linears on
+#           burn's matmul, on our GEMM, and on burn's again (`--profile-linears`), the GEMM A/B
+#           (`--gemm-ab`); then the GEMM report (`--gemm-only`) in the time left
 #   PART=e  PyTorch (fp16 UNet, VAE, 20-step txt2img), then our f16 bench under perf (a flat
 #           profile per thread: where the host time of a step goes). Needs .perf/perf.txz (perf
 #           and its libraries) and a release build with symbols (CARGO_PROFILE_RELEASE_STRIP=false)
@@ -286,6 +296,16 @@ ae)
 af)
   PARTS=${TORCH_PARTS:-unet16,e2e} timeout 100 python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_af.txt
   timeout ${OURS_TIMEOUT:-470} /tmp/ls bench --device gpu --precision f16 --runs 7 --steps 20 --no-ops --no-previews --no-profile --no-burn-ops --kernel-profile 3 --conv-ab 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_spirv.txt
+  ;;
+ag)
+  timeout ${GEMM_TIMEOUT:-200} /tmp/ls bench --device gpu --precision f16 --runs 5 --gemm-only 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/gemm.txt
+  PARTS=${TORCH_PARTS:-unet16} timeout 80 python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_ag.txt
+  timeout ${OURS_TIMEOUT:-280} /tmp/ls bench --device gpu --precision f16 --runs 7 --unet-only --no-ops --no-profile --no-burn-ops --gemm-ab --kernel-profile 3 $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_spirv.txt
+  ;;
+ah)
+  PARTS=${TORCH_PARTS:-unet16,e2e} timeout 100 python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_ah.txt
+  timeout ${OURS_TIMEOUT:-360} /tmp/ls bench --device gpu --precision f16 --runs 7 --steps 20 --no-ops --no-previews --no-profile --no-burn-ops --kernel-profile 3 --profile-linears --gemm-ab $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_spirv.txt
+  timeout ${GEMM_TIMEOUT:-80} /tmp/ls bench --device gpu --precision f16 --runs 5 --gemm-only 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/gemm.txt
   ;;
 h)
   timeout ${OURS_TIMEOUT:-540} /tmp/ls bench --device gpu --precision f16 --runs 3 --unet-only 2>&1 | grep -v "^\[F16\]   [a-z_]*  *[0-9.]* ms  {" | tee $OUT/ours_spirv_ops.txt

@@ -9,6 +9,7 @@ use latent_engine::Precision;
 use latent_engine::kernels::conv;
 use latent_engine::profile::OpShape;
 
+use super::profile::device_ms;
 use super::time_ms;
 
 const REPS: usize = 10;
@@ -213,19 +214,24 @@ pub fn report(
 }
 
 /// Every 3×3 shape of `ops` on burn's convolution (bias added after, as `nn::Conv2d` runs it)
-/// and as the input unrolled times the weights on our cooperative-matrix GEMM (automatic tile),
-/// with their difference; the sums a step weighted by count.
+/// and as the input unrolled times the weights on our cooperative-matrix GEMM (automatic tile,
+/// each of the GEMM's compilations), with their difference; device time of the kernels, and the
+/// sums a step weighted by count.
 pub fn gemm_report(
     ops: &[(OpShape, usize)],
     device: &Device,
     precision: Precision,
     runs: usize,
 ) -> Result<()> {
+    use latent_engine::kernels::matmul;
     let dtype = precision.dtype();
-    let Some(gemm) = latent_engine::kernels::matmul::mma_gemm_on(device, dtype) else {
+    let Some(gemm) = matmul::mma_gemm_on(device, dtype) else {
         return Ok(());
     };
-    let (mut burn_total, mut ours_total) = (0.0, 0.0);
+    let knobs = super::linear::knob_sets();
+    let default = matmul::gemm_knobs();
+    let mut burn_total = 0.0;
+    let mut ours_total = vec![0.0; knobs.len()];
     for &(op, count) in ops {
         let OpShape::Conv {
             b,
@@ -244,43 +250,52 @@ pub fn gemm_report(
         let case = Inputs::new([b, c_in, c_out, h, w, k, stride, padding], device, dtype);
         let (x, weight) = (&case.x, &case.weight);
         let burn = || case.burn(bias);
-        let burn_ms = time_ms(device, 1, runs, || {
-            for _ in 0..REPS {
-                let _ = burn();
-            }
-        })? / REPS as f64;
-        let (epilogue, geometry) = (case.epilogue(bias), case.geometry);
-        let ours =
-            || conv::conv2d_unrolled_gemm(x.clone(), weight, geometry, &epilogue, gemm, None);
-        let rate = |ms: f64| op.flops() / (ms * 1e-3) / 1e12;
-        let Some(first) = ours() else {
-            println!(
-                "[{precision:?}]   {:<40} x{count:<3} burn {burn_ms:8.3} ms | unrolled + our GEMM: does not run",
-                op.to_string()
-            );
-            continue;
-        };
+        let burn_ms = device_ms(device, runs, || {
+            let _ = burn();
+        })?;
         let read = |t: Tensor<4>| t.cast(DType::F32).into_data().try_to_vec::<f32>();
-        let rel = match (read(first), read(burn())) {
-            (Ok(a), Ok(b)) => latent_engine::vae_compile::relative_difference(&a, &b),
-            _ => f32::NAN,
-        };
-        let ms = time_ms(device, 1, runs, || {
-            for _ in 0..REPS {
-                let _ = ours();
-            }
-        })? / REPS as f64;
-        burn_total += burn_ms * count as f64;
-        ours_total += ms * count as f64;
-        println!(
-            "[{precision:?}]   {:<40} x{count:<3} burn {burn_ms:8.3} ms {:6.1} TFLOP/s | unrolled + our GEMM {ms:8.3} ms {:6.1} TFLOP/s rel {rel:.1e}",
+        let want = read(burn()).map_err(|e| anyhow::anyhow!("{e:?}"))?;
+        let (epilogue, geometry) = (case.epilogue(bias), case.geometry);
+        let rate = |ms: f64| op.flops() / (ms * 1e-3) / 1e12;
+        let mut line = format!(
+            "[{precision:?}]   {:<40} x{count:<3} burn {burn_ms:7.3} ms {:6.1} TFLOP/s | unrolled + our GEMM",
             op.to_string(),
-            rate(burn_ms),
-            rate(ms)
+            rate(burn_ms)
         );
+        for (i, &kn) in knobs.iter().enumerate() {
+            matmul::set_gemm_knobs(kn);
+            let ours =
+                || conv::conv2d_unrolled_gemm(x.clone(), weight, geometry, &epilogue, gemm, None);
+            let Some(first) = ours() else {
+                line += " | does not run";
+                break;
+            };
+            let rel = match read(first) {
+                Ok(a) => latent_engine::vae_compile::relative_difference(&a, &want),
+                Err(_) => f32::NAN,
+            };
+            let ms = device_ms(device, runs, || {
+                let _ = ours();
+            })?;
+            ours_total[i] += ms * count as f64;
+            line += &format!(
+                " | {} {ms:7.3} ms {:6.1} TFLOP/s rel {rel:.0e}",
+                super::linear::knob_label(&kn),
+                rate(ms)
+            );
+        }
+        matmul::set_gemm_knobs(default);
+        burn_total += burn_ms * count as f64;
+        println!("{line}");
     }
+    let ours: Vec<String> = knobs
+        .iter()
+        .zip(&ours_total)
+        .map(|(k, t)| format!("{} {t:.2} ms", super::linear::knob_label(k)))
+        .collect();
     println!(
-        "[{precision:?}]   these convolutions a step (each alone, summed by count): burn {burn_total:.2} ms, unrolled + our GEMM {ours_total:.2} ms"
+        "[{precision:?}]   these convolutions a step (device time, summed by count): burn {burn_total:.2} ms, unrolled + our GEMM {}",
+        ours.join(", ")
     );
     Ok(())
 }

@@ -9,6 +9,7 @@ use latent_engine::Precision;
 use latent_engine::kernels::matmul::{self, WeightLayout};
 use latent_engine::profile::OpShape;
 
+use super::profile::device_ms;
 use super::time_ms;
 
 const REPS: usize = 10;
@@ -112,8 +113,26 @@ pub fn sd15_linear_shapes() -> Vec<(OpShape, usize)> {
     v
 }
 
-/// Our cooperative-matrix GEMM (`matmul::linear_mma`, each tile and the automatic choice)
-/// against burn's `linear` on every shape of `ops`, weights `[out, in]` as checkpoints store them.
+/// The GEMM's compilations the reports compare: the automatic reduction step, then each step.
+pub fn knob_sets() -> Vec<matmul::GemmKnobs> {
+    std::iter::once(None)
+        .chain(matmul::GEMM_STEPS.map(Some))
+        .map(|bk| matmul::GemmKnobs {
+            bk,
+            ..Default::default()
+        })
+        .collect()
+}
+
+/// How the reports name a compilation: `bk auto`, `bk 32` (`, checked` with bounds checks).
+pub fn knob_label(k: &matmul::GemmKnobs) -> String {
+    let bk = k.bk.map_or("auto".to_string(), |b| b.to_string());
+    format!("bk {bk}{}", if k.unchecked { "" } else { ", checked" })
+}
+
+/// Our cooperative-matrix GEMM (`matmul::linear_mma`, automatic tile, each of [`knob_sets`])
+/// against burn's `linear` on every shape of `ops`, weights `[out, in]` as checkpoints store
+/// them; device time of the kernels (timestamp queries), not wall time.
 pub fn gemm_report(
     ops: &[(OpShape, usize)],
     device: &Device,
@@ -126,11 +145,14 @@ pub fn gemm_report(
         return Ok(());
     };
     println!(
-        "[{precision:?}] our cooperative-matrix GEMM: plane {}, fragment {}x{}x{}",
+        "[{precision:?}] our cooperative-matrix GEMM: plane {}, fragment {}x{}x{}; device time per op, median of {runs}",
         gemm.plane, gemm.fragment.m, gemm.fragment.n, gemm.fragment.k
     );
+    let knobs = knob_sets();
+    let default = matmul::gemm_knobs();
     let normal = Distribution::Normal(0.0, 1.0);
-    let (mut burn_total, mut ours_total) = (0.0, 0.0);
+    let mut burn_total = 0.0;
+    let mut ours_total = vec![0.0; knobs.len()];
     for &(op, count) in ops {
         let OpShape::Linear {
             rows,
@@ -146,21 +168,19 @@ pub fn gemm_report(
         let bias_t = bias.then(|| Tensor::<1>::random([d_out], normal, (device, dtype)));
         let rate = |ms: f64| op.flops() / (ms * 1e-3) / 1e12;
         let burn = || linear(x.clone(), weight.clone(), bias_t.clone());
-        let burn_ms = time_ms(device, 1, runs, || {
-            for _ in 0..REPS {
-                let _ = burn();
-            }
-        })? / REPS as f64;
+        let burn_ms = device_ms(device, runs, || {
+            let _ = burn();
+        })?;
         let read = |t: Tensor<2>| t.cast(DType::F32).into_data().try_to_vec::<f32>();
         let want = read(burn()).map_err(|e| anyhow::anyhow!("{e:?}"))?;
+        let (tm, tn) = gemm.tiles_for(rows, d_out, 1);
         let mut line = format!(
-            "[{precision:?}]   {:<40} x{count:<3} burn {burn_ms:8.3} ms {:6.1} TFLOP/s",
+            "[{precision:?}]   {:<40} x{count:<3} burn {burn_ms:7.3} ms {:6.1} TFLOP/s | ours {tm}x{tn}",
             op.to_string(),
             rate(burn_ms)
         );
-        let auto = gemm.tiles_for(rows, d_out, 1);
-        let mut best = f64::INFINITY;
-        for tiles in [None, Some((4, 2)), Some((2, 2)), Some((2, 1))] {
+        for (i, &k) in knobs.iter().enumerate() {
+            matmul::set_gemm_knobs(k);
             let ours = || {
                 matmul::linear_mma(
                     gemm,
@@ -168,38 +188,39 @@ pub fn gemm_report(
                     &weight,
                     WeightLayout::OutIn,
                     bias_t.as_ref(),
-                    tiles,
+                    None,
                 )
             };
             let Some(first) = ours() else {
-                line += &format!(" | {tiles:?}: does not run");
-                continue;
+                line += " | does not run";
+                break;
             };
             let rel = match read(first) {
                 Ok(a) => latent_engine::vae_compile::relative_difference(&a, &want),
                 Err(_) => f32::NAN,
             };
-            let ms = time_ms(device, 1, runs, || {
-                for _ in 0..REPS {
-                    let _ = ours();
-                }
-            })? / REPS as f64;
-            if tiles.is_none() {
-                best = ms;
-            }
-            let (tm, tn) = tiles.unwrap_or(auto);
+            let ms = device_ms(device, runs, || {
+                let _ = ours();
+            })?;
+            ours_total[i] += ms * count as f64;
             line += &format!(
-                " | ours {}{tm}x{tn} {ms:8.3} ms {:6.1} TFLOP/s rel {rel:.1e}",
-                if tiles.is_none() { "auto " } else { "" },
+                " | {} {ms:7.3} ms {:6.1} TFLOP/s rel {rel:.0e}",
+                knob_label(&k),
                 rate(ms)
             );
         }
+        matmul::set_gemm_knobs(default);
         burn_total += burn_ms * count as f64;
-        ours_total += best * count as f64;
         println!("{line}");
     }
+    let ours: Vec<String> = knobs
+        .iter()
+        .zip(&ours_total)
+        .map(|(k, t)| format!("{} {t:.2} ms", knob_label(k)))
+        .collect();
     println!(
-        "[{precision:?}]   these linears a step (each alone, summed by count): burn {burn_total:.2} ms, ours (automatic tile) {ours_total:.2} ms"
+        "[{precision:?}]   these linears a step (device time, summed by count): burn {burn_total:.2} ms, ours {}",
+        ours.join(", ")
     );
     Ok(())
 }

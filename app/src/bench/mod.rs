@@ -105,10 +105,24 @@ pub struct BenchArgs {
     /// run (where it runs).
     #[arg(long)]
     gemm_all: bool,
-    /// After the UNet step, the same step with our cooperative-matrix GEMM taking the linears and
-    /// convolutions, interleaved over three rounds in the same process.
+    /// After the UNet step, the same step with the linears on burn's matmul or our
+    /// cooperative-matrix GEMM under each of its compilations, interleaved over three rounds in
+    /// the same process.
     #[arg(long)]
     gemm_ab: bool,
+    /// With `--kernel-profile`: profile again with the linears on the other product (burn's
+    /// matmul or our GEMM), then once more as at first.
+    #[arg(long)]
+    profile_linears: bool,
+    /// Route the linears through our cooperative-matrix GEMM for the whole run (where it runs).
+    #[arg(long)]
+    mma_linears: bool,
+    /// Our GEMM's reduction step for the whole run (32 or 64).
+    #[arg(long)]
+    gemm_bk: Option<usize>,
+    /// Keep cubecl's bounds checks in our GEMM for the whole run.
+    #[arg(long)]
+    gemm_checked: bool,
     /// Only the VAE decode (plain and compiled) and the GroupNorm kernels.
     #[arg(long)]
     vae_only: bool,
@@ -192,6 +206,22 @@ pub fn run(args: BenchArgs) -> Result<()> {
             .map_err(|e| anyhow::anyhow!("--unet-divisor {}: {e}", args.unet_divisor))?;
     }
     let tokenizer = ClipTokenizer::new()?;
+    {
+        use latent_engine::kernels::matmul;
+        let mut knobs = matmul::gemm_knobs();
+        if let Some(bk) = args.gemm_bk {
+            anyhow::ensure!(
+                matmul::GEMM_STEPS.contains(&bk),
+                "--gemm-bk {bk}: one of {:?}",
+                matmul::GEMM_STEPS
+            );
+            knobs.bk = Some(bk);
+        }
+        knobs.unchecked &= !args.gemm_checked;
+        matmul::set_gemm_knobs(knobs);
+        matmul::set_mma_linears(args.mma_linears);
+        println!("our GEMM: {knobs:?}, linears on it: {}", args.mma_linears);
+    }
     if args.gemm_all {
         use latent_engine::kernels::conv::{ConvRules, set_conv_rules};
         latent_engine::kernels::matmul::set_mma_linears(true);
@@ -301,6 +331,19 @@ pub fn run(args: BenchArgs) -> Result<()> {
         unet::graph_bench(&model, &device, precision, args.runs, &x, &ctx, unet)?;
         if let Some(steps) = args.kernel_profile {
             profile::kernel_profile(&model, &device, precision, steps, &x, &ctx)?;
+            if args.profile_linears {
+                // The linears on the other product, then back: device time, not wall time.
+                use latent_engine::kernels::matmul::{mma_linears, set_mma_linears};
+                let first = mma_linears();
+                for on in [!first, first] {
+                    set_mma_linears(on);
+                    println!(
+                        "[{precision:?}] linears on {}:",
+                        if on { "our GEMM" } else { "burn's matmul" }
+                    );
+                    profile::kernel_profile(&model, &device, precision, steps, &x, &ctx)?;
+                }
+            }
         }
         if args.planes_ab {
             unet::planes_ab(&model, &device, precision, args.runs, &x, &ctx)?;

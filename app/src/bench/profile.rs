@@ -102,6 +102,8 @@ struct Profile {
     spans: Vec<f64>,
     /// Per run: wall time with a sync, ms.
     walls: Vec<f64>,
+    /// Per run: the sum of its kernels' device time, ms.
+    kernel_sums: Vec<f64>,
 }
 
 /// Runs `f` (which enqueues work) `runs` times with every launch timed on the device, a sync
@@ -137,6 +139,7 @@ fn profile_launches(device: &Device, runs: usize, mut f: impl FnMut()) -> Result
         kernels: BTreeMap::new(),
         spans: Vec::new(),
         walls,
+        kernel_sums: vec![0.0; runs],
     };
     let mut spans = vec![(f64::INFINITY, f64::NEG_INFINITY); runs];
     let mut record = |name: &str, d: std::time::Duration| {
@@ -156,15 +159,17 @@ fn profile_launches(device: &Device, runs: usize, mut f: impl FnMut()) -> Result
                 let span = &mut spans[run.min(runs - 1)];
                 span.0 = span.0.min(start);
                 span.1 = span.1.max(end);
+                profile.kernel_sums[run.min(runs - 1)] += ticks.duration().as_secs_f64() * 1e3;
                 record(name, ticks.duration());
             }
             None => profile.unresolved += 1,
         }
     }
-    for (_, name, d, method) in timed {
+    for (run, name, d, method) in timed {
         if matches!(method, TimingMethod::Device) {
             profile.device_timed += 1;
         }
+        profile.kernel_sums[run.min(runs - 1)] += d.as_secs_f64() * 1e3;
         record(name, d);
     }
     profile.spans = spans
@@ -173,6 +178,23 @@ fn profile_launches(device: &Device, runs: usize, mut f: impl FnMut()) -> Result
         .map(|(s, e)| e - s)
         .collect();
     Ok(profile)
+}
+
+/// The device time of the kernels `f` enqueues: the median over `runs` runs (after one untimed
+/// run that compiles and tunes) of the sum of each run's kernel durations, ms. Free of the
+/// host's per-launch cost that a wall-clock time of one small op carries.
+pub(super) fn device_ms(device: &Device, runs: usize, mut f: impl FnMut()) -> Result<f64> {
+    f();
+    sync(device)?;
+    let p = profile_launches(device, runs, f)?;
+    if p.unresolved > 0 || p.device_timed == 0 {
+        anyhow::bail!(
+            "{} of {} launches without a device measurement",
+            p.unresolved,
+            p.launched
+        );
+    }
+    Ok(median(&p.kernel_sums))
 }
 
 fn median(v: &[f64]) -> f64 {

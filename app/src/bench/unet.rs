@@ -207,8 +207,9 @@ pub(super) fn conv_ab(
     })
 }
 
-/// The same step, same process, with the linear layers on our cooperative-matrix GEMM instead
-/// of burn's matmul, interleaved over three rounds.
+/// The same step, same process, with the linear layers on burn's matmul or our
+/// cooperative-matrix GEMM, under each of the GEMM's compilations (which the convolutions on it
+/// take too), interleaved over three rounds.
 pub(super) fn gemm_ab(
     model: &StableDiffusion,
     device: &Device,
@@ -217,12 +218,29 @@ pub(super) fn gemm_ab(
     x: &Tensor<4>,
     ctx: &Tensor<3>,
 ) -> Result<()> {
-    use latent_engine::kernels::matmul::set_mma_linears;
-    let names = ["linears on burn's matmul (default)", "linears on our GEMM"];
-    interleaved(precision, "linear rule", &names, 3, |i| {
-        set_mma_linears(i == 1);
+    use latent_engine::kernels::matmul::{gemm_knobs, mma_linears, set_gemm_knobs, set_mma_linears};
+    let (knobs0, linears0) = (gemm_knobs(), mma_linears());
+    let mut rules = Vec::new();
+    for k in super::linear::knob_sets() {
+        for linears in [false, true] {
+            rules.push((
+                k,
+                linears,
+                format!(
+                    "GEMM {}, linears on {}",
+                    super::linear::knob_label(&k),
+                    if linears { "our GEMM" } else { "burn's matmul" }
+                ),
+            ));
+        }
+    }
+    let names: Vec<&str> = rules.iter().map(|r| r.2.as_str()).collect();
+    interleaved(precision, "GEMM rule", &names, 3, |i| {
+        set_gemm_knobs(rules[i].0);
+        set_mma_linears(rules[i].1);
         let ms = step_ms(model, device, runs, x, ctx);
-        set_mma_linears(false);
+        set_gemm_knobs(knobs0);
+        set_mma_linears(linears0);
         ms
     })
 }

@@ -8,7 +8,7 @@ use burn::tensor::{DType, Tensor};
 use super::super::attention::{Fragment, device_fragment};
 use super::super::{output, resolve};
 use super::WeightLayout;
-use super::mma::{BK, LANES, PLANES_M, PLANES_N, VEC, gemm_mma};
+use super::mma::{LANES, PLANES_M, PLANES_N, VEC, gemm_mma};
 
 /// The tiles the GEMM takes, largest first, as fragments a plane `(tm, tn)`: 128 × 128, 64 ×
 /// 128 and 64 × 64 with 16 × 16 fragments.
@@ -33,7 +33,7 @@ impl MmaGemm {
             && f.m > 0
             && f.n > 0
             && f.k > 0
-            && BK.is_multiple_of(f.k)
+            && GEMM_STEPS.iter().all(|bk| bk.is_multiple_of(f.k))
             && (f.m * f.n).is_multiple_of(self.plane)
             && f.m.is_multiple_of(8)
             && f.n.is_multiple_of(8)
@@ -74,6 +74,64 @@ pub fn mma_gemm_on(device: &burn::tensor::Device, dtype: DType) -> Option<MmaGem
     gemm.fits().then_some(gemm)
 }
 
+/// The reduction steps the kernel is built for.
+pub const GEMM_STEPS: [usize; 2] = [32, 64];
+
+/// How the GEMM is compiled: its reduction step (one of [`GEMM_STEPS`], or `None` for
+/// [`reduction_step`]'s rule) and whether global reads and writes keep cubecl's bounds checks
+/// (the kernel guards every access itself and the launcher checks the buffers' lengths, so the
+/// checks only cost instructions: unmeasurable on an H100, eighteenth session).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GemmKnobs {
+    pub bk: Option<usize>,
+    pub unchecked: bool,
+}
+
+impl Default for GemmKnobs {
+    fn default() -> Self {
+        DEFAULT_KNOBS
+    }
+}
+
+const DEFAULT_KNOBS: GemmKnobs = GemmKnobs {
+    bk: None,
+    unchecked: true,
+};
+
+/// Launches of at most this many cubes take the 64-deep step when `b` lies `[k, n]`.
+const SMALL_GRID: usize = 132;
+
+/// The reduction step for a launch of `cubes` cubes: 64 (half the barriers a product) for a
+/// linear layer's `[n, k]` weights and for small grids, 32 for large grids over a `[k, n]`
+/// operand (an unrolled convolution input). Measured on an H100 (BENCHMARKS.md, eighteenth
+/// session, every SD 1.5 shape alone): the 64-deep step took the linears from 32.6 to 27.5 ms a
+/// step and the 8×8 and stride-2 convolutions 25–30 % faster, but the wide maps' convolutions
+/// (160 cubes and more) 10–100 % slower.
+pub fn reduction_step(b_nk: bool, cubes: usize) -> usize {
+    if b_nk || cubes <= SMALL_GRID { 64 } else { 32 }
+}
+
+/// The knobs every launch takes (the bench compares them).
+pub fn gemm_knobs() -> GemmKnobs {
+    GEMM_KNOBS
+        .lock()
+        .map(|k| *k)
+        .unwrap_or_else(|p| *p.into_inner())
+}
+
+/// Sets [`gemm_knobs`] process-wide; a step outside [`GEMM_STEPS`] is ignored.
+pub fn set_gemm_knobs(knobs: GemmKnobs) {
+    if knobs.bk.is_some_and(|bk| !GEMM_STEPS.contains(&bk)) {
+        return;
+    }
+    match GEMM_KNOBS.lock() {
+        Ok(mut k) => *k = knobs,
+        Err(p) => *p.into_inner() = knobs,
+    }
+}
+
+static GEMM_KNOBS: std::sync::Mutex<GemmKnobs> = std::sync::Mutex::new(DEFAULT_KNOBS);
+
 /// Whether linear layers take the GEMM where it runs: off unless set ([`set_mma_linears`]).
 pub fn mma_linears() -> bool {
     MMA_LINEARS.load(std::sync::atomic::Ordering::Relaxed)
@@ -96,8 +154,8 @@ fn vector_arg(t: &CubeTensor) -> BufferArg {
 /// `out[z] = a[z] · b[z] (+ bias)` over `batch` matrices, f16: `a` `[m, k]` row-major at
 /// `z · a_batch` elements, `b` `[k, n]` (or `[n, k]` with `b_nk`) at `z · b_batch`, `out`
 /// `[m, n]` at `z · c_batch`; `bias` per output row (`bias_per_row`) or column. `None` where
-/// the shapes break the kernel's alignment (`k`, `n` and the batch strides multiples of 8) or
-/// the grid.
+/// the shapes break the kernel's alignment (`k`, `n` and the batch strides multiples of 8), a
+/// buffer is shorter than the shapes say, or the grid is too large.
 #[allow(clippy::too_many_arguments)]
 pub fn gemm_into(
     gemm: MmaGemm,
@@ -115,10 +173,26 @@ pub fn gemm_into(
 ) -> Option<()> {
     let aligned = |v: usize| v.is_multiple_of(VEC);
     let sized = |t: &CubeTensor| aligned(t.meta.num_elements());
-    let fits = aligned(k) && aligned(n) && aligned(a_batch) && aligned(b_batch);
-    if !(fits && sized(a) && sized(b)) || m == 0 || n == 0 || k == 0 || batch == 0 {
+    let fits = aligned(k) && aligned(n) && aligned(a_batch) && aligned(b_batch) && aligned(c_batch);
+    if !(fits && sized(a) && sized(b) && sized(out)) || m == 0 || n == 0 || k == 0 || batch == 0 {
         return None;
     }
+    // Every index the kernel forms stays inside its buffer (unchecked launches rely on it).
+    let holds = |t: &CubeTensor, stride: usize, len: usize| {
+        (batch - 1)
+            .checked_mul(stride)
+            .and_then(|s| s.checked_add(len))
+            .is_some_and(|end| end <= t.meta.num_elements())
+    };
+    let bias_len = if bias_per_row { m } else { n };
+    if !(holds(a, a_batch, m * k)
+        && holds(b, b_batch, n * k)
+        && holds(out, c_batch, m * n)
+        && bias.is_none_or(|t| t.meta.num_elements() >= bias_len))
+    {
+        return None;
+    }
+    let knobs = gemm_knobs();
     let (tm, tn) = tiles.unwrap_or_else(|| gemm.tiles_for(m, n, batch));
     let f = gemm.fragment;
     let (bm, bn) = (PLANES_M * tm * f.m, PLANES_N * tn * f.n);
@@ -126,6 +200,9 @@ pub fn gemm_into(
     if nx > 65_535 || ny > 65_535 || batch > 65_535 {
         return None;
     }
+    let bk = knobs
+        .bk
+        .unwrap_or_else(|| reduction_step(b_nk, nx * ny * batch));
     let placeholder;
     let bias_c = match bias {
         Some(t) => t,
@@ -134,31 +211,44 @@ pub fn gemm_into(
             &placeholder
         }
     };
-    gemm_mma::launch::<half::f16>(
-        &a.client,
-        CubeCount::Static(nx as u32, ny as u32, batch as u32),
-        CubeDim::new_1d(LANES as u32),
-        VEC,
-        vector_arg(a),
-        vector_arg(b),
-        super::super::buffer_arg(bias_c),
-        super::super::buffer_arg(out),
-        m,
-        n,
-        k,
-        a_batch,
-        b_batch,
-        c_batch,
-        tm,
-        tn,
-        f.m,
-        f.n,
-        f.k,
-        gemm.plane,
-        b_nk,
-        bias.is_some(),
-        bias_per_row,
-    );
+    macro_rules! launch {
+        ($launch:path) => {
+            $launch(
+                &a.client,
+                CubeCount::Static(nx as u32, ny as u32, batch as u32),
+                CubeDim::new_1d(LANES as u32),
+                VEC,
+                vector_arg(a),
+                vector_arg(b),
+                super::super::buffer_arg(bias_c),
+                vector_arg(out),
+                m,
+                n,
+                k,
+                a_batch,
+                b_batch,
+                c_batch,
+                tm,
+                tn,
+                f.m,
+                f.n,
+                f.k,
+                bk,
+                gemm.plane,
+                b_nk,
+                bias.is_some(),
+                bias_per_row,
+            )
+        };
+    }
+    if knobs.unchecked {
+        // SAFETY: every global index the kernel forms is guarded by the shapes it is given
+        // (rows < m, columns < n, reduction < k), and the buffers hold those shapes (checked
+        // above); the loops are bounded by the step count.
+        unsafe { launch!(gemm_mma::launch_unchecked::<half::f16>) }
+    } else {
+        launch!(gemm_mma::launch::<half::f16>)
+    }
     Some(())
 }
 
@@ -256,5 +346,16 @@ mod tests {
         );
         assert_eq!(g.tiles_for(1280, 256, 2), (2, 1), "a 16×16 convolution");
         assert_eq!(g.tiles_for(16, 16, 1), (2, 1));
+    }
+
+    /// Linears and small grids take the deep step; wide maps' convolutions the short one.
+    #[test]
+    fn reduction_step_by_operand_and_grid() {
+        use super::reduction_step;
+        assert_eq!(reduction_step(true, 1280), 64, "a linear layer");
+        assert_eq!(reduction_step(false, 40), 64, "an 8×8 convolution");
+        assert_eq!(reduction_step(false, 320), 32, "a 64×64 convolution");
+        let knobs = super::GemmKnobs::default();
+        assert!(knobs.bk.is_none() && knobs.unchecked);
     }
 }

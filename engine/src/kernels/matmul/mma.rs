@@ -10,7 +10,13 @@
 //! into registers while this step's products run. `b` lies `[k, n]` or, for a linear layer's
 //! weight as checkpoints store it, `[n, k]` (read as column-major fragments, no copy).
 //!
-//! Requires `k` and `n` multiples of 8 and 16-byte aligned buffers (the launcher checks); any `m`.
+//! The reduction step `bk` is 32 or 64 (the launcher's [`super::GemmKnobs`]): 64 halves the
+//! barriers per product, at 36 KiB of staging for a 128 × 128 tile. Each plane writes its
+//! fragments out through its own 1 KiB of f32 scratch with plane barriers only, 16 bytes a lane,
+//! the bias added in f32 before the one cast.
+//!
+//! Requires `k`, `n` and the output's batch stride multiples of 8 and 16-byte aligned buffers
+//! (the launcher checks); any `m`.
 //!
 //! Measured on an H100 (seventeenth session): faster than burn's convolution on the deep, narrow
 //! 3×3 layers it now takes (`conv::ConvRules`), slower than burn's matmul on the linears' short
@@ -25,21 +31,16 @@ pub(super) const LANES: usize = 256;
 /// The planes' arrangement over the tile.
 pub(super) const PLANES_M: usize = 2;
 pub(super) const PLANES_N: usize = 4;
-/// Reduction step staged in workgroup memory.
-pub(super) const BK: usize = 32;
 /// Elements per vector: 16 bytes of f16.
 pub(super) const VEC: usize = 8;
-/// A staged row of `a` (and of `b` as `[n, k]`): the step plus one vector of padding, so that
-/// fragment loads spread over the banks.
-const K_ROW: usize = BK + VEC;
 
-#[cube(launch)]
+#[cube(launch, launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
 pub(super) fn gemm_mma<F: Float, N: Size>(
     a: &[Vector<F, N>],
     b: &[Vector<F, N>],
     bias: &[F],
-    out: &mut [F],
+    out: &mut [Vector<F, N>],
     m: usize,
     cols: usize,
     k: usize,
@@ -51,6 +52,7 @@ pub(super) fn gemm_mma<F: Float, N: Size>(
     #[comptime] fm: usize,
     #[comptime] fn_: usize,
     #[comptime] fk: usize,
+    #[comptime] bk: usize,
     #[comptime] plane: usize,
     #[comptime] b_nk: bool,
     #[comptime] add_bias: bool,
@@ -59,6 +61,10 @@ pub(super) fn gemm_mma<F: Float, N: Size>(
     let bm = comptime!(PLANES_M * tm * fm);
     let bn = comptime!(PLANES_N * tn * fn_);
     let n_row = comptime!(bn + VEC);
+    // A staged row of `a` (and of `b` as `[n, k]`): the step plus one vector of padding, so
+    // that fragment loads spread over the banks.
+    let k_row = comptime!(bk + VEC);
+    let per_k = comptime!(bk / VEC);
     let lane = UNIT_POS as usize;
     let warp = lane / plane;
     let in_warp = lane % plane;
@@ -71,11 +77,11 @@ pub(super) fn gemm_mma<F: Float, N: Size>(
     let b_base = z * b_batch;
     let c_base = z * c_batch;
 
-    let mut a_s = Shared::<[Vector<F, N>]>::new_slice(comptime!(bm * K_ROW / VEC));
+    let mut a_s = Shared::<[Vector<F, N>]>::new_slice(comptime!(bm * k_row / VEC));
     let b_len = comptime!(if b_nk {
-        bn * K_ROW / VEC
+        bn * k_row / VEC
     } else {
-        BK * (bn + VEC) / VEC
+        bk * (bn + VEC) / VEC
     });
     let mut b_s = Shared::<[Vector<F, N>]>::new_slice(b_len);
     let mut c_s = Shared::<[f32]>::new_slice(comptime!(LANES / plane * fm * fn_));
@@ -93,25 +99,26 @@ pub(super) fn gemm_mma<F: Float, N: Size>(
         ));
     }
 
-    let a_per = comptime!(bm * BK / VEC / LANES);
-    let b_per = comptime!(bn * BK / VEC / LANES);
+    let a_per = comptime!(bm * bk / VEC / LANES);
+    let b_per = comptime!(bn * bk / VEC / LANES);
     let mut a_reg = Array::<Vector<F, N>>::new(a_per);
     let mut b_reg = Array::<Vector<F, N>>::new(b_per);
-    let steps = k.div_ceil(BK);
+    let steps = k.div_ceil(bk);
     load_step::<F, N>(
-        a, b, &mut a_reg, &mut b_reg, 0, lane, m0, n0, m, cols, k, a_base, b_base, bm, bn, b_nk,
+        a, b, &mut a_reg, &mut b_reg, 0, lane, m0, n0, m, cols, k, a_base, b_base, bm, bn, bk,
+        b_nk,
     );
     for s in 0..steps {
         #[unroll]
         for i in 0..a_per {
             let v = lane + i * LANES;
-            a_s[v / 4 * (K_ROW / VEC) + v % 4] = a_reg[i];
+            a_s[v / per_k * (k_row / VEC) + v % per_k] = a_reg[i];
         }
         #[unroll]
         for i in 0..b_per {
             let v = lane + i * LANES;
             if b_nk {
-                b_s[v / 4 * (K_ROW / VEC) + v % 4] = b_reg[i];
+                b_s[v / per_k * (k_row / VEC) + v % per_k] = b_reg[i];
             } else {
                 let per_row = comptime!(bn / VEC);
                 b_s[v / per_row * (n_row / VEC) + v % per_row] = b_reg[i];
@@ -135,11 +142,12 @@ pub(super) fn gemm_mma<F: Float, N: Size>(
                 b_base,
                 bm,
                 bn,
+                bk,
                 b_nk,
             );
         }
         #[unroll]
-        for kk in 0..comptime!(BK / fk) {
+        for kk in 0..comptime!(bk / fk) {
             let mut bf = Sequence::<cmma::Matrix<F>>::new();
             #[unroll]
             for j in 0..tn {
@@ -156,8 +164,8 @@ pub(super) fn gemm_mma<F: Float, N: Size>(
                     };
                     cmma::load(
                         &mut f,
-                        &b_s[(col * K_ROW + kk * fk) / VEC..b_len],
-                        K_ROW as u32,
+                        &b_s[(col * k_row + kk * fk) / VEC..b_len],
+                        k_row as u32,
                     );
                     bf.push(f);
                 } else {
@@ -192,8 +200,8 @@ pub(super) fn gemm_mma<F: Float, N: Size>(
                 };
                 cmma::load(
                     &mut af,
-                    &a_s[(row * K_ROW + kk * fk) / VEC..comptime!(bm * K_ROW / VEC)],
-                    K_ROW as u32,
+                    &a_s[(row * k_row + kk * fk) / VEC..comptime!(bm * k_row / VEC)],
+                    k_row as u32,
                 );
                 #[unroll]
                 for j in 0..tn {
@@ -205,8 +213,11 @@ pub(super) fn gemm_mma<F: Float, N: Size>(
         sync_cube();
     }
 
-    // Each plane writes its fragments through its own scratch, adding the bias in f32.
+    // Each plane writes its fragments through its own scratch (plane barriers only), a
+    // vector of 8 outputs a lane, adding the bias in f32.
     let scratch = warp * comptime!(fm * fn_);
+    let vecs = comptime!(fm * fn_ / VEC);
+    let row_vecs = comptime!(fn_ / VEC);
     #[unroll]
     for i in 0..tm {
         #[unroll]
@@ -217,32 +228,39 @@ pub(super) fn gemm_mma<F: Float, N: Size>(
                 fn_ as u32,
                 cmma::MatrixLayout::RowMajor,
             );
-            sync_cube();
+            sync_plane();
             #[unroll]
-            for e in 0..comptime!(fm * fn_ / plane) {
+            for e in 0..comptime!(vecs.div_ceil(plane)) {
                 let idx = in_warp + e * plane;
-                let row = m0 + wm * comptime!(tm * fm) + i * fm + idx / fn_;
-                let col = n0 + wn * comptime!(tn * fn_) + j * fn_ + idx % fn_;
-                if row < m && col < cols {
-                    let mut v = c_s[scratch + idx];
-                    if add_bias {
-                        if bias_per_row {
-                            v += f32::cast_from(bias[row]);
-                        } else {
-                            v += f32::cast_from(bias[col]);
+                let r = idx / row_vecs;
+                let cv = idx % row_vecs;
+                let row = m0 + wm * comptime!(tm * fm) + i * fm + r;
+                let col = n0 + wn * comptime!(tn * fn_) + j * fn_ + cv * VEC;
+                if idx < vecs && row < m && col < cols {
+                    let mut v = Vector::<F, N>::new(F::new(0.0));
+                    #[unroll]
+                    for t in 0..VEC {
+                        let mut x = c_s[scratch + r * fn_ + cv * VEC + t];
+                        if add_bias {
+                            if bias_per_row {
+                                x += f32::cast_from(bias[row]);
+                            } else {
+                                x += f32::cast_from(bias[col + t]);
+                            }
                         }
+                        v.insert(t, F::cast_from(x));
                     }
-                    out[c_base + row * cols + col] = F::cast_from(v);
+                    out[(c_base + row * cols + col) / VEC] = v;
                 }
             }
-            sync_cube();
+            sync_plane();
         }
     }
 }
 
-/// Step `s`'s vectors of this lane into registers (zeros past the edges): `a`'s rows `v / 4`,
-/// vector `v % 4` of the step, and `b`'s likewise (`[n, k]`) or row `v / (bn / 8)` of the step,
-/// vector `v % (bn / 8)` (`[k, n]`), for `v = lane + 256·i`.
+/// Step `s`'s vectors of this lane into registers (zeros past the edges): `a`'s rows `v / p`,
+/// vector `v % p` of the step (`p = bk / 8`), and `b`'s likewise (`[n, k]`) or row `v / (bn /
+/// 8)` of the step, vector `v % (bn / 8)` (`[k, n]`), for `v = lane + 256·i`.
 #[cube]
 #[allow(clippy::too_many_arguments)]
 fn load_step<F: Float, N: Size>(
@@ -261,14 +279,16 @@ fn load_step<F: Float, N: Size>(
     b_base: usize,
     #[comptime] bm: usize,
     #[comptime] bn: usize,
+    #[comptime] bk: usize,
     #[comptime] b_nk: bool,
 ) {
-    let k0 = s * BK;
+    let k0 = s * bk;
+    let per_k = comptime!(bk / VEC);
     #[unroll]
-    for i in 0..comptime!(bm * BK / VEC / LANES) {
+    for i in 0..comptime!(bm * bk / VEC / LANES) {
         let v = lane + i * LANES;
-        let row = m0 + v / 4;
-        let kk = k0 + (v % 4) * VEC;
+        let row = m0 + v / per_k;
+        let kk = k0 + (v % per_k) * VEC;
         let mut x = Vector::<F, N>::new(F::new(0.0));
         if row < m && kk < k {
             x = a[(a_base + row * k + kk) / VEC];
@@ -276,12 +296,12 @@ fn load_step<F: Float, N: Size>(
         a_reg[i] = x;
     }
     #[unroll]
-    for i in 0..comptime!(bn * BK / VEC / LANES) {
+    for i in 0..comptime!(bn * bk / VEC / LANES) {
         let v = lane + i * LANES;
         let mut x = Vector::<F, N>::new(F::new(0.0));
         if b_nk {
-            let col = n0 + v / 4;
-            let kk = k0 + (v % 4) * VEC;
+            let col = n0 + v / per_k;
+            let kk = k0 + (v % per_k) * VEC;
             if col < cols && kk < k {
                 x = b[(b_base + col * k + kk) / VEC];
             }
