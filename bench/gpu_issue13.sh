@@ -99,6 +99,10 @@
 #           VAE, 20-step txt2img) with every kernel of three steps profiled with the linears on
 #           burn's matmul, on our GEMM, and on burn's again (`--profile-linears`), the GEMM A/B
 #           (`--gemm-ab`); then the GEMM report (`--gemm-only`) in the time left
+#   PART=ai the GEMM report first (each linear and 3×3 shape, and the GEGLU gate and residual
+#           fused into the GEMM's epilogue against burn's fused matmul), PyTorch (fp16 UNet step,
+#           20-step txt2img), then part ah's run of ours with EXTRA flags (--mma-linears: the
+#           linears on our GEMM for the whole run, the profile's A/B flips them to burn's)
 #   PART=e  PyTorch (fp16 UNet, VAE, 20-step txt2img), then our f16 bench under perf (a flat
 #           profile per thread: where the host time of a step goes). Needs .perf/perf.txz (perf
 #           and its libraries) and a release build with symbols (CARGO_PROFILE_RELEASE_STRIP=false)
@@ -306,6 +310,11 @@ ah)
   PARTS=${TORCH_PARTS:-unet16,e2e} timeout 100 python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_ah.txt
   timeout ${OURS_TIMEOUT:-360} /tmp/ls bench --device gpu --precision f16 --runs 7 --steps 20 --no-ops --no-previews --no-profile --no-burn-ops --kernel-profile 3 --profile-linears --gemm-ab $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_spirv.txt
   timeout ${GEMM_TIMEOUT:-80} /tmp/ls bench --device gpu --precision f16 --runs 5 --gemm-only 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/gemm.txt
+  ;;
+ai)
+  timeout ${GEMM_TIMEOUT:-120} /tmp/ls bench --device gpu --precision f16 --runs 5 --gemm-only 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/gemm.txt
+  PARTS=${TORCH_PARTS:-unet16,e2e} timeout 90 python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_ai.txt
+  timeout ${OURS_TIMEOUT:-330} /tmp/ls bench --device gpu --precision f16 --runs 7 --steps 20 --no-ops --no-previews --no-profile --no-burn-ops --kernel-profile 3 --profile-linears --gemm-ab $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_spirv.txt
   ;;
 h)
   timeout ${OURS_TIMEOUT:-540} /tmp/ls bench --device gpu --precision f16 --runs 3 --unet-only 2>&1 | grep -v "^\[F16\]   [a-z_]*  *[0-9.]* ms  {" | tee $OUT/ours_spirv_ops.txt

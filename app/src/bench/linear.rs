@@ -189,6 +189,7 @@ pub fn gemm_report(
                     WeightLayout::OutIn,
                     bias_t.as_ref(),
                     None,
+                    matmul::LinearEpilogue::Plain,
                 )
             };
             let Some(first) = ours() else {
@@ -212,6 +213,56 @@ pub fn gemm_report(
         matmul::set_gemm_knobs(default);
         burn_total += burn_ms * count as f64;
         println!("{line}");
+        // The epilogues a transformer block uses: GEGLU's gate on its projection, the residual
+        // on the layers that end a branch (burn fuses both into its matmul).
+        let geglu = d_out == 8 * d_in;
+        if geglu || (bias && d_in != d_out * 3) {
+            let residual = Tensor::<2>::random([rows, d_out], normal, (device, dtype));
+            let burn_fused = || {
+                let y = burn();
+                if geglu {
+                    let half = d_out / 2;
+                    y.clone().narrow(1, 0, half) * latent_engine::nn::gelu(y.narrow(1, half, half))
+                } else {
+                    y + residual.clone()
+                }
+            };
+            let epilogue = if geglu {
+                matmul::LinearEpilogue::Geglu
+            } else {
+                matmul::LinearEpilogue::Residual(residual.clone())
+            };
+            let ours = || {
+                matmul::linear_mma(
+                    gemm,
+                    x.clone(),
+                    &weight,
+                    WeightLayout::OutIn,
+                    bias_t.as_ref(),
+                    None,
+                    epilogue.clone(),
+                )
+            };
+            let name = if geglu { "value · gelu(gate)" } else { "+ residual" };
+            let Some(first) = ours() else {
+                println!("[{precision:?}]     {name}: ours does not run");
+                continue;
+            };
+            let want = read(burn_fused()).map_err(|e| anyhow::anyhow!("{e:?}"))?;
+            let rel = match read(first) {
+                Ok(a) => latent_engine::vae_compile::relative_difference(&a, &want),
+                Err(_) => f32::NAN,
+            };
+            let burn_ms = device_ms(device, runs, || {
+                let _ = burn_fused();
+            })?;
+            let ms = device_ms(device, runs, || {
+                let _ = ours();
+            })?;
+            println!(
+                "[{precision:?}]     {name}: burn (fused by burn) {burn_ms:7.3} ms | ours in the epilogue {ms:7.3} ms rel {rel:.0e}"
+            );
+        }
     }
     let ours: Vec<String> = knobs
         .iter()

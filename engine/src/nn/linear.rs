@@ -7,7 +7,7 @@ use burn::tensor::{DType, Tensor};
 
 use crate::checkpoint::Weights;
 use crate::error::Result;
-use crate::kernels::matmul::{self, WeightLayout};
+use crate::kernels::matmul::{self, LinearEpilogue, WeightLayout};
 
 /// `nn.Linear`; the weight is kept as `[in, out]`.
 #[derive(Debug, Clone)]
@@ -56,6 +56,21 @@ impl Linear {
     }
 
     pub fn forward<const D: usize>(&self, x: Tensor<D>) -> Tensor<D> {
+        self.forward_with(x, LinearEpilogue::Plain)
+    }
+
+    /// `forward(x) + residual`, the add fused into the product where our GEMM runs it.
+    pub fn forward_add<const D: usize>(&self, x: Tensor<D>, residual: Tensor<D>) -> Tensor<D> {
+        self.forward_with(x, LinearEpilogue::Residual(residual))
+    }
+
+    /// A GEGLU projection (outputs: values then gates): `value · gelu(gate)`, half as wide, the
+    /// gate fused into the product where our GEMM runs it.
+    pub fn forward_geglu<const D: usize>(&self, x: Tensor<D>) -> Tensor<D> {
+        self.forward_with(x, LinearEpilogue::Geglu)
+    }
+
+    fn forward_with<const D: usize>(&self, x: Tensor<D>, epilogue: LinearEpilogue<D>) -> Tensor<D> {
         crate::profile::record(|| {
             let dims = x.dims();
             let [d_in, d_out] = self.weight.dims();
@@ -77,10 +92,27 @@ impl Linear {
                 self.layout,
                 self.bias.as_ref(),
                 None,
+                epilogue.clone(),
             )
         {
             return y;
         }
+        let y = self.product(x);
+        match epilogue {
+            LinearEpilogue::Plain => y,
+            LinearEpilogue::Residual(r) => y + r,
+            LinearEpilogue::Geglu => {
+                let dims = y.dims();
+                let half = dims[D - 1] / 2;
+                let value = y.clone().narrow(D - 1, 0, half);
+                let gate = y.narrow(D - 1, half, half);
+                value * super::gelu(gate)
+            }
+        }
+    }
+
+    /// `x · W + b` on our SIMT product where it runs, else burn's.
+    fn product<const D: usize>(&self, x: Tensor<D>) -> Tensor<D> {
         let ours = *self
             .ours
             .get_or_init(|| matmul::runs_on(&x.device(), self.weight.dtype()));

@@ -6,7 +6,7 @@ use burn::tensor::Tensor;
 use crate::attention::{Heads, heads_attention};
 use crate::checkpoint::Weights;
 use crate::error::Result;
-use crate::nn::{Conv2d, GroupNorm, Kernels, LayerNorm, Linear, gelu};
+use crate::nn::{Conv2d, GroupNorm, Kernels, LayerNorm, Linear};
 
 /// diffusers `Attention` as used in the UNet: q has no bias, the output projection has one. The
 /// projections that read the same input are fused at load into one matmul (q, k and v for
@@ -65,6 +65,23 @@ impl CrossAttention {
     /// x `[b, n, query_dim]`, context `[b, m, context_dim]` (cross-attention; self-attention
     /// ignores it) -> `[b, n, query_dim]`
     pub fn forward(&self, x: Tensor<3>, context: Option<&Tensor<3>>) -> Tensor<3> {
+        let out = self.attend(x, context);
+        self.to_out.forward(out)
+    }
+
+    /// `residual + forward(x, context)`, the add fused into the output projection.
+    pub fn forward_add(
+        &self,
+        x: Tensor<3>,
+        context: Option<&Tensor<3>>,
+        residual: Tensor<3>,
+    ) -> Tensor<3> {
+        let out = self.attend(x, context);
+        self.to_out.forward_add(out, residual)
+    }
+
+    /// The heads' attention before the output projection, `[b, n, heads · head_dim]`.
+    fn attend(&self, x: Tensor<3>, context: Option<&Tensor<3>>) -> Tensor<3> {
         let inner = self.heads * self.head_dim;
         let at = |tensor, column| Heads { tensor, column };
         let out = match &self.projection {
@@ -90,7 +107,7 @@ impl CrossAttention {
                 )
             }
         };
-        self.to_out.forward(out)
+        out
     }
 }
 
@@ -110,13 +127,9 @@ impl FeedForward {
         })
     }
 
-    fn forward(&self, x: Tensor<3>) -> Tensor<3> {
-        let h = self.proj.forward(x);
-        let [b, n, two_inner] = h.dims();
-        let inner = two_inner / 2;
-        let value = h.clone().slice([0..b, 0..n, 0..inner]);
-        let gate = h.slice([0..b, 0..n, inner..two_inner]);
-        self.out.forward(value * gelu(gate))
+    /// `residual + ff(x)`, the gate and the add fused into the products where they can be.
+    fn forward_add(&self, x: Tensor<3>, residual: Tensor<3>) -> Tensor<3> {
+        self.out.forward_add(self.proj.forward_geglu(x), residual)
     }
 }
 
@@ -144,9 +157,11 @@ impl BasicTransformerBlock {
     }
 
     fn forward(&self, x: Tensor<3>, context: &Tensor<3>) -> Tensor<3> {
-        let x = x.clone() + self.attn1.forward(self.norm1.forward(x), None);
-        let x = x.clone() + self.attn2.forward(self.norm2.forward(x), Some(context));
-        x.clone() + self.ff.forward(self.norm3.forward(x))
+        let x = self.attn1.forward_add(self.norm1.forward(x.clone()), None, x);
+        let x = self
+            .attn2
+            .forward_add(self.norm2.forward(x.clone()), Some(context), x);
+        self.ff.forward_add(self.norm3.forward(x.clone()), x)
     }
 }
 

@@ -103,6 +103,7 @@ pub fn conv2d_unrolled_gemm(
         false,
         true,
         tiles,
+        crate::kernels::matmul::GemmEpilogue::Plain,
     )?;
     Some(
         Epilogue {

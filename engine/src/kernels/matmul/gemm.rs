@@ -151,11 +151,24 @@ fn vector_arg(t: &CubeTensor) -> BufferArg {
     unsafe { BufferArg::from_raw_parts(t.handle.clone(), len) }
 }
 
-/// `out[z] = a[z] · b[z] (+ bias)` over `batch` matrices, f16: `a` `[m, k]` row-major at
-/// `z · a_batch` elements, `b` `[k, n]` (or `[n, k]` with `b_nk`) at `z · b_batch`, `out`
-/// `[m, n]` at `z · c_batch`; `bias` per output row (`bias_per_row`) or column. `None` where
-/// the shapes break the kernel's alignment (`k`, `n` and the batch strides multiples of 8), a
-/// buffer is shorter than the shapes say, or the grid is too large.
+/// What the GEMM's epilogue adds to the product (and bias) before the one cast.
+#[derive(Debug, Clone, Copy)]
+pub enum GemmEpilogue<'a> {
+    /// Nothing more.
+    Plain,
+    /// A residual laid out as the output (`[m, n]` at `z · c_batch`).
+    Residual(&'a CubeTensor),
+    /// `b`'s `n` rows are a GEGLU's values then gates (`[n, k]` only): the output is
+    /// `value · gelu(gate)`, `[m, n / 2]` at `z · c_batch`.
+    Geglu,
+}
+
+/// `out[z] = a[z] · b[z] (+ bias) (+ epilogue)` over `batch` matrices, f16: `a` `[m, k]`
+/// row-major at `z · a_batch` elements, `b` `[k, n]` (or `[n, k]` with `b_nk`) at
+/// `z · b_batch`, `out` `[m, n]` at `z · c_batch`; `bias` per output row (`bias_per_row`) or
+/// column. `None` where the shapes break the kernel's alignment (`k`, `n` and the batch strides
+/// multiples of 8; a GEGLU's half a multiple of the fragment width), a buffer is shorter than
+/// the shapes say, or the grid is too large.
 #[allow(clippy::too_many_arguments)]
 pub fn gemm_into(
     gemm: MmaGemm,
@@ -170,8 +183,14 @@ pub fn gemm_into(
     b_nk: bool,
     bias_per_row: bool,
     tiles: Option<(usize, usize)>,
+    epilogue: GemmEpilogue<'_>,
 ) -> Option<()> {
     let aligned = |v: usize| v.is_multiple_of(VEC);
+    let geglu = matches!(epilogue, GemmEpilogue::Geglu);
+    if geglu && !(b_nk && !bias_per_row && n.is_multiple_of(2 * gemm.fragment.n)) {
+        return None;
+    }
+    let out_cols = if geglu { n / 2 } else { n };
     let sized = |t: &CubeTensor| aligned(t.meta.num_elements());
     let fits = aligned(k) && aligned(n) && aligned(a_batch) && aligned(b_batch) && aligned(c_batch);
     if !(fits && sized(a) && sized(b) && sized(out)) || m == 0 || n == 0 || k == 0 || batch == 0 {
@@ -187,13 +206,21 @@ pub fn gemm_into(
     let bias_len = if bias_per_row { m } else { n };
     if !(holds(a, a_batch, m * k)
         && holds(b, b_batch, n * k)
-        && holds(out, c_batch, m * n)
-        && bias.is_none_or(|t| t.meta.num_elements() >= bias_len))
+        && holds(out, c_batch, m * out_cols)
+        && bias.is_none_or(|t| t.meta.num_elements() >= bias_len)
+        && match epilogue {
+            GemmEpilogue::Residual(r) => sized(r) && holds(r, c_batch, m * n),
+            _ => true,
+        })
     {
         return None;
     }
     let knobs = gemm_knobs();
-    let (tm, tn) = tiles.unwrap_or_else(|| gemm.tiles_for(m, n, batch));
+    let (tm, mut tn) = tiles.unwrap_or_else(|| gemm.tiles_for(m, n, batch));
+    if geglu {
+        // Values and gates in fragment pairs.
+        tn = 2;
+    }
     let f = gemm.fragment;
     let (bm, bn) = (PLANES_M * tm * f.m, PLANES_N * tn * f.n);
     let (nx, ny) = (n.div_ceil(bn), m.div_ceil(bm));
@@ -203,13 +230,12 @@ pub fn gemm_into(
     let bk = knobs
         .bk
         .unwrap_or_else(|| reduction_step(b_nk, nx * ny * batch));
-    let placeholder;
-    let bias_c = match bias {
-        Some(t) => t,
-        None => {
-            placeholder = resolve(Tensor::<1>::zeros([1], (device, DType::F16)))?;
-            &placeholder
-        }
+    // Never read (the kernel's comptime flags say so): an allocation, no kernel.
+    let placeholder = resolve(Tensor::<1>::empty([VEC], (device, DType::F16)))?;
+    let bias_c = bias.unwrap_or(&placeholder);
+    let residual = match epilogue {
+        GemmEpilogue::Residual(r) => r,
+        _ => &placeholder,
     };
     macro_rules! launch {
         ($launch:path) => {
@@ -221,6 +247,7 @@ pub fn gemm_into(
                 vector_arg(a),
                 vector_arg(b),
                 super::super::buffer_arg(bias_c),
+                vector_arg(residual),
                 vector_arg(out),
                 m,
                 n,
@@ -238,6 +265,8 @@ pub fn gemm_into(
                 b_nk,
                 bias.is_some(),
                 bias_per_row,
+                matches!(epilogue, GemmEpilogue::Residual(_)),
+                geglu,
             )
         };
     }
@@ -252,8 +281,18 @@ pub fn gemm_into(
     Some(())
 }
 
+/// What a linear layer's product on the GEMM adds in its epilogue.
+#[derive(Debug, Clone)]
+pub enum LinearEpilogue<const D: usize> {
+    Plain,
+    /// `+ residual`, shaped as the output.
+    Residual(Tensor<D>),
+    /// The layer's outputs are a GEGLU's values then gates: `value · gelu(gate)`, half as wide.
+    Geglu,
+}
+
 /// `x` `[.., in]` times the layer's `weight` (`[in, out]`, laid out as `layout` says) plus
-/// `bias`, on the GEMM; `None` where it does not run (see [`gemm_into`]).
+/// `bias` and the `epilogue`, on the GEMM; `None` where it does not run (see [`gemm_into`]).
 pub fn linear_mma<const D: usize>(
     gemm: MmaGemm,
     x: Tensor<D>,
@@ -261,6 +300,7 @@ pub fn linear_mma<const D: usize>(
     layout: WeightLayout,
     bias: Option<&Tensor<1>>,
     tiles: Option<(usize, usize)>,
+    epilogue: LinearEpilogue<D>,
 ) -> Option<Tensor<D>> {
     let device = x.device();
     let dtype = x.dtype();
@@ -285,8 +325,24 @@ pub fn linear_mma<const D: usize>(
         Some(b) => Some(resolve(b.clone())?),
         None => None,
     };
+    let geglu = matches!(epilogue, LinearEpilogue::Geglu);
+    if geglu && layout != WeightLayout::OutIn {
+        return None;
+    }
     let mut out_shape = dims;
-    out_shape[D - 1] = cols;
+    out_shape[D - 1] = if geglu { cols / 2 } else { cols };
+    let residual = match epilogue {
+        LinearEpilogue::Residual(r) if r.dims() == out_shape && r.dtype() == dtype => {
+            Some(resolve(r)?)
+        }
+        LinearEpilogue::Residual(_) => return None,
+        _ => None,
+    };
+    let kind = match (&residual, geglu) {
+        (Some(r), _) => GemmEpilogue::Residual(r),
+        (None, true) => GemmEpilogue::Geglu,
+        (None, false) => GemmEpilogue::Plain,
+    };
     let (out, oc) = output(out_shape, dtype, &device)?;
     gemm_into(
         gemm,
@@ -301,6 +357,7 @@ pub fn linear_mma<const D: usize>(
         layout == WeightLayout::OutIn,
         false,
         tiles,
+        kind,
     )?;
     Some(out)
 }

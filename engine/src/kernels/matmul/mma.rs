@@ -15,6 +15,13 @@
 //! fragments out through its own 1 KiB of f32 scratch with plane barriers only, 16 bytes a lane,
 //! the bias added in f32 before the one cast.
 //!
+//! The epilogue may add a residual `[m, n]` (a transformer block's skip), or take a GEGLU's
+//! value and gate from one product (`n = 2·inner` weight rows, values first) and write
+//! `value · gelu(gate)` `[m, inner]`: the columns are read in alternating blocks of values and
+//! gates (`weight_row`) so each plane holds a value fragment beside its gate's. Burn fuses both
+//! into its matmul; without them our product lost more in separate elementwise kernels than it
+//! gained (BENCHMARKS.md, eighteenth session).
+//!
 //! Requires `k`, `n` and the output's batch stride multiples of 8 and 16-byte aligned buffers
 //! (the launcher checks); any `m`.
 //!
@@ -40,6 +47,7 @@ pub(super) fn gemm_mma<F: Float, N: Size>(
     a: &[Vector<F, N>],
     b: &[Vector<F, N>],
     bias: &[F],
+    residual: &[Vector<F, N>],
     out: &mut [Vector<F, N>],
     m: usize,
     cols: usize,
@@ -57,6 +65,8 @@ pub(super) fn gemm_mma<F: Float, N: Size>(
     #[comptime] b_nk: bool,
     #[comptime] add_bias: bool,
     #[comptime] bias_per_row: bool,
+    #[comptime] add_residual: bool,
+    #[comptime] geglu: bool,
 ) {
     let bm = comptime!(PLANES_M * tm * fm);
     let bn = comptime!(PLANES_N * tn * fn_);
@@ -106,7 +116,7 @@ pub(super) fn gemm_mma<F: Float, N: Size>(
     let steps = k.div_ceil(bk);
     load_step::<F, N>(
         a, b, &mut a_reg, &mut b_reg, 0, lane, m0, n0, m, cols, k, a_base, b_base, bm, bn, bk,
-        b_nk,
+        fn_, b_nk, geglu,
     );
     for s in 0..steps {
         #[unroll]
@@ -143,7 +153,9 @@ pub(super) fn gemm_mma<F: Float, N: Size>(
                 bm,
                 bn,
                 bk,
+                fn_,
                 b_nk,
+                geglu,
             );
         }
         #[unroll]
@@ -214,48 +226,119 @@ pub(super) fn gemm_mma<F: Float, N: Size>(
     }
 
     // Each plane writes its fragments through its own scratch (plane barriers only), a
-    // vector of 8 outputs a lane, adding the bias in f32.
+    // vector of 8 outputs a lane, adding the bias (and the residual) in f32.
     let scratch = warp * comptime!(fm * fn_);
     let vecs = comptime!(fm * fn_ / VEC);
     let row_vecs = comptime!(fn_ / VEC);
-    #[unroll]
-    for i in 0..tm {
+    let per_lane = comptime!(vecs.div_ceil(plane));
+    if geglu {
+        // Fragment pairs: `2p` holds values, `2p + 1` their gates (see `weight_row`).
+        let half = cols / 2;
+        let mut values = Array::<f32>::new(comptime!(per_lane * VEC));
         #[unroll]
-        for j in 0..tn {
-            cmma::store(
-                &mut c_s[scratch..scratch + comptime!(fm * fn_)],
-                acc.index(i * tn + j),
-                fn_ as u32,
-                cmma::MatrixLayout::RowMajor,
-            );
-            sync_plane();
+        for i in 0..tm {
             #[unroll]
-            for e in 0..comptime!(vecs.div_ceil(plane)) {
-                let idx = in_warp + e * plane;
-                let r = idx / row_vecs;
-                let cv = idx % row_vecs;
-                let row = m0 + wm * comptime!(tm * fm) + i * fm + r;
-                let col = n0 + wn * comptime!(tn * fn_) + j * fn_ + cv * VEC;
-                if idx < vecs && row < m && col < cols {
-                    let mut v = Vector::<F, N>::new(F::new(0.0));
+            for p in 0..comptime!(tn / 2) {
+                let block = (n0 + wn * comptime!(tn * fn_)) / fn_ + 2 * p;
+                #[unroll]
+                for g in 0..2u32 {
+                    cmma::store(
+                        &mut c_s[scratch..scratch + comptime!(fm * fn_)],
+                        acc.index(i * tn + 2 * p + g as usize),
+                        fn_ as u32,
+                        cmma::MatrixLayout::RowMajor,
+                    );
+                    sync_plane();
                     #[unroll]
-                    for t in 0..VEC {
-                        let mut x = c_s[scratch + r * fn_ + cv * VEC + t];
-                        if add_bias {
-                            if bias_per_row {
-                                x += f32::cast_from(bias[row]);
-                            } else {
-                                x += f32::cast_from(bias[col + t]);
+                    for e in 0..per_lane {
+                        let idx = in_warp + e * plane;
+                        let r = idx / row_vecs;
+                        let cv = idx % row_vecs;
+                        let row = m0 + wm * comptime!(tm * fm) + i * fm + r;
+                        let col = (block + g as usize) * fn_ + cv * VEC;
+                        if idx < vecs && row < m && col < cols {
+                            let mut v = Vector::<F, N>::new(F::new(0.0));
+                            #[unroll]
+                            for t in 0..VEC {
+                                let mut x = c_s[scratch + r * fn_ + cv * VEC + t];
+                                if add_bias {
+                                    x += f32::cast_from(bias[weight_row(col + t, half, fn_)]);
+                                }
+                                if g == 0 {
+                                    values[e * VEC + t] = x;
+                                } else {
+                                    // diffusers' GEGLU: value · gelu(gate), gelu with erf.
+                                    let gelu = 0.5 * x * (1.0 + Erf::erf(x * 0.70710677));
+                                    v.insert(t, F::cast_from(values[e * VEC + t] * gelu));
+                                }
+                            }
+                            if g == 1 {
+                                let ocol = block / 2 * fn_ + cv * VEC;
+                                out[(c_base + row * half + ocol) / VEC] = v;
                             }
                         }
-                        v.insert(t, F::cast_from(x));
                     }
-                    out[(c_base + row * cols + col) / VEC] = v;
+                    sync_plane();
                 }
             }
-            sync_plane();
+        }
+    } else {
+        #[unroll]
+        for i in 0..tm {
+            #[unroll]
+            for j in 0..tn {
+                cmma::store(
+                    &mut c_s[scratch..scratch + comptime!(fm * fn_)],
+                    acc.index(i * tn + j),
+                    fn_ as u32,
+                    cmma::MatrixLayout::RowMajor,
+                );
+                sync_plane();
+                #[unroll]
+                for e in 0..per_lane {
+                    let idx = in_warp + e * plane;
+                    let r = idx / row_vecs;
+                    let cv = idx % row_vecs;
+                    let row = m0 + wm * comptime!(tm * fm) + i * fm + r;
+                    let col = n0 + wn * comptime!(tn * fn_) + j * fn_ + cv * VEC;
+                    if idx < vecs && row < m && col < cols {
+                        let at = (c_base + row * cols + col) / VEC;
+                        let mut v = Vector::<F, N>::new(F::new(0.0));
+                        let mut res = Vector::<F, N>::new(F::new(0.0));
+                        if add_residual {
+                            res = residual[at];
+                        }
+                        #[unroll]
+                        for t in 0..VEC {
+                            let mut x = c_s[scratch + r * fn_ + cv * VEC + t];
+                            if add_bias {
+                                if bias_per_row {
+                                    x += f32::cast_from(bias[row]);
+                                } else {
+                                    x += f32::cast_from(bias[col + t]);
+                                }
+                            }
+                            if add_residual {
+                                x += f32::cast_from(res.extract(t));
+                            }
+                            v.insert(t, F::cast_from(x));
+                        }
+                        out[at] = v;
+                    }
+                }
+                sync_plane();
+            }
         }
     }
+}
+
+/// The weight row (and bias entry) behind column `c` of a GEGLU product: the columns alternate
+/// `f`-wide blocks of values (rows `0..half`) and of their gates (rows `half..`), so that each
+/// plane holds a value fragment beside its gate's.
+#[cube]
+fn weight_row(c: usize, half: usize, #[comptime] f: usize) -> usize {
+    let block = c / f;
+    (block % 2) * half + (block / 2) * f + c % f
 }
 
 /// Step `s`'s vectors of this lane into registers (zeros past the edges): `a`'s rows `v / p`,
@@ -280,7 +363,9 @@ fn load_step<F: Float, N: Size>(
     #[comptime] bm: usize,
     #[comptime] bn: usize,
     #[comptime] bk: usize,
+    #[comptime] fn_: usize,
     #[comptime] b_nk: bool,
+    #[comptime] geglu: bool,
 ) {
     let k0 = s * bk;
     let per_k = comptime!(bk / VEC);
@@ -303,7 +388,11 @@ fn load_step<F: Float, N: Size>(
             let col = n0 + v / per_k;
             let kk = k0 + (v % per_k) * VEC;
             if col < cols && kk < k {
-                x = b[(b_base + col * k + kk) / VEC];
+                let mut row = col;
+                if geglu {
+                    row = weight_row(col, cols / 2, fn_);
+                }
+                x = b[(b_base + row * k + kk) / VEC];
             }
         } else {
             let per_row = comptime!(bn / VEC);
