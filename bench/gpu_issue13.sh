@@ -94,14 +94,15 @@
 #           kernels (`--gemm-only`); PyTorch's fp16 UNet step; then ours: the step both ways, the
 #           step with the linears on burn's matmul or our GEMM under each compilation
 #           interleaved over three rounds (`--gemm-ab`), every kernel of three steps
-#           (`--kernel-profile 3`, with EXTRA flags such as --mma-linears)
+#           (`--kernel-profile 3`, with EXTRA flags; at the time `--mma-linears` put the linears on
+#           our GEMM, now the default: `--burn-linears` puts them back on burn's matmul)
 #   PART=ah PyTorch (fp16 UNet step, 20-step txt2img), then ours end to end (step both ways,
 #           VAE, 20-step txt2img) with every kernel of three steps profiled with the linears on
 #           burn's matmul, on our GEMM, and on burn's again (`--profile-linears`), the GEMM A/B
 #           (`--gemm-ab`); then the GEMM report (`--gemm-only`) in the time left
 #   PART=ai the GEMM report first (each linear and 3×3 shape, and the GEGLU gate and residual
 #           fused into the GEMM's epilogue against burn's fused matmul), PyTorch (fp16 UNet step,
-#           20-step txt2img), then part ah's run of ours with EXTRA flags (--mma-linears: the
+#           20-step txt2img), then part ah's run of ours with EXTRA flags (then --mma-linears, now the default: the
 #           linears on our GEMM for the whole run, the profile's A/B flips them to burn's)
 #   PART=e  PyTorch (fp16 UNet, VAE, 20-step txt2img), then our f16 bench under perf (a flat
 #           profile per thread: where the host time of a step goes). Needs .perf/perf.txz (perf

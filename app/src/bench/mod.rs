@@ -114,9 +114,10 @@ pub struct BenchArgs {
     /// matmul or our GEMM), then once more as at first.
     #[arg(long)]
     profile_linears: bool,
-    /// Route the linears through our cooperative-matrix GEMM for the whole run (where it runs).
+    /// Run the linears on burn's matmul for the whole run instead of our cooperative-matrix GEMM
+    /// (where that runs).
     #[arg(long)]
-    mma_linears: bool,
+    burn_linears: bool,
     /// Our GEMM's reduction step for the whole run (32 or 64).
     #[arg(long)]
     gemm_bk: Option<usize>,
@@ -219,8 +220,11 @@ pub fn run(args: BenchArgs) -> Result<()> {
         }
         knobs.unchecked &= !args.gemm_checked;
         matmul::set_gemm_knobs(knobs);
-        matmul::set_mma_linears(args.mma_linears);
-        println!("our GEMM: {knobs:?}, linears on it: {}", args.mma_linears);
+        matmul::set_mma_linears(!args.burn_linears);
+        println!(
+            "our GEMM: {knobs:?}, linears on it where it runs: {}",
+            matmul::mma_linears()
+        );
     }
     if args.gemm_all {
         use latent_engine::kernels::conv::{ConvRules, set_conv_rules};

@@ -132,9 +132,12 @@ pub fn set_gemm_knobs(knobs: GemmKnobs) {
 
 static GEMM_KNOBS: std::sync::Mutex<GemmKnobs> = std::sync::Mutex::new(DEFAULT_KNOBS);
 
-/// Whether linear layers take the GEMM where it runs: off unless set ([`set_mma_linears`]).
+/// Whether linear layers take the GEMM where it runs: on unless switched off
+/// ([`set_mma_linears`], `LATENT_STUDIO_MATMUL=burn`). With the GEGLU gate and the residual in
+/// its epilogue a UNet step's kernels took 37.7 ms on an H100 against 41.1 ms with burn's matmul
+/// (BENCHMARKS.md, eighteenth session).
 pub fn mma_linears() -> bool {
-    MMA_LINEARS.load(std::sync::atomic::Ordering::Relaxed)
+    MMA_LINEARS.load(std::sync::atomic::Ordering::Relaxed) && !super::switched_off()
 }
 
 /// Sets [`mma_linears`] process-wide (the bench times both).
@@ -142,7 +145,7 @@ pub fn set_mma_linears(on: bool) {
     MMA_LINEARS.store(on, std::sync::atomic::Ordering::Relaxed);
 }
 
-static MMA_LINEARS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+static MMA_LINEARS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
 
 /// A `&[Vector<E, 8>]` argument over a contiguous buffer of `E`.
 fn vector_arg(t: &CubeTensor) -> BufferArg {

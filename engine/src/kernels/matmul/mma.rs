@@ -27,8 +27,9 @@
 //!
 //! Measured on an H100 (seventeenth session): faster than burn's convolution on the deep, narrow
 //! 3×3 layers it now takes (`conv::ConvRules`), slower than burn's matmul on the linears' short
-//! reductions (320–1280), where the epilogue's round trip through workgroup memory weighs most;
-//! so linear layers take it only when the bench asks ([`super::set_mma_linears`]).
+//! reductions (320–1280), where the epilogue's round trip through workgroup memory weighs most.
+//! With the epilogue below and the 64-deep step (eighteenth session) it is faster than burn's on
+//! those too, and the linear layers take it ([`super::mma_linears`]).
 
 use burn::cubecl;
 use burn::cubecl::prelude::*;

@@ -45,7 +45,8 @@ pub enum WeightLayout {
     InOut,
 }
 
-/// Whether ours is switched off for products (`LATENT_STUDIO_MATMUL=burn`).
+/// Whether ours is switched off for products (`LATENT_STUDIO_MATMUL=burn`): the SIMT product
+/// and the cooperative-matrix GEMM's linears.
 fn switched_off() -> bool {
     static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *OFF.get_or_init(|| {
