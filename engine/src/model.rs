@@ -354,10 +354,18 @@ impl StableDiffusion {
         let te = Weights::random("text encoder", device, dtype).keeping();
         let uw = Weights::random("UNet", device, dtype).keeping();
         let text_encoder = ClipTextModel::load(&te, &config.text_encoder)?;
+        // SDXL's second encoder (not kept: LoRAs for it are refused).
+        let text_encoder_2 = match &config.text_encoder_2 {
+            Some(c) => Some(ClipTextModel::load(
+                &Weights::random("text encoder 2", device, dtype),
+                c,
+            )?),
+            None => None,
+        };
         let unet = UNet2DConditionModel::load(&uw, &config.unet)?;
         Ok(Self {
             text_encoder,
-            text_encoder_2: None,
+            text_encoder_2,
             unet,
             kept: Some(Kept {
                 text_encoder: Arc::new(te.take_kept()),

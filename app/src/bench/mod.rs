@@ -27,6 +27,7 @@ mod kernels;
 mod linear;
 mod lora;
 mod profile;
+mod sdxl;
 mod unet;
 
 #[derive(Args, Debug)]
@@ -131,6 +132,11 @@ pub struct BenchArgs {
     /// with it) against the same products applied beside each layer every step.
     #[arg(long)]
     lora_rank: Option<usize>,
+    /// Instead of SD 1.5: full-size SDXL with random weights in f16, its UNet step at 128²
+    /// latents and (unless `--no-pipeline`) a 1024² txt2img of `--steps`, with the pool's
+    /// high-water mark.
+    #[arg(long)]
+    sdxl: bool,
     /// Disk cache folder for `--cache-model` (emptied first).
     #[arg(long)]
     cache_dir: Option<std::path::PathBuf>,
@@ -238,6 +244,9 @@ pub fn run(args: BenchArgs) -> Result<()> {
     }
     if let Some(path) = &args.cache_model {
         return cache::cache_bench(&args, path, &device, &tokenizer);
+    }
+    if args.sdxl {
+        return sdxl::sdxl_bench(&device, &tokenizer, args.runs, args.steps, !args.no_pipeline);
     }
     for &precision in &args.precision {
         let dtype = precision.dtype();
