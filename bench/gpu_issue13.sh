@@ -106,7 +106,8 @@
 #           linears on our GEMM for the whole run, the profile's A/B flips them to burn's)
 #   PART=aj SDXL (issue 15): PyTorch's SDXL UNet step at 128² latents and a whole 20-step 1024²
 #           txt2img (its peak allocated memory, weights included), then ours (`bench --sdxl`,
-#           random full-size weights, f16: the step and the txt2img) under the peak-memory sampler
+#           random full-size weights, f16: the step and the txt2img, the pool at each phase; EXTRA
+#           such as --kernel-profile 2) under the peak-memory sampler
 #   PART=e  PyTorch (fp16 UNet, VAE, 20-step txt2img), then our f16 bench under perf (a flat
 #           profile per thread: where the host time of a step goes). Needs .perf/perf.txz (perf
 #           and its libraries) and a release build with symbols (CARGO_PROFILE_RELEASE_STRIP=false)
@@ -322,7 +323,7 @@ ai)
   ;;
 aj)
   PARTS=${TORCH_PARTS:-sdxl,sdxl_e2e} timeout ${TORCH_TIMEOUT:-200} python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_aj.txt
-  peak sdxl_ours timeout ${OURS_TIMEOUT:-330} /tmp/ls bench --device gpu --precision f16 --runs 5 --steps 20 --sdxl
+  peak sdxl_ours timeout ${OURS_TIMEOUT:-330} /tmp/ls bench --device gpu --precision f16 --runs 5 --steps 20 --sdxl $EXTRA
   ;;
 h)
   timeout ${OURS_TIMEOUT:-540} /tmp/ls bench --device gpu --precision f16 --runs 3 --unet-only 2>&1 | grep -v "^\[F16\]   [a-z_]*  *[0-9.]* ms  {" | tee $OUT/ours_spirv_ops.txt

@@ -246,7 +246,14 @@ pub fn run(args: BenchArgs) -> Result<()> {
         return cache::cache_bench(&args, path, &device, &tokenizer);
     }
     if args.sdxl {
-        return sdxl::sdxl_bench(&device, &tokenizer, args.runs, args.steps, !args.no_pipeline);
+        return sdxl::sdxl_bench(
+            &device,
+            &tokenizer,
+            args.runs,
+            args.steps,
+            !args.no_pipeline,
+            args.kernel_profile,
+        );
     }
     for &precision in &args.precision {
         let dtype = precision.dtype();

@@ -214,18 +214,28 @@ pub(super) fn kernel_profile(
     x: &Tensor<4>,
     ctx: &Tensor<3>,
 ) -> Result<()> {
-    for _ in 0..2 {
+    kernel_profile_of(device, &format!("{precision:?}"), steps, || {
         let _ = model.unet.forward(x.clone(), &[500.0], ctx);
+    })
+}
+
+/// [`kernel_profile`] of any step `f` enqueues, its lines tagged `[tag]`.
+pub(super) fn kernel_profile_of(
+    device: &Device,
+    tag: &str,
+    steps: usize,
+    mut f: impl FnMut(),
+) -> Result<()> {
+    for _ in 0..2 {
+        f();
         sync(device)?;
     }
-    let p = profile_launches(device, steps, || {
-        let _ = model.unet.forward(x.clone(), &[500.0], ctx);
-    })?;
+    let p = profile_launches(device, steps, f)?;
     let steps = p.runs;
     let per_step = |d: std::time::Duration| d.as_secs_f64() * 1e3 / steps as f64;
     let total: std::time::Duration = p.kernels.values().map(|s| s.total).sum();
     println!(
-        "[{precision:?}] kernel profile of {steps} UNet steps (launch by launch, each launch timed {}): \
+        "[{tag}] kernel profile of {steps} UNet steps (launch by launch, each launch timed {}): \
          {} launches, {} timed on the device, {} without a measurement",
         if p.sequential {
             "and read at once: kernels ran one at a time"
@@ -237,7 +247,7 @@ pub(super) fn kernel_profile(
         p.unresolved,
     );
     println!(
-        "[{precision:?}]   kernel time per step {:.2} ms; first kernel's start to last kernel's end \
+        "[{tag}]   kernel time per step {:.2} ms; first kernel's start to last kernel's end \
          per step, median {:.2} ms; wall per step with this instrumentation, median {:.2} ms",
         per_step(total),
         median(&p.spans),
@@ -254,7 +264,7 @@ pub(super) fn kernel_profile(
     by_class.sort_by_key(|c| std::cmp::Reverse(c.1.total));
     for (class, s) in by_class {
         println!(
-            "[{precision:?}]   class {class:<40} {:>5} launches/step {:8.3} ms/step {:5.1}%",
+            "[{tag}]   class {class:<40} {:>5} launches/step {:8.3} ms/step {:5.1}%",
             s.launches / steps,
             per_step(s.total),
             share(s.total)
@@ -264,7 +274,7 @@ pub(super) fn kernel_profile(
     by_kernel.sort_by_key(|k| std::cmp::Reverse(k.1.total));
     for (name, s) in by_kernel {
         println!(
-            "[{precision:?}]   kernel {name:<48} {:>5} launches/step {:8.3} ms/step {:5.1}% ({:.1} µs each)",
+            "[{tag}]   kernel {name:<48} {:>5} launches/step {:8.3} ms/step {:5.1}% ({:.1} µs each)",
             s.launches / steps,
             per_step(s.total),
             share(s.total),

@@ -25,6 +25,7 @@ pub(super) fn sdxl_bench(
     runs: usize,
     steps: usize,
     pipeline: bool,
+    kernel_profile: Option<usize>,
 ) -> Result<()> {
     let precision = Precision::F16;
     let dtype = precision.dtype();
@@ -35,6 +36,7 @@ pub(super) fn sdxl_bench(
         "[SDXL] build full-size SDXL (random weights, f16): {:.0} ms",
         t.elapsed().as_secs_f64() * 1e3
     );
+    memory(device, "the weights loaded");
     let normal = Distribution::Normal(0.0, 1.0);
     let latent = SIZE / model.config.vae.downscale();
     let context = model.config.unet.cross_attention_dim;
@@ -54,6 +56,15 @@ pub(super) fn sdxl_bench(
             .forward_added(x.clone(), &[500.0], &ctx, &added);
     })?;
     println!("[SDXL] UNet step, batch 2 (CFG), {latent}x{latent} latents: median {unet:.2} ms");
+    memory(device, "after the UNet steps");
+    if let Some(steps) = kernel_profile {
+        super::profile::kernel_profile_of(device, "SDXL", steps, || {
+            let _ = model
+                .unet
+                .forward_added(x.clone(), &[500.0], &ctx, &added);
+        })?;
+    }
+    drop((x, ctx, pooled, added));
     if pipeline {
         let req = Txt2ImgRequest {
             width: SIZE,
@@ -74,12 +85,19 @@ pub(super) fn sdxl_bench(
         println!(
             "[SDXL] txt2img {SIZE}x{SIZE}, {steps} Euler steps, CFG 7.5: median {total:.0} ms"
         );
-    }
-    if let Some(usage) = device.memory_pool_usage() {
-        println!(
-            "[SDXL] device memory reserved (pool high-water mark): {:.2} GiB",
-            usage.bytes_reserved as f64 / (1u64 << 30) as f64
-        );
+        memory(device, "after the txt2img runs");
     }
     Ok(())
+}
+
+/// The memory pool's bytes in use and reserved (its high-water mark: pages are kept) at `when`.
+fn memory(device: &Device, when: &str) {
+    if let Some(usage) = device.memory_pool_usage() {
+        let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+        println!(
+            "[SDXL] device memory {when}: {:.2} GiB in use, {:.2} GiB reserved (pool high-water mark)",
+            gib(usage.bytes_in_use),
+            gib(usage.bytes_reserved)
+        );
+    }
 }
