@@ -273,6 +273,12 @@ impl Weights {
         })
     }
 
+    /// Where keeping, keeps `tensor` as `name` in place of the tensor loaded under that name:
+    /// a fused layer keeps its parts as views of its own weight, so the model holds each once.
+    pub fn keep_instead<const D: usize>(&self, name: &str, tensor: Tensor<D>) {
+        self.keep(&self.full(name), || Kept::of(tensor));
+    }
+
     fn keep(&self, full: &str, kept: impl FnOnce() -> Option<Kept>) {
         if let (Some(keep), Some(kept)) = (&self.inner.keep, kept()) {
             keep.borrow_mut().insert(full.to_string(), kept);

@@ -155,6 +155,23 @@ impl Linear {
         Self::with_layout(out_in.transpose(), bias, WeightLayout::OutIn)
     }
 
+    /// Where the parts' weights are kept ([`Weights::keeping`]: a LoRA set is merged from them),
+    /// keeps them as views of this fused layer's weight instead of the tensors they were loaded
+    /// as, which the model would otherwise hold a second time (~1.2 GiB of SDXL's q/k/v,
+    /// BENCHMARKS.md). `parts`: each part's weights and output width, in the order fused.
+    pub fn keep_parts_as_views(&self, parts: &[(&Weights, usize)]) {
+        // `[out, in]` as stored: each part's rows are a slice of the buffer, not a copy.
+        let stacked = match self.layout {
+            WeightLayout::OutIn => self.weight.clone().transpose(),
+            WeightLayout::InOut => return,
+        };
+        let mut offset = 0;
+        for (w, width) in parts {
+            w.keep_instead("weight", stacked.clone().narrow(0, offset, *width));
+            offset += width;
+        }
+    }
+
     /// A copy with its weights in `dtype` (e.g. the f32 VAE retry of an f16 model).
     pub fn cast(&self, dtype: DType) -> Self {
         // Cast the buffer as it lies, so the copy lies the same way.
@@ -167,5 +184,36 @@ impl Linear {
             self.bias.clone().map(|b| b.cast(dtype)),
             self.layout,
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use burn::tensor::{DType, Device, Tensor};
+
+    use super::Linear;
+    use crate::checkpoint::Weights;
+
+    /// A fused layer's parts, kept as slices of its weight, keep the values and shapes they were
+    /// loaded with (each part's own rows), so a LoRA set merges from the same numbers. (That the
+    /// model then holds them once is measured on the GPU: `bench --sdxl`, BENCHMARKS.md.)
+    #[test]
+    fn fused_parts_kept_as_slices_keep_their_loaded_values() {
+        let device = Device::flex();
+        let w = Weights::random("test", &device, DType::F32).keeping();
+        let (wa, wb) = (w.pp("a"), w.pp("b"));
+        let a = Linear::load(&wa, 4, 3, false).expect("a");
+        let b = Linear::load(&wb, 4, 5, false).expect("b");
+        let values = |t: Tensor<2>| t.into_data().to_vec::<f32>().expect("f32");
+        let a_out_in = values(a.weight.clone().transpose());
+        let b_out_in = values(b.weight.clone().transpose());
+        let fused = Linear::concat(&[a, b]);
+        fused.keep_parts_as_views(&[(&wa, 3), (&wb, 5)]);
+        let kept = w.take_kept();
+        let read = |name: &str, shape: [usize; 2]| {
+            values(kept.get(name).and_then(|k| k.as_shape(shape)).expect(name))
+        };
+        assert_eq!(read("a.weight", [3, 4]), a_out_in);
+        assert_eq!(read("b.weight", [5, 4]), b_out_in);
     }
 }

@@ -40,18 +40,22 @@ impl CrossAttention {
         head_dim: usize,
     ) -> Result<Self> {
         let inner = heads * head_dim;
-        let to_q = Linear::load(&w.pp("to_q"), query_dim, inner, false)?;
+        let (wq, wk, wv) = (w.pp("to_q"), w.pp("to_k"), w.pp("to_v"));
+        let to_q = Linear::load(&wq, query_dim, inner, false)?;
         let kv_dim = context_dim.unwrap_or(query_dim);
-        let to_k = Linear::load(&w.pp("to_k"), kv_dim, inner, false)?;
-        let to_v = Linear::load(&w.pp("to_v"), kv_dim, inner, false)?;
+        let to_k = Linear::load(&wk, kv_dim, inner, false)?;
+        let to_v = Linear::load(&wv, kv_dim, inner, false)?;
         let projection = match context_dim {
-            None => Projections::SelfAttention {
-                qkv: Linear::concat(&[to_q, to_k, to_v]),
-            },
-            Some(_) => Projections::Cross {
-                q: to_q,
-                kv: Linear::concat(&[to_k, to_v]),
-            },
+            None => {
+                let qkv = Linear::concat(&[to_q, to_k, to_v]);
+                qkv.keep_parts_as_views(&[(&wq, inner), (&wk, inner), (&wv, inner)]);
+                Projections::SelfAttention { qkv }
+            }
+            Some(_) => {
+                let kv = Linear::concat(&[to_k, to_v]);
+                kv.keep_parts_as_views(&[(&wk, inner), (&wv, inner)]);
+                Projections::Cross { q: to_q, kv }
+            }
         };
         Ok(Self {
             projection,
