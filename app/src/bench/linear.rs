@@ -243,7 +243,11 @@ pub fn gemm_report(
                     epilogue.clone(),
                 )
             };
-            let name = if geglu { "value · gelu(gate)" } else { "+ residual" };
+            let name = if geglu {
+                "value · gelu(gate)"
+            } else {
+                "+ residual"
+            };
             let Some(first) = ours() else {
                 println!("[{precision:?}]     {name}: ours does not run");
                 continue;

@@ -51,17 +51,13 @@ pub(super) fn sdxl_bench(
     let ids = SizeConditioning::of_image(SIZE, SIZE).time_ids();
     let added = model.unet.added_conditioning(&pooled, &[ids; 2])?;
     let unet = time_ms(device, 2, runs, || {
-        let _ = model
-            .unet
-            .forward_added(x.clone(), &[500.0], &ctx, &added);
+        let _ = model.unet.forward_added(x.clone(), &[500.0], &ctx, &added);
     })?;
     println!("[SDXL] UNet step, batch 2 (CFG), {latent}x{latent} latents: median {unet:.2} ms");
     memory(device, "after the UNet steps");
     if let Some(steps) = kernel_profile {
         super::profile::kernel_profile_of(device, "SDXL", steps, || {
-            let _ = model
-                .unet
-                .forward_added(x.clone(), &[500.0], &ctx, &added);
+            let _ = model.unet.forward_added(x.clone(), &[500.0], &ctx, &added);
         })?;
     }
     drop((x, ctx, pooled, added));

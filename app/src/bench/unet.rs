@@ -218,7 +218,9 @@ pub(super) fn gemm_ab(
     x: &Tensor<4>,
     ctx: &Tensor<3>,
 ) -> Result<()> {
-    use latent_engine::kernels::matmul::{gemm_knobs, mma_linears, set_gemm_knobs, set_mma_linears};
+    use latent_engine::kernels::matmul::{
+        gemm_knobs, mma_linears, set_gemm_knobs, set_mma_linears,
+    };
     let (knobs0, linears0) = (gemm_knobs(), mma_linears());
     let mut rules = Vec::new();
     for k in super::linear::knob_sets() {

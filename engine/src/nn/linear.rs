@@ -204,7 +204,7 @@ mod tests {
         let (wa, wb) = (w.pp("a"), w.pp("b"));
         let a = Linear::load(&wa, 4, 3, false).expect("a");
         let b = Linear::load(&wb, 4, 5, false).expect("b");
-        let values = |t: Tensor<2>| t.into_data().to_vec::<f32>().expect("f32");
+        let values = |t: Tensor<2>| t.into_data().try_to_vec::<f32>().expect("f32");
         let a_out_in = values(a.weight.clone().transpose());
         let b_out_in = values(b.weight.clone().transpose());
         let fused = Linear::concat(&[a, b]);

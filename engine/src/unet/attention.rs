@@ -88,7 +88,7 @@ impl CrossAttention {
     fn attend(&self, x: Tensor<3>, context: Option<&Tensor<3>>) -> Tensor<3> {
         let inner = self.heads * self.head_dim;
         let at = |tensor, column| Heads { tensor, column };
-        let out = match &self.projection {
+        match &self.projection {
             Projections::SelfAttention { qkv } => {
                 let qkv = qkv.forward(x);
                 heads_attention(
@@ -110,8 +110,7 @@ impl CrossAttention {
                     self.head_dim,
                 )
             }
-        };
-        out
+        }
     }
 }
 
@@ -161,7 +160,9 @@ impl BasicTransformerBlock {
     }
 
     fn forward(&self, x: Tensor<3>, context: &Tensor<3>) -> Tensor<3> {
-        let x = self.attn1.forward_add(self.norm1.forward(x.clone()), None, x);
+        let x = self
+            .attn1
+            .forward_add(self.norm1.forward(x.clone()), None, x);
         let x = self
             .attn2
             .forward_add(self.norm2.forward(x.clone()), Some(context), x);

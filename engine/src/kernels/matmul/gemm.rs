@@ -286,6 +286,8 @@ pub fn gemm_into(
 
 /// What a linear layer's product on the GEMM adds in its epilogue.
 #[derive(Debug, Clone)]
+// Built per call and passed down, never stored: boxing would only add an allocation.
+#[allow(clippy::large_enum_variant)]
 pub enum LinearEpilogue<const D: usize> {
     Plain,
     /// `+ residual`, shaped as the output.

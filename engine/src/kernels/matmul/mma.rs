@@ -116,8 +116,8 @@ pub(super) fn gemm_mma<F: Float, N: Size>(
     let mut b_reg = Array::<Vector<F, N>>::new(b_per);
     let steps = k.div_ceil(bk);
     load_step::<F, N>(
-        a, b, &mut a_reg, &mut b_reg, 0, lane, m0, n0, m, cols, k, a_base, b_base, bm, bn, bk,
-        fn_, b_nk, geglu,
+        a, b, &mut a_reg, &mut b_reg, 0, lane, m0, n0, m, cols, k, a_base, b_base, bm, bn, bk, fn_,
+        b_nk, geglu,
     );
     for s in 0..steps {
         #[unroll]

@@ -23,8 +23,8 @@ mod mma;
 mod tests;
 
 pub use gemm::{
-    GEMM_STEPS, GemmEpilogue, GemmKnobs, LinearEpilogue, MMA_TILES, MmaGemm, gemm_into, gemm_knobs, linear_mma, mma_gemm_on,
-    mma_linears, reduction_step, set_gemm_knobs, set_mma_linears,
+    GEMM_STEPS, GemmEpilogue, GemmKnobs, LinearEpilogue, MMA_TILES, MmaGemm, gemm_into, gemm_knobs,
+    linear_mma, mma_gemm_on, mma_linears, reduction_step, set_gemm_knobs, set_mma_linears,
 };
 
 mod gemm;
