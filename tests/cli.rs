@@ -130,9 +130,10 @@ fn generate_writes_diffusers_image_with_parameters() {
     }
 }
 
-/// An SDXL folder through `generate` on the CPU: diffusers' `StableDiffusionXLPipeline` image
-/// of `tests/fixtures/sdxl_cases.json` case0 (its size conditioning is the default: the image's
-/// own size, no crop) within ±1, and A1111 parameters naming the model.
+/// An SDXL folder through `generate` on the CPU with size and crop conditioning from its flags:
+/// diffusers' `StableDiffusionXLPipeline` image of `tests/fixtures/sdxl_cases.json` case1
+/// (original 128x192, crop 16 from the top, target 64x96; Euler a, the zeroed empty negative)
+/// within ±1, and parameters that name the model and restore the conditioning.
 #[test]
 fn generate_runs_sdxl_like_diffusers() {
     let dir = scratch("sdxl");
@@ -149,23 +150,28 @@ fn generate_runs_sdxl_like_diffusers() {
         &out_s,
         "--overwrite",
         "--prompt",
-        "a watercolor fox in the snow",
-        "--negative",
-        "blurry",
+        "a red bicycle",
         "--seed",
-        "42",
-        "--steps",
-        "5",
-        "--cfg",
         "7",
+        "--steps",
+        "4",
+        "--cfg",
+        "5",
         "--sampler",
-        "euler",
+        "euler_a",
         "--schedule",
         "normal",
         "--width",
         "64",
         "--height",
-        "64",
+        "96",
+        // diffusers' original_size (192, 128), crops_coords_top_left (16, 0), target_size (96, 64).
+        "--sdxl-original-size",
+        "128x192",
+        "--sdxl-crop",
+        "0x16",
+        "--sdxl-target-size",
+        "64x96",
         "--precision",
         "f32",
     ]);
@@ -173,10 +179,16 @@ fn generate_runs_sdxl_like_diffusers() {
     assert!(o.status.success(), "{stderr}");
     assert!(stderr.contains("SDXL"), "the family is reported: {stderr}");
     let (image, text) = decode_png(&std::fs::read(&out).unwrap()).unwrap();
-    let worst = worst_vs(&image, "sdxl-expected.safetensors", "case0.image");
+    let worst = worst_vs(&image, "sdxl-expected.safetensors", "case1.image");
     assert!(worst <= 1, "pixels differ by {worst}");
     let p = Parameters::parse_a1111(&text.expect("parameters chunk")).unwrap();
-    assert_eq!((p.steps, p.seed, p.width, p.height), (5, 42, 64, 64));
+    assert_eq!((p.steps, p.seed, p.width, p.height), (4, 7, 64, 96));
+    let conditioning = latent_engine::pipeline::SizeConditioning {
+        original: [192, 128],
+        crop_top_left: [16, 0],
+        target: [96, 64],
+    };
+    assert_eq!(p.size_conditioning(), Some(Ok(conditioning)));
     assert_eq!(p.model.as_deref(), Some("tiny-sdxl"));
 }
 
@@ -233,6 +245,9 @@ fn bad_input_exits_nonzero_with_one_line_and_no_file() {
         ),
         (&["--init-image", "/nonexistent/x.png"], "x.png"),
         (&["--mask", "mask.png"], "needs --init-image"),
+        (&["--sdxl-original-size", "0x512"], "sdxl-original-size"),
+        (&["--sdxl-crop", "8"], "sdxl-crop"),
+        (&["--sdxl-crop", "8x8"], "SDXL models only"),
     ];
     for (extra, needle) in cases {
         let mut args = vec![

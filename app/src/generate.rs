@@ -120,6 +120,18 @@ pub struct GenerateArgs {
     /// Hires fix: Latent (bilinear, no decode between the passes) or Lanczos (the image).
     #[arg(long, default_value = "Latent")]
     hires_upscaler: HiresUpscaler,
+    /// SDXL: the size the model is told the source image had (diffusers' `original_size`,
+    /// ComfyUI's width/height on CLIPTextEncodeSDXL). Default: --width x --height.
+    #[arg(long, value_name = "WxH", value_parser = sdxl_size)]
+    sdxl_original_size: Option<[usize; 2]>,
+    /// SDXL: the top-left corner of the crop the model is told was taken (diffusers'
+    /// `crops_coords_top_left`), LEFTxTOP pixels. Default: 0x0.
+    #[arg(long, value_name = "LEFTxTOP", value_parser = sdxl_crop)]
+    sdxl_crop: Option<[usize; 2]>,
+    /// SDXL: the target size the model is told (diffusers' `target_size`). Default: --width x
+    /// --height.
+    #[arg(long, value_name = "WxH", value_parser = sdxl_size)]
+    sdxl_target_size: Option<[usize; 2]>,
     /// auto, cpu, gpu, gpu:N or part of an adapter name (`arc`, `lavapipe`).
     #[arg(long, default_value = "auto")]
     device: DeviceChoice,
@@ -345,6 +357,34 @@ fn init_image(args: &GenerateArgs) -> Result<(Option<InitImage>, usize, usize)> 
     Ok((Some(init), width, height))
 }
 
+fn sdxl_size(s: &str) -> Result<[usize; 2], String> {
+    latent_engine::pipeline::sdxl::parse_wxh(s, false)
+}
+
+fn sdxl_crop(s: &str) -> Result<[usize; 2], String> {
+    latent_engine::pipeline::sdxl::parse_wxh(s, true)
+}
+
+/// SDXL's size and crop conditioning where any of its flags is given, the rest the image's own.
+fn size_conditioning(
+    args: &GenerateArgs,
+    width: usize,
+    height: usize,
+) -> Option<latent_engine::pipeline::SizeConditioning> {
+    if args.sdxl_original_size.is_none()
+        && args.sdxl_crop.is_none()
+        && args.sdxl_target_size.is_none()
+    {
+        return None;
+    }
+    let own = latent_engine::pipeline::SizeConditioning::of_image(width, height);
+    Some(latent_engine::pipeline::SizeConditioning {
+        original: args.sdxl_original_size.unwrap_or(own.original),
+        crop_top_left: args.sdxl_crop.unwrap_or(own.crop_top_left),
+        target: args.sdxl_target_size.unwrap_or(own.target),
+    })
+}
+
 pub fn run(args: GenerateArgs) -> Result<()> {
     let seed = args.seed.unwrap_or_else(random_seed);
     let (init, width, height) = init_image(&args)?;
@@ -374,8 +414,8 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         }),
         embeddings: None,
         loras: Default::default(),
-        // SDXL: the image's own size, no crop (diffusers' and ComfyUI's defaults).
-        size_conditioning: None,
+        // SDXL: the image's own size and no crop (diffusers' and ComfyUI's defaults) unless set.
+        size_conditioning: size_conditioning(&args, width, height),
     };
     for tag in &args.lora {
         request.prompt = format!("{} <lora:{tag}>", request.prompt.trim_end());

@@ -85,6 +85,9 @@ fn request_extras(request: &crate::pipeline::Txt2ImgRequest) -> Vec<(String, Str
     if !request.loras.is_empty() {
         extra.push(("Lora hashes".to_string(), request.loras.a1111_hashes()));
     }
+    if let Some(c) = &request.size_conditioning {
+        extra.extend(c.parameters(request.width, request.height));
+    }
     extra
 }
 
@@ -160,6 +163,12 @@ impl Parameters {
             Ok(fix)
         };
         Some(parse())
+    }
+
+    /// SDXL's size and crop conditioning a parameters text names (`None` where it names none:
+    /// the image's own size, no crop), or why it cannot be used.
+    pub fn size_conditioning(&self) -> Option<Result<crate::pipeline::SizeConditioning, String>> {
+        crate::pipeline::SizeConditioning::from_parameters(&self.extra, self.width, self.height)
     }
 
     /// The clip skip a parameters text names (1 when absent, as A1111 writes it only past 1).

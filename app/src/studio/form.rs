@@ -4,7 +4,9 @@ use std::sync::Arc;
 
 use latent_engine::image_io::{ResizeMode, RgbImage};
 use latent_engine::parameters::Parameters;
-use latent_engine::pipeline::{HiresFix, InitImage, MaskedContent, Txt2ImgRequest};
+use latent_engine::pipeline::{
+    HiresFix, InitImage, MaskedContent, SizeConditioning, Txt2ImgRequest,
+};
 use latent_engine::prompt::Emphasis;
 use latent_engine::schedulers::{SamplerKind, Schedule};
 
@@ -50,6 +52,9 @@ pub struct Form {
     /// Hires fix (txt2img only: an init image turns it off) and its settings.
     pub hires_on: bool,
     pub hires: HiresFix,
+    /// SDXL's size and crop conditioning; `None`: the image's own size, no crop (diffusers' and
+    /// ComfyUI's defaults). Other families ignore it.
+    pub size_conditioning: Option<SizeConditioning>,
 }
 
 /// An init image and where it came from (a file's name, or "gallery").
@@ -89,6 +94,7 @@ impl Default for Form {
             resize_mode: ResizeMode::default(),
             hires_on: false,
             hires: HiresFix::default(),
+            size_conditioning: None,
         }
     }
 }
@@ -124,8 +130,7 @@ impl Form {
             embeddings: None,
             // The engine reads the prompt's `<lora:…>` tags with the LoRA folder's library.
             loras: Default::default(),
-            // SDXL: the image's own size, no crop (diffusers' and ComfyUI's defaults).
-            size_conditioning: None,
+            size_conditioning: self.size_conditioning,
         }
     }
 
@@ -181,6 +186,11 @@ impl Form {
                 Ok(b) if b.is_finite() && b >= 0.0 => self.mask_blur = b,
                 _ => skipped.push(format!("mask blur `{blur}`")),
             }
+        }
+        match p.size_conditioning() {
+            Some(Ok(c)) => self.size_conditioning = Some(c),
+            Some(Err(what)) => skipped.push(what),
+            None => self.size_conditioning = None,
         }
         match p.hires() {
             Some(Ok(h)) => (self.hires_on, self.hires) = (true, h),
@@ -354,6 +364,39 @@ mod tests {
         let esrgan = text.replace("Hires upscaler: Latent", "Hires upscaler: R-ESRGAN 4x+");
         let skipped = restored.apply(&Parameters::parse_a1111(&esrgan).unwrap());
         assert_eq!(skipped, ["hires upscaler `R-ESRGAN 4x+`"]);
+    }
+
+    #[test]
+    fn sdxl_conditioning_reaches_the_request_and_returns_from_the_png() {
+        let conditioning = SizeConditioning {
+            original: [2048, 1536],
+            crop_top_left: [0, 64],
+            target: [1024, 1024],
+        };
+        let form = Form {
+            width: 1024,
+            height: 1024,
+            size_conditioning: Some(conditioning),
+            ..Form::default()
+        };
+        let req = form.request();
+        assert_eq!(req.size_conditioning, Some(conditioning));
+        let text = Parameters::for_request(&req, 3, None, None).to_a1111();
+        let mut restored = Form::default();
+        assert!(
+            restored
+                .apply(&Parameters::parse_a1111(&text).unwrap())
+                .is_empty()
+        );
+        assert_eq!(restored.size_conditioning, Some(conditioning));
+        // A file without it returns to the image's own size; a bad value is reported.
+        let plain = Parameters::for_request(&Form::default().request(), 3, None, None);
+        assert!(restored.apply(&plain).is_empty());
+        assert_eq!(restored.size_conditioning, None);
+        let bad = text.replace("SDXL crop: 64x0", "SDXL crop: left");
+        let skipped = restored.apply(&Parameters::parse_a1111(&bad).unwrap());
+        assert_eq!(skipped.len(), 1, "{skipped:?}");
+        assert!(skipped[0].contains("SDXL crop"), "{skipped:?}");
     }
 
     #[test]

@@ -265,6 +265,9 @@ pub fn check_request(model: &StableDiffusion, req: &Txt2ImgRequest) -> Result<()
         schedulers::img2img_begin(req.steps, init.strength)
             .map_err(|e| Error::InvalidInput(e.to_string()))?;
     }
+    if req.size_conditioning.is_some() && model.text_encoder_2.is_none() {
+        return bad("size and crop conditioning applies to SDXL models only".into());
+    }
     if let Some(hires) = &req.hires {
         if model.text_encoder_2.is_some() {
             return bad("the hires fix does not run SDXL models yet".into());

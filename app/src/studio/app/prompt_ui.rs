@@ -126,6 +126,7 @@ impl StudioApp {
             self.form.width = (self.form.width / 8).max(8) * 8;
             self.form.height = (self.form.height / 8).max(8) * 8;
             ui.end_row();
+            self.sdxl_conditioning_row(ui);
             let label = ui.label("Batch count");
             ui.add(egui::DragValue::new(&mut self.form.batch_count).range(1..=100))
                 .labelled_by(label.id);
@@ -211,5 +212,43 @@ impl StudioApp {
             self.token_count = (key, counted);
         }
         self.token_count.1
+    }
+
+    /// SDXL's size and crop conditioning: off is the image's own size and no crop; on shows the
+    /// original size, the crop's top-left corner and the target size the model is told.
+    fn sdxl_conditioning_row(&mut self, ui: &mut egui::Ui) {
+        let label = ui.label("SDXL conditioning");
+        ui.horizontal(|ui| {
+            let mut custom = self.form.size_conditioning.is_some();
+            ui.checkbox(&mut custom, "custom")
+                .labelled_by(label.id)
+                .on_hover_text(
+                    "SDXL only: the size and crop the model is told the image has \
+                     (diffusers' original_size, crops_coords_top_left, target_size)",
+                );
+            let own = latent_engine::pipeline::SizeConditioning::of_image(
+                self.form.width,
+                self.form.height,
+            );
+            self.form.size_conditioning = match (custom, self.form.size_conditioning) {
+                (false, _) => None,
+                (true, Some(c)) => Some(c),
+                (true, None) => Some(own),
+            };
+            if let Some(c) = &mut self.form.size_conditioning {
+                let max = latent_engine::pipeline::sdxl::MAX_VALUE;
+                let pair = |ui: &mut egui::Ui, name: &str, [y, x]: &mut [usize; 2], least| {
+                    let label = ui.label(name);
+                    ui.add(egui::DragValue::new(x).range(least..=max).speed(8))
+                        .labelled_by(label.id);
+                    ui.add(egui::DragValue::new(y).range(least..=max).speed(8))
+                        .labelled_by(label.id);
+                };
+                pair(ui, "original W H", &mut c.original, 1);
+                pair(ui, "crop left top", &mut c.crop_top_left, 0);
+                pair(ui, "target W H", &mut c.target, 1);
+            }
+        });
+        ui.end_row();
     }
 }

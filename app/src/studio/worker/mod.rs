@@ -426,8 +426,13 @@ impl Worker {
         let (Some(loaded), Some(tokenizer)) = (&self.model, &self.tokenizer) else {
             return Err(anyhow!("no model is loaded"));
         };
-        latent_engine::pipeline::check_request(&loaded.model, request)?;
         let mut request = request.clone();
+        // SDXL's size and crop conditioning (restored from an SDXL image, say) means nothing to
+        // other families: they generate as they always do.
+        if loaded.model.text_encoder_2.is_none() {
+            request.size_conditioning = None;
+        }
+        latent_engine::pipeline::check_request(&loaded.model, &request)?;
         request.embeddings = embeddings;
         // The prompt's `<lora:…>` tags, opened (each file once while it is unchanged) and merged
         // into the networks the run uses; the model itself is not changed.
