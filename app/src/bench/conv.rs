@@ -228,10 +228,8 @@ pub fn gemm_report(
     let Some(gemm) = matmul::mma_gemm_on(device, dtype) else {
         return Ok(());
     };
-    let knobs = super::linear::knob_sets();
-    let default = matmul::gemm_knobs();
     let mut burn_total = 0.0;
-    let mut ours_total = vec![0.0; knobs.len()];
+    let mut ours_total = vec![0.0; super::linear::knob_sets().len()];
     for &(op, count) in ops {
         let OpShape::Conv {
             b,
@@ -262,40 +260,27 @@ pub fn gemm_report(
             op.to_string(),
             rate(burn_ms)
         );
-        for (i, &kn) in knobs.iter().enumerate() {
-            matmul::set_gemm_knobs(kn);
-            let ours =
-                || conv::conv2d_unrolled_gemm(x.clone(), weight, geometry, &epilogue, gemm, None);
-            let Some(first) = ours() else {
-                line += " | does not run";
-                break;
-            };
-            let rel = match read(first) {
-                Ok(a) => latent_engine::vae_compile::relative_difference(&a, &want),
-                Err(_) => f32::NAN,
-            };
-            let ms = device_ms(device, runs, || {
+        let ours =
+            || conv::conv2d_unrolled_gemm(x.clone(), weight, geometry, &epilogue, gemm, None);
+        super::linear::knob_sweep(
+            device,
+            runs,
+            count,
+            &want,
+            rate,
+            &mut ours_total,
+            &mut line,
+            || ours().and_then(|t| read(t).ok()),
+            || {
                 let _ = ours();
-            })?;
-            ours_total[i] += ms * count as f64;
-            line += &format!(
-                " | {} {ms:7.3} ms {:6.1} TFLOP/s rel {rel:.0e}",
-                super::linear::knob_label(&kn),
-                rate(ms)
-            );
-        }
-        matmul::set_gemm_knobs(default);
+            },
+        )?;
         burn_total += burn_ms * count as f64;
         println!("{line}");
     }
-    let ours: Vec<String> = knobs
-        .iter()
-        .zip(&ours_total)
-        .map(|(k, t)| format!("{} {t:.2} ms", super::linear::knob_label(k)))
-        .collect();
     println!(
         "[{precision:?}]   these convolutions a step (device time, summed by count): burn {burn_total:.2} ms, unrolled + our GEMM {}",
-        ours.join(", ")
+        super::linear::knob_totals(&ours_total)
     );
     Ok(())
 }

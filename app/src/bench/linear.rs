@@ -130,6 +130,52 @@ pub fn knob_label(k: &matmul::GemmKnobs) -> String {
     format!("bk {bk}{}", if k.unchecked { "" } else { ", checked" })
 }
 
+/// Runs an op of ours under each of [`knob_sets`]: `values` runs it once and reads its result
+/// (`None`: it does not run here), `launch` enqueues it for the device-time median. Appends each
+/// compilation's time, rate and difference from `want` to `line`, and adds its time × `count`
+/// to `totals`.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn knob_sweep(
+    device: &Device,
+    runs: usize,
+    count: usize,
+    want: &[f32],
+    rate: impl Fn(f64) -> f64,
+    totals: &mut [f64],
+    line: &mut String,
+    mut values: impl FnMut() -> Option<Vec<f32>>,
+    mut launch: impl FnMut(),
+) -> Result<()> {
+    let default = matmul::gemm_knobs();
+    for (i, k) in knob_sets().iter().enumerate() {
+        matmul::set_gemm_knobs(*k);
+        let Some(first) = values() else {
+            *line += " | does not run";
+            break;
+        };
+        let rel = latent_engine::vae_compile::relative_difference(&first, want);
+        let ms = device_ms(device, runs, &mut launch)?;
+        totals[i] += ms * count as f64;
+        *line += &format!(
+            " | {} {ms:7.3} ms {:6.1} TFLOP/s rel {rel:.0e}",
+            knob_label(k),
+            rate(ms)
+        );
+    }
+    matmul::set_gemm_knobs(default);
+    Ok(())
+}
+
+/// The sums a step of [`knob_sweep`]'s totals, one per compilation.
+pub(super) fn knob_totals(totals: &[f64]) -> String {
+    knob_sets()
+        .iter()
+        .zip(totals)
+        .map(|(k, t)| format!("{} {t:.2} ms", knob_label(k)))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// Our cooperative-matrix GEMM (`matmul::linear_mma`, automatic tile, each of [`knob_sets`])
 /// against burn's `linear` on every shape of `ops`, weights `[out, in]` as checkpoints store
 /// them; device time of the kernels (timestamp queries), not wall time.
@@ -148,11 +194,9 @@ pub fn gemm_report(
         "[{precision:?}] our cooperative-matrix GEMM: plane {}, fragment {}x{}x{}; device time per op, median of {runs}",
         gemm.plane, gemm.fragment.m, gemm.fragment.n, gemm.fragment.k
     );
-    let knobs = knob_sets();
-    let default = matmul::gemm_knobs();
     let normal = Distribution::Normal(0.0, 1.0);
     let mut burn_total = 0.0;
-    let mut ours_total = vec![0.0; knobs.len()];
+    let mut ours_total = vec![0.0; knob_sets().len()];
     for &(op, count) in ops {
         let OpShape::Linear {
             rows,
@@ -179,38 +223,31 @@ pub fn gemm_report(
             op.to_string(),
             rate(burn_ms)
         );
-        for (i, &k) in knobs.iter().enumerate() {
-            matmul::set_gemm_knobs(k);
-            let ours = || {
-                matmul::linear_mma(
-                    gemm,
-                    x.clone(),
-                    &weight,
-                    WeightLayout::OutIn,
-                    bias_t.as_ref(),
-                    None,
-                    matmul::LinearEpilogue::Plain,
-                )
-            };
-            let Some(first) = ours() else {
-                line += " | does not run";
-                break;
-            };
-            let rel = match read(first) {
-                Ok(a) => latent_engine::vae_compile::relative_difference(&a, &want),
-                Err(_) => f32::NAN,
-            };
-            let ms = device_ms(device, runs, || {
-                let _ = ours();
-            })?;
-            ours_total[i] += ms * count as f64;
-            line += &format!(
-                " | {} {ms:7.3} ms {:6.1} TFLOP/s rel {rel:.0e}",
-                knob_label(&k),
-                rate(ms)
-            );
-        }
-        matmul::set_gemm_knobs(default);
+        let ours = |epilogue: matmul::LinearEpilogue<2>| {
+            matmul::linear_mma(
+                gemm,
+                x.clone(),
+                &weight,
+                WeightLayout::OutIn,
+                bias_t.as_ref(),
+                None,
+                epilogue,
+            )
+        };
+        let plain = || ours(matmul::LinearEpilogue::Plain);
+        knob_sweep(
+            device,
+            runs,
+            count,
+            &want,
+            rate,
+            &mut ours_total,
+            &mut line,
+            || plain().and_then(|t| read(t).ok()),
+            || {
+                let _ = plain();
+            },
+        )?;
         burn_total += burn_ms * count as f64;
         println!("{line}");
         // The epilogues a transformer block uses: GEGLU's gate on its projection, the residual
@@ -232,23 +269,13 @@ pub fn gemm_report(
             } else {
                 matmul::LinearEpilogue::Residual(residual.clone())
             };
-            let ours = || {
-                matmul::linear_mma(
-                    gemm,
-                    x.clone(),
-                    &weight,
-                    WeightLayout::OutIn,
-                    bias_t.as_ref(),
-                    None,
-                    epilogue.clone(),
-                )
-            };
+            let fused = || ours(epilogue.clone());
             let name = if geglu {
                 "value · gelu(gate)"
             } else {
                 "+ residual"
             };
-            let Some(first) = ours() else {
+            let Some(first) = fused() else {
                 println!("[{precision:?}]     {name}: ours does not run");
                 continue;
             };
@@ -261,21 +288,16 @@ pub fn gemm_report(
                 let _ = burn_fused();
             })?;
             let ms = device_ms(device, runs, || {
-                let _ = ours();
+                let _ = fused();
             })?;
             println!(
                 "[{precision:?}]     {name}: burn (fused by burn) {burn_ms:7.3} ms | ours in the epilogue {ms:7.3} ms rel {rel:.0e}"
             );
         }
     }
-    let ours: Vec<String> = knobs
-        .iter()
-        .zip(&ours_total)
-        .map(|(k, t)| format!("{} {t:.2} ms", knob_label(k)))
-        .collect();
     println!(
         "[{precision:?}]   these linears a step (device time, summed by count): burn {burn_total:.2} ms, ours {}",
-        ours.join(", ")
+        knob_totals(&ours_total)
     );
     Ok(())
 }

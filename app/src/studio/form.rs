@@ -336,6 +336,21 @@ mod tests {
         assert_eq!((restored.strength, restored.init.is_none()), (0.4, true));
     }
 
+    /// `req`'s parameters text, and a default form restored from it with nothing skipped.
+    fn through_png(req: &Txt2ImgRequest) -> (String, Form) {
+        let text = Parameters::for_request(req, 3, None, None).to_a1111();
+        let mut restored = Form::default();
+        let skipped = restored.apply(&Parameters::parse_a1111(&text).unwrap());
+        assert!(skipped.is_empty(), "{skipped:?}");
+        (text, restored)
+    }
+
+    /// Applies a default request's parameters to `form`, with nothing skipped.
+    fn restore_plain(form: &mut Form) {
+        let plain = Parameters::for_request(&Form::default().request(), 3, None, None);
+        assert!(form.apply(&plain).is_empty());
+    }
+
     #[test]
     fn hires_fix_reaches_the_request_and_returns_from_the_png() {
         let form = Form {
@@ -349,17 +364,10 @@ mod tests {
         };
         let req = form.request();
         assert_eq!(req.hires, Some(form.hires));
-        let text = Parameters::for_request(&req, 3, None, None).to_a1111();
-        let mut restored = Form::default();
-        assert!(
-            restored
-                .apply(&Parameters::parse_a1111(&text).unwrap())
-                .is_empty()
-        );
+        let (text, mut restored) = through_png(&req);
         assert_eq!((restored.hires_on, restored.hires), (true, form.hires));
         // A file without it turns it off; an upscaler we lack is reported.
-        let plain = Parameters::for_request(&Form::default().request(), 3, None, None);
-        assert!(restored.apply(&plain).is_empty());
+        restore_plain(&mut restored);
         assert!(!restored.hires_on);
         let esrgan = text.replace("Hires upscaler: Latent", "Hires upscaler: R-ESRGAN 4x+");
         let skipped = restored.apply(&Parameters::parse_a1111(&esrgan).unwrap());
@@ -381,17 +389,10 @@ mod tests {
         };
         let req = form.request();
         assert_eq!(req.size_conditioning, Some(conditioning));
-        let text = Parameters::for_request(&req, 3, None, None).to_a1111();
-        let mut restored = Form::default();
-        assert!(
-            restored
-                .apply(&Parameters::parse_a1111(&text).unwrap())
-                .is_empty()
-        );
+        let (text, mut restored) = through_png(&req);
         assert_eq!(restored.size_conditioning, Some(conditioning));
         // A file without it returns to the image's own size; a bad value is reported.
-        let plain = Parameters::for_request(&Form::default().request(), 3, None, None);
-        assert!(restored.apply(&plain).is_empty());
+        restore_plain(&mut restored);
         assert_eq!(restored.size_conditioning, None);
         let bad = text.replace("SDXL crop: 64x0", "SDXL crop: left");
         let skipped = restored.apply(&Parameters::parse_a1111(&bad).unwrap());
