@@ -10,8 +10,11 @@ use std::time::Instant;
 use anyhow::Result;
 use burn::tensor::{Device, Distribution, Tensor};
 use latent_engine::checkpoint::ModelConfig;
-use latent_engine::pipeline::{Quiet, SizeConditioning, Txt2ImgRequest, txt2img};
+use latent_engine::pipeline::{
+    DecodeOptions, Quiet, SizeConditioning, Txt2ImgRequest, decode, txt2img,
+};
 use latent_engine::tokenizer::ClipTokenizer;
+use latent_engine::vae_tiling::{TilingConfig, TilingMode};
 use latent_engine::{Precision, StableDiffusion};
 
 use super::{bench_request, sync, time_ms};
@@ -61,6 +64,24 @@ pub(super) fn sdxl_bench(
         })?;
     }
     drop((x, ctx, pooled, added));
+    // The decode alone, tiled first (the pool's high-water mark only rises): how much of the
+    // txt2img's peak the whole-image decode is.
+    let z = Tensor::<4>::random([1, 4, latent, latent], normal, (device, dtype));
+    for (name, mode) in [
+        ("tiled (64-latent tiles)", TilingMode::Always),
+        ("whole", TilingMode::Never),
+    ] {
+        let options = DecodeOptions {
+            tiling: TilingConfig::with_mode(mode),
+            compile: true,
+        };
+        decode(&model, z.clone(), &options, &mut Quiet)?;
+        let ms = time_ms(device, 0, runs.min(3), || {
+            let _ = decode(&model, z.clone(), &options, &mut Quiet);
+        })?;
+        println!("[SDXL] VAE decode {SIZE}x{SIZE}, {name}: median {ms:.1} ms");
+        memory(device, &format!("after the {name} decode"));
+    }
     if pipeline {
         let req = Txt2ImgRequest {
             width: SIZE,
