@@ -582,6 +582,43 @@ fn snapshots_of_the_empty_studio_and_the_settings_window() {
     h.snapshot_options("studio_settings", &options);
 }
 
+/// The SDXL conditioning row: ticking "custom size and crop" conditions on the image's own size (then
+/// editable), unticking returns to the default, where the request carries none.
+#[test]
+fn the_sdxl_conditioning_row_sets_the_forms_conditioning() {
+    use latent_engine::pipeline::SizeConditioning;
+    let _serial = serial();
+    let dir = scratch("sdxl-row");
+    let settings = Settings {
+        device: DeviceChoice::Cpu,
+        outputs_dir: dir.join("outputs"),
+        cache_dir: Some(dir.join("cache")),
+        ..Settings::default()
+    };
+    let path = dir.join("settings.json");
+    settings.save(&path).unwrap();
+    let mut h = Harness::builder()
+        .with_size([800.0, 520.0])
+        .build_eframe(move |cc| StudioApp::new(&cc.egui_ctx, path).unwrap());
+    h.run_steps(2);
+    assert_eq!(h.state().form.size_conditioning, None);
+    h.get_by_label("custom size and crop").click();
+    h.run_steps(2);
+    let (w, h_px) = (h.state().form.width, h.state().form.height);
+    assert_eq!(
+        h.state().form.size_conditioning,
+        Some(SizeConditioning::of_image(w, h_px))
+    );
+    assert_eq!(
+        h.state().form.request().size_conditioning,
+        h.state().form.size_conditioning
+    );
+    h.get_by_label("custom size and crop").click();
+    h.run_steps(2);
+    assert_eq!(h.state().form.size_conditioning, None);
+    assert_eq!(h.state().form.request().size_conditioning, None);
+}
+
 /// The engine opens the GPU (lavapipe here) before the window, the window's renderer is built
 /// from the same handles (`WgpuSetup::Existing`, as `latent-studio` gives them to eframe), the
 /// engine generates on that device, and the window then renders a frame on it. The image agrees

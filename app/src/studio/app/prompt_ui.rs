@@ -217,11 +217,11 @@ impl StudioApp {
     /// SDXL's size and crop conditioning: off is the image's own size and no crop; on shows the
     /// original size, the crop's top-left corner and the target size the model is told.
     fn sdxl_conditioning_row(&mut self, ui: &mut egui::Ui) {
-        let label = ui.label("SDXL conditioning");
+        ui.label("SDXL conditioning");
         ui.horizontal(|ui| {
             let mut custom = self.form.size_conditioning.is_some();
-            ui.checkbox(&mut custom, "custom")
-                .labelled_by(label.id)
+            // Its own text names it (a `labelled_by` would rename it after the row).
+            ui.checkbox(&mut custom, "custom size and crop")
                 .on_hover_text(
                     "SDXL only: the size and crop the model is told the image has \
                      (diffusers' original_size, crops_coords_top_left, target_size)",
