@@ -183,3 +183,81 @@ fn hires_fix_refuses_an_init_image_and_needs_the_encoder_for_lanczos() {
     });
     assert!(both.contains("hires fix is for txt2img"), "{both}");
 }
+
+/// SDXL's hires pass conditions on its own size (A1111's `hr_upscale_to_x/y`): with the Lanczos
+/// upscaler it equals txt2img followed by img2img at the larger size run by hand, whose size
+/// conditioning is that size. Conditioning the second pass on the first's size would differ.
+#[test]
+fn sdxl_hires_pass_conditions_on_the_larger_size() {
+    let ckpt = Checkpoint::open(&fixtures().join("tiny-sdxl")).unwrap();
+    let options = LoadOptions {
+        vae_encoder: true,
+        ..Default::default()
+    };
+    let model = StableDiffusion::load(&ckpt, &Device::flex(), options).unwrap();
+    let tokenizer = ClipTokenizer::new().unwrap();
+    let run = |req: &Txt2ImgRequest| -> Generated {
+        txt2img(
+            &model,
+            &tokenizer,
+            req,
+            &AtomicBool::new(false),
+            &mut Steps::default(),
+        )
+        .unwrap()
+        .remove(0)
+    };
+    let base = Txt2ImgRequest {
+        width: 64,
+        height: 64,
+        ..base()
+    };
+    let fix = HiresFix {
+        scale: 1.5,
+        steps: 2,
+        strength: 0.5,
+        upscaler: HiresUpscaler::Lanczos,
+    };
+    let hires = run(&Txt2ImgRequest {
+        hires: Some(fix),
+        ..base.clone()
+    });
+    assert_eq!((hires.image.width, hires.image.height), (96, 96));
+    let by_hand = |init: Arc<latent_engine::image_io::RgbImage>| {
+        run(&Txt2ImgRequest {
+            width: 96,
+            height: 96,
+            steps: 4,
+            init: Some(InitImage {
+                image: init,
+                strength: 0.5,
+                resize: ResizeMode::JustResize,
+                mask: None,
+                mask_blur: None,
+                masked_content: Default::default(),
+                area: Default::default(),
+            }),
+            ..base.clone()
+        })
+    };
+    let first = Arc::new(run(&base).image);
+    assert_eq!(hires.image, by_hand(first.clone()).image);
+    // The by-hand pass conditioned on the first pass's size is another image.
+    let on_first_size = run(&Txt2ImgRequest {
+        width: 96,
+        height: 96,
+        steps: 4,
+        size_conditioning: Some(latent_engine::pipeline::SizeConditioning::of_image(64, 64)),
+        init: Some(InitImage {
+            image: first,
+            strength: 0.5,
+            resize: ResizeMode::JustResize,
+            mask: None,
+            mask_blur: None,
+            masked_content: Default::default(),
+            area: Default::default(),
+        }),
+        ..base.clone()
+    });
+    assert_ne!(hires.image, on_first_size.image);
+}

@@ -269,9 +269,6 @@ pub fn check_request(model: &StableDiffusion, req: &Txt2ImgRequest) -> Result<()
         return bad("size and crop conditioning applies to SDXL models only".into());
     }
     if let Some(hires) = &req.hires {
-        if model.text_encoder_2.is_some() {
-            return bad("the hires fix does not run SDXL models yet".into());
-        }
         hires.check(req, &model.config.scheduler)?;
     }
     Ok(())
@@ -384,8 +381,21 @@ pub fn txt2img(
         .size_conditioning
         .unwrap_or_else(|| SizeConditioning::of_image(req.width, req.height));
     let added = pooled
-        .map(|p| sdxl::added(&networks.unet, &p, size))
+        .as_ref()
+        .map(|p| sdxl::added(&networks.unet, p, size))
         .transpose()?;
+    // SDXL's hires pass conditions on its own size, as A1111 conditions it (`hr_upscale_to_x/y`).
+    let hires_added = match (&pooled, &req.hires) {
+        (Some(p), Some(h)) => {
+            let (w, h) = h.target(req.width, req.height);
+            Some(sdxl::added(
+                &networks.unet,
+                p,
+                SizeConditioning::of_image(w, h),
+            )?)
+        }
+        _ => None,
+    };
 
     let scale = model.config.vae.downscale();
     let shape = [
@@ -415,7 +425,10 @@ pub fn txt2img(
     let mut first = |x: Tensor<4>, t: f32| unet.forward(x, t);
     let mut second = |x: Tensor<4>, t: f32| {
         let b = x.dims()[0];
-        networks.unet.forward(x, &vec![t; b], &context)
+        match &hires_added {
+            Some(added) => networks.unet.forward_added(x, &vec![t; b], &context, added),
+            None => networks.unet.forward(x, &vec![t; b], &context),
+        }
     };
     for image in 0..req.batch_count {
         let seed = req.seed.wrapping_add(image as u64);
