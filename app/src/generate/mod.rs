@@ -5,207 +5,27 @@ use std::sync::atomic::AtomicBool;
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
-use clap::Args;
-use latent_engine::device::DeviceChoice;
-use latent_engine::image_io::{ResizeMode, RgbImage, encode_png, load_image, save_atomic};
+use latent_engine::image_io::{RgbImage, encode_png, load_image, save_atomic};
 use latent_engine::model_cache::{CacheSettings, LoadSource, ModelCache};
 use latent_engine::parameters::Parameters;
 use latent_engine::pipeline::{
-    DecodeOptions, Generated, HiresFix, HiresUpscaler, InitImage, MaskedContent, Notice, StepState,
+    DecodeOptions, Generated, HiresFix, HiresUpscaler, InitImage, Notice, StepState,
     Txt2ImgRequest, txt2img,
 };
 use latent_engine::preview::{
     Frame, FrameSink, FrameStore, PreviewMethod, PreviewSettings, Previewer,
 };
-use latent_engine::prompt::{Embeddings, Emphasis};
-use latent_engine::schedulers::{SamplerKind, Schedule};
+use latent_engine::prompt::Embeddings;
 use latent_engine::taesd::TaesdDecoder;
 use latent_engine::tokenizer::ClipTokenizer;
-use latent_engine::vae_tiling::{TilingConfig, TilingMode};
+use latent_engine::vae_tiling::TilingConfig;
 use latent_engine::{LoadOptions, Precision};
 use latent_studio::run::{Destination, RunEvents, SaveEach, random_seed};
 use latent_studio::stall::StallWatch;
 
-#[derive(Args, Debug)]
-pub struct GenerateArgs {
-    /// A `.safetensors` checkpoint (A1111/ComfyUI layout) or a diffusers folder.
-    #[arg(long)]
-    model: PathBuf,
-    #[arg(long)]
-    prompt: String,
-    #[arg(long, default_value = "")]
-    negative: String,
-    /// Random when not given; always recorded in the PNG.
-    #[arg(long)]
-    seed: Option<u64>,
-    #[arg(long, default_value_t = Txt2ImgRequest::default().steps)]
-    steps: usize,
-    #[arg(long, default_value_t = Txt2ImgRequest::default().cfg_scale, allow_negative_numbers = true)]
-    cfg: f32,
-    /// euler, euler_a, dpmpp_2m, ddim or lcm.
-    #[arg(long, default_value = "euler")]
-    sampler: SamplerKind,
-    /// normal or karras.
-    #[arg(long, default_value = "normal")]
-    schedule: Schedule,
-    /// Default the model's native size (512; 768 for SD 2.x v), or with --init-image that
-    /// image's width rounded down to a multiple of 8.
-    #[arg(long)]
-    width: Option<usize>,
-    /// Default the model's native size (512; 768 for SD 2.x v), or with --init-image that
-    /// image's height rounded down to a multiple of 8.
-    #[arg(long)]
-    height: Option<usize>,
-    /// img2img: start from this image (PNG, JPEG or WebP) instead of pure noise.
-    #[arg(long)]
-    init_image: Option<PathBuf>,
-    /// img2img: how much of the image is redrawn, in (0, 1]: of --steps, the last
-    /// ⌊steps × strength⌋ run (A1111's denoising strength).
-    #[arg(long, default_value_t = 0.75)]
-    denoising_strength: f64,
-    /// img2img, when the image is not at --width × --height: just-resize, crop-and-resize or
-    /// resize-and-fill (A1111's resize modes; Lanczos resampling).
-    #[arg(long, default_value = "just-resize")]
-    resize_mode: ResizeMode,
-    /// Inpainting, with --init-image: a mask image, white where the picture is repainted (a
-    /// 4-channel checkpoint: the rest is blended back after every step, as diffusers does).
-    #[arg(long)]
-    mask: Option<PathBuf>,
-    /// Inpainting: after the decode, the original is put back outside the mask, feathered by a
-    /// Gaussian blur of the mask of this many pixels (A1111's mask blur and overlay); a negative
-    /// value keeps the decoded image as it is (diffusers' output).
-    #[arg(long, default_value_t = 4.0, allow_negative_numbers = true)]
-    mask_blur: f32,
-    /// Inpainting: what the masked area starts from: fill, original, latent-noise or latent-nothing
-    /// (A1111's masked content).
-    #[arg(long, default_value = "original")]
-    masked_content: MaskedContent,
-    /// Inpainting: redraw only the mask's box grown by --inpaint-padding, at --width × --height,
-    /// and paste it back into the picture, which keeps its size (A1111's "Only masked").
-    #[arg(long)]
-    only_masked: bool,
-    /// Outpainting, with --init-image: extend the picture by LEFT,RIGHT,TOP,BOTTOM pixels (grown
-    /// to multiples of 8), fill the bands with its edge pixels and inpaint them (with some of the
-    /// picture beside them); use with --masked-content latent-noise --denoising-strength 1.
-    #[arg(long, value_name = "LEFT,RIGHT,TOP,BOTTOM")]
-    outpaint: Option<latent_engine::image_io::Sides>,
-    /// Outpainting: pixels of the picture repainted beside each extended side.
-    #[arg(long, default_value_t = 8)]
-    outpaint_overlap: usize,
-    /// Inpainting with --only-masked: pixels of context around the mask (A1111's padding).
-    #[arg(long, default_value_t = latent_engine::pipeline::InpaintArea::DEFAULT_PADDING)]
-    inpaint_padding: usize,
-    /// A folder of textual-inversion embeddings (`<name>.safetensors`, A1111's format): a name in
-    /// the prompt is replaced by its vectors.
-    #[arg(long)]
-    embeddings: Option<PathBuf>,
-    /// A folder of LoRAs (`<name>.safetensors`, kohya/A1111 or diffusers/PEFT; subfolders are
-    /// searched): `<lora:name:0.8>` in the prompt merges one in (A1111's syntax,
-    /// `<lora:name:te:unet>` for separate strengths).
-    #[arg(long)]
-    loras: Option<PathBuf>,
-    /// Adds `<lora:NAME:…>` to the prompt: NAME, NAME:STRENGTH or NAME:TE:UNET (repeatable).
-    #[arg(long = "lora", value_name = "NAME[:TE[:UNET]]")]
-    lora: Vec<String>,
-    /// Hires fix: a second pass at this factor of the size (1 to 4; A1111's "Upscale by").
-    #[arg(long)]
-    hires_scale: Option<f64>,
-    /// Hires fix: steps of the second pass (0: --steps), run as the last steps of a schedule of
-    /// steps ÷ strength as A1111 does.
-    #[arg(long, default_value_t = 0)]
-    hires_steps: usize,
-    /// Hires fix: denoising strength of the second pass.
-    #[arg(long, default_value_t = HiresFix::default().strength)]
-    hires_strength: f64,
-    /// Hires fix: Latent (bilinear, no decode between the passes) or Lanczos (the image).
-    #[arg(long, default_value = "Latent")]
-    hires_upscaler: HiresUpscaler,
-    /// SDXL: the size the model is told the source image had (diffusers' `original_size`,
-    /// ComfyUI's width/height on CLIPTextEncodeSDXL). Default: --width x --height.
-    #[arg(long, value_name = "WxH", value_parser = sdxl_size)]
-    sdxl_original_size: Option<[usize; 2]>,
-    /// SDXL: the top-left corner of the crop the model is told was taken (diffusers'
-    /// `crops_coords_top_left`), LEFTxTOP pixels. Default: 0x0.
-    #[arg(long, value_name = "LEFTxTOP", value_parser = sdxl_crop)]
-    sdxl_crop: Option<[usize; 2]>,
-    /// SDXL: the target size the model is told (diffusers' `target_size`). Default: --width x
-    /// --height.
-    #[arg(long, value_name = "WxH", value_parser = sdxl_size)]
-    sdxl_target_size: Option<[usize; 2]>,
-    /// auto, cpu, gpu, gpu:N or part of an adapter name (`arc`, `lavapipe`).
-    #[arg(long, default_value = "auto")]
-    device: DeviceChoice,
-    /// Seconds that opening the device and compiling its first kernels may take before giving
-    /// up with an error (a stuck driver thread is left behind; the process still exits).
-    #[arg(long, default_value_t = 60.0)]
-    device_timeout: f64,
-    /// With `--device auto`, try a GPU adapter not seen before in a child process first, so a
-    /// driver crash or hang costs the child (verdicts are remembered per adapter and driver, and
-    /// adapters whose probe failed are skipped even with `off`). Off by default: a probe compiles
-    /// kernels in a second process.
-    #[arg(long, value_enum, default_value_t = OnOff::Off)]
-    probe: OnOff,
-    /// f32 or f16 (default: f16 on a GPU that supports it, else f32).
-    #[arg(long)]
-    precision: Option<Precision>,
-    /// Output PNG; without it, a new numbered file in --outputs.
-    #[arg(long)]
-    out: Option<PathBuf>,
-    /// Replace --out if it exists.
-    #[arg(long)]
-    overwrite: bool,
-    /// Folder for numbered outputs.
-    #[arg(long, default_value = "outputs")]
-    outputs: PathBuf,
-    /// Images in a row, seeds seed, seed+1, …
-    #[arg(long, default_value_t = 1)]
-    batch_count: usize,
-    /// Text encoder layers to skip from the end, A1111's way (1 = the last layer).
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=12))]
-    clip_skip: u16,
-    /// How `(word:1.3)` weights apply: Original (A1111), "No norm", ComfyUI, Ignore, None.
-    #[arg(long, default_value = "Original", value_parser = parse_emphasis)]
-    emphasis: Emphasis,
-    /// Live preview method: none, latent2rgb, taesd, full or auto (never changes the image).
-    #[arg(long, default_value = "none")]
-    preview: PreviewMethod,
-    /// Make a preview every N steps.
-    #[arg(long, default_value_t = 1)]
-    preview_interval: usize,
-    /// TAESD decoder for `--preview taesd|auto`: madebyollin's taesd_decoder.safetensors or a
-    /// diffusers AutoencoderTiny folder (default: taesd_decoder.safetensors next to the model, or in `vae_approx/` there or one
-    /// folder up, as ComfyUI keeps it).
-    #[arg(long)]
-    taesd: Option<PathBuf>,
-    /// Write every published preview there as step_NNN.png.
-    #[arg(long)]
-    preview_dir: Option<PathBuf>,
-    /// Disk cache of converted weights (keyed by the checkpoint's hash, dtype and format): the
-    /// next launch loads faster. Off by default here so scripts never fill the cache unasked; the
-    /// studio's setting defaults to on.
-    #[arg(long, value_enum, default_value_t = OnOff::Off)]
-    model_cache: OnOff,
-    /// Disk cache folder (default: $LATENT_STUDIO_CACHE, else the platform's cache folder).
-    #[arg(long)]
-    cache_dir: Option<PathBuf>,
-    /// Disk cache size bound in GiB; least recently used entries are deleted first.
-    #[arg(long, default_value_t = 20.0)]
-    cache_limit_gib: f64,
-    /// Our fused GroupNorm+SiLU kernels for the VAE decode, verified against the plain path at
-    /// first use (on by default: 18 % faster per 512² decode on an H200, see BENCHMARKS.md).
-    #[arg(long, value_enum, default_value_t = OnOff::On)]
-    vae_compile: OnOff,
-    /// Decode in 512-pixel tiles (same image as untiled, smaller GPU buffers): auto (images over
-    /// 1024x1024 pixels, or when a decoder buffer would pass 1 GiB), on, or off.
-    #[arg(long, default_value = "auto")]
-    vae_tiling: TilingMode,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum OnOff {
-    On,
-    Off,
-}
+mod args;
+use args::size_conditioning;
+pub use args::{GenerateArgs, OnOff};
 
 /// The TAESD decoder for previews, if one is wanted and loads; a failure is a warning, never an
 /// error: previews fall back to latent2rgb.
@@ -301,13 +121,6 @@ impl RunEvents for Cli {
     }
 }
 
-/// An emphasis mode by its A1111 name.
-fn parse_emphasis(name: &str) -> std::result::Result<Emphasis, String> {
-    Emphasis::from_name(name).ok_or_else(|| {
-        format!("unknown emphasis `{name}`: Original, No norm, ComfyUI, Ignore or None")
-    })
-}
-
 /// The init image of an img2img run, fitted to the request's size, and that size: as given, else
 /// the image's own rounded down to a multiple of 8 (diffusers' img2img), else the default.
 fn init_image(args: &GenerateArgs) -> Result<(Option<InitImage>, usize, usize)> {
@@ -355,34 +168,6 @@ fn init_image(args: &GenerateArgs) -> Result<(Option<InitImage>, usize, usize)> 
         mask,
     };
     Ok((Some(init), width, height))
-}
-
-fn sdxl_size(s: &str) -> Result<[usize; 2], String> {
-    latent_engine::pipeline::sdxl::parse_wxh(s, false)
-}
-
-fn sdxl_crop(s: &str) -> Result<[usize; 2], String> {
-    latent_engine::pipeline::sdxl::parse_wxh(s, true)
-}
-
-/// SDXL's size and crop conditioning where any of its flags is given, the rest the image's own.
-fn size_conditioning(
-    args: &GenerateArgs,
-    width: usize,
-    height: usize,
-) -> Option<latent_engine::pipeline::SizeConditioning> {
-    if args.sdxl_original_size.is_none()
-        && args.sdxl_crop.is_none()
-        && args.sdxl_target_size.is_none()
-    {
-        return None;
-    }
-    let own = latent_engine::pipeline::SizeConditioning::of_image(width, height);
-    Some(latent_engine::pipeline::SizeConditioning {
-        original: args.sdxl_original_size.unwrap_or(own.original),
-        crop_top_left: args.sdxl_crop.unwrap_or(own.crop_top_left),
-        target: args.sdxl_target_size.unwrap_or(own.target),
-    })
 }
 
 pub fn run(args: GenerateArgs) -> Result<()> {
