@@ -6,31 +6,35 @@
 //! `decode.rs`: latents to pixels (NaN guard, tiling). `init.rs`: img2img's encoded start and
 //! inpainting's blend.
 //! `hires.rs`: A1111's hires fix, a second img2img pass at a larger size. `sdxl.rs`: SDXL's
-//! second encoder, empty negative and size conditioning.
+//! second encoder, empty negative and size conditioning. `check.rs`: a request checked against a
+//! model before any work. `observer.rs`: what a run reports (steps, notices, finished images).
 
+mod check;
 mod decode;
 pub mod hires;
 mod init;
 pub mod inpaint_area;
+mod observer;
 pub mod sdxl;
 
+pub use check::{check_request, request_plan};
 pub use decode::{all_finite, decode, to_rgb8};
 pub use hires::{HiresFix, HiresUpscaler};
 pub use init::{InitImage, MaskedContent};
 pub use inpaint_area::InpaintArea;
+pub use observer::{Generated, Notice, Observer, Quiet, StepState};
 pub use sdxl::SizeConditioning;
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use burn::tensor::{DType, Tensor, TensorData};
 
 use crate::error::{Error, Result};
-use crate::image_io::RgbImage;
 use crate::model::StableDiffusion;
 use crate::noise::TorchRng;
 use crate::prompt;
-use crate::schedulers::{self, SamplerKind, Schedule, SchedulerConfig};
+use crate::schedulers::{self, SamplerKind, Schedule};
 use crate::tokenizer::ClipTokenizer;
 use crate::unet::graph::UNetSteps;
 use crate::vae_tiling::TilingConfig;
@@ -112,177 +116,6 @@ impl Default for Txt2ImgRequest {
             size_conditioning: None,
         }
     }
-}
-
-/// Where the pipeline is, for progress bars and previews.
-pub struct StepState<'a> {
-    /// Index of the image within the batch count.
-    pub image: usize,
-    /// Steps done so far (1-based after a step).
-    pub step: usize,
-    pub total: usize,
-    pub elapsed: Duration,
-    /// The latent the sampler continues from. Read it, never mutate it.
-    pub latents: &'a Tensor<4>,
-    /// The predicted denoised latent of this step (a new tensor, safe to hand to previews).
-    pub denoised: &'a Tensor<4>,
-}
-
-/// Things worth telling the artist that are not errors.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Notice {
-    /// The prompt passed [`prompt::MAX_CHUNKS`] chunks of 75 tokens; the rest was not read.
-    PromptTruncated {
-        which: &'static str,
-        tokens: usize,
-        kept: usize,
-    },
-    PreviewFallback {
-        wanted: &'static str,
-        used: &'static str,
-        reason: &'static str,
-    },
-    /// VAE compilation was abandoned for this model; the plain path decodes from now on.
-    VaeCompileFallback { reason: String },
-    /// The f16 VAE decoded NaN or infinite pixels; the image was decoded again in f32, and this
-    /// model's VAE stays in f32 from now on (A1111's automatic `--no-half-vae`).
-    VaeRetriedInF32,
-}
-
-impl std::fmt::Display for Notice {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Notice::PromptTruncated {
-                which,
-                tokens,
-                kept,
-            } => write!(
-                f,
-                "the {which} has {tokens} tokens; only the first {kept} are read"
-            ),
-            Notice::PreviewFallback {
-                wanted,
-                used,
-                reason,
-            } => {
-                write!(
-                    f,
-                    "preview: {wanted} is not available ({reason}); showing {used} instead"
-                )
-            }
-            Notice::VaeCompileFallback { reason } => write!(
-                f,
-                "VAE compilation is off for this model: {reason}. Decoding uses the plain path; images are unaffected"
-            ),
-            Notice::VaeRetriedInF32 => f.write_str(
-                "the VAE produced NaN in f16, so the image was decoded again in f32; \
-                 this model's VAE stays in f32 from now on (slower, more memory)",
-            ),
-        }
-    }
-}
-
-/// What the pipeline reports while it runs.
-pub trait Observer {
-    fn notice(&mut self, _notice: &Notice) {}
-    fn step(&mut self, _state: &StepState<'_>) {}
-    /// An image of the batch count is finished (decoded), before the next one starts: save it
-    /// now, so that a later failure or a stuck device never costs the finished ones.
-    fn image(&mut self, _generated: &Generated) {}
-    /// A VAE decode starts, in `tiles` tiles (1: the whole latent at once). A tiled decode gives
-    /// the untiled image, so this is the one sign of it.
-    fn decoding(&mut self, _tiles: usize) {}
-}
-
-/// An observer that ignores everything.
-pub struct Quiet;
-impl Observer for Quiet {}
-
-/// One finished image and the seed it came from.
-#[derive(Debug, Clone)]
-pub struct Generated {
-    pub image: RgbImage,
-    pub seed: u64,
-    /// The textual-inversion embeddings the prompts used, in order: (name, A1111's 12-digit
-    /// hash), for the `TI hashes` entry of the parameters.
-    pub ti_hashes: Vec<(String, String)>,
-}
-
-/// Validates a request against a model without running anything.
-pub fn check_request(model: &StableDiffusion, req: &Txt2ImgRequest) -> Result<()> {
-    let scale = model.config.vae.downscale();
-    let bad = |m: String| Err(Error::InvalidInput(m));
-    if req.steps == 0 {
-        return bad("steps must be at least 1".into());
-    }
-    // The model was trained on 1000 noise levels; more steps would repeat them (ComfyUI allows
-    // 10,000 and silently does so). Refused here so the GUI can say so before any work.
-    let max_steps = req.sampler.max_steps(req.schedule, &model.config.scheduler);
-    if req.steps > max_steps {
-        return bad(format!(
-            "{} steps is too many: {} with the {} schedule takes at most {max_steps}",
-            req.steps,
-            req.sampler.a1111_name(),
-            req.schedule.a1111_name()
-        ));
-    }
-    if req.width == 0
-        || req.height == 0
-        || !req.width.is_multiple_of(scale)
-        || !req.height.is_multiple_of(scale)
-    {
-        return bad(format!(
-            "width and height must be positive multiples of {scale}, got {}x{}",
-            req.width, req.height
-        ));
-    }
-    if req.width > 8192 || req.height > 8192 {
-        return bad(format!(
-            "{}x{} is larger than the 8192 pixel limit",
-            req.width, req.height
-        ));
-    }
-    if !req.cfg_scale.is_finite() || req.cfg_scale < 0.0 {
-        return bad(format!(
-            "CFG scale must be a finite number ≥ 0, got {}",
-            req.cfg_scale
-        ));
-    }
-    if req.batch_count == 0 {
-        return bad("batch count must be at least 1".into());
-    }
-    if let Some(init) = &req.init {
-        let (w, h) = (init.image.width, init.image.height);
-        if w == 0 || h == 0 || init.image.pixels.len() != w * h * 3 {
-            return bad(format!("the init image ({w}x{h}) has no pixels"));
-        }
-        if let Some(mask) = &init.mask {
-            let (w, h) = (mask.width, mask.height);
-            if w == 0 || h == 0 || mask.pixels.len() != w * h * 3 {
-                return bad(format!("the mask ({w}x{h}) has no pixels"));
-            }
-        }
-        schedulers::img2img_begin(req.steps, init.strength)
-            .map_err(|e| Error::InvalidInput(e.to_string()))?;
-    }
-    if req.size_conditioning.is_some() && model.text_encoder_2.is_none() {
-        return bad("size and crop conditioning applies to SDXL models only".into());
-    }
-    if let Some(hires) = &req.hires {
-        hires.check(req, &model.config.scheduler)?;
-    }
-    Ok(())
-}
-
-/// The sampler's plan for `req`: every step for txt2img, the last ⌊steps × strength⌋ for img2img.
-pub fn request_plan(req: &Txt2ImgRequest, config: &SchedulerConfig) -> Result<schedulers::Plan> {
-    match &req.init {
-        None => schedulers::plan(req.sampler, req.schedule, req.steps, config),
-        Some(init) => {
-            schedulers::img2img_plan(req.sampler, req.schedule, req.steps, init.strength, config)
-        }
-    }
-    .map_err(|e| Error::InvalidInput(e.to_string()))
 }
 
 /// Runs txt2img, or img2img when the request has an init image (the model then needs its VAE
