@@ -28,6 +28,56 @@ impl Observer for Steps {
     }
 }
 
+/// The tiny model of `fixture` on the CPU backend, with its VAE encoder (Lanczos hires).
+fn load_with_encoder(fixture: &str) -> StableDiffusion {
+    let ckpt = Checkpoint::open(&fixtures().join(fixture)).unwrap();
+    let options = LoadOptions {
+        vae_encoder: true,
+        ..Default::default()
+    };
+    StableDiffusion::load(&ckpt, &Device::flex(), options).unwrap()
+}
+
+/// img2img of `init` at `width` × `height` over `steps` at strength 0.5: the second pass of a
+/// Lanczos hires fix, run by hand.
+fn by_hand(
+    base: &Txt2ImgRequest,
+    init: Arc<latent_engine::image_io::RgbImage>,
+    [width, height]: [usize; 2],
+    steps: usize,
+) -> Txt2ImgRequest {
+    Txt2ImgRequest {
+        width,
+        height,
+        steps,
+        init: Some(InitImage {
+            image: init,
+            strength: 0.5,
+            resize: ResizeMode::JustResize,
+            mask: None,
+            mask_blur: None,
+            masked_content: Default::default(),
+            area: Default::default(),
+        }),
+        ..base.clone()
+    }
+}
+
+/// `req` on `model`, its steps unobserved.
+fn quietly(
+    model: &StableDiffusion,
+    tokenizer: &ClipTokenizer,
+    req: &Txt2ImgRequest,
+) -> latent_engine::error::Result<Vec<Generated>> {
+    txt2img(
+        model,
+        tokenizer,
+        req,
+        &AtomicBool::new(false),
+        &mut Steps::default(),
+    )
+}
+
 fn base() -> Txt2ImgRequest {
     Txt2ImgRequest {
         prompt: "a watercolor fox in the snow".into(),
@@ -42,12 +92,7 @@ fn base() -> Txt2ImgRequest {
 
 #[test]
 fn hires_fix_runs_a_second_pass_at_the_larger_size() {
-    let ckpt = Checkpoint::open(&fixtures().join("tiny-sd")).unwrap();
-    let options = LoadOptions {
-        vae_encoder: true,
-        ..Default::default()
-    };
-    let model = StableDiffusion::load(&ckpt, &Device::flex(), options).unwrap();
+    let model = load_with_encoder("tiny-sd");
     let tokenizer = ClipTokenizer::new().unwrap();
     let run = |req: &Txt2ImgRequest, obs: &mut dyn Observer| -> Generated {
         txt2img(&model, &tokenizer, req, &AtomicBool::new(false), obs)
@@ -100,21 +145,7 @@ fn hires_fix_runs_a_second_pass_at_the_larger_size() {
     );
     let first = run(&base(), &mut Steps::default());
     let by_hand = run(
-        &Txt2ImgRequest {
-            width: 72,
-            height: 48,
-            steps: 4,
-            init: Some(InitImage {
-                image: Arc::new(first.image),
-                strength: 0.5,
-                resize: ResizeMode::JustResize,
-                mask: None,
-                mask_blur: None,
-                masked_content: Default::default(),
-                area: Default::default(),
-            }),
-            ..base()
-        },
+        &by_hand(&base(), Arc::new(first.image), [72, 48], 4),
         &mut Steps::default(),
     );
     assert_eq!(hires.image, by_hand.image);
@@ -141,16 +172,10 @@ fn hires_fix_refuses_an_init_image_and_needs_the_encoder_for_lanczos() {
     let model = StableDiffusion::load(&ckpt, &Device::flex(), LoadOptions::default()).unwrap();
     let tokenizer = ClipTokenizer::new().unwrap();
     let err = |req: &Txt2ImgRequest| {
-        txt2img(
-            &model,
-            &tokenizer,
-            req,
-            &AtomicBool::new(false),
-            &mut Steps::default(),
-        )
-        .map(|_| ())
-        .unwrap_err()
-        .to_string()
+        quietly(&model, &tokenizer, req)
+            .map(|_| ())
+            .unwrap_err()
+            .to_string()
     };
     let lanczos = HiresFix {
         scale: 1.5,
@@ -164,23 +189,16 @@ fn hires_fix_refuses_an_init_image_and_needs_the_encoder_for_lanczos() {
         ..base()
     });
     assert!(no_encoder.contains("VAE encoder"), "{no_encoder}");
-    let both = err(&Txt2ImgRequest {
-        hires: Some(lanczos),
-        init: Some(InitImage {
-            image: Arc::new(latent_engine::image_io::RgbImage {
-                width: 8,
-                height: 8,
-                pixels: vec![0; 192],
-            }),
-            strength: 0.5,
-            resize: ResizeMode::JustResize,
-            mask: None,
-            mask_blur: None,
-            masked_content: Default::default(),
-            area: Default::default(),
-        }),
-        ..base()
+    let image = Arc::new(latent_engine::image_io::RgbImage {
+        width: 8,
+        height: 8,
+        pixels: vec![0; 192],
     });
+    let with_hires = Txt2ImgRequest {
+        hires: Some(lanczos),
+        ..base()
+    };
+    let both = err(&by_hand(&with_hires, image, [48, 32], 3));
     assert!(both.contains("hires fix is for txt2img"), "{both}");
 }
 
@@ -189,24 +207,10 @@ fn hires_fix_refuses_an_init_image_and_needs_the_encoder_for_lanczos() {
 /// conditioning is that size. Conditioning the second pass on the first's size would differ.
 #[test]
 fn sdxl_hires_pass_conditions_on_the_larger_size() {
-    let ckpt = Checkpoint::open(&fixtures().join("tiny-sdxl")).unwrap();
-    let options = LoadOptions {
-        vae_encoder: true,
-        ..Default::default()
-    };
-    let model = StableDiffusion::load(&ckpt, &Device::flex(), options).unwrap();
+    let model = load_with_encoder("tiny-sdxl");
     let tokenizer = ClipTokenizer::new().unwrap();
-    let run = |req: &Txt2ImgRequest| -> Generated {
-        txt2img(
-            &model,
-            &tokenizer,
-            req,
-            &AtomicBool::new(false),
-            &mut Steps::default(),
-        )
-        .unwrap()
-        .remove(0)
-    };
+    let run =
+        |req: &Txt2ImgRequest| -> Generated { quietly(&model, &tokenizer, req).unwrap().remove(0) };
     let base = Txt2ImgRequest {
         width: 64,
         height: 64,
@@ -223,41 +227,15 @@ fn sdxl_hires_pass_conditions_on_the_larger_size() {
         ..base.clone()
     });
     assert_eq!((hires.image.width, hires.image.height), (96, 96));
-    let by_hand = |init: Arc<latent_engine::image_io::RgbImage>| {
-        run(&Txt2ImgRequest {
-            width: 96,
-            height: 96,
-            steps: 4,
-            init: Some(InitImage {
-                image: init,
-                strength: 0.5,
-                resize: ResizeMode::JustResize,
-                mask: None,
-                mask_blur: None,
-                masked_content: Default::default(),
-                area: Default::default(),
-            }),
-            ..base.clone()
-        })
-    };
     let first = Arc::new(run(&base).image);
-    assert_eq!(hires.image, by_hand(first.clone()).image);
+    assert_eq!(
+        hires.image,
+        run(&by_hand(&base, first.clone(), [96, 96], 4)).image
+    );
     // The by-hand pass conditioned on the first pass's size is another image.
     let on_first_size = run(&Txt2ImgRequest {
-        width: 96,
-        height: 96,
-        steps: 4,
         size_conditioning: Some(latent_engine::pipeline::SizeConditioning::of_image(64, 64)),
-        init: Some(InitImage {
-            image: first,
-            strength: 0.5,
-            resize: ResizeMode::JustResize,
-            mask: None,
-            mask_blur: None,
-            masked_content: Default::default(),
-            area: Default::default(),
-        }),
-        ..base.clone()
+        ..by_hand(&base, first, [96, 96], 4)
     });
     assert_ne!(hires.image, on_first_size.image);
 }

@@ -588,18 +588,7 @@ fn snapshots_of_the_empty_studio_and_the_settings_window() {
 fn the_sdxl_conditioning_row_sets_the_forms_conditioning() {
     use latent_engine::pipeline::SizeConditioning;
     let _serial = serial();
-    let dir = scratch("sdxl-row");
-    let settings = Settings {
-        device: DeviceChoice::Cpu,
-        outputs_dir: dir.join("outputs"),
-        cache_dir: Some(dir.join("cache")),
-        ..Settings::default()
-    };
-    let path = dir.join("settings.json");
-    settings.save(&path).unwrap();
-    let mut h = Harness::builder()
-        .with_size([800.0, 520.0])
-        .build_eframe(move |cc| StudioApp::new(&cc.egui_ctx, path).unwrap());
+    let mut h = studio(&scratch("sdxl-row"), "auto");
     h.run_steps(2);
     assert_eq!(h.state().form.size_conditioning, None);
     h.get_by_label("custom size and crop").click();
