@@ -3,7 +3,7 @@
 use crate::common;
 
 use burn::tensor::Device;
-use common::{f32_bytes, fixtures, scratch_dir, write_safetensors};
+use common::{altered_single_file, f32_bytes, fixtures, scratch_dir, write_safetensors};
 use latent_engine::checkpoint::Checkpoint;
 use latent_engine::{Error, LoadOptions, StableDiffusion};
 
@@ -49,10 +49,10 @@ fn unsupported_families_are_named() {
     let dir = scratch_dir("families");
     let cases = [
         (
-            "sd2-inpainting",
-            "cond_stage_model.model.token_embedding.weight",
+            "instruct-pix2pix",
+            "cond_stage_model.transformer.text_model.embeddings.token_embedding.weight",
             vec![4, 4],
-            "2.x inpainting",
+            "InstructPix2Pix",
         ),
         (
             "vae-only",
@@ -65,36 +65,44 @@ fn unsupported_families_are_named() {
         let path = dir.join(format!("{name}.safetensors"));
         let n = shape.iter().product();
         let mut tensors = vec![(key, "F32", shape, f32_bytes(n))];
-        if name == "sd2-inpainting" {
+        if name == "instruct-pix2pix" {
             tensors.push((
                 "model.diffusion_model.input_blocks.0.0.weight",
                 "F32",
-                vec![1, 9, 1, 1],
-                f32_bytes(9),
+                vec![1, 8, 1, 1],
+                f32_bytes(8),
             ));
         }
         let e = open_err(&path_with(&path, &tensors));
         assert!(matches!(e, Error::UnsupportedFamily { .. }), "{name}: {e}");
         assert!(e.to_string().contains(expect), "{name}: {e}");
     }
-    // Inpainting: an SD 1.x layout whose UNet takes 9 channels.
-    let path = dir.join("inpaint.safetensors");
-    let tensors = vec![
+    // Inpainting: an SD 1.x or 2.x layout whose UNet takes 9 channels opens as its family's,
+    // with an inpainting UNet (tests/inpaint_model.rs runs one).
+    for (name, clip_key) in [
         (
+            "sd1-inpainting",
             "cond_stage_model.transformer.text_model.embeddings.token_embedding.weight",
-            "F32",
-            vec![2, 2],
-            f32_bytes(4),
         ),
         (
-            "model.diffusion_model.input_blocks.0.0.weight",
-            "F32",
-            vec![2, 9, 1, 1],
-            f32_bytes(18),
+            "sd2-inpainting",
+            "cond_stage_model.model.token_embedding.weight",
         ),
-    ];
-    let e = open_err(&path_with(&path, &tensors));
-    assert!(e.to_string().contains("inpainting"), "{e}");
+    ] {
+        let tensors = vec![
+            (clip_key, "F32", vec![2, 2], f32_bytes(4)),
+            (
+                "model.diffusion_model.input_blocks.0.0.weight",
+                "F32",
+                vec![2, 9, 1, 1],
+                f32_bytes(18),
+            ),
+        ];
+        let path = path_with(&dir.join(format!("{name}.safetensors")), &tensors);
+        let ckpt = Checkpoint::open(&path).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(ckpt.config.unet.is_inpainting(), "{name}");
+        assert!(ckpt.model_name().ends_with(" inpainting"), "{name}");
+    }
 }
 
 fn path_with(
@@ -103,32 +111,6 @@ fn path_with(
 ) -> std::path::PathBuf {
     write_safetensors(path, tensors);
     path.to_path_buf()
-}
-
-/// Copies the tiny single file with one tensor dropped or replaced.
-fn altered_single_file(
-    name: &str,
-    edit: impl Fn(&str, &str, &[usize], &[u8]) -> Option<(String, Vec<u8>)>,
-) -> std::path::PathBuf {
-    let src =
-        latent_engine::checkpoint::SafetensorsFile::open(&fixtures().join("tiny-sd.safetensors"))
-            .unwrap();
-    let mut owned: Vec<(String, String, Vec<usize>, Vec<u8>)> = Vec::new();
-    for (key, entry) in src.entries() {
-        let dtype = format!("{:?}", entry.dtype);
-        if let Some((dtype, bytes)) = edit(key, &dtype, &entry.shape, src.bytes(entry)) {
-            owned.push((key.clone(), dtype, entry.shape.clone(), bytes));
-        }
-    }
-    let dir = scratch_dir(name);
-    let path = dir.join("tiny-sd.safetensors");
-    std::fs::copy(fixtures().join("tiny-sd.json"), dir.join("tiny-sd.json")).unwrap();
-    let refs: Vec<(&str, &str, Vec<usize>, Vec<u8>)> = owned
-        .iter()
-        .map(|(k, d, s, b)| (k.as_str(), d.as_str(), s.clone(), b.clone()))
-        .collect();
-    write_safetensors(&path, &refs);
-    path
 }
 
 fn load_err(path: &std::path::Path) -> Error {
@@ -142,8 +124,8 @@ fn load_err(path: &std::path::Path) -> Error {
 #[test]
 fn a_missing_tensor_is_an_error_naming_it() {
     let victim = "model.diffusion_model.middle_block.1.proj_in.weight";
-    let path = altered_single_file("missing", |k, d, _, b| {
-        (k != victim).then(|| (d.to_string(), b.to_vec()))
+    let path = altered_single_file("missing", |k, d, s, b| {
+        (k != victim).then(|| (d.to_string(), s.to_vec(), b.to_vec()))
     });
     let e = load_err(&path);
     assert!(
@@ -155,12 +137,9 @@ fn a_missing_tensor_is_an_error_naming_it() {
 #[test]
 fn a_wrong_dtype_is_an_error() {
     let victim = "model.diffusion_model.out.2.bias";
-    let path = altered_single_file("dtype", |k, d, _, b| {
-        Some(if k == victim {
-            ("I16".to_string(), b.to_vec())
-        } else {
-            (d.to_string(), b.to_vec())
-        })
+    let path = altered_single_file("dtype", |k, d, s, b| {
+        let dtype = if k == victim { "I16" } else { d };
+        Some((dtype.to_string(), s.to_vec(), b.to_vec()))
     });
     let e = load_err(&path);
     assert!(

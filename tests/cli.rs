@@ -130,6 +130,58 @@ fn generate_writes_diffusers_image_with_parameters() {
     }
 }
 
+/// An inpainting checkpoint (the tiny single file with a 9-channel `conv_in`) through `generate`
+/// with no picture: it loads the VAE encoder it needs, conditions on a blank picture, and writes
+/// diffusers' image of tests/fixtures/inpaint_model_cases.json case2 within ±1.
+#[test]
+fn generate_runs_an_inpainting_checkpoint_like_diffusers() {
+    let expected =
+        SafetensorsFile::open(&fixtures().join("inpaint-model-expected.safetensors")).unwrap();
+    let conv_in = expected.entry("conv_in.weight").unwrap();
+    let (shape, bytes) = (conv_in.shape.clone(), expected.bytes(conv_in).to_vec());
+    let model = common::altered_single_file("cli-inpainting", |k, d, s, b| {
+        Some(match k == "model.diffusion_model.input_blocks.0.0.weight" {
+            true => ("F32".into(), shape.clone(), bytes.clone()),
+            false => (d.into(), s.to_vec(), b.to_vec()),
+        })
+    });
+    let out = scratch("inpainting").join("fox.png");
+    let (model, out_s) = (model.display().to_string(), out.display().to_string());
+    let o = studio(&[
+        "generate",
+        "--model",
+        &model,
+        "--out",
+        &out_s,
+        "--device",
+        "cpu",
+        "--precision",
+        "f32",
+        "--prompt",
+        "a watercolor fox in the snow",
+        "--negative",
+        "blurry",
+        "--seed",
+        "5",
+        "--steps",
+        "4",
+        "--cfg",
+        "7.5",
+        "--sampler",
+        "euler",
+        "--width",
+        "64",
+        "--height",
+        "64",
+    ]);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{stderr}");
+    assert!(stderr.contains("SD 1.x inpainting"), "{stderr}");
+    let (image, _) = decode_png(&std::fs::read(&out).unwrap()).unwrap();
+    let worst = worst_vs(&image, "inpaint-model-expected.safetensors", "case2.image");
+    assert!(worst <= 1, "pixels differ by {worst}");
+}
+
 /// An SDXL folder through `generate` on the CPU with size and crop conditioning from its flags:
 /// diffusers' `StableDiffusionXLPipeline` image of `tests/fixtures/sdxl_cases.json` case1
 /// (original 128x192, crop 16 from the top, target 64x96; Euler a, the zeroed empty negative)

@@ -3,7 +3,7 @@
 //! (tests/fixtures/tiny-sd.safetensors + tiny-sd.json, from make_model_fixtures.py).
 //!
 //! Already covered elsewhere and not repeated: missing/zero-length/truncated files, pickles,
-//! SDXL/SD2/VAE-only/inpainting files, missing tensors, wrong dtypes and shapes
+//! SDXL/SD2/VAE-only/InstructPix2Pix files, missing tensors, wrong dtypes and shapes
 //! (bad_checkpoints.rs); cancelling at step 2 and batch seeds (pipeline_parity.rs); bad CLI
 //! flags, unwritable and existing outputs (cli.rs).
 

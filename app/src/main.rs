@@ -180,6 +180,15 @@ fn inspect(path: &std::path::Path) -> anyhow::Result<()> {
     let ckpt = latent_engine::checkpoint::Checkpoint::open(path)
         .with_context(|| format!("opening {}", path.display()))?;
     println!("family: {}", ckpt.family.describe());
+    println!(
+        "unet input channels: {}{}",
+        ckpt.config.unet.in_channels,
+        if ckpt.config.unet.is_inpainting() {
+            " (inpainting)"
+        } else {
+            ""
+        }
+    );
     println!("layout: {:?}", ckpt.layout);
     println!("prediction: {}", ckpt.config.scheduler.prediction);
     println!("native size: {0}x{0}", ckpt.config.native_size());

@@ -186,3 +186,33 @@ impl PipelineCase {
         serde_json::from_str(&text).expect("cases")
     }
 }
+
+/// A tensor of a safetensors file as the tests write one: dtype name, shape, bytes.
+pub type RawTensor = (String, Vec<usize>, Vec<u8>);
+
+/// Copies the tiny single file (and its sidecar) into the scratch folder `name`, each tensor as
+/// `edit` returns it (`None` drops it).
+pub fn altered_single_file(
+    name: &str,
+    edit: impl Fn(&str, &str, &[usize], &[u8]) -> Option<RawTensor>,
+) -> std::path::PathBuf {
+    let src =
+        latent_engine::checkpoint::SafetensorsFile::open(&fixtures().join("tiny-sd.safetensors"))
+            .unwrap();
+    let mut owned: Vec<(String, String, Vec<usize>, Vec<u8>)> = Vec::new();
+    for (key, entry) in src.entries() {
+        let dtype = format!("{:?}", entry.dtype);
+        if let Some((dtype, shape, bytes)) = edit(key, &dtype, &entry.shape, src.bytes(entry)) {
+            owned.push((key.clone(), dtype, shape, bytes));
+        }
+    }
+    let dir = scratch_dir(name);
+    let path = dir.join("tiny-sd.safetensors");
+    std::fs::copy(fixtures().join("tiny-sd.json"), dir.join("tiny-sd.json")).unwrap();
+    let refs: Vec<(&str, &str, Vec<usize>, Vec<u8>)> = owned
+        .iter()
+        .map(|(k, d, s, b)| (k.as_str(), d.as_str(), s.clone(), b.clone()))
+        .collect();
+    write_safetensors(&path, &refs);
+    path
+}

@@ -19,6 +19,8 @@ mod fuzz;
 mod hires;
 #[path = "../img2img.rs"]
 mod img2img;
+#[path = "../inpaint_model.rs"]
+mod inpaint_model;
 #[path = "../lora.rs"]
 mod lora;
 #[path = "../model_cache.rs"]

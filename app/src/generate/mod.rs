@@ -259,9 +259,12 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     let lanczos_hires = request
         .hires
         .is_some_and(|h| h.upscaler == HiresUpscaler::Lanczos);
+    // An inpainting model conditions even txt2img on an encoded (blank) picture.
+    let inpainting = latent_engine::checkpoint::Checkpoint::open(&args.model)
+        .is_ok_and(|c| c.config.unet.is_inpainting());
     let options = LoadOptions {
         precision,
-        vae_encoder: request.init.is_some() || lanczos_hires,
+        vae_encoder: request.init.is_some() || lanczos_hires || inpainting,
     };
     let cache_settings = if args.model_cache == OnOff::On {
         if !(args.cache_limit_gib.is_finite() && args.cache_limit_gib >= 0.0) {
@@ -292,7 +295,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     eprintln!(
         "model loaded from {from} in {:.2} s ({}, {})",
         started.elapsed().as_secs_f64(),
-        checkpoint.family.short_name(),
+        checkpoint.model_name(),
         model.config.scheduler.prediction
     );
     if std::env::var_os("LATENT_STUDIO_FAIL_VAE_COMPILE").is_some() {

@@ -107,12 +107,49 @@ impl ModelConfig {
             te2.validate()?;
         }
         self.unet.validate()?;
-        self.vae.validate()
+        self.vae.validate()?;
+        // The UNet denoises the VAE's latents; an inpainting UNet also takes the mask and the
+        // masked picture's latents beside them.
+        let (latent, unet) = (self.vae.latent_channels, &self.unet);
+        if unet.out_channels != latent || ![latent, 2 * latent + 1].contains(&unet.in_channels) {
+            return Err(crate::Error::Config(format!(
+                "the UNet takes {} channels and predicts {} for a VAE of {latent} latent \
+                 channels: only ordinary models ({latent} in) and inpainting models ({} in) \
+                 are supported",
+                unet.in_channels,
+                unet.out_channels,
+                2 * latent + 1
+            )));
+        }
+        Ok(())
     }
 
     /// [`Self::validate`] as the engine's error for the file that supplied the config.
     pub(super) fn checked(self, path: &Path) -> Result<Self> {
         self.validate().map_err(|e| e.in_file(path))?;
         Ok(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ModelConfig;
+
+    /// Ordinary (4 in) and inpainting (9 in) UNets pass; another width, or a prediction that is
+    /// not the VAE's latent, is refused in words.
+    #[test]
+    fn the_unet_must_fit_the_vae_latents() {
+        let with = |in_channels: usize, out_channels: usize| {
+            let mut config = ModelConfig::sd15();
+            (config.unet.in_channels, config.unet.out_channels) = (in_channels, out_channels);
+            config.validate()
+        };
+        assert!(with(4, 4).is_ok());
+        assert!(with(9, 4).is_ok());
+        assert!(ModelConfig::sd15().unet.in_channels == 4);
+        for (i, o) in [(8, 4), (5, 4), (9, 9), (4, 3)] {
+            let e = with(i, o).unwrap_err().to_string();
+            assert!(e.contains("inpainting models (9 in)"), "{i}/{o}: {e}");
+        }
     }
 }

@@ -3,14 +3,14 @@
 use super::ldm::{CLIP_PREFIX, UNET_PREFIX};
 use super::safetensors::SafetensorsFile;
 
-/// The families a checkpoint can be recognised as. `Sd1` and `Sd2` are supported today.
+/// The families a checkpoint can be recognised as; `Sd1`, `Sd2` and `Sdxl` are supported.
+/// Inpainting checkpoints (a 9-channel UNet) are their base family: the UNet's config says
+/// ([`crate::unet::UNetConfig::is_inpainting`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Family {
     Sd1,
-    Sd1Inpainting,
     Sd1InstructPix2Pix,
     Sd2,
-    Sd2Inpainting,
     Sdxl,
     Sd3,
     Flux,
@@ -23,10 +23,8 @@ impl Family {
     pub fn describe(self) -> &'static str {
         match self {
             Family::Sd1 => "Stable Diffusion 1.x",
-            Family::Sd1Inpainting => "Stable Diffusion 1.x inpainting (9 input channels)",
             Family::Sd1InstructPix2Pix => "InstructPix2Pix (8 input channels)",
             Family::Sd2 => "Stable Diffusion 2.x (OpenCLIP ViT-H text encoder)",
-            Family::Sd2Inpainting => "Stable Diffusion 2.x inpainting (9 input channels)",
             Family::Sdxl => "Stable Diffusion XL",
             Family::Sd3 => "Stable Diffusion 3 (MMDiT)",
             Family::Flux => "Flux",
@@ -77,17 +75,27 @@ pub fn detect_single_file(file: &SafetensorsFile) -> Family {
         .entry(&format!("{UNET_PREFIX}input_blocks.0.0.weight"))
         .map(|e| e.shape.as_slice())
     {
-        Some([_, 9, _, _]) if sd2 => return Family::Sd2Inpainting,
-        Some([_, 4, _, _]) if sd2 => return Family::Sd2,
-        Some([_, 9, _, _]) => return Family::Sd1Inpainting,
+        Some([_, 4 | 9, _, _]) if sd2 => return Family::Sd2,
         Some([_, 8, _, _]) => return Family::Sd1InstructPix2Pix,
-        Some([_, 4, _, _]) => {}
+        Some([_, 4 | 9, _, _]) => {}
         _ => return Family::Unknown,
     }
     if has_prefix(CLIP_PREFIX) {
         Family::Sd1
     } else {
         Family::Unknown
+    }
+}
+
+/// A single file's UNet input channels, from its first convolution's weight: 4, or 9 for an
+/// inpainting checkpoint (which carries no config saying so).
+pub fn single_file_unet_in_channels(file: &SafetensorsFile) -> Option<usize> {
+    match file
+        .entry(&format!("{UNET_PREFIX}input_blocks.0.0.weight"))
+        .map(|e| e.shape.as_slice())
+    {
+        Some(&[_, c, _, _]) => Some(c),
+        _ => None,
     }
 }
 
@@ -104,7 +112,6 @@ pub fn detect_diffusers(
         c if c.contains("StableDiffusion3") => Family::Sd3,
         c if c.contains("Flux") => Family::Flux,
         c if c.contains("InstructPix2Pix") => Family::Sd1InstructPix2Pix,
-        _ if unet_in_channels == 9 => Family::Sd1Inpainting,
         _ if unet_in_channels == 8 => Family::Sd1InstructPix2Pix,
         _ if cross_attention_dim == 1024 || text_gelu => Family::Sd2,
         c if c.starts_with("StableDiffusion") || c.is_empty() => Family::Sd1,

@@ -57,6 +57,15 @@ impl Checkpoint {
         }
     }
 
+    /// The family's short name, with "inpainting" for an inpainting UNet (as the studio and
+    /// `generate` name the loaded model).
+    pub fn model_name(&self) -> String {
+        match self.config.unet.is_inpainting() {
+            true => format!("{} inpainting", self.family.short_name()),
+            false => self.family.short_name().to_string(),
+        }
+    }
+
     fn open_single_file(path: &Path) -> Result<Self> {
         let mut file = SafetensorsFile::open(path)?;
         let family = family::detect_single_file(&file);
@@ -74,7 +83,7 @@ impl Checkpoint {
         } else {
             serde_json::Value::Object(Default::default())
         };
-        let config = match family {
+        let mut config = match family {
             Family::Sdxl => {
                 ldm::split_openclip_under(&mut file, ldm::SDXL_OPENCLIP_PREFIX)?;
                 ModelConfig::sdxl().overridden(&sidecar, &sidecar_path)?
@@ -91,8 +100,12 @@ impl Checkpoint {
                 ModelConfig::sd2(v).overridden(&sidecar, &sidecar_path)?
             }
             _ => ModelConfig::sd15().overridden(&sidecar, &sidecar_path)?,
+        };
+        // An inpainting checkpoint says so only by its first convolution's width.
+        if let Some(channels) = family::single_file_unet_in_channels(&file) {
+            config.unet.in_channels = channels;
         }
-        .checked(&sidecar_path)?;
+        let config = config.checked(&sidecar_path)?;
         let clip_prefix = match family {
             Family::Sd2 => ldm::OPENCLIP_PREFIX,
             Family::Sdxl => ldm::SDXL_CLIP_PREFIX,

@@ -7,7 +7,6 @@ use std::sync::Arc;
 
 use burn::tensor::{DType, Tensor, TensorData};
 
-use super::decode::all_finite;
 use crate::error::{Error, Result};
 use crate::image_io::{ResizeMode, RgbImage, grey, resize};
 use crate::model::StableDiffusion;
@@ -15,6 +14,7 @@ use crate::noise::TorchRng;
 use crate::schedulers::Plan;
 
 use super::inpaint_area::{self, InpaintArea, Region};
+use super::inpaint_model::{self, Distribution, pixels};
 
 /// An image to start from (img2img), of any size: the run fits it to the request's width and
 /// height as `resize` says ([`crate::image_io::resize`]), on the engine's thread.
@@ -106,6 +106,8 @@ pub(super) struct Encoded {
     std: Tensor<4>,
     /// Inpainting: 1 where the latent is repainted, `[1, 1, h/8, w/8]`, and its complement.
     mask: Option<(Tensor<4>, Tensor<4>)>,
+    /// Inpainting with an inpainting UNet: the picture with its masked area blanked, encoded.
+    masked: Option<Distribution>,
     masked_content: MaskedContent,
     /// Inpainting with A1111's overlay: the fitted picture and each pixel's weight of the
     /// generated image (the blurred mask, 0..=1).
@@ -114,10 +116,12 @@ pub(super) struct Encoded {
     paste: Option<Region>,
 }
 
-/// One seed's start: the latent to denoise, and (inpainting) what each step blends back in.
+/// One seed's start: the latent to denoise, and (inpainting) what each step blends back in or
+/// what an inpainting UNet takes beside the latents.
 pub(super) struct Start {
     pub latents: Tensor<4>,
     pub blend: Option<Blend>,
+    pub unet_input: Option<Tensor<4>>,
 }
 
 /// Inpainting's blend after each step: `mask · latents + (1 − mask) · (x0 noised to the next
@@ -175,39 +179,15 @@ pub(super) fn encode(
         _ => image,
     };
     let (w, h) = (image.width, image.height);
-    let plane = w * h;
-    if image.pixels.len() != plane * 3 {
-        return Err(Error::InvalidInput(format!(
-            "the init image has {} bytes for {w}x{h} RGB pixels",
-            image.pixels.len()
-        )));
-    }
-    // `VaeImageProcessor`: x / 255 in float32, then 2x − 1; channels first.
-    let mut data = vec![0f32; 3 * plane];
-    for (i, px) in image.pixels.chunks_exact(3).enumerate() {
-        for (c, &v) in px.iter().enumerate() {
-            data[c * plane + i] = f32::from(v) / 255.0 * 2.0 - 1.0;
+    let Distribution { mean, std } = inpaint_model::encode(model, pixels(&image, None)?, w, h)?;
+    // An inpainting UNet also takes the picture with the masked area blanked, encoded.
+    let masked = match &fitted_mask {
+        Some(mask) if model.config.unet.is_inpainting() => {
+            let blanked = pixels(&image, Some(&inpaint_model::repainted(mask)))?;
+            Some(inpaint_model::encode(model, blanked, w, h)?)
         }
-    }
-    let device = &model.device;
-    let pixels = Tensor::<4>::from_data(TensorData::new(data, [1, 3, h, w]), (device, DType::F32));
-    let (mean, logvar) = model
-        .vae
-        .encode(pixels.cast(model.precision.dtype()))
-        .map_err(|_| {
-            Error::InvalidInput(
-                "img2img needs the VAE encoder, which this model was loaded without (or has \
-                 no weights for)"
-                    .into(),
-            )
-        })?;
-    let mean = mean.cast(DType::F32);
-    let std = (logvar.cast(DType::F32) * 0.5).exp() * model.config.vae.scaling_factor;
-    if !all_finite(&mean)? || !all_finite(&std)? {
-        return Err(Error::InvalidInput(
-            "the VAE encoded the init image to NaN or infinite values (try f32 precision)".into(),
-        ));
-    }
+        _ => None,
+    };
     let mask = fitted_mask.as_ref().map(|mask| {
         let mask = latent_mask(model, mask, width, height);
         let keep = mask.clone().neg() + 1.0;
@@ -217,6 +197,7 @@ pub(super) fn encode(
         mean,
         std,
         mask,
+        masked,
         masked_content: init.masked_content,
         overlay,
         paste,
@@ -274,17 +255,11 @@ fn overlay_weights(mask: &RgbImage, sigma: f32) -> Vec<f32> {
 fn latent_mask(model: &StableDiffusion, mask: &RgbImage, width: usize, height: usize) -> Tensor<4> {
     let scale = model.config.vae.downscale();
     let (lw, lh) = (width / scale, height / scale);
-    let mut data = Vec::with_capacity(lw * lh);
-    for y in 0..lh {
-        for x in 0..lw {
-            let p = &mask.pixels[((y * scale) * width + x * scale) * 3..][..3];
-            data.push(if f32::from(grey(p)) / 255.0 >= 0.5 {
-                1f32
-            } else {
-                0.0
-            });
-        }
-    }
+    let repainted = inpaint_model::repainted(mask);
+    let data: Vec<f32> = (0..lh)
+        .flat_map(|y| (0..lw).map(move |x| (y * scale) * width + x * scale))
+        .map(|at| if repainted[at] { 1.0 } else { 0.0 })
+        .collect();
     Tensor::<4>::from_data(
         TensorData::new(data, [1, 1, lh, lw]),
         (&model.device, DType::F32),
@@ -319,8 +294,9 @@ impl Encoded {
     /// The first latent of one seed: a sample of the latent distribution, then the scheduler's
     /// `add_noise` at the first step, both drawn from the seed's generator in that order (as
     /// diffusers draws them), so the sampler's own noise continues the same stream. Inpainting
-    /// also draws the sample diffusers takes of the masked image (unused by a 4-channel UNet),
-    /// and starts from pure noise at strength 1, as diffusers does.
+    /// also draws the sample diffusers takes of the masked image (which only an inpainting UNet
+    /// uses), and starts from pure noise at strength 1, as diffusers does; with an inpainting
+    /// UNet diffusers samples the picture only when it noises it (below strength 1).
     pub(super) fn start(&self, rng: &mut TorchRng, plan: &Plan, strength: f64) -> Start {
         let at = plan.start[0];
         let shape = self.mean.dims();
@@ -332,35 +308,50 @@ impl Encoded {
                 (&device, DType::F32),
             )
         };
-        let x0 = self.mean.clone() + self.std.clone() * randn();
-        let noise = randn();
+        let sample = |n: Tensor<4>| self.mean.clone() + self.std.clone() * n;
         let Some((mask, keep)) = &self.mask else {
+            let x0 = sample(randn());
             return Start {
-                latents: x0 * at.sample + noise * at.noise,
+                latents: x0 * at.sample + randn() * at.noise,
                 blend: None,
+                unet_input: None,
             };
         };
-        let _masked_image_sample = randn();
+        let full = strength >= 1.0;
+        let x0 = (self.masked.is_none() || !full).then(|| sample(randn()));
+        let noise = randn();
+        let masked_sample = randn();
+        let unet_input = self
+            .masked
+            .as_ref()
+            .map(|m| inpaint_model::input(mask, m.mean.clone() + m.std.clone() * masked_sample));
         // A1111's masked content replaces the latent under the mask before it is noised; the
         // blend keeps the picture's latent outside it either way. Its noise is drawn after
-        // diffusers' three draws.
-        let start_x0 = match self.masked_content {
+        // diffusers' draws.
+        let start_x0 = x0.as_ref().map(|x0| match self.masked_content {
             MaskedContent::Original | MaskedContent::Fill => x0.clone(),
             MaskedContent::LatentNoise => x0.clone() * keep.clone() + randn() * mask.clone(),
             MaskedContent::LatentNothing => x0.clone() * keep.clone(),
+        });
+        let latents = match start_x0 {
+            Some(start_x0) if !full => start_x0 * at.sample + noise.clone() * at.noise,
+            _ => noise.clone() * plan.init_noise_sigma,
         };
-        let latents = match strength >= 1.0 {
-            true => noise.clone() * plan.init_noise_sigma,
-            false => start_x0 * at.sample + noise.clone() * at.noise,
-        };
-        Start {
-            latents,
-            blend: Some(Blend {
-                x0,
+        // An inpainting UNet sees the picture through its input; only an ordinary one needs the
+        // unmasked latents put back after each step.
+        let blend = match (&x0, unet_input.is_none()) {
+            (Some(x0), true) => Some(Blend {
+                x0: x0.clone(),
                 noise,
                 mask: mask.clone(),
                 keep: keep.clone(),
             }),
+            _ => None,
+        };
+        Start {
+            latents,
+            blend,
+            unet_input,
         }
     }
 }

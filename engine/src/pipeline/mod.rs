@@ -4,7 +4,7 @@
 //! computed up front on the host, so no step reads a tensor back.
 //!
 //! `decode.rs`: latents to pixels (NaN guard, tiling). `init.rs`: img2img's encoded start and
-//! inpainting's blend.
+//! inpainting's blend. `inpaint_model.rs`: what an inpainting UNet takes beside the latents.
 //! `hires.rs`: A1111's hires fix, a second img2img pass at a larger size. `sdxl.rs`: SDXL's
 //! second encoder, empty negative and size conditioning. `check.rs`: a request checked against a
 //! model before any work. `observer.rs`: what a run reports (steps, notices, finished images).
@@ -14,6 +14,7 @@ mod decode;
 pub mod hires;
 mod init;
 pub mod inpaint_area;
+mod inpaint_model;
 mod observer;
 pub mod sdxl;
 
@@ -233,10 +234,25 @@ pub fn txt2img(
     let scale = model.config.vae.downscale();
     let shape = [
         1,
-        model.config.unet.in_channels,
+        model.config.unet.out_channels,
         req.height / scale,
         req.width / scale,
     ];
+    // An inpainting UNet with no mask to go by is conditioned on a blank picture, at each
+    // pass's size.
+    let inpainting = model.config.unet.is_inpainting();
+    let unmasked = req.init.as_ref().is_none_or(|i| i.mask.is_none());
+    let blank = match inpainting && unmasked {
+        true => Some(inpaint_model::blank(model, req.width, req.height)?),
+        false => None,
+    };
+    let hires_blank = match (&req.hires, inpainting) {
+        (Some(h), true) => {
+            let (w, h) = h.target(req.width, req.height);
+            Some(inpaint_model::blank(model, w, h)?)
+        }
+        _ => None,
+    };
     // img2img encodes its image once; each seed then samples and noises it.
     let encoded = match &req.init {
         Some(init) => Some(init::encode(model, init, req.width, req.height)?),
@@ -270,12 +286,16 @@ pub fn txt2img(
         let mut rng = TorchRng::new(seed);
         // f32 like diffusers' latents.
         let strength = req.init.as_ref().map_or(1.0, |i| i.strength);
-        let (latents, blend) = match &encoded {
+        let (latents, blend, unet_input) = match &encoded {
             Some(encoded) => {
                 let s = encoded.start(&mut rng, &plan, strength);
-                (s.latents, s.blend)
+                (s.latents, s.blend, s.unet_input.or_else(|| blank.clone()))
             }
-            None => (randn(&mut rng, shape, device) * plan.init_noise_sigma, None),
+            None => (
+                randn(&mut rng, shape, device) * plan.init_noise_sigma,
+                None,
+                blank.clone(),
+            ),
         };
         // 5. Denoise.
         let mut pass = Pass {
@@ -285,6 +305,7 @@ pub fn txt2img(
             total,
             dtype: model.precision.dtype(),
             blend,
+            unet_input: unet_input.map(|t| t.cast(model.precision.dtype())),
         };
         let Some(mut latents) =
             pass.denoise(&mut first, &plan, latents, &mut rng, req, cancel, observer)?
@@ -299,6 +320,7 @@ pub fn txt2img(
             let mut rng = TorchRng::new(seed);
             let start = hires.start(model, latents, &req.decode, &mut rng, observer)?;
             pass.blend = None;
+            pass.unet_input = hires_blank.clone().map(|t| t.cast(model.precision.dtype()));
             match pass.denoise(
                 &mut second,
                 &hires.plan,
@@ -352,6 +374,8 @@ struct Pass {
     dtype: DType,
     /// Inpainting: what each step blends back in outside the mask.
     blend: Option<init::Blend>,
+    /// An inpainting UNet's mask and masked-picture latents, in the UNet's dtype.
+    unet_input: Option<Tensor<4>>,
 }
 
 impl Pass {
@@ -377,6 +401,10 @@ impl Pass {
                 return Ok(None);
             }
             let input = (latents.clone() * plan.input_scale[i]).cast(model_dtype);
+            let input = match &self.unet_input {
+                Some(extra) => Tensor::cat(vec![input, extra.clone()], 1),
+                None => input,
+            };
             let input = if guided {
                 Tensor::cat(vec![input.clone(), input], 0)
             } else {

@@ -183,6 +183,12 @@ impl UNetConfig {
 
     /// Every field a layer is sized from, within [`crate::bounds`]: a clear error for a zero,
     /// absurd or inconsistent value from a user's `config.json` or sidecar, never a panic.
+    /// An inpainting UNet: besides the latents it takes the mask and the masked picture's
+    /// latents (9 channels for 4 latent ones).
+    pub fn is_inpainting(&self) -> bool {
+        self.in_channels == 2 * self.out_channels + 1
+    }
+
     pub fn validate(&self) -> crate::Result<()> {
         use crate::bounds::{self, MAX_GROUPS, MAX_IO_CHANNELS, MAX_LAYERS, MAX_LEVELS, MAX_WIDTH};
         bounds::count("in_channels", self.in_channels, MAX_IO_CHANNELS)?;

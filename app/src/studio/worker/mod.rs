@@ -315,7 +315,7 @@ impl Worker {
             path: path.to_path_buf(),
             kind: format!(
                 "{}, {}",
-                checkpoint.family.short_name(),
+                checkpoint.model_name(),
                 model.config.scheduler.prediction
             ),
             native: model.config.native_size(),

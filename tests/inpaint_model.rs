@@ -1,0 +1,177 @@
+//! Inpainting checkpoints (a 9-channel UNet: latents, mask, masked-picture latents) against
+//! diffusers' StableDiffusionInpaintPipeline (tests/fixtures/make_inpaint_model_fixtures.py).
+//! The checkpoint is the tiny single file with the fixture's wider `conv_in` swapped in, so it is
+//! recognised the way a downloaded `sd-v1-5-inpainting.safetensors` is: by that weight's shape.
+//! Masked at strength 0.75 (Euler a) and 1 (DPM++ 2M Karras), and a txt2img conditioned on a
+//! blank picture; per-step latents within 1e-4 of their largest value, images within ±1.
+
+use crate::common;
+
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, OnceLock};
+
+use common::{PipelineCase, altered_single_file, devices, fixtures, to_vec};
+use latent_engine::checkpoint::{Checkpoint, Family, SafetensorsFile};
+use latent_engine::image_io::load_image;
+use latent_engine::pipeline::{InitImage, Observer, StepState, Txt2ImgRequest, txt2img};
+use latent_engine::tokenizer::ClipTokenizer;
+use latent_engine::{LoadOptions, StableDiffusion};
+use serde::Deserialize;
+
+const CONV_IN: &str = "model.diffusion_model.input_blocks.0.0.weight";
+
+#[derive(Deserialize)]
+struct Case {
+    #[serde(flatten)]
+    base: PipelineCase,
+    strength: f64,
+    runs: usize,
+    mask: bool,
+}
+
+fn expected() -> SafetensorsFile {
+    SafetensorsFile::open(&fixtures().join("inpaint-model-expected.safetensors")).unwrap()
+}
+
+/// The inpainting single file, written once per test process.
+fn checkpoint() -> PathBuf {
+    static PATH: OnceLock<PathBuf> = OnceLock::new();
+    PATH.get_or_init(|| {
+        let expected = expected();
+        let conv_in = expected.entry("conv_in.weight").unwrap();
+        let (shape, bytes) = (conv_in.shape.clone(), expected.bytes(conv_in).to_vec());
+        altered_single_file("inpainting-model", |k, d, s, b| {
+            Some(match k == CONV_IN {
+                true => ("F32".into(), shape.clone(), bytes.clone()),
+                false => (d.into(), s.to_vec(), b.to_vec()),
+            })
+        })
+    })
+    .clone()
+}
+
+#[derive(Default)]
+struct Record {
+    latents: Vec<Vec<f32>>,
+}
+
+impl Observer for Record {
+    fn step(&mut self, s: &StepState<'_>) {
+        self.latents.push(to_vec(s.latents.clone()));
+    }
+}
+
+fn request(case: &Case) -> Txt2ImgRequest {
+    let image = |name: &str| Arc::new(load_image(&fixtures().join(name)).unwrap());
+    Txt2ImgRequest {
+        init: case.mask.then(|| InitImage {
+            image: image("img2img-init.png"),
+            strength: case.strength,
+            resize: Default::default(),
+            mask: Some(image("img2img-mask.png")),
+            mask_blur: None,
+            masked_content: Default::default(),
+            area: Default::default(),
+        }),
+        ..case.base.request()
+    }
+}
+
+#[test]
+fn inpainting_checkpoints_match_diffusers_on_every_backend() {
+    let ckpt = Checkpoint::open(&checkpoint()).unwrap();
+    assert_eq!(ckpt.family, Family::Sd1);
+    assert_eq!(ckpt.config.unet.in_channels, 9);
+    assert_eq!(ckpt.model_name(), "SD 1.x inpainting");
+    let expected = expected();
+    let cases: Vec<Case> = serde_json::from_str(
+        &std::fs::read_to_string(fixtures().join("inpaint_model_cases.json")).unwrap(),
+    )
+    .unwrap();
+    let tokenizer = ClipTokenizer::new().unwrap();
+    for (backend, device) in devices() {
+        let options = LoadOptions {
+            vae_encoder: true,
+            ..Default::default()
+        };
+        let model = StableDiffusion::load(&ckpt, &device, options).unwrap();
+        for case in &cases {
+            // On wgpu: the masked run at 0.75 (every draw) and the txt2img.
+            if !common::runs_on(backend, &case.base.name, &["case0", "case2"]) {
+                continue;
+            }
+            let what = format!("{backend}/{}/{}", case.base.name, case.base.sampler);
+            let mut rec = Record::default();
+            let out = txt2img(
+                &model,
+                &tokenizer,
+                &request(case),
+                &AtomicBool::new(false),
+                &mut rec,
+            )
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+            assert_eq!(rec.latents.len(), case.runs, "{what}: steps");
+            let want = expected
+                .read_f32(&format!("{}.latents", case.base.name))
+                .unwrap();
+            let per_step = want.len() / case.runs;
+            for (i, got) in rec.latents.iter().enumerate() {
+                let want = &want[i * per_step..(i + 1) * per_step];
+                let max = got
+                    .iter()
+                    .zip(want)
+                    .map(|(a, b)| (a - b).abs())
+                    .fold(0f32, f32::max);
+                // Relative to the latents' size: txt2img's start at σ ≈ 15.
+                let scale = want.iter().fold(1f32, |m, v| m.max(v.abs()));
+                assert!(
+                    max <= 1e-4 * scale,
+                    "{what}: step {i} latents differ by {max:e} (largest {scale})"
+                );
+            }
+            let want = expected.bytes(
+                expected
+                    .entry(&format!("{}.image", case.base.name))
+                    .unwrap(),
+            );
+            let got = &out[0].image.pixels;
+            assert_eq!(got.len(), want.len(), "{what}: image size");
+            let worst = got
+                .iter()
+                .zip(want)
+                .map(|(a, b)| a.abs_diff(*b))
+                .max()
+                .unwrap_or(0);
+            assert!(worst <= 1, "{what}: pixels differ by up to {worst}");
+        }
+    }
+}
+
+/// Loaded without its VAE encoder, an inpainting model says what it needs instead of running.
+#[test]
+fn an_inpainting_model_without_its_encoder_says_so() {
+    let ckpt = Checkpoint::open(&checkpoint()).unwrap();
+    let model =
+        StableDiffusion::load(&ckpt, &burn::tensor::Device::flex(), Default::default()).unwrap();
+    let req = Txt2ImgRequest {
+        steps: 2,
+        width: 64,
+        height: 64,
+        ..Default::default()
+    };
+    let err = txt2img(
+        &model,
+        &ClipTokenizer::new().unwrap(),
+        &req,
+        &AtomicBool::new(false),
+        &mut Record::default(),
+    )
+    .map(|_| ())
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("inpainting model") && err.contains("VAE encoder"),
+        "{err}"
+    );
+}
