@@ -146,8 +146,17 @@ fn loras_for_other_models_are_refused_by_name() {
         Err(e @ Error::Lora { .. }) => e.to_string(),
         other => panic!("{}: expected a LoRA error, got {other:?}", path.display()),
     };
-    let sdxl = message(&fixtures().join("loras/sdxl_te2.safetensors"));
-    assert!(sdxl.contains("SDXL"), "{sdxl}");
+    let flux = dir.join("flux.safetensors");
+    write_safetensors(
+        &flux,
+        &[(
+            "transformer.single_transformer_blocks.0.attn.to_q.lora_A.weight",
+            "F32",
+            vec![2, 2],
+            f32s(4),
+        )],
+    );
+    assert!(message(&flux).contains("Flux"), "{}", message(&flux));
 
     let loha = dir.join("loha.safetensors");
     write_safetensors(
@@ -163,6 +172,10 @@ fn loras_for_other_models_are_refused_by_name() {
 
     let ckpt = Checkpoint::open(&fixtures().join("tiny-sd")).unwrap();
     let model = StableDiffusion::load(&ckpt, &Device::flex(), LoadOptions::default()).unwrap();
+    // An SDXL LoRA's second text encoder, on a model with one.
+    let (sdxl, _) = library().resolve("<lora:sdxl_te2:1>").unwrap();
+    let e = model.networks(&sdxl).unwrap_err().to_string();
+    assert!(e.contains("made for SDXL"), "{e}");
     let merge = |file: &str, tensors: &[(&str, &str, Vec<usize>, Vec<u8>)]| {
         write_safetensors(&dir.join(file), tensors);
         let library = LoraLibrary::new(Some(dir.clone()));
@@ -223,4 +236,84 @@ fn loras_for_other_models_are_refused_by_name() {
         "{missing}"
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[derive(Deserialize)]
+struct SdxlCase {
+    name: String,
+    loras: Vec<(String, f32, f32)>,
+    ids: Vec<u32>,
+    timestep: f32,
+    time_ids: [f32; 6],
+}
+
+/// SDXL LoRAs (tests/fixtures/make_sdxl_lora_fixtures.py): a diffusers/PEFT file for the UNet and
+/// both text encoders, and a kohya file in SDXL's names (the UNet's original layout, `lora_te1_`
+/// and `lora_te2_`, LoCon convolutions), each merged at split strengths: the first encoder's last
+/// state, the second's penultimate state and pooled projection, and the UNet's prediction with
+/// added conditioning within 1e-4 of diffusers' fused networks, on the CPU (both files) and wgpu
+/// (the kohya file); the model itself unchanged after.
+#[test]
+fn sdxl_loras_merge_into_both_encoders_and_the_unet_as_diffusers_fuses_them() {
+    let expected =
+        SafetensorsFile::open(&fixtures().join("sdxl-lora-expected.safetensors")).unwrap();
+    let cases: Vec<SdxlCase> = serde_json::from_str(
+        &std::fs::read_to_string(fixtures().join("sdxl_lora_cases.json")).unwrap(),
+    )
+    .unwrap();
+    let library = library();
+    let ckpt = Checkpoint::open(&fixtures().join("tiny-sdxl")).unwrap();
+    for (backend, device) in devices() {
+        let model = StableDiffusion::load(&ckpt, &device, LoadOptions::default()).unwrap();
+        let tensor = |name: &str, shape: Vec<usize>| {
+            Tensor::<1>::from_data(
+                TensorData::new(
+                    expected.read_f32(name).unwrap(),
+                    [shape.iter().product::<usize>()],
+                ),
+                (&device, DType::F32),
+            )
+        };
+        let shape = |name: &str| expected.entry(name).unwrap().shape.clone();
+        let [c, d] = [shape("context"), shape("pooled")];
+        let latents = tensor("latents", vec![256]).reshape([1, 4, 8, 8]);
+        let context = tensor("context", c.clone()).reshape([c[0], c[1], c[2]]);
+        let pooled = tensor("pooled", d.clone()).reshape([d[0], d[1]]);
+        let check = |set: &LoraSet, case: &SdxlCase, name: &str| {
+            let networks = model.networks(set).unwrap();
+            let ids = std::slice::from_ref(&case.ids);
+            let te1 = networks.text_encoder.forward(ids, 1).unwrap();
+            let second = networks.text_encoder_2.as_ref().expect("SDXL");
+            let te2 = second.encode_sdxl(ids, 0, &[]).unwrap();
+            let added = networks
+                .unet
+                .added_conditioning(&pooled, &[case.time_ids])
+                .unwrap();
+            let eps =
+                networks
+                    .unet
+                    .forward_added(latents.clone(), &[case.timestep], &context, &added);
+            for (part, got) in [
+                ("te1", to_vec(te1)),
+                ("te2", to_vec(te2.hidden)),
+                ("pooled", to_vec(te2.pooled.expect("projection"))),
+                ("unet", to_vec(eps)),
+            ] {
+                let want = expected.read_f32(&format!("{name}.{part}")).unwrap();
+                assert_close(
+                    &format!("{backend} {name}: {part}"),
+                    &got,
+                    &want,
+                    DType::F32,
+                );
+            }
+        };
+        for case in &cases {
+            if backend != "cpu" && case.name != "sdxl_kohya" {
+                continue;
+            }
+            check(&set(&library, &case.loras), case, &case.name);
+        }
+        check(&LoraSet::default(), &cases[0], "none");
+    }
 }

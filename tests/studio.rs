@@ -361,8 +361,11 @@ fn a_lora_picked_from_the_list_is_merged_and_recorded() {
         h.step();
         std::thread::sleep(Duration::from_millis(5));
     }
-    run_until(&mut h, "the LoRA list", |a| a.lora_names().len() == 3);
-    assert_eq!(h.state().lora_names(), ["kohya", "peft", "sdxl_te2"]);
+    run_until(&mut h, "the LoRA list", |a| a.lora_names().len() == 5);
+    assert_eq!(
+        h.state().lora_names(),
+        ["kohya", "peft", "sdxl_kohya", "sdxl_peft", "sdxl_te2"]
+    );
     quick_form(&mut h, 3);
     h.state_mut().form.prompt = "a fox".into();
     h.run_steps(2);
@@ -387,7 +390,8 @@ fn a_lora_picked_from_the_list_is_merged_and_recorded() {
             && text.contains(r#"Lora hashes: "kohya: 9914b8a508a5""#),
         "{text}"
     );
-    // An SDXL LoRA is refused by name, and nothing is lost: the gallery keeps its image.
+    // An SDXL LoRA on this SD 1.x model is refused by name, and nothing is lost: the gallery
+    // keeps its image.
     h.state_mut().form.prompt = "a fox <lora:sdxl_te2:1>".into();
     h.get_by_label("Generate").click();
     h.run_steps(2);

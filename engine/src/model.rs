@@ -80,6 +80,8 @@ pub struct StableDiffusion {
 
 struct Kept {
     text_encoder: Arc<TensorMap>,
+    /// SDXL's second text encoder.
+    text_encoder_2: Option<Arc<TensorMap>>,
     unet: Arc<TensorMap>,
 }
 
@@ -172,6 +174,7 @@ impl StableDiffusion {
         let (te, uw) = (te.keeping(), uw.keeping());
         let text_encoder = ClipTextModel::load(&te, &c.text_encoder)?;
         // The config says whether there is a second encoder; its weights must then be there.
+        let second = second.map(|(w, prefix)| (w.keeping(), prefix));
         let text_encoder_2 = match (&c.text_encoder_2, &second) {
             (Some(config), Some((w, _))) => Some(ClipTextModel::load(w, config)?),
             (None, _) => None,
@@ -185,6 +188,10 @@ impl StableDiffusion {
         let unet = UNet2DConditionModel::load(&uw, &c.unet)?;
         let kept = Kept {
             text_encoder: Arc::new(te.take_kept()),
+            text_encoder_2: second
+                .as_ref()
+                .filter(|_| text_encoder_2.is_some())
+                .map(|(w, _)| Arc::new(w.take_kept())),
             unet: Arc::new(uw.take_kept()),
         };
         let vae = AutoencoderKL::load(&vw, &c.vae, options.vae_encoder)?;
@@ -259,6 +266,27 @@ impl StableDiffusion {
             device,
             dtype,
         )?;
+        // SDXL's second encoder: merged where the set changes it, refused where there is none.
+        let te2 = match (&kept.text_encoder_2, &self.text_encoder_2) {
+            (Some(base), Some(_)) => {
+                lora::patches(Net::TextEncoder2, base, set, &te_alias, device, dtype)?
+            }
+            _ => {
+                if let Some(u) = set
+                    .0
+                    .iter()
+                    .find(|u| u.te != 0.0 && u.lora.touches(Net::TextEncoder2))
+                {
+                    return Err(Error::Lora {
+                        name: u.lora.name.clone(),
+                        reason: "it is made for SDXL (it changes a second text encoder), and the \
+                                 loaded model has one"
+                            .into(),
+                    });
+                }
+                Default::default()
+            }
+        };
         let unet_config = self.config.unet.clone();
         let ldm_name = move |module: &str| {
             let key = ldm::unet_key(&format!("{module}.weight"), &unet_config);
@@ -267,7 +295,7 @@ impl StableDiffusion {
                 .map(str::to_string)
         };
         let unet = lora::patches(Net::Unet, &kept.unet, set, &ldm_name, device, dtype)?;
-        let patched = (te.len(), unet.len());
+        let patched = (te.len(), te2.len(), unet.len());
         let text_encoder = if te.is_empty() {
             self.text_encoder.clone()
         } else {
@@ -280,6 +308,19 @@ impl StableDiffusion {
             );
             ClipTextModel::load(&w, &self.config.text_encoder)?
         };
+        let text_encoder_2 = match (&kept.text_encoder_2, &self.config.text_encoder_2) {
+            (Some(base), Some(config)) if !te2.is_empty() => {
+                let w = Weights::kept(
+                    "second text encoder",
+                    base.clone(),
+                    Arc::new(te2),
+                    device,
+                    dtype,
+                );
+                Some(ClipTextModel::load(&w, config)?)
+            }
+            _ => self.text_encoder_2.clone(),
+        };
         let unet = if unet.is_empty() {
             self.unet.clone()
         } else {
@@ -289,13 +330,14 @@ impl StableDiffusion {
         tracing::info!(
             loras = %set.a1111_hashes(),
             text_encoder_layers = patched.0,
-            unet_layers = patched.1,
+            text_encoder_2_layers = patched.1,
+            unet_layers = patched.2,
             ms = start.elapsed().as_secs_f64() * 1e3,
             "LoRAs merged"
         );
         let networks = Arc::new(Networks {
             text_encoder,
-            text_encoder_2: self.text_encoder_2.clone(),
+            text_encoder_2,
             unet,
         });
         *slot = Some((set.clone(), networks.clone()));
@@ -309,10 +351,14 @@ impl StableDiffusion {
             return Vec::new();
         };
         let mut out = Vec::new();
+        let second = kept.text_encoder_2.iter().map(|m| (Net::TextEncoder2, m));
         for (net, map) in [
             (Net::TextEncoder, &kept.text_encoder),
             (Net::Unet, &kept.unet),
-        ] {
+        ]
+        .into_iter()
+        .chain(second)
+        {
             for name in map.names() {
                 let shape = map.get(name).map(|k| k.shape()).unwrap_or_default();
                 if name.ends_with(".weight") && shape.len() >= 2 && !name.contains("embedding") {
@@ -354,12 +400,15 @@ impl StableDiffusion {
         let te = Weights::random("text encoder", device, dtype).keeping();
         let uw = Weights::random("UNet", device, dtype).keeping();
         let text_encoder = ClipTextModel::load(&te, &config.text_encoder)?;
-        // SDXL's second encoder (not kept: LoRAs for it are refused).
-        let text_encoder_2 = match &config.text_encoder_2 {
-            Some(c) => Some(ClipTextModel::load(
-                &Weights::random("text encoder 2", device, dtype),
+        // SDXL's second encoder, kept too (SDXL LoRAs change it).
+        let te2 = config.text_encoder_2.as_ref().map(|c| {
+            (
+                Weights::random("text encoder 2", device, dtype).keeping(),
                 c,
-            )?),
+            )
+        });
+        let text_encoder_2 = match &te2 {
+            Some((w, c)) => Some(ClipTextModel::load(w, c)?),
             None => None,
         };
         let unet = UNet2DConditionModel::load(&uw, &config.unet)?;
@@ -369,6 +418,7 @@ impl StableDiffusion {
             unet,
             kept: Some(Kept {
                 text_encoder: Arc::new(te.take_kept()),
+                text_encoder_2: te2.map(|(w, _)| Arc::new(w.take_kept())),
                 unet: Arc::new(uw.take_kept()),
             }),
             with_loras: Mutex::default(),

@@ -42,7 +42,8 @@ fn write_lora(model: &StableDiffusion, rank: usize) -> Result<std::path::PathBuf
     for (net, name, shape) in model.lora_targets() {
         let module = name.trim_end_matches(".weight");
         let prefix = match net {
-            Net::TextEncoder => "lora_te_",
+            Net::TextEncoder => "lora_te1_",
+            Net::TextEncoder2 => "lora_te2_",
             Net::Unet => "lora_unet_",
         };
         let stem = format!("{prefix}{}", flatten(module));

@@ -1,12 +1,15 @@
 //! What a LoRA file's keys say: which network, which layer, which part. Two naming families are in
 //! circulation: kohya-ss / A1111 (`lora_unet_<module with _>.lora_down.weight`, `.alpha`; LoCon uses
 //! the same names on convolutions) and diffusers / PEFT (`unet.<module>.lora_A.weight`, and the
-//! older `lora.down`, `lora_linear_layer.down` and attention-processor spellings).
+//! older `lora.down`, `lora_linear_layer.down` and attention-processor spellings). SDXL's have
+//! two text encoders: kohya's `lora_te1_`/`lora_te2_`, diffusers' `text_encoder_2.`.
 
 /// The network a layer belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Net {
     TextEncoder,
+    /// SDXL's second text encoder (OpenCLIP bigG).
+    TextEncoder2,
     Unet,
 }
 
@@ -14,6 +17,7 @@ impl Net {
     pub fn label(self) -> &'static str {
         match self {
             Net::TextEncoder => "text encoder",
+            Net::TextEncoder2 => "second text encoder",
             Net::Unet => "UNet",
         }
     }
@@ -50,7 +54,7 @@ pub enum Part {
 /// A key this loader does not apply, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Refusal {
-    /// A network of another model family (SDXL's second text encoder, …).
+    /// A network of another model family (a transformer's, …).
     Family(&'static str),
     /// A LyCORIS algorithm other than LoRA/LoCon.
     Algorithm(&'static str),
@@ -70,10 +74,13 @@ fn kohya(rest: &str) -> Result<(Net, Name, Part), Refusal> {
     let (stem, suffix) = rest.split_once('.').ok_or(Refusal::Unknown)?;
     let (net, flat) = if let Some(f) = stem.strip_prefix("unet_") {
         (Net::Unet, f)
-    } else if let Some(f) = stem.strip_prefix("te_") {
+    } else if let Some(f) = stem
+        .strip_prefix("te_")
+        .or_else(|| stem.strip_prefix("te1_"))
+    {
         (Net::TextEncoder, f)
-    } else if stem.starts_with("te1_") || stem.starts_with("te2_") {
-        return Err(Refusal::Family("SDXL (two text encoders)"));
+    } else if let Some(f) = stem.strip_prefix("te2_") {
+        (Net::TextEncoder2, f)
     } else {
         return Err(Refusal::Unknown);
     };
@@ -110,8 +117,8 @@ fn diffusers(key: &str) -> Result<(Net, Name, Part), Refusal> {
         (Net::Unet, r)
     } else if let Some(r) = key.strip_prefix("text_encoder.") {
         (Net::TextEncoder, r)
-    } else if key.starts_with("text_encoder_2.") {
-        return Err(Refusal::Family("SDXL (two text encoders)"));
+    } else if let Some(r) = key.strip_prefix("text_encoder_2.") {
+        (Net::TextEncoder2, r)
     } else if key.starts_with("transformer.") {
         return Err(Refusal::Family("a transformer model (Flux, SD3, …)"));
     } else if let Some(r) = key.strip_prefix("base_model.model.") {
@@ -220,14 +227,31 @@ mod tests {
     }
 
     #[test]
-    fn other_families_and_algorithms_are_named() {
+    fn sdxl_encoders_are_told_apart() {
+        let fc1 = "text_model_encoder_layers_0_mlp_fc1";
         assert_eq!(
-            classify("lora_te2_text_model_encoder_layers_0_mlp_fc1.lora_up.weight"),
-            Err(Refusal::Family("SDXL (two text encoders)"))
+            classify(&format!("lora_te1_{fc1}.lora_up.weight")),
+            Ok((Net::TextEncoder, Name::Flat(fc1.into()), Part::Up))
+        );
+        assert_eq!(
+            classify(&format!("lora_te2_{fc1}.lora_up.weight")),
+            Ok((Net::TextEncoder2, Name::Flat(fc1.into()), Part::Up))
         );
         assert_eq!(
             classify("text_encoder_2.text_model.encoder.layers.0.mlp.fc1.lora_A.weight"),
-            Err(Refusal::Family("SDXL (two text encoders)"))
+            dotted(
+                Net::TextEncoder2,
+                "text_model.encoder.layers.0.mlp.fc1",
+                Part::Down
+            )
+        );
+    }
+
+    #[test]
+    fn other_families_and_algorithms_are_named() {
+        assert_eq!(
+            classify("transformer.single_transformer_blocks.0.attn.to_q.lora_A.weight"),
+            Err(Refusal::Family("a transformer model (Flux, SD3, …)"))
         );
         assert_eq!(
             classify("lora_unet_mid_block_resnets_0_conv1.hada_w1_a"),

@@ -86,9 +86,7 @@ impl Lora {
         for key in file.entries().keys() {
             let (net, layer, part) = keys::classify(key).map_err(|r| {
                 invalid(match r {
-                    Refusal::Family(family) => format!(
-                        "it is made for {family}, and the loaded model is Stable Diffusion 1.x"
-                    ),
+                    Refusal::Family(family) => format!("it is made for {family}"),
                     Refusal::Algorithm(algorithm) => {
                         format!("{algorithm} networks are not supported yet (key `{key}`)")
                     }
@@ -194,7 +192,7 @@ pub struct LoraUse {
 impl LoraUse {
     pub fn strength(&self, net: Net) -> f32 {
         match net {
-            Net::TextEncoder => self.te,
+            Net::TextEncoder | Net::TextEncoder2 => self.te,
             Net::Unet => self.unet,
         }
     }
@@ -229,6 +227,7 @@ impl PeftAlphas {
             let net = match net {
                 "unet" => Net::Unet,
                 "text_encoder" => Net::TextEncoder,
+                "text_encoder_2" => Net::TextEncoder2,
                 _ => continue,
             };
             match field {
