@@ -32,15 +32,20 @@ struct ChunkCase {
 #[test]
 fn embeddings_are_placed_and_encoded_as_a1111() {
     let tok = ClipTokenizer::new().unwrap();
-    let (library, notes) = Embeddings::load_dir(&fixtures().join("embeddings"), &tok, 16).unwrap();
+    let (library, notes) =
+        Embeddings::load_dir(&fixtures().join("embeddings"), &tok, 16, None).unwrap();
     assert_eq!(library.names(), ["badhands", "tinystyle"]);
-    assert_eq!(notes.len(), 2, "{notes:?}");
+    assert_eq!(notes.len(), 3, "{notes:?}");
     assert!(
-        notes[0].contains("wide") && notes[0].contains("768 wide"),
+        notes[0].contains("tinyxl") && notes[0].contains("SDXL"),
         "{notes:?}"
     );
     assert!(
-        notes[1].contains("xlstyle") && notes[1].contains("SDXL"),
+        notes[1].contains("wide") && notes[1].contains("768 wide"),
+        "{notes:?}"
+    );
+    assert!(
+        notes[2].contains("xlstyle") && notes[2].contains("SDXL"),
         "{notes:?}"
     );
     let library = Arc::new(library);
@@ -102,4 +107,45 @@ fn embeddings_are_placed_and_encoded_as_a1111() {
     // Without the library the names are plain words.
     let plain = Chunks::new(&tok, "a fox in tinystyle", Emphasis::Original);
     assert!(plain.chunks[0].fixes.is_empty() && !plain.chunks[0].ids.contains(&0));
+}
+
+/// SDXL (tests/fixtures/make_sdxl_embedding_fixtures.py): of the same folder only the
+/// `clip_l`/`clip_g` file fitting the tiny SDXL's encoders loads; in "a fox in tinyxl" each
+/// encoder takes its own vectors, and the conditioning (both penultimate states side by side,
+/// the pooled projection) is A1111's within 1e-4 (f32, CPU).
+#[test]
+fn sdxl_embeddings_give_each_encoder_its_vectors() {
+    let tok = ClipTokenizer::new().unwrap();
+    let (library, notes) =
+        Embeddings::load_dir(&fixtures().join("embeddings"), &tok, 4, Some(8)).unwrap();
+    assert_eq!(library.names(), ["tinyxl"], "{notes:?}");
+    assert_eq!(notes.len(), 4, "{notes:?}");
+    assert!(
+        notes[0].contains("badhands") && notes[0].contains("not an SDXL one"),
+        "{notes:?}"
+    );
+    assert!(
+        notes[3].contains("xlstyle") && notes[3].contains("32 wide"),
+        "{notes:?}"
+    );
+    let ckpt = Checkpoint::open(&fixtures().join("tiny-sdxl")).unwrap();
+    let model = StableDiffusion::load(&ckpt, &Device::flex(), LoadOptions::default()).unwrap();
+    let chunks = Chunks::with_embeddings(
+        &tok,
+        "a fox in tinyxl",
+        Emphasis::Original,
+        Some(&Arc::new(library)),
+    );
+    let second = model.text_encoder_2.as_ref().unwrap();
+    let got =
+        prompt::encode_sdxl(&model.text_encoder, second, &chunks, 1, Emphasis::Original).unwrap();
+    let expected =
+        SafetensorsFile::open(&fixtures().join("sdxl-embedding-expected.safetensors")).unwrap();
+    for (name, got) in [
+        ("context", to_vec(got.context)),
+        ("pooled", to_vec(got.pooled)),
+    ] {
+        let want = expected.read_f32(name).unwrap();
+        common::assert_close(name, &got, &want, burn::tensor::DType::F32);
+    }
 }

@@ -310,7 +310,8 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     let tokenizer = ClipTokenizer::new()?;
     if let Some(dir) = &args.embeddings {
         let width = model.config.text_encoder.hidden_size;
-        let (library, notes) = Embeddings::load_dir(dir, &tokenizer, width)?;
+        let second = model.config.text_encoder_2.as_ref().map(|c| c.hidden_size);
+        let (library, notes) = Embeddings::load_dir(dir, &tokenizer, width, second)?;
         for note in notes {
             eprintln!("warning: {note}");
         }

@@ -21,6 +21,9 @@ pub struct Embedding {
     pub width: usize,
     /// SHA-256 of the file (A1111's `TI hashes` entry is its first 12 hex digits).
     pub hash: String,
+    /// SDXL: the vectors for the second text encoder (the file's `clip_g`; `data` is its
+    /// `clip_l`).
+    pub second: Option<Arc<Embedding>>,
 }
 
 /// An embedding's name as token ids, and the embedding.
@@ -42,13 +45,15 @@ impl PartialEq for Embeddings {
 }
 
 impl Embeddings {
-    /// Loads every `.safetensors` file in `dir` for a text encoder of `width`. Files that are not
-    /// embeddings for it (another width, SDXL's two-encoder files, several tensors, pickles)
-    /// are skipped; each skip is one line of the returned notes.
+    /// Loads every `.safetensors` file in `dir` for a text encoder of `width` (and SDXL's second
+    /// of `second_width`). Files that are not embeddings for it (another width, another family's
+    /// format, several tensors, pickles) are skipped; each skip is one line of the returned
+    /// notes.
     pub fn load_dir(
         dir: &Path,
         tokenizer: &ClipTokenizer,
         width: usize,
+        second_width: Option<usize>,
     ) -> Result<(Self, Vec<String>)> {
         let entries = std::fs::read_dir(dir).map_err(|e| Error::io("embeddings folder", dir, e))?;
         let mut paths: Vec<_> = entries.filter_map(|e| e.ok()).map(|e| e.path()).collect();
@@ -65,7 +70,7 @@ impl Embeddings {
                 .map(|s| s.to_string_lossy().into_owned())
                 .unwrap_or_default();
             match ext.as_str() {
-                "safetensors" => match load_one(&path, &name, width) {
+                "safetensors" => match load_one(&path, &name, width, second_width) {
                     Ok(embedding) => library.insert(tokenizer, embedding),
                     Err(why) => notes.push(format!("embedding {name} skipped: {why}")),
                 },
@@ -105,17 +110,65 @@ impl Embeddings {
     }
 }
 
-/// A1111's rule for a `.safetensors` embedding: one tensor, `[vectors, width]` or `[width]`.
-fn load_one(path: &Path, name: &str, width: usize) -> std::result::Result<Embedding, String> {
+/// A1111's rule for a `.safetensors` embedding: one tensor, `[vectors, width]` or `[width]`; for
+/// SDXL (`second_width`), `clip_l` and `clip_g`, one per encoder, with as many vectors each.
+fn load_one(
+    path: &Path,
+    name: &str,
+    width: usize,
+    second_width: Option<usize>,
+) -> std::result::Result<Embedding, String> {
     let file = SafetensorsFile::open(path).map_err(|e| e.to_string())?;
     let keys: Vec<&String> = file.entries().keys().collect();
-    if keys.iter().any(|k| *k == "clip_g") && keys.iter().any(|k| *k == "clip_l") {
-        return Err("an SDXL embedding (clip_l and clip_g)".into());
-    }
-    let [key] = keys.as_slice() else {
-        return Err(format!("{} tensors; an embedding has one", keys.len()));
+    let sdxl_file = keys.iter().any(|k| *k == "clip_g") && keys.iter().any(|k| *k == "clip_l");
+    let hash = || crate::checkpoint::sha256_file(path).map_err(|e| e.to_string());
+    let one = |key: &str, width: usize, hash: String| -> std::result::Result<Embedding, String> {
+        let (data, vectors) = read_vectors(&file, key, width)?;
+        Ok(Embedding {
+            name: name.to_string(),
+            data,
+            vectors,
+            width,
+            hash,
+            second: None,
+        })
     };
-    let shape = file.entries()[*key].shape.clone();
+    match (second_width, sdxl_file) {
+        (None, true) => Err("an SDXL embedding (clip_l and clip_g)".into()),
+        (Some(_), false) => {
+            Err("no clip_l and clip_g tensors: an SD 1.x/2.x embedding, not an SDXL one".into())
+        }
+        (Some(second_width), true) => {
+            let hash = hash()?;
+            let second = one("clip_g", second_width, hash.clone())?;
+            let first = one("clip_l", width, hash)?;
+            if first.vectors != second.vectors {
+                return Err(format!(
+                    "clip_l has {} vectors and clip_g {}",
+                    first.vectors, second.vectors
+                ));
+            }
+            Ok(Embedding {
+                second: Some(Arc::new(second)),
+                ..first
+            })
+        }
+        (None, false) => {
+            let [key] = keys.as_slice() else {
+                return Err(format!("{} tensors; an embedding has one", keys.len()));
+            };
+            one(key, width, hash()?)
+        }
+    }
+}
+
+/// A tensor of `[vectors, width]` or `[width]` finite values.
+fn read_vectors(
+    file: &SafetensorsFile,
+    key: &str,
+    width: usize,
+) -> std::result::Result<(Vec<f32>, usize), String> {
+    let shape = file.entries()[key].shape.clone();
     let (vectors, w) = match shape.as_slice() {
         [w] => (1, *w),
         [n, w] => (*n, *w),
@@ -135,12 +188,5 @@ fn load_one(path: &Path, name: &str, width: usize) -> std::result::Result<Embedd
     if data.iter().any(|v| !v.is_finite()) {
         return Err("NaN or infinite values".into());
     }
-    let hash = crate::checkpoint::sha256_file(path).map_err(|e| e.to_string())?;
-    Ok(Embedding {
-        name: name.to_string(),
-        data,
-        vectors,
-        width,
-        hash,
-    })
+    Ok((data, vectors))
 }

@@ -46,6 +46,7 @@ pub fn encode(
         chunks,
         emphasis,
         encoder.config().pad_token,
+        false,
         |ids, fixes| encoder.forward_with(ids, clip_skip, fixes),
     )
 }
@@ -69,18 +70,28 @@ pub fn encode_sdxl(
     // the penultimate one, which SDXL always starts from: 1 (the request's default) and 2 both
     // mean the penultimate.
     let extra_skip = clip_skip.max(2) - 2;
-    let a = encode_rows(chunks, emphasis, first.config().pad_token, |ids, fixes| {
-        first.encode_sdxl(ids, extra_skip, fixes).map(|e| e.hidden)
-    })?;
+    let a = encode_rows(
+        chunks,
+        emphasis,
+        first.config().pad_token,
+        false,
+        |ids, fixes| first.encode_sdxl(ids, extra_skip, fixes).map(|e| e.hidden),
+    )?;
     let mut pooled = None;
-    let b = encode_rows(chunks, emphasis, second.config().pad_token, |ids, fixes| {
-        let e = second.encode_sdxl(ids, extra_skip, fixes)?;
-        pooled = e.pooled.map(|p| {
-            let d = p.dims()[1];
-            p.slice([0..1, 0..d])
-        });
-        Ok(e.hidden)
-    })?;
+    let b = encode_rows(
+        chunks,
+        emphasis,
+        second.config().pad_token,
+        true,
+        |ids, fixes| {
+            let e = second.encode_sdxl(ids, extra_skip, fixes)?;
+            pooled = e.pooled.map(|p| {
+                let d = p.dims()[1];
+                p.slice([0..1, 0..d])
+            });
+            Ok(e.hidden)
+        },
+    )?;
     let pooled = pooled.ok_or_else(|| {
         crate::Error::InvalidInput("SDXL's second text encoder has no projection".into())
     })?;
@@ -110,11 +121,13 @@ impl SdxlConditioning {
 }
 
 /// [`encode`] with the rows `[n (+1), 77]` of ids (padded with `pad` after each end token)
-/// run through `run`, which returns their states `[rows, 77, d]`.
+/// run through `run`, which returns their states `[rows, 77, d]`; `second`: for SDXL's second
+/// encoder, whose embedding vectors are each embedding's `second`.
 fn encode_rows(
     chunks: &Chunks,
     emphasis: Emphasis,
     pad: u32,
+    second: bool,
     run: impl FnOnce(&[Vec<u32>], &[Vec<(usize, &Embedding)>]) -> Result<Tensor<3>>,
 ) -> Result<Tensor<3>> {
     let weighted = chunks.chunks.iter().any(Chunk::weighted)
@@ -129,7 +142,15 @@ fn encode_rows(
     let fixes: Vec<Vec<(usize, &Embedding)>> = chunks
         .chunks
         .iter()
-        .map(|c| c.fixes.iter().map(|(at, e)| (*at, e.as_ref())).collect())
+        .map(|c| {
+            c.fixes
+                .iter()
+                .map(|(at, e)| match (second, &e.second) {
+                    (true, Some(g)) => (*at, g.as_ref()),
+                    _ => (*at, e.as_ref()),
+                })
+                .collect()
+        })
         .collect();
     let z = run(&ids, &fixes)?; // [n (+1), 77, d]
     let [rows, n_tok, d] = z.dims();

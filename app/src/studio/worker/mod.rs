@@ -343,12 +343,14 @@ impl Worker {
     /// window (its token counter counts their vectors); skipped files are told once each.
     fn embeddings(&mut self) -> Option<Arc<latent_engine::prompt::Embeddings>> {
         let dir = self.config.embeddings.clone()?;
-        let width = self.model.as_ref()?.model.config.text_encoder.hidden_size;
+        let config = &self.model.as_ref()?.model.config;
+        let width = config.text_encoder.hidden_size;
+        let second = config.text_encoder_2.as_ref().map(|c| c.hidden_size);
         if self.tokenizer.is_none() {
             self.tokenizer = ClipTokenizer::new().ok();
         }
         let tokenizer = self.tokenizer.as_ref()?;
-        match latent_engine::prompt::Embeddings::load_dir(&dir, tokenizer, width) {
+        match latent_engine::prompt::Embeddings::load_dir(&dir, tokenizer, width, second) {
             Ok((library, notes)) => {
                 for note in notes {
                     if self.embedding_notes.insert(note.clone()) {
