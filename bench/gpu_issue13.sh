@@ -108,6 +108,9 @@
 #           txt2img (its peak allocated memory, weights included), then ours (`bench --sdxl`,
 #           random full-size weights, f16: the step and the txt2img, the pool at each phase; EXTRA
 #           such as --kernel-profile 2) under the peak-memory sampler
+#   PART=ak PyTorch (fp16 and fp32 UNet step, 20-step txt2img, its peak memory), then ours: the
+#           f16 default end to end under the peak-memory sampler, and the f32 UNet step and VAE
+#   PART=al PyTorch (fp16 UNet step, VAE decode), then ours on the WGSL/SIMT path: the UNet step
 #   PART=e  PyTorch (fp16 UNet, VAE, 20-step txt2img), then our f16 bench under perf (a flat
 #           profile per thread: where the host time of a step goes). Needs .perf/perf.txz (perf
 #           and its libraries) and a release build with symbols (CARGO_PROFILE_RELEASE_STRIP=false)
@@ -324,6 +327,16 @@ ai)
 aj)
   PARTS=${TORCH_PARTS:-sdxl,sdxl_e2e} timeout ${TORCH_TIMEOUT:-200} python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_aj.txt
   peak sdxl_ours timeout ${OURS_TIMEOUT:-330} /tmp/ls bench --device gpu --precision f16 --runs 5 --steps 20 --sdxl $EXTRA
+  ;;
+ak)
+  PARTS=${TORCH_PARTS:-unet16,unet32,e2e} timeout ${TORCH_TIMEOUT:-150} python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_ak.txt
+  peak torch_mem timeout 90 python3 $OLDPWD/bench/torch_txt2img_mem.py
+  peak ours_mem timeout ${OURS_TIMEOUT:-270} /tmp/ls bench --device gpu --precision f16 --runs 7 --steps 20 --no-ops --no-previews --no-profile --no-burn-ops
+  timeout ${F32_TIMEOUT:-120} /tmp/ls bench --device gpu --precision f32 --runs 5 --no-pipeline --no-ops --no-profile --no-burn-ops 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_f32.txt
+  ;;
+al)
+  PARTS=${TORCH_PARTS:-unet16,vae} timeout ${TORCH_TIMEOUT:-100} python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_al.txt
+  LATENT_STUDIO_COMPILER=wgsl timeout ${WGSL_TIMEOUT:-420} /tmp/ls bench --device gpu --precision f16 --runs 5 --unet-only --no-ops --no-profile --no-burn-ops 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_wgsl.txt
   ;;
 h)
   timeout ${OURS_TIMEOUT:-540} /tmp/ls bench --device gpu --precision f16 --runs 3 --unet-only 2>&1 | grep -v "^\[F16\]   [a-z_]*  *[0-9.]* ms  {" | tee $OUT/ours_spirv_ops.txt

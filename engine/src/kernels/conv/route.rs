@@ -113,13 +113,14 @@ impl Mma {
 /// Where a layer's device stands: whether ours runs at all, and for which shapes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Route {
-    /// The CPU backend, f32 on cooperative matrices, or a device whose fragments or planes
-    /// our cooperative-matrix kernel cannot use: burn's convolution.
+    /// The CPU backend, or an f16 device whose fragments or planes our cooperative-matrix kernel
+    /// cannot use: burn's convolution.
     Burn,
     /// Cooperative matrices in f16: ours on them as [`ConvRules`] say; burn's cooperative-matrix
     /// kernel elsewhere.
     Mma(Mma),
-    /// A card without cooperative matrices: ours for the shapes it is faster at.
+    /// A card without cooperative matrices (or computing in f32 beside f16-only ones): ours for
+    /// the shapes it is faster at.
     Card,
     /// A software adapter: ours for every 3×3 and 1×1 layer.
     Software,
@@ -135,6 +136,11 @@ impl Route {
                 .flatten();
             match probe.and_then(|p| Mma::of(&p.client)) {
                 Some(mma) => Route::Mma(mma),
+                // f32 on a card whose cooperative matrices take f16 only: burn's convolution is
+                // its direct kernel there (25 ms a 3×3 layer of SD 1.5 on an H100, 94 % of an
+                // f32 step; BENCHMARKS.md, nineteenth session), so ours on plain lanes, as on a
+                // card without cooperative matrices.
+                None if dtype != DType::F16 && !super::super::software(device) => Route::Card,
                 None => Route::Burn,
             }
         } else if super::super::software(device) {
