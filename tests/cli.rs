@@ -109,6 +109,9 @@ fn generate_writes_diffusers_image_with_parameters() {
             .filter(|l| l.contains("VAE compilation"))
             .count();
         assert_eq!(warnings, usize::from(on_gpu), "{device}: {stderr}");
+        // A fresh process tunes its kernels at the first step of a size: said on a GPU only.
+        let tuning = stderr.contains("tuning kernels for 64x64");
+        assert_eq!(tuning, on_gpu, "{device}: {stderr}");
 
         let (image, text) = decode_png(&std::fs::read(&out).unwrap()).unwrap();
         let worst = worst_vs_case0(&image);

@@ -53,6 +53,8 @@ pub trait RunEvents {
     fn notice(&mut self, notice: &Notice);
     fn step(&mut self, step: &StepState<'_>);
     fn decoding(&mut self, tiles: usize);
+    /// The first pass at `width`×`height` since launch: its kernels tune before the first step.
+    fn tuning(&mut self, width: usize, height: usize);
     /// `generated` was written to `path` with `parameters` in its text chunk.
     fn saved(&mut self, generated: &Generated, parameters: Parameters, path: PathBuf);
 }
@@ -135,6 +137,10 @@ impl<E: RunEvents> Observer for SaveEach<'_, E> {
         self.events.decoding(tiles);
     }
 
+    fn tuning(&mut self, width: usize, height: usize) {
+        self.events.tuning(width, height);
+    }
+
     fn image(&mut self, generated: &Generated) {
         if self.error.is_some() {
             return;
@@ -164,6 +170,7 @@ mod tests {
         fn notice(&mut self, _: &Notice) {}
         fn step(&mut self, _: &StepState<'_>) {}
         fn decoding(&mut self, _: usize) {}
+        fn tuning(&mut self, _: usize, _: usize) {}
         fn saved(&mut self, _: &Generated, parameters: Parameters, path: PathBuf) {
             assert_eq!(parameters.prompt, "a fox");
             let ti = (

@@ -115,6 +115,14 @@ impl RunEvents for Cli {
         self.beat();
     }
 
+    fn tuning(&mut self, width: usize, height: usize) {
+        eprintln!(
+            "tuning kernels for {width}x{height} on this GPU (first run at this size; the first \
+             step may take minutes)"
+        );
+        self.beat();
+    }
+
     fn saved(&mut self, _: &Generated, _: Parameters, path: PathBuf) {
         self.beat();
         println!("{}", path.display());

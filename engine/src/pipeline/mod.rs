@@ -8,6 +8,7 @@
 //! `hires.rs`: A1111's hires fix, a second img2img pass at a larger size. `sdxl.rs`: SDXL's
 //! second encoder, empty negative and size conditioning. `check.rs`: a request checked against a
 //! model before any work. `observer.rs`: what a run reports (steps, notices, finished images).
+//! `tuning.rs`: whether a pass is the first at its shapes (its kernels tune first).
 
 mod check;
 mod decode;
@@ -17,6 +18,7 @@ pub mod inpaint_area;
 mod inpaint_model;
 mod observer;
 pub mod sdxl;
+mod tuning;
 
 pub use check::{check_request, request_plan};
 pub use decode::{all_finite, decode, to_rgb8};
@@ -298,6 +300,17 @@ pub fn txt2img(
             ),
         };
         // 5. Denoise.
+        let shape = |width, height| tuning::PassShape {
+            device,
+            dtype: model.precision.dtype(),
+            unet: &model.config.unet,
+            batch: if guided { 2 } else { 1 },
+            width,
+            height,
+        };
+        if tuning::first_run(shape(req.width, req.height)) {
+            observer.tuning(req.width, req.height);
+        }
         let mut pass = Pass {
             image,
             start,
@@ -319,6 +332,11 @@ pub fn txt2img(
             }
             let mut rng = TorchRng::new(seed);
             let start = hires.start(model, latents, &req.decode, &mut rng, observer)?;
+            let [_, _, lh, lw] = start.dims();
+            let (w, h) = (lw * scale, lh * scale);
+            if tuning::first_run(shape(w, h)) {
+                observer.tuning(w, h);
+            }
             pass.blend = None;
             pass.unet_input = hires_blank.clone().map(|t| t.cast(model.precision.dtype()));
             match pass.denoise(

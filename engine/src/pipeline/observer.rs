@@ -84,6 +84,9 @@ pub trait Observer {
     /// A VAE decode starts, in `tiles` tiles (1: the whole latent at once). A tiled decode gives
     /// the untiled image, so this is the one sign of it.
     fn decoding(&mut self, _tiles: usize) {}
+    /// A pass at `width`×`height` is the first at its shapes on this GPU since launch: its first
+    /// step waits for the kernels' autotune (seconds to minutes), later runs start at once.
+    fn tuning(&mut self, _width: usize, _height: usize) {}
 }
 
 /// An observer that ignores everything.

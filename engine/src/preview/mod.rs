@@ -387,6 +387,10 @@ impl Observer for Previewer<'_> {
     fn decoding(&mut self, tiles: usize) {
         self.inner.decoding(tiles);
     }
+
+    fn tuning(&mut self, width: usize, height: usize) {
+        self.inner.tuning(width, height);
+    }
 }
 
 #[cfg(test)]

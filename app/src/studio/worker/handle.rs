@@ -46,7 +46,6 @@ impl EngineHandle {
             selected: None,
             taesd: None,
             tokenizer: None,
-            tuned: Default::default(),
             embedding_notes: Default::default(),
         };
         let thread = std::thread::Builder::new()

@@ -57,9 +57,6 @@ struct Worker {
     selected: Option<PathBuf>,
     taesd: Option<(PathBuf, TaesdDecoder)>,
     tokenizer: Option<ClipTokenizer>,
-    /// Sizes and precisions generated at on the current device since launch: the first run at a
-    /// new one compiles and autotunes kernels (minutes on a fresh GPU), which the status says.
-    tuned: std::collections::HashSet<(usize, usize, Precision)>,
     /// The embeddings folder's skipped files, each told once.
     embedding_notes: std::collections::HashSet<String>,
     /// The LoRA folder; opened LoRAs stay parsed and hashed between generations.
@@ -96,6 +93,12 @@ impl RunEvents for Forward<'_> {
             "decoding…".into()
         };
         self.events.send(Event::Status(what));
+    }
+
+    fn tuning(&mut self, width: usize, height: usize) {
+        self.events.send(Event::Status(format!(
+            "first run at {width}×{height} since launch: compiling and tuning kernels…"
+        )));
     }
 
     fn saved(
@@ -452,16 +455,6 @@ impl Worker {
         }
         request.loras = loras;
         let request = &request;
-        if !latent_engine::device::is_cpu(&device)
-            && self
-                .tuned
-                .insert((request.width, request.height, precision))
-        {
-            self.emit(Event::Status(format!(
-                "first run at {}×{} since launch: compiling and tuning kernels…",
-                request.width, request.height
-            )));
-        }
         if std::env::var_os("LATENT_STUDIO_FAIL_VAE_COMPILE").is_some() {
             loaded.model.vae_compile.force_failure(true);
         }
