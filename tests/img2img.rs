@@ -133,16 +133,7 @@ fn img2img_matches_diffusers_on_every_backend() {
                     .fold(0f32, f32::max);
                 assert!(max <= 1e-3, "{what}: step {i} latents differ by {max:e}");
             }
-            let want = expected.bytes(expected.entry(&format!("{}.image", case.name)).unwrap());
-            let got = &out[0].image.pixels;
-            assert_eq!(got.len(), want.len(), "{what}: image size");
-            let worst = got
-                .iter()
-                .zip(want)
-                .map(|(a, b)| a.abs_diff(*b))
-                .max()
-                .unwrap_or(0);
-            assert!(worst <= 1, "{what}: pixels differ by up to {worst}");
+            common::assert_image_matches(&what, &expected, &case.name, &out[0].image.pixels);
         }
     }
 }

@@ -130,20 +130,8 @@ fn inpainting_checkpoints_match_diffusers_on_every_backend() {
                     "{what}: step {i} latents differ by {max:e} (largest {scale})"
                 );
             }
-            let want = expected.bytes(
-                expected
-                    .entry(&format!("{}.image", case.base.name))
-                    .unwrap(),
-            );
-            let got = &out[0].image.pixels;
-            assert_eq!(got.len(), want.len(), "{what}: image size");
-            let worst = got
-                .iter()
-                .zip(want)
-                .map(|(a, b)| a.abs_diff(*b))
-                .max()
-                .unwrap_or(0);
-            assert!(worst <= 1, "{what}: pixels differ by up to {worst}");
+            let image = &out[0].image.pixels;
+            common::assert_image_matches(&what, &expected, &case.base.name, image);
         }
     }
 }

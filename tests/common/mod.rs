@@ -102,6 +102,20 @@ pub fn errors(got: &[f32], want: &[f32]) -> (f32, f32) {
     (max_abs, (num / den.max(1e-30)).sqrt() as f32)
 }
 
+/// A fixture's uint8 image `<case>.image` against `got`: the same size, every byte within ±1.
+pub fn assert_image_matches(what: &str, expected: &SafetensorsFile, case: &str, got: &[u8]) {
+    let entry = expected.entry(&format!("{case}.image")).expect("image");
+    let want = expected.bytes(entry);
+    assert_eq!(got.len(), want.len(), "{what}: image size");
+    let worst = got
+        .iter()
+        .zip(want)
+        .map(|(a, b)| a.abs_diff(*b))
+        .max()
+        .unwrap_or(0);
+    assert!(worst <= 1, "{what}: pixels differ by up to {worst}");
+}
+
 /// f32: within 1e-4 absolute and relative; f16: within 1e-2 relative.
 pub fn assert_close(what: &str, got: &[f32], want: &[f32], dtype: DType) {
     let (abs, rel) = errors(got, want);
