@@ -3,7 +3,8 @@
 //! The checkpoint is the tiny single file with the fixture's wider `conv_in` swapped in, so it is
 //! recognised the way a downloaded `sd-v1-5-inpainting.safetensors` is: by that weight's shape.
 //! Masked at strength 0.75 (Euler a) and 1 (DPM++ 2M Karras), and a txt2img conditioned on a
-//! blank picture; per-step latents within 1e-4 of their largest value, images within ±1.
+//! blank picture; an SDXL inpainting folder against StableDiffusionXLInpaintPipeline; per-step
+//! latents within 1e-4 of their largest value, images within ±1.
 
 use crate::common;
 
@@ -162,4 +163,105 @@ fn an_inpainting_model_without_its_encoder_says_so() {
         err.contains("inpainting model") && err.contains("VAE encoder"),
         "{err}"
     );
+}
+
+/// The tiny SDXL as an inpainting folder: its files copied, the UNet's config saying 9 input
+/// channels and its `conv_in` the fixture's.
+fn sdxl_checkpoint(expected: &SafetensorsFile) -> PathBuf {
+    let src = fixtures().join("tiny-sdxl");
+    let dir = common::scratch_dir("sdxl-inpainting").join("tiny-sdxl-inpainting");
+    for sub in [
+        "",
+        "scheduler",
+        "text_encoder",
+        "text_encoder_2",
+        "unet",
+        "vae",
+    ] {
+        std::fs::create_dir_all(dir.join(sub)).unwrap();
+        for entry in std::fs::read_dir(src.join(sub)).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_file() {
+                std::fs::copy(&path, dir.join(sub).join(path.file_name().unwrap())).unwrap();
+            }
+        }
+    }
+    let config = dir.join("unet/config.json");
+    let mut json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&config).unwrap()).unwrap();
+    json["in_channels"] = 9.into();
+    std::fs::write(&config, json.to_string()).unwrap();
+    let weights = dir.join("unet/diffusion_pytorch_model.fp16.safetensors");
+    let unet = SafetensorsFile::open(&weights).unwrap();
+    let conv_in = expected.entry("conv_in.weight").unwrap();
+    let tensors: Vec<(String, String, Vec<usize>, Vec<u8>)> = unet
+        .entries()
+        .iter()
+        .map(|(k, e)| match k.as_str() {
+            "conv_in.weight" => (
+                k.clone(),
+                "F32".to_string(),
+                conv_in.shape.clone(),
+                expected.bytes(conv_in).to_vec(),
+            ),
+            _ => (
+                k.clone(),
+                format!("{:?}", e.dtype),
+                e.shape.clone(),
+                unet.bytes(e).to_vec(),
+            ),
+        })
+        .collect();
+    drop(unet);
+    let refs: Vec<(&str, &str, Vec<usize>, Vec<u8>)> = tensors
+        .iter()
+        .map(|(k, d, s, b)| (k.as_str(), d.as_str(), s.clone(), b.clone()))
+        .collect();
+    common::write_safetensors(&weights, &refs);
+    dir
+}
+
+/// An SDXL inpainting folder (diffusers layout, 9-channel UNet) against diffusers'
+/// `StableDiffusionXLInpaintPipeline` (tests/fixtures/make_sdxl_inpaint_fixtures.py): Euler a at
+/// strength 0.75 with the zeroed empty negative, per-step latents within 1e-4 of their largest
+/// value and the image within ±1, on the CPU.
+#[test]
+fn sdxl_inpainting_checkpoints_match_diffusers() {
+    let expected =
+        SafetensorsFile::open(&fixtures().join("sdxl-inpaint-expected.safetensors")).unwrap();
+    let ckpt = Checkpoint::open(&sdxl_checkpoint(&expected)).unwrap();
+    assert_eq!(ckpt.model_name(), "SDXL inpainting");
+    let cases: Vec<Case> = serde_json::from_str(
+        &std::fs::read_to_string(fixtures().join("sdxl_inpaint_cases.json")).unwrap(),
+    )
+    .unwrap();
+    let options = LoadOptions {
+        vae_encoder: true,
+        ..Default::default()
+    };
+    let model = StableDiffusion::load(&ckpt, &burn::tensor::Device::flex(), options).unwrap();
+    let case = &cases[0];
+    let mut rec = Record::default();
+    let out = txt2img(
+        &model,
+        &ClipTokenizer::new().unwrap(),
+        &request(case),
+        &AtomicBool::new(false),
+        &mut rec,
+    )
+    .unwrap();
+    let want = expected.read_f32("case0.latents").unwrap();
+    assert_eq!(rec.latents.len(), case.runs);
+    let per_step = want.len() / case.runs;
+    for (i, got) in rec.latents.iter().enumerate() {
+        let want = &want[i * per_step..(i + 1) * per_step];
+        let scale = want.iter().fold(1f32, |m, v| m.max(v.abs()));
+        let max = got
+            .iter()
+            .zip(want)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f32, f32::max);
+        assert!(max <= 1e-4 * scale, "step {i}: latents differ by {max:e}");
+    }
+    common::assert_image_matches("sdxl inpainting", &expected, "case0", &out[0].image.pixels);
 }
