@@ -1,0 +1,162 @@
+use burn::tensor::{DType, Tensor};
+
+use super::super::testing::{read, relative, tensor, values, wgpu};
+use super::{Fragment, Heads, Plan};
+use crate::attention::multi_head_attention;
+
+/// Ours runs every head width without cooperative matrices (burn's attention there is the
+/// unfused one) and up to 80 with them; the first tiling of each kind is the measured best:
+/// on plain lanes, rows in registers, one lane per 64 columns or fewer.
+#[test]
+fn default_plan_rule() {
+    let fragment = Fragment {
+        m: 16,
+        n: 16,
+        k: 16,
+    };
+    let square = Some(fragment);
+    for d in [40, 64, 80, 128, 160] {
+        let cmma = Plan::choose(d, 2, square, 48 * 1024).expect("fits");
+        assert_eq!((cmma.bq, cmma.bk), (32, 16));
+        let lane = Plan::choose(d, 2, None, 48 * 1024).expect("fits");
+        // With cooperative matrices and no planes plan: the per-row plan up to 80 wide,
+        // burn's beyond.
+        let mut all = Plan::fitting(d, 2, square, 48 * 1024);
+        all.extend(Plan::fitting(d, 2, None, 48 * 1024));
+        let on_cmma = super::preferred(all, d, 4096);
+        assert_eq!(on_cmma, (d <= 80).then_some(lane), "d {d}");
+        assert_eq!(
+            super::preferred(Plan::fitting(d, 2, None, 48 * 1024), d, 4096),
+            Some(lane)
+        );
+        let parts = d.div_ceil(64);
+        let parts = if d == 160 { 4 } else { parts };
+        let rows = if parts >= 4 { 32 } else { 64 };
+        assert_eq!(
+            (lane.bq, lane.bk, lane.per_row, lane.parts),
+            (rows, 8, true, parts)
+        );
+    }
+    // Where the planes kernel fits, it takes heads up to 80 wide over 256 keys or more; the
+    // per-row kernel the 77-token cross-attention and 80-wide heads over it.
+    for (d, n_k, planes) in [
+        (40, 4096, true),
+        (40, 77, false),
+        (64, 256, true),
+        (80, 1024, true),
+        (80, 77, false),
+    ] {
+        let mut all = Plan::on_planes(d, 2, fragment, 32, 256, 48 * 1024);
+        let first = all[0];
+        all.extend(Plan::fitting(d, 2, square, 48 * 1024));
+        all.extend(Plan::fitting(d, 2, None, 48 * 1024));
+        let chosen = super::preferred(all, d, n_k).expect("ours");
+        assert_eq!(chosen == first, planes, "d {d} keys {n_k}");
+        assert_eq!(chosen.per_row, !planes, "d {d} keys {n_k}");
+    }
+    let vae = Plan::choose(512, 2, None, 48 * 1024).expect("fits");
+    assert!(vae.per_row && !super::ours_is_faster(false, 512));
+}
+
+fn at(tensor: &Tensor<3>) -> Heads<'_> {
+    Heads { tensor, column: 0 }
+}
+
+/// burn's attention in f32 on the CPU backend: on lavapipe it would compile and tune kernels
+/// of its own for every shape, the larger part of this test's time.
+fn reference(q: Tensor<3>, k: Tensor<3>, v: Tensor<3>, heads: usize) -> Vec<f32> {
+    let cpu = |t: Tensor<3>| {
+        let dims = t.dims();
+        tensor(read(t), dims, &burn::tensor::Device::flex(), DType::F32)
+    };
+    read(multi_head_attention(cpu(q), cpu(k), cpu(v), heads, false))
+}
+
+/// The per-lane path (what lavapipe runs) against burn's attention: SD's head widths and odd
+/// ones, query and key counts off the tiles (77 prompt tokens, an 8×8 map), batch 2, in f32 and
+/// f16, and q/k/v as column ranges of one fused projection.
+#[test]
+fn flash_attention_matches_burn_attention() {
+    let device = wgpu();
+    // Each (width, dtype) is a kernel lavapipe compiles (seconds each): both dtypes at 40,
+    // the rest in the dtype they run in (f16, as SD does) or, for the odd width, f32.
+    for (b, heads, d, n_q, n_k, dtypes) in [
+        (2, 2, 40, 70, 77, &[DType::F32, DType::F16][..]),
+        (1, 1, 80, 64, 64, &[DType::F16]),
+        (2, 1, 160, 17, 33, &[DType::F16]),
+        (1, 3, 8, 5, 130, &[DType::F32]),
+        (2, 2, 64, 100, 3, &[DType::F16]),
+    ] {
+        let width = heads * d;
+        for &dtype in dtypes {
+            let tol = if dtype == DType::F32 { 1e-4 } else { 1e-2 };
+            let make = |n: usize, offset: f32, cols: usize| {
+                let vals: Vec<f32> = values(b * n * cols, offset)
+                    .into_iter()
+                    .map(|x| x * 0.5)
+                    .collect();
+                tensor(vals, [b, n, cols], &device, dtype)
+            };
+            let (q, k, v) = (
+                make(n_q, 0.1, width),
+                make(n_k, -0.2, width),
+                make(n_k, 0.3, width),
+            );
+            let twin = reference(q.clone(), k.clone(), v.clone(), heads);
+            let ours = super::attention(at(&q), at(&k), at(&v), heads, d).expect("runs");
+            assert_eq!(ours.dtype(), dtype);
+            let rel = relative(&read(ours), &twin);
+            assert!(
+                rel <= tol,
+                "b{b} h{heads} d{d} q{n_q} k{n_k} {dtype:?}: rel {rel}"
+            );
+            // The per-row kernel ran; the tiled one (the alternative where no row split
+            // fits) at one narrow and one wide head, to bound lavapipe's shader compiles.
+            let tiled = super::plans(&device, dtype, d)
+                .into_iter()
+                .find(|p| !p.per_row)
+                .expect("a tiled plan");
+            if (d, dtype) == (40, DType::F32) || (d, dtype) == (160, DType::F16) {
+                let ours = super::attention_planned(at(&q), at(&k), at(&v), heads, d, tiled)
+                    .expect("runs");
+                let rel = relative(&read(ours), &twin);
+                assert!(rel <= tol, "tiled b{b} h{heads} d{d} {dtype:?}: rel {rel}");
+            }
+            // Every row count of the tiled kernel that fits once (its softmax splits a row
+            // over 128 / rows lanes: 16, 8, 4; 64 rows pass lavapipe's workgroup memory in
+            // f32), over 77 keys (a partial last tile).
+            if (b, d, dtype) == (2, 40, DType::F32) {
+                let mut rows = Vec::new();
+                for plan in super::plans(&device, dtype, d) {
+                    if plan.per_row || rows.contains(&plan.bq) {
+                        continue;
+                    }
+                    rows.push(plan.bq);
+                    let ours = super::attention_planned(at(&q), at(&k), at(&v), heads, d, plan)
+                        .expect("runs");
+                    let rel = relative(&read(ours), &twin);
+                    assert!(rel <= tol, "tiled {plan:?}: rel {rel}");
+                }
+                assert!(rows.len() >= 3, "{rows:?}");
+            }
+
+            // Self-attention from one fused projection [q | k | v].
+            let qkv = make(n_q, 0.05, 3 * width);
+            let part = |i: usize| {
+                qkv.clone()
+                    .slice([0..b, 0..n_q, i * width..(i + 1) * width])
+            };
+            let twin = reference(part(0), part(1), part(2), heads);
+            let col = |c: usize| Heads {
+                tensor: &qkv,
+                column: c * width,
+            };
+            let ours = super::attention(col(0), col(1), col(2), heads, d).expect("runs");
+            let rel = relative(&read(ours), &twin);
+            assert!(
+                rel <= tol,
+                "fused b{b} h{heads} d{d} q{n_q} {dtype:?}: rel {rel}"
+            );
+        }
+    }
+}
