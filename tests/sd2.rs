@@ -210,12 +210,21 @@ fn single_file_prediction_is_told_from_the_keys_or_the_sidecar() {
     )
     .unwrap();
     assert_eq!(prediction(&marked), (Prediction::Epsilon, 640));
-    // What the samplers cannot honour is refused, not ignored.
+    // A zero-terminal-SNR schedule is honoured; what the samplers cannot honour is refused,
+    // not ignored.
     std::fs::write(
         dir.join("marked.json"),
         r#"{"scheduler": {"rescale_betas_zero_snr": true}}"#,
     )
     .unwrap();
+    let ckpt = Checkpoint::open(&marked).unwrap();
+    assert!(ckpt.config.scheduler.zero_terminal_snr);
+    assert_eq!(ckpt.config.scheduler.alphas_cumprod().last(), Some(&0.0));
+    std::fs::write(
+        dir.join("marked.json"),
+        r#"{"scheduler": {"trained_betas": [0.1, 0.2]}}"#,
+    )
+    .unwrap();
     let e = Checkpoint::open(&marked).unwrap_err().to_string();
-    assert!(e.contains("zero-terminal-SNR"), "{e}");
+    assert!(e.contains("trained_betas"), "{e}");
 }

@@ -337,11 +337,6 @@ fn check_scheduler(value: &serde_json::Value) -> std::result::Result<(), String>
     if value.get("trained_betas").is_some_and(|v| !v.is_null()) {
         return Err("a scheduler with its own trained_betas table is not supported".into());
     }
-    if value.get("rescale_betas_zero_snr") == Some(&serde_json::Value::Bool(true)) {
-        return Err(
-            "zero-terminal-SNR schedules (rescale_betas_zero_snr) are not supported yet".into(),
-        );
-    }
     if value.get("clip_sample") == Some(&serde_json::Value::Bool(true)) {
         return Err("clip_sample is not supported (no Stable Diffusion model uses it)".into());
     }

@@ -147,6 +147,15 @@ pub struct SchedulerConfig {
     /// diffusers' `from_config` does for a config without the key).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub timestep_spacing: Option<TimestepSpacing>,
+    /// diffusers' `rescale_betas_zero_snr` (Lin et al., "Common Diffusion Noise Schedules and
+    /// Sample Steps are Flawed"): the betas rescaled so that the last timestep is pure noise
+    /// (ᾱ = 0). Models trained so predict velocity; the σ-based samplers take ᾱ_T = 2⁻²⁴ there,
+    /// as diffusers' do, to keep σ finite.
+    #[serde(
+        rename = "rescale_betas_zero_snr",
+        skip_serializing_if = "std::ops::Not::not"
+    )]
+    pub zero_terminal_snr: bool,
 }
 
 impl SchedulerConfig {
@@ -164,6 +173,7 @@ impl SchedulerConfig {
             set_alpha_to_one: false,
             prediction: Prediction::Epsilon,
             timestep_spacing: None,
+            zero_terminal_snr: false,
         }
     }
 

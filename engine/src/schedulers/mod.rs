@@ -200,6 +200,18 @@ pub fn plan(
             config.num_train_timesteps
         )));
     }
+    if config.zero_terminal_snr
+        && config.prediction == Prediction::Epsilon
+        && matches!(kind, SamplerKind::Ddim | SamplerKind::Lcm)
+    {
+        // ᾱ = 0 at the first step: x0 from a noise prediction divides by √ᾱ (diffusers gives NaN).
+        return Err(SchedulerError::InvalidConfig(format!(
+            "{} cannot start a zero-terminal-SNR schedule from a noise (epsilon) prediction; \
+             such models predict velocity (set prediction_type v_prediction) or use Euler, \
+             Euler a or DPM++ 2M",
+            kind.a1111_name()
+        )));
+    }
     let max = kind.max_steps(schedule, config);
     if steps > max {
         return Err(SchedulerError::TooManySteps {
@@ -414,6 +426,40 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Zero terminal SNR from a noise prediction: the σ-based samplers run it (diffusers'
+    /// 2⁻²⁴), DDIM and LCM would divide by √ᾱ = 0 and say so instead.
+    #[test]
+    fn zero_terminal_snr_with_epsilon_is_refused_where_it_divides_by_zero() {
+        let config = SchedulerConfig {
+            zero_terminal_snr: true,
+            ..SchedulerConfig::sd15()
+        };
+        for kind in [SamplerKind::Ddim, SamplerKind::Lcm] {
+            let err = plan(kind, Schedule::Normal, 5, &config).unwrap_err();
+            assert!(err.to_string().contains("zero-terminal-SNR"), "{err}");
+            let v = SchedulerConfig {
+                prediction: Prediction::VPrediction,
+                ..config.clone()
+            };
+            assert!(plan(kind, Schedule::Normal, 5, &v).is_ok(), "{kind:?}");
+        }
+        for kind in [
+            SamplerKind::Euler,
+            SamplerKind::EulerAncestral,
+            SamplerKind::DpmPp2M,
+        ] {
+            let p = plan(kind, Schedule::Normal, 5, &config).unwrap();
+            assert!(p.init_noise_sigma.is_finite(), "{kind:?}");
+        }
+        // σ at the last training timestep: √((1 − 2⁻²⁴) / 2⁻²⁴) ≈ 4096 (the Euler start).
+        let p = plan(SamplerKind::Euler, Schedule::Normal, 5, &config).unwrap();
+        assert!(
+            (4000.0..4100.0).contains(&p.init_noise_sigma),
+            "{}",
+            p.init_noise_sigma
+        );
     }
 
     #[test]

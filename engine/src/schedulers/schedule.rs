@@ -103,10 +103,15 @@ pub(crate) struct NoiseTable {
 impl NoiseTable {
     pub fn new(config: &SchedulerConfig) -> Self {
         let alphas_cumprod = alphas_cumprod(config);
-        let sigmas: Vec<f32> = alphas_cumprod
-            .iter()
-            .map(|&a| ((1.0 - a) / a).sqrt())
-            .collect();
+        // Zero terminal SNR: ᾱ_T is 0, an infinite σ; the σ-based schedulers (Euler, Euler a,
+        // DPM++) set it to 2⁻²⁴ first, DDIM and LCM use the 0.
+        let mut for_sigmas = alphas_cumprod.clone();
+        if let Some(last) = for_sigmas.last_mut()
+            && *last == 0.0
+        {
+            *last = 2f32.powi(-24);
+        }
+        let sigmas: Vec<f32> = for_sigmas.iter().map(|&a| ((1.0 - a) / a).sqrt()).collect();
         // Rounded from float64 rather than float32 `ln`: numpy's SIMD float32 log is not
         // correctly rounded either, so neither matches it everywhere; this is the exact value.
         let log_sigmas = sigmas.iter().map(|&s| f64::from(s).ln() as f32).collect();
@@ -168,13 +173,39 @@ pub(crate) fn alphas_cumprod(config: &SchedulerConfig) -> Vec<f32> {
                 .collect()
         }
     };
-    let mut product = 1.0f64;
-    betas
-        .into_iter()
-        .map(|beta| {
-            product *= f64::from(1.0 - beta);
-            product as f32
+    let cumprod = |betas: &[f32]| -> Vec<f32> {
+        let mut product = 1.0f64;
+        betas
+            .iter()
+            .map(|beta| {
+                product *= f64::from(1.0 - beta);
+                product as f32
+            })
+            .collect()
+    };
+    let alphas_cumprod = cumprod(&betas);
+    if !config.zero_terminal_snr {
+        return alphas_cumprod;
+    }
+    cumprod(&rescale_zero_terminal_snr(&alphas_cumprod))
+}
+
+/// diffusers' `rescale_zero_terminal_snr`, in float32 as its torch ops run: √ᾱ shifted so that
+/// its last value is 0 and scaled so that its first is unchanged, then back to betas.
+fn rescale_zero_terminal_snr(alphas_cumprod: &[f32]) -> Vec<f32> {
+    let sqrt: Vec<f32> = alphas_cumprod.iter().map(|a| a.sqrt()).collect();
+    let (first, last) = (sqrt[0], sqrt[sqrt.len() - 1]);
+    let scale = first / (first - last);
+    let bar: Vec<f32> = sqrt
+        .iter()
+        .map(|s| {
+            let s = (s - last) * scale;
+            s * s
         })
+        .collect();
+    std::iter::once(bar[0])
+        .chain(bar.windows(2).map(|w| w[1] / w[0]))
+        .map(|alpha| 1.0 - alpha)
         .collect()
 }
 
