@@ -265,3 +265,48 @@ fn sdxl_inpainting_checkpoints_match_diffusers() {
     }
     common::assert_image_matches("sdxl inpainting", &expected, "case0", &out[0].image.pixels);
 }
+
+/// The hires pass of an inpainting model is conditioned on a blank picture at its own size (both
+/// upscalers; a blank of the first pass's size would not fit the larger latents): the run
+/// finishes at the larger size.
+#[test]
+fn an_inpainting_model_runs_the_hires_fix() {
+    use latent_engine::pipeline::{HiresFix, HiresUpscaler};
+    let ckpt = Checkpoint::open(&checkpoint()).unwrap();
+    let options = LoadOptions {
+        vae_encoder: true,
+        ..Default::default()
+    };
+    let model = StableDiffusion::load(&ckpt, &burn::tensor::Device::flex(), options).unwrap();
+    let tokenizer = ClipTokenizer::new().unwrap();
+    let run = |hires: Option<HiresFix>| {
+        let req = Txt2ImgRequest {
+            prompt: "a fox".into(),
+            steps: 3,
+            width: 64,
+            height: 64,
+            hires,
+            ..Default::default()
+        };
+        txt2img(
+            &model,
+            &tokenizer,
+            &req,
+            &AtomicBool::new(false),
+            &mut Record::default(),
+        )
+        .unwrap()
+        .remove(0)
+        .image
+    };
+    assert_eq!(run(None).width, 64);
+    for upscaler in [HiresUpscaler::Latent, HiresUpscaler::Lanczos] {
+        let hires = run(Some(HiresFix {
+            scale: 1.5,
+            steps: 2,
+            strength: 0.5,
+            upscaler,
+        }));
+        assert_eq!((hires.width, hires.height), (96, 96), "{upscaler:?}");
+    }
+}
