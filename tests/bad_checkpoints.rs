@@ -49,6 +49,12 @@ fn unsupported_families_are_named() {
     let dir = scratch_dir("families");
     let cases = [
         (
+            "sdxl-refiner",
+            "conditioner.embedders.0.model.token_embedding.weight",
+            vec![4, 4],
+            "SDXL refiner",
+        ),
+        (
             "instruct-pix2pix",
             "cond_stage_model.transformer.text_model.embeddings.token_embedding.weight",
             vec![4, 4],
@@ -77,6 +83,18 @@ fn unsupported_families_are_named() {
         assert!(matches!(e, Error::UnsupportedFamily { .. }), "{name}: {e}");
         assert!(e.to_string().contains(expect), "{name}: {e}");
     }
+    // The refiner as a diffusers folder: no first text encoder, named before it is missed.
+    let refiner = dir.join("refiner");
+    std::fs::create_dir_all(refiner.join("unet")).unwrap();
+    std::fs::write(
+        refiner.join("model_index.json"),
+        r#"{"_class_name": "StableDiffusionXLImg2ImgPipeline", "text_encoder": [null, null]}"#,
+    )
+    .unwrap();
+    std::fs::write(refiner.join("unet/config.json"), "{}").unwrap();
+    let e = open_err(&refiner);
+    assert!(matches!(e, Error::UnsupportedFamily { .. }), "{e}");
+    assert!(e.to_string().contains("SDXL refiner"), "{e}");
     // Inpainting: an SD 1.x or 2.x layout whose UNet takes 9 channels opens as its family's,
     // with an inpainting UNet (tests/inpaint_model.rs runs one).
     for (name, clip_key) in [

@@ -12,6 +12,8 @@ pub enum Family {
     Sd1InstructPix2Pix,
     Sd2,
     Sdxl,
+    /// SDXL's refiner (OpenCLIP bigG only, aesthetic-score conditioning): another UNet.
+    SdxlRefiner,
     Sd3,
     Flux,
     /// A file with no UNet at all (a VAE, LoRA, embedding, …).
@@ -26,6 +28,10 @@ impl Family {
             Family::Sd1InstructPix2Pix => "InstructPix2Pix (8 input channels)",
             Family::Sd2 => "Stable Diffusion 2.x (OpenCLIP ViT-H text encoder)",
             Family::Sdxl => "Stable Diffusion XL",
+            Family::SdxlRefiner => {
+                "the SDXL refiner (one text encoder, aesthetic-score conditioning; not supported \
+                 yet: load an SDXL base model)"
+            }
             Family::Sd3 => "Stable Diffusion 3 (MMDiT)",
             Family::Flux => "Flux",
             Family::NotACheckpoint => {
@@ -59,7 +65,13 @@ pub fn detect_single_file(file: &SafetensorsFile) -> Family {
             .is_some_and(|(k, _)| k.starts_with(p))
     };
     if has_prefix("conditioner.embedders.") {
-        return Family::Sdxl;
+        // The refiner's only encoder is bigG, at index 0; the base has CLIP-L there.
+        return match has_prefix("conditioner.embedders.0.model.")
+            && !has_prefix("conditioner.embedders.1.")
+        {
+            true => Family::SdxlRefiner,
+            false => Family::Sdxl,
+        };
     }
     if has_prefix("model.diffusion_model.joint_blocks.") {
         return Family::Sd3;
@@ -99,15 +111,18 @@ pub fn single_file_unet_in_channels(file: &SafetensorsFile) -> Option<usize> {
     }
 }
 
-/// Classifies a diffusers folder from its pipeline class, UNet config and whether its text
-/// encoder uses GELU (OpenCLIP, SD 2.x) rather than CLIP's quick GELU (SD 1.x).
+/// Classifies a diffusers folder from its pipeline class, UNet config, whether its text encoder
+/// uses GELU (OpenCLIP, SD 2.x) rather than CLIP's quick GELU (SD 1.x), and whether it has a first
+/// text encoder at all (SDXL's refiner has only the second).
 pub fn detect_diffusers(
     pipeline_class: &str,
     unet_in_channels: usize,
     cross_attention_dim: usize,
     text_gelu: bool,
+    has_text_encoder: bool,
 ) -> Family {
     match pipeline_class {
+        c if c.contains("XL") && !has_text_encoder => Family::SdxlRefiner,
         c if c.contains("XL") => Family::Sdxl,
         c if c.contains("StableDiffusion3") => Family::Sd3,
         c if c.contains("Flux") => Family::Flux,

@@ -143,12 +143,19 @@ impl Checkpoint {
             .unwrap_or_default()
             .to_string();
         let unet_config: UNetConfig = read_json(&dir.join("unet/config.json"))?;
-        let mut text_config: ClipConfig = read_json(&dir.join("text_encoder/config.json"))?;
+        // SDXL's refiner has no first encoder; its family is named before anything is missed.
+        let text_path = dir.join("text_encoder/config.json");
+        let has_text_encoder = text_path.is_file() || !class.contains("XL");
+        let mut text_config: ClipConfig = match has_text_encoder {
+            true => read_json(&text_path)?,
+            false => ClipConfig::default(),
+        };
         let family = family::detect_diffusers(
             &class,
             unet_config.in_channels,
             unet_config.cross_attention_dim,
             text_config.hidden_act == crate::clip::Activation::Gelu,
+            has_text_encoder,
         );
         if !family.is_supported() {
             return Err(Error::UnsupportedFamily {
