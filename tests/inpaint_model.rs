@@ -116,21 +116,7 @@ fn inpainting_checkpoints_match_diffusers_on_every_backend() {
             let want = expected
                 .read_f32(&format!("{}.latents", case.base.name))
                 .unwrap();
-            let per_step = want.len() / case.runs;
-            for (i, got) in rec.latents.iter().enumerate() {
-                let want = &want[i * per_step..(i + 1) * per_step];
-                let max = got
-                    .iter()
-                    .zip(want)
-                    .map(|(a, b)| (a - b).abs())
-                    .fold(0f32, f32::max);
-                // Relative to the latents' size: txt2img's start at σ ≈ 15.
-                let scale = want.iter().fold(1f32, |m, v| m.max(v.abs()));
-                assert!(
-                    max <= 1e-4 * scale,
-                    "{what}: step {i} latents differ by {max:e} (largest {scale})"
-                );
-            }
+            common::assert_steps_match(&what, &rec.latents, &want, common::relative_1e4);
             let image = &out[0].image.pixels;
             common::assert_image_matches(&what, &expected, &case.base.name, image);
         }
@@ -252,17 +238,7 @@ fn sdxl_inpainting_checkpoints_match_diffusers() {
     .unwrap();
     let want = expected.read_f32("case0.latents").unwrap();
     assert_eq!(rec.latents.len(), case.runs);
-    let per_step = want.len() / case.runs;
-    for (i, got) in rec.latents.iter().enumerate() {
-        let want = &want[i * per_step..(i + 1) * per_step];
-        let scale = want.iter().fold(1f32, |m, v| m.max(v.abs()));
-        let max = got
-            .iter()
-            .zip(want)
-            .map(|(a, b)| (a - b).abs())
-            .fold(0f32, f32::max);
-        assert!(max <= 1e-4 * scale, "step {i}: latents differ by {max:e}");
-    }
+    common::assert_steps_match("sdxl inpainting", &rec.latents, &want, common::relative_1e4);
     common::assert_image_matches("sdxl inpainting", &expected, "case0", &out[0].image.pixels);
 }
 

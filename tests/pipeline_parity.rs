@@ -55,17 +55,8 @@ fn run_all(model_path: &std::path::Path, device: &Device, backend: &str) {
         let want = expected
             .read_f32(&format!("{}.latents", case.name))
             .unwrap();
-        let per_step = want.len() / case.steps;
         assert_eq!(rec.latents.len(), case.steps, "{what}: steps");
-        for (i, got) in rec.latents.iter().enumerate() {
-            let want = &want[i * per_step..(i + 1) * per_step];
-            let max = got
-                .iter()
-                .zip(want)
-                .map(|(a, b)| (a - b).abs())
-                .fold(0f32, f32::max);
-            assert!(max <= 1e-3, "{what}: step {i} latents differ by {max:e}");
-        }
+        common::assert_steps_match(&what, &rec.latents, &want, |_| 1e-3);
 
         common::assert_image_matches(&what, &expected, &case.name, &out[0].image.pixels);
     }

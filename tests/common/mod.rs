@@ -102,6 +102,32 @@ pub fn errors(got: &[f32], want: &[f32]) -> (f32, f32) {
     (max_abs, (num / den.max(1e-30)).sqrt() as f32)
 }
 
+/// Each recorded step's latents against a fixture's stack of them (`want`, the steps one after
+/// another): the largest difference of each step within `tol` of that step's expected values.
+pub fn assert_steps_match(what: &str, got: &[Vec<f32>], want: &[f32], tol: impl Fn(&[f32]) -> f32) {
+    assert!(!got.is_empty(), "{what}: no steps");
+    let per_step = want.len() / got.len();
+    assert_eq!(per_step * got.len(), want.len(), "{what}: steps");
+    for (i, (got, want)) in got.iter().zip(want.chunks(per_step)).enumerate() {
+        let max = got
+            .iter()
+            .zip(want)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f32, f32::max);
+        let allowed = tol(want);
+        assert!(
+            max <= allowed,
+            "{what}: step {i} latents differ by {max:e} (allowed {allowed:e})"
+        );
+    }
+}
+
+/// 1e-4 of the largest expected magnitude (at least 1e-4): the latents' own size, from σ ≈ 15
+/// at txt2img's start to ~1 at its end.
+pub fn relative_1e4(want: &[f32]) -> f32 {
+    1e-4 * want.iter().fold(1f32, |m, v| m.max(v.abs()))
+}
+
 /// A fixture's uint8 image `<case>.image` against `got`: the same size, every byte within ±1.
 pub fn assert_image_matches(what: &str, expected: &SafetensorsFile, case: &str, got: &[u8]) {
     let entry = expected.entry(&format!("{case}.image")).expect("image");
