@@ -133,9 +133,9 @@ fn generate_writes_diffusers_image_with_parameters() {
     }
 }
 
-/// An inpainting checkpoint (the tiny single file with a 9-channel `conv_in`) through `generate`
-/// with no picture: it loads the VAE encoder it needs, conditions on a blank picture, and writes
-/// diffusers' image of tests/fixtures/inpaint_model_cases.json case2 within ±1.
+/// An inpainting checkpoint (the tiny single file with a 9-channel `conv_in`): `inspect` says so,
+/// and `generate` with no picture loads the VAE encoder it needs, conditions on a blank picture,
+/// and writes diffusers' image of tests/fixtures/inpaint_model_cases.json case2 within ±1.
 #[test]
 fn generate_runs_an_inpainting_checkpoint_like_diffusers() {
     let expected =
@@ -150,6 +150,13 @@ fn generate_runs_an_inpainting_checkpoint_like_diffusers() {
     });
     let out = scratch("inpainting").join("fox.png");
     let (model, out_s) = (model.display().to_string(), out.display().to_string());
+    let o = studio(&["inspect", "--model", &model]);
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        stdout.contains("unet input channels: 9 (inpainting)"),
+        "{stdout}"
+    );
     let o = studio(&[
         "generate",
         "--model",
