@@ -220,16 +220,15 @@ pub fn txt2img(
         .as_ref()
         .map(|p| sdxl::added(&networks.unet, p, size))
         .transpose()?;
+    // The hires pass's size (its own conditioning, tuning and blank picture are at it).
+    let hires_size = req.hires.as_ref().map(|h| h.target(req.width, req.height));
     // SDXL's hires pass conditions on its own size, as A1111 conditions it (`hr_upscale_to_x/y`).
-    let hires_added = match (&pooled, &req.hires) {
-        (Some(p), Some(h)) => {
-            let (w, h) = h.target(req.width, req.height);
-            Some(sdxl::added(
-                &networks.unet,
-                p,
-                SizeConditioning::of_image(w, h),
-            )?)
-        }
+    let hires_added = match (&pooled, hires_size) {
+        (Some(p), Some((w, h))) => Some(sdxl::added(
+            &networks.unet,
+            p,
+            SizeConditioning::of_image(w, h),
+        )?),
         _ => None,
     };
 
@@ -248,13 +247,23 @@ pub fn txt2img(
         true => Some(inpaint_model::blank(model, req.width, req.height)?),
         false => None,
     };
-    let hires_blank = match (&req.hires, inpainting) {
-        (Some(h), true) => {
-            let (w, h) = h.target(req.width, req.height);
-            Some(inpaint_model::blank(model, w, h)?)
-        }
+    let dtype = model.precision.dtype();
+    let hires_blank = match (hires_size, inpainting) {
+        (Some((w, h)), true) => Some(inpaint_model::blank(model, w, h)?.cast(dtype)),
         _ => None,
     };
+    // A pass that is the first at its shapes on this GPU waits for the kernels' tuning: said.
+    let pass_shape = |width, height| tuning::PassShape {
+        device,
+        dtype,
+        unet: &model.config.unet,
+        batch: if guided { 2 } else { 1 },
+        width,
+        height,
+    };
+    if tuning::first_run(pass_shape(req.width, req.height)) {
+        observer.tuning(req.width, req.height);
+    }
     // img2img encodes its image once; each seed then samples and noises it.
     let encoded = match &req.init {
         Some(init) => Some(init::encode(model, init, req.width, req.height)?),
@@ -300,25 +309,14 @@ pub fn txt2img(
             ),
         };
         // 5. Denoise.
-        let shape = |width, height| tuning::PassShape {
-            device,
-            dtype: model.precision.dtype(),
-            unet: &model.config.unet,
-            batch: if guided { 2 } else { 1 },
-            width,
-            height,
-        };
-        if tuning::first_run(shape(req.width, req.height)) {
-            observer.tuning(req.width, req.height);
-        }
         let mut pass = Pass {
             image,
             start,
             done: 0,
             total,
-            dtype: model.precision.dtype(),
+            dtype,
             blend,
-            unet_input: unet_input.map(|t| t.cast(model.precision.dtype())),
+            unet_input: unet_input.map(|t| t.cast(dtype)),
         };
         let Some(mut latents) =
             pass.denoise(&mut first, &plan, latents, &mut rng, req, cancel, observer)?
@@ -332,13 +330,13 @@ pub fn txt2img(
             }
             let mut rng = TorchRng::new(seed);
             let start = hires.start(model, latents, &req.decode, &mut rng, observer)?;
-            let [_, _, lh, lw] = start.dims();
-            let (w, h) = (lw * scale, lh * scale);
-            if tuning::first_run(shape(w, h)) {
+            if let Some((w, h)) = hires_size
+                && tuning::first_run(pass_shape(w, h))
+            {
                 observer.tuning(w, h);
             }
             pass.blend = None;
-            pass.unet_input = hires_blank.clone().map(|t| t.cast(model.precision.dtype()));
+            pass.unet_input = hires_blank.clone();
             match pass.denoise(
                 &mut second,
                 &hires.plan,
