@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
 use burn::tensor::Device;
-use common::{PipelineCase, devices, fixtures, to_vec};
+use common::{devices, fixtures, to_vec};
 use latent_engine::checkpoint::{Checkpoint, SafetensorsFile};
 use latent_engine::image_io::{ResizeMode, RgbImage, load_image};
 use latent_engine::parameters::Parameters;
@@ -19,24 +19,9 @@ use latent_engine::pipeline::{
 };
 use latent_engine::tokenizer::ClipTokenizer;
 use latent_engine::{LoadOptions, StableDiffusion};
-use serde::Deserialize;
 
-#[derive(Deserialize)]
-struct Case {
-    #[serde(flatten)]
-    base: PipelineCase,
-    strength: f64,
-    runs: usize,
-    /// Inpainting with `img2img-mask.png` (StableDiffusionInpaintPipeline).
-    mask: bool,
-}
-
-impl std::ops::Deref for Case {
-    type Target = PipelineCase;
-    fn deref(&self) -> &PipelineCase {
-        &self.base
-    }
-}
+/// `mask`: inpainting with `img2img-mask.png` (StableDiffusionInpaintPipeline).
+type Case = common::InitCase;
 
 fn cases() -> Vec<Case> {
     let text = std::fs::read_to_string(fixtures().join("img2img_cases.json")).unwrap();

@@ -12,24 +12,16 @@ use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, OnceLock};
 
-use common::{PipelineCase, altered_single_file, devices, fixtures, to_vec};
+use common::{altered_single_file, devices, fixtures, to_vec};
 use latent_engine::checkpoint::{Checkpoint, Family, SafetensorsFile};
 use latent_engine::image_io::load_image;
 use latent_engine::pipeline::{InitImage, Observer, StepState, Txt2ImgRequest, txt2img};
 use latent_engine::tokenizer::ClipTokenizer;
 use latent_engine::{LoadOptions, StableDiffusion};
-use serde::Deserialize;
 
 const CONV_IN: &str = "model.diffusion_model.input_blocks.0.0.weight";
 
-#[derive(Deserialize)]
-struct Case {
-    #[serde(flatten)]
-    base: PipelineCase,
-    strength: f64,
-    runs: usize,
-    mask: bool,
-}
+type Case = common::InitCase;
 
 fn expected() -> SafetensorsFile {
     SafetensorsFile::open(&fixtures().join("inpaint-model-expected.safetensors")).unwrap()

@@ -256,3 +256,21 @@ pub fn altered_single_file(
     write_safetensors(&path, &refs);
     path
 }
+
+/// A fixture case that starts from a picture (`img2img-init.png`; masked by `img2img-mask.png`
+/// where `mask`) at a denoising strength, and the steps that strength runs.
+#[derive(Debug, Clone, serde::Deserialize)]
+pub struct InitCase {
+    #[serde(flatten)]
+    pub base: PipelineCase,
+    pub strength: f64,
+    pub runs: usize,
+    pub mask: bool,
+}
+
+impl std::ops::Deref for InitCase {
+    type Target = PipelineCase;
+    fn deref(&self) -> &PipelineCase {
+        &self.base
+    }
+}
