@@ -57,6 +57,11 @@
 #           the next tile prefetched; the lanes variant has since been removed) and the per-row kernel, each with its difference from
 #           burn's; then the UNet step (launch by launch, replayed) and, in the same process, the
 #           step under other planes rules (`--planes-ab`)
+#   PART=am PyTorch fp32 UNet step (TF32 off), then ours in f32: the op report (every convolution
+#           shape on burn's, our SIMT kernel in 4 × 4 and 8 × 8 lane blocks; every linear on burn's
+#           and our SIMT product), the step with 4 × 4 against 8 × 8 blocks, one step's kernels
+#   PART=an PyTorch fp16 UNet step, then ours on the WGSL/SIMT path: the step with 4 × 4 against
+#           8 × 8 lane blocks
 #   PART=x  PyTorch (fp16 UNet step, VAE decode, 20-step txt2img), then ours: the planes
 #           tilings that the routing rules pick on every SD 1.5 attention shape (their difference
 #           from burn's), then the default path end to end (step both ways, the step under each
@@ -337,6 +342,15 @@ ak)
 al)
   PARTS=${TORCH_PARTS:-unet16,vae} timeout ${TORCH_TIMEOUT:-100} python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_al.txt
   LATENT_STUDIO_COMPILER=wgsl timeout ${WGSL_TIMEOUT:-420} /tmp/ls bench --device gpu --precision f16 --runs 5 --unet-only --no-ops --no-profile --no-burn-ops 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_wgsl.txt
+  ;;
+am)
+  PARTS=${TORCH_PARTS:-unet32} timeout ${TORCH_TIMEOUT:-120} python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_am.txt
+  timeout ${F32_TIMEOUT:-200} /tmp/ls bench --device gpu --precision f32 --runs 5 --unet-only --no-ops --no-profile --no-burn-ops --simt-ab --kernel-profile 1 $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_f32.txt
+  timeout ${OPS_TIMEOUT:-240} /tmp/ls bench --device gpu --precision f32 --runs 3 --unet-only --no-profile --no-burn-ops $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | grep -v "^\[F32\]   [a-z_]*  *[0-9.]* ms  {" | tee $OUT/ours_f32_ops.txt
+  ;;
+an)
+  PARTS=${TORCH_PARTS:-unet16} timeout ${TORCH_TIMEOUT:-80} python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_an.txt
+  LATENT_STUDIO_COMPILER=wgsl timeout ${WGSL_TIMEOUT:-460} /tmp/ls bench --device gpu --precision f16 --runs 5 --unet-only --no-ops --no-profile --no-burn-ops --simt-ab $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_wgsl.txt
   ;;
 h)
   timeout ${OURS_TIMEOUT:-540} /tmp/ls bench --device gpu --precision f16 --runs 3 --unet-only 2>&1 | grep -v "^\[F16\]   [a-z_]*  *[0-9.]* ms  {" | tee $OUT/ours_spirv_ops.txt

@@ -145,15 +145,39 @@ pub fn report(
             let (epilogue, geometry) = (case.epilogue(bias), case.geometry);
             let ms = time_ms(device, 1, runs, || {
                 for _ in 0..REPS {
-                    let _ = conv::conv2d_with(x.clone(), &packed, geometry, &epilogue, Some(1));
+                    let _ =
+                        conv::conv2d_with(x.clone(), &packed, geometry, &epilogue, Some(1), false);
                 }
             })? / REPS as f64;
             format!(" | {slices} slices; whole reduction {ms:8.3} ms")
         } else {
             String::new()
         };
+        // The 8 × 8 lane blocks (`ConvRules::simt_wide`), where the layer takes them.
+        let wide = if c_out > 64 {
+            let (epilogue, geometry) = (case.epilogue(bias), case.geometry);
+            let run = || conv::conv2d_with(x.clone(), &packed, geometry, &epilogue, None, true);
+            let rel = match run().map(read) {
+                Some(Ok(a)) => match read(burn()) {
+                    Ok(b) => latent_engine::vae_compile::relative_difference(&a, &b),
+                    Err(_) => f32::NAN,
+                },
+                _ => f32::NAN,
+            };
+            let ms = time_ms(device, 1, runs, || {
+                for _ in 0..REPS {
+                    let _ = run();
+                }
+            })? / REPS as f64;
+            format!(
+                " | 8x8 blocks {ms:8.3} ms {:6.1} TFLOP/s rel diff {rel:.1e}",
+                rate(ms)
+            )
+        } else {
+            String::new()
+        };
         println!(
-            "[{precision:?}]   {:<40} implicit GEMM (SIMT) {ours_ms:8.3} ms {:6.1} TFLOP/s | burn {burn_ms:8.3} ms {:6.1} TFLOP/s | rel diff {rel:.1e}{whole}",
+            "[{precision:?}]   {:<40} implicit GEMM (SIMT) {ours_ms:8.3} ms {:6.1} TFLOP/s | burn {burn_ms:8.3} ms {:6.1} TFLOP/s | rel diff {rel:.1e}{whole}{wide}",
             op.to_string(),
             rate(ours_ms),
             rate(burn_ms),

@@ -94,6 +94,11 @@ pub struct BenchArgs {
     /// fewer map sizes, interleaved over three rounds in the same process.
     #[arg(long)]
     conv_ab: bool,
+    /// After the UNet step, the same step with the SIMT convolution in 4 × 4 and 8 × 8 lane
+    /// blocks (where it runs: no cooperative matrices, or f32 beside f16-only ones), interleaved
+    /// over five rounds in the same process.
+    #[arg(long)]
+    simt_ab: bool,
     /// After the UNet step: every kernel of this many launch-by-launch steps timed on the device
     /// (timestamp queries, no wait between kernels), summed by kernel and by class.
     #[arg(long)]
@@ -240,6 +245,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
             gemm_max_tiles: usize::MAX,
             gemm_min_out: 0,
             gemm_one_by_one: true,
+            simt_wide: true,
         });
     }
     if let Some(path) = &args.cache_model {
@@ -370,6 +376,9 @@ pub fn run(args: BenchArgs) -> Result<()> {
         }
         if args.conv_ab {
             unet::conv_ab(&model, &device, precision, args.runs, &x, &ctx)?;
+        }
+        if args.simt_ab {
+            unet::simt_ab(&model, &device, precision, args.runs, &x, &ctx)?;
         }
         if args.gemm_ab {
             unet::gemm_ab(&model, &device, precision, args.runs, &x, &ctx)?;

@@ -207,6 +207,33 @@ pub(super) fn conv_ab(
     })
 }
 
+/// The same step, same process, with the SIMT convolution in 4 × 4 or 8 × 8 lane blocks
+/// ([`ConvRules::simt_wide`], which applies in f32 on a card: elsewhere both rounds are alike),
+/// interleaved over five rounds.
+///
+/// [`ConvRules::simt_wide`]: latent_engine::kernels::conv::ConvRules::simt_wide
+pub(super) fn simt_ab(
+    model: &StableDiffusion,
+    device: &Device,
+    precision: Precision,
+    runs: usize,
+    x: &Tensor<4>,
+    ctx: &Tensor<3>,
+) -> Result<()> {
+    use latent_engine::kernels::conv::{conv_rules, set_conv_rules};
+    let d = conv_rules();
+    let names = ["SIMT 4x4 lane blocks", "SIMT 8x8 lane blocks"];
+    interleaved(precision, "SIMT convolution", &names, 5, |i| {
+        set_conv_rules(latent_engine::kernels::conv::ConvRules {
+            simt_wide: i == 1,
+            ..d
+        });
+        let ms = step_ms(model, device, runs, x, ctx);
+        set_conv_rules(d);
+        ms
+    })
+}
+
 /// The same step, same process, with the linear layers on burn's matmul or our
 /// cooperative-matrix GEMM, under each of the GEMM's compilations (which the convolutions on it
 /// take too), interleaved over three rounds.

@@ -160,6 +160,45 @@ pub(crate) fn accumulate_4x4(
     }
 }
 
+/// [`accumulate_4x4`] for a lane block of `block` × `block` (the SIMT convolution's wide tiles):
+/// lane `(tx, ty)` adds `a[q, ty·block + i] · b[q, tx + lanes_x·j]` to `acc[i·block + j]`. Twice
+/// the side is four times the products per staged value read: the narrow block reads workgroup
+/// memory once per product pair (BENCHMARKS.md, twentieth session).
+#[cubecl::cube]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn accumulate_block(
+    a_s: cubecl::prelude::Shared<[f32]>,
+    b_s: cubecl::prelude::Shared<[f32]>,
+    acc: &mut cubecl::prelude::Array<f32>,
+    tx: usize,
+    ty: usize,
+    #[comptime] bk: usize,
+    #[comptime] a_stride: usize,
+    #[comptime] b_stride: usize,
+    #[comptime] lanes_x: usize,
+    #[comptime] block: usize,
+) {
+    // Used by the expansion (the plain build calls it unused).
+    #[allow(unused_imports)]
+    use cubecl::prelude::*;
+    let mut a = Array::<f32>::new(block);
+    #[unroll]
+    for q in 0..bk {
+        #[unroll]
+        for i in 0..block {
+            a[i] = a_s[q * a_stride + ty * block + i];
+        }
+        #[unroll]
+        for j in 0..block {
+            let b = b_s[q * b_stride + tx + lanes_x * j];
+            #[unroll]
+            for i in 0..block {
+                acc[i * block + j] += a[i] * b;
+            }
+        }
+    }
+}
+
 /// Mean and M2 (sum of squared deviations from the mean) of `x[base..base + len]` in f32, over a
 /// cube of `lanes` lanes, returned to every lane. Two passes: the span stays in cache.
 #[cubecl::cube]

@@ -253,6 +253,7 @@ pub(super) fn conv2d_gemm_mma<F: Float>(
         add_residual,
         split,
         16usize,
+        4usize,
     );
 }
 

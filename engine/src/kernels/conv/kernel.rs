@@ -4,7 +4,7 @@
 use burn::cubecl;
 use burn::cubecl::prelude::*;
 
-use super::super::accumulate_4x4;
+use super::super::{accumulate_4x4, accumulate_block};
 
 /// Output channels per cube.
 pub(super) const BM: usize = 64;
@@ -48,15 +48,34 @@ fn with_adds<F: Float>(
     v
 }
 
-/// The pixels of a tile `rows` output channels tall: 256 lanes of 4 × 4 blocks.
-pub(super) const fn tile_pixels(rows: usize) -> usize {
-    LANES * 16 / rows
+/// The pixels of a tile `rows` output channels tall: 256 lanes of `block` × `block` blocks.
+pub(super) const fn tile_pixels(rows: usize, block: usize) -> usize {
+    LANES * block * block / rows
 }
 
-/// The tile height (output channels) for `c_out`: the smallest of 16, 32 and 64 that holds
-/// them all, else 64. A narrower tile is as many lanes over more pixels, so few channels (a
-/// 3-channel output, a small model's 16 or 32) are not computed four or two times over.
-pub(super) fn tile_rows(c_out: usize) -> usize {
+/// The lane block's side for `c_out` output channels: 8 (a 128 × 128 tile) where
+/// [`ConvRules::simt_wide`] asks for it and tiles of 128 channels divide the layer, else 4. On an
+/// H100 in f32 the wide tile was 10–35 % faster on every SD 1.5 layer of 640 and 1280 channels,
+/// but 4–9 % slower on the 320-channel ones at 64×64 as 64 × 256 tiles (BENCHMARKS.md,
+/// twentieth session).
+///
+/// [`ConvRules::simt_wide`]: super::ConvRules::simt_wide
+pub(super) fn tile_block(c_out: usize, wide: bool) -> usize {
+    if wide && c_out.is_multiple_of(2 * BM) {
+        8
+    } else {
+        4
+    }
+}
+
+/// The tile height (output channels) for `c_out` and the lane block's side. With 4 × 4 blocks:
+/// the smallest of 16, 32 and 64 that holds them all, else 64 — a narrower tile is as many lanes
+/// over more pixels, so few channels (a 3-channel output, a small model's 16 or 32) are not
+/// computed four or two times over. With 8 × 8 blocks: 128 (by 128 pixels).
+pub(super) fn tile_rows(c_out: usize, block: usize) -> usize {
+    if block == 8 {
+        return 2 * BM;
+    }
     match c_out {
         0..=16 => 16,
         17..=32 => 32,
@@ -65,9 +84,10 @@ pub(super) fn tile_rows(c_out: usize) -> usize {
 }
 
 /// The input is `x` (`[b, c_in, h, wd]`) upsampled `up`× by nearest neighbour, read in place.
-/// Cube `(pixel tile, channel tile, slice)`; the tile is `rows` (16, 32 or 64) output channels by
-/// [`tile_pixels`]`(rows)` pixels. Lane `(tx, ty)` owns output channels `ty·4 .. ty·4 + 4` and
-/// pixels `tx + lanes_x·j` (`lanes_x = 1024 / rows` lanes share a `ty`): neighbouring lanes touch
+/// Cube `(pixel tile, channel tile, slice)`; the tile is `rows` ([`tile_rows`]) output channels by
+/// [`tile_pixels`]`(rows, block)` pixels. Lane `(tx, ty)` owns output channels `ty·block ..
+/// ty·block + block` and pixels `tx + lanes_x·j` (`lanes_x = cols / block` lanes share a `ty`;
+/// `block` is 4 or 8, [`tile_block`]): neighbouring lanes touch
 /// neighbouring pixels, so the staged input is read without bank conflicts and the output is
 /// written coalesced. Split (`split`), slice `z` covers reduction steps `z·steps_per_split ..`
 /// and writes its f32 sums to `partial[z, co, p]`; whole, the cube applies the epilogue and
@@ -102,9 +122,10 @@ pub(super) fn conv2d_gemm<F: Float>(
     #[comptime] add_residual: bool,
     #[comptime] split: bool,
     #[comptime] rows: usize,
+    #[comptime] block: usize,
 ) {
-    let cols = comptime!(tile_pixels(rows));
-    let lanes_x = comptime!(cols / 4);
+    let cols = comptime!(tile_pixels(rows, block));
+    let lanes_x = comptime!(cols / block);
     let lane = UNIT_POS as usize;
     let tx = lane % lanes_x;
     let ty = lane / lanes_x;
@@ -135,9 +156,9 @@ pub(super) fn conv2d_gemm<F: Float>(
 
     let mut a_s = Shared::<[f32]>::new_slice(comptime!(BK * rows));
     let mut b_s = Shared::<[f32]>::new_slice(comptime!(BK * cols));
-    let mut acc = Array::<f32>::new(16usize);
+    let mut acc = Array::<f32>::new(comptime!(block * block));
     #[unroll]
-    for i in 0..16usize {
+    for i in 0..comptime!(block * block) {
         acc[i] = 0.0f32;
     }
 
@@ -171,17 +192,32 @@ pub(super) fn conv2d_gemm<F: Float>(
             b_s[(row0 + comptime!(LANES / cols) * r) * cols + col] = b_reg[r];
         }
         sync_cube();
-        accumulate_4x4(
-            a_s.clone(),
-            b_s.clone(),
-            &mut acc,
-            tx,
-            ty,
-            BK,
-            rows,
-            cols,
-            lanes_x,
-        );
+        if comptime!(block == 4) {
+            accumulate_4x4(
+                a_s.clone(),
+                b_s.clone(),
+                &mut acc,
+                tx,
+                ty,
+                BK,
+                rows,
+                cols,
+                lanes_x,
+            );
+        } else {
+            accumulate_block(
+                a_s.clone(),
+                b_s.clone(),
+                &mut acc,
+                tx,
+                ty,
+                BK,
+                rows,
+                cols,
+                lanes_x,
+                block,
+            );
+        }
         sync_cube();
     }
 
@@ -206,6 +242,7 @@ pub(super) fn conv2d_gemm<F: Float>(
         add_residual,
         split,
         lanes_x,
+        block,
     );
 }
 
@@ -291,7 +328,7 @@ pub(super) fn gather<F: Float>(
     b
 }
 
-/// Lane `(tx, ty)`'s 4 × 4 block of a tile at `(m0, n0)`: output channels `ty·4 ..`, pixels
+/// Lane `(tx, ty)`'s `block` × `block` block of a tile at `(m0, n0)`: output channels `ty·block ..`, pixels
 /// `tx + lanes_x·j`, written to the slice's partial sums (`split`) or, with the epilogue's
 /// adds, to the output.
 #[cube]
@@ -317,23 +354,24 @@ pub(super) fn write_block<F: Float>(
     #[comptime] add_residual: bool,
     #[comptime] split: bool,
     #[comptime] lanes_x: usize,
+    #[comptime] block: usize,
 ) {
     #[unroll]
-    for i in 0..4usize {
-        let co = m0 + ty * 4 + i;
+    for i in 0..block {
+        let co = m0 + ty * block + i;
         if co < c_out {
             #[unroll]
-            for j in 0..4usize {
+            for j in 0..block {
                 let p = n0 + tx + lanes_x * j;
                 if p < pixels {
                     if split {
                         let z = CUBE_POS_Z as usize;
-                        partial[(z * c_out + co) * pixels + p] = acc[i * 4 + j];
+                        partial[(z * c_out + co) * pixels + p] = acc[i * block + j];
                     } else {
                         let batch = p / plane;
                         let o = (batch * c_out + co) * plane + p % plane;
                         let v = with_adds::<F>(
-                            acc[i * 4 + j],
+                            acc[i * block + j],
                             co,
                             batch,
                             o,

@@ -47,7 +47,7 @@ use burn::tensor::{DType, Tensor};
 
 use super::{Element, buffer_arg, grid, output, resolve};
 use cmma::{BK_MMA, conv2d_gemm_mma};
-use kernel::{BK, BM, LANES, conv2d_gemm, conv2d_split_sum, tile_pixels, tile_rows};
+use kernel::{BK, BM, LANES, conv2d_gemm, conv2d_split_sum, tile_block, tile_pixels, tile_rows};
 pub use route::{ConvRules, Mma, Prepared, conv_rules, mma_on, runs_for, set_conv_rules};
 pub use unrolled::conv2d_unrolled_gemm;
 #[cfg(test)]
@@ -197,19 +197,21 @@ pub fn conv2d(
         padding,
         upsample: false,
     };
-    conv2d_with(x, packed, geometry, &epilogue, None)
+    conv2d_with(x, packed, geometry, &epilogue, None, false)
 }
 
 /// [`conv2d`] with any [`Geometry`] and every epilogue term, the reduction split into `slices`
-/// (`None`: as [`splits`] chooses; the bench compares).
+/// (`None`: as [`splits`] chooses; the bench compares), in 8 × 8 lane blocks where `wide` and
+/// 128 channels divide the layer ([`ConvRules::simt_wide`]).
 pub fn conv2d_with(
     x: Tensor<4>,
     packed: &Tensor<2>,
     geometry: Geometry,
     epilogue: &Epilogue<'_>,
     slices: Option<usize>,
+    wide: bool,
 ) -> Option<Tensor<4>> {
-    run(x, Weights::Packed(packed), geometry, epilogue, slices)
+    run(x, Weights::Packed(packed, wide), geometry, epilogue, slices)
 }
 
 /// [`conv2d_with`] on cooperative matrices ([`mma_on`]), with the OIHW weights as stored.
@@ -227,8 +229,9 @@ pub fn conv2d_mma(
 /// The weights one launch reads, and so its kernel.
 #[derive(Clone, Copy)]
 enum Weights<'a> {
-    /// `[c_in·kh·kw, c_out]` ([`pack`]): the SIMT kernel.
-    Packed(&'a Tensor<2>),
+    /// `[c_in·kh·kw, c_out]` ([`pack`]): the SIMT kernel, in wide lane blocks where asked
+    /// ([`tile_block`]).
+    Packed(&'a Tensor<2>, bool),
     /// OIHW `[c_out, c_in, kh, kw]`: the cooperative-matrix kernel.
     Stored(&'a Tensor<4>, Mma),
 }
@@ -290,7 +293,7 @@ fn run_with(
     let [b, c_in, h, w] = x.dims();
     let k_total = c_in * k * k;
     let (c_out, step, weight_dtype) = match weights {
-        Weights::Packed(p) => {
+        Weights::Packed(p, _) => {
             let [rows, c_out] = p.dims();
             (rows == k_total).then_some(())?;
             (c_out, BK, p.dtype())
@@ -322,11 +325,15 @@ fn run_with(
             .is_none_or(|t| t.dtype() == dtype && t.dims() == [b, c_out, oh, ow]);
     // The SIMT kernel narrows its tile to few output channels; the cooperative-matrix one's is
     // fixed.
+    let block = match weights {
+        Weights::Packed(_, wide) => tile_block(c_out, wide),
+        Weights::Stored(..) => 4,
+    };
     let rows = match weights {
-        Weights::Packed(_) => tile_rows(c_out),
+        Weights::Packed(..) => tile_rows(c_out, block),
         Weights::Stored(..) => BM,
     };
-    let cols = tile_pixels(rows);
+    let cols = tile_pixels(rows, block);
     let (nx, ny) = (pixels.div_ceil(cols), c_out.div_ceil(rows));
     if !fits || pixels == 0 || c_out == 0 || nx > 65_535 || ny > 65_535 {
         return None;
@@ -342,7 +349,7 @@ fn run_with(
 
     let xc = resolve(x)?;
     let wc = match weights {
-        Weights::Packed(p) => resolve(p.clone())?,
+        Weights::Packed(p, _) => resolve(p.clone())?,
         Weights::Stored(wt, _) => resolve(wt.clone())?,
     };
     // Absent terms are bound to a one-value placeholder the kernel never reads.
@@ -382,7 +389,7 @@ fn run_with(
             let count = CubeCount::Static(nx as u32, ny as u32, slices as u32);
             let up = if upsample { 2 } else { 1 };
             match weights {
-                Weights::Packed(_) => conv2d_gemm::launch::<$t>(
+                Weights::Packed(..) => conv2d_gemm::launch::<$t>(
                     &client,
                     count,
                     CubeDim::new_1d(LANES as u32),
@@ -413,6 +420,7 @@ fn run_with(
                     add_residual,
                     split,
                     rows,
+                    block,
                 ),
                 Weights::Stored(_, mma) => {
                     let input = col.as_ref().map_or(&xc, |(_, c)| c);

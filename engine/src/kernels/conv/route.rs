@@ -30,6 +30,12 @@ pub struct ConvRules {
     pub gemm_min_out: usize,
     /// Our GEMM for 1×1 layers (their input read as it lies).
     pub gemm_one_by_one: bool,
+    /// In f32 on a card (no cooperative matrices, or f16-only ones), the SIMT kernel's 8 × 8 lane
+    /// blocks (128 × 128 tiles) for layers of a multiple of 128 channels instead of 4 × 4
+    /// ([`super::kernel::tile_block`]): 4 % off an H100's f32 step. Under WGSL in f16 (H200) the
+    /// wide blocks made the step 6 % slower, so f16 and software adapters keep 4 × 4
+    /// (BENCHMARKS.md, twentieth session).
+    pub simt_wide: bool,
 }
 
 impl ConvRules {
@@ -39,6 +45,7 @@ impl ConvRules {
         gemm_max_tiles: 160,
         gemm_min_out: 1280,
         gemm_one_by_one: true,
+        simt_wide: true,
     };
     /// The sixteenth session's: our split kernel up to 160 tiles, burn's above, no GEMM.
     pub const SPLIT_ONLY: ConvRules = ConvRules {
@@ -46,6 +53,7 @@ impl ConvRules {
         gemm_max_tiles: 0,
         gemm_min_out: usize::MAX,
         gemm_one_by_one: false,
+        simt_wide: true,
     };
 }
 
@@ -166,8 +174,12 @@ enum Use {
     Burn,
     /// Burn's, on a device with cooperative matrices (our GEMM may take it: [`unrolled_gemm`]).
     BurnOnMma(Mma),
-    /// The SIMT kernel on the weights packed once ([`pack`]).
-    Packed(Box<Tensor<2>>),
+    /// The SIMT kernel on the weights packed once ([`pack`]); `f32_card`: f32 on a card, where
+    /// [`ConvRules::simt_wide`] applies.
+    Packed {
+        weights: Box<Tensor<2>>,
+        f32_card: bool,
+    },
     /// The cooperative-matrix kernel, on the weights as stored, where the map is small.
     Stored(Mma),
 }
@@ -182,7 +194,7 @@ impl Prepared {
     /// Whether the first call packed the weights for the SIMT kernel.
     #[cfg(test)]
     pub(super) fn is_packed(&self) -> bool {
-        matches!(self.0.get(), Some(Use::Packed(_)))
+        matches!(self.0.get(), Some(Use::Packed { .. }))
     }
 
     /// `x` through our kernel with `weight` (OIHW) and the `epilogue`, where it runs (see the
@@ -205,7 +217,10 @@ impl Prepared {
                 Route::Mma(mma) if !route.takes(kh, kw, c_out) => Use::BurnOnMma(mma),
                 _ if !route.takes(kh, kw, c_out) => Use::Burn,
                 Route::Mma(mma) => Use::Stored(mma),
-                _ => Use::Packed(Box::new(pack(weight.clone()))),
+                _ => Use::Packed {
+                    weights: Box::new(pack(weight.clone())),
+                    f32_card: route == Route::Card && x.dtype() == DType::F32,
+                },
             }
         });
         let on_gemm = |mma: Mma| {
@@ -217,8 +232,15 @@ impl Prepared {
                 (kh == 1 && conv_rules().gemm_one_by_one).then_some(())?;
                 on_gemm(*mma)
             }
-            Use::Packed(packed) => {
-                run(x.clone(), Weights::Packed(packed), geometry, epilogue, None)
+            Use::Packed { weights, f32_card } => {
+                let wide = *f32_card && conv_rules().simt_wide;
+                run(
+                    x.clone(),
+                    Weights::Packed(weights, wide),
+                    geometry,
+                    epilogue,
+                    None,
+                )
             }
             Use::Stored(mma) => {
                 let [b, _, h, w] = x.dims();

@@ -9,8 +9,13 @@ use super::{Columns, Epilogue};
 type Case = (usize, usize, usize, usize, usize, usize, usize, usize);
 
 /// Ours (with `slices`, `None` for the automatic choice) against burn's `conv2d` in f32 plus the
-/// epilogue's adds with burn ops, for every combination of epilogue terms given.
+/// epilogue's adds with burn ops, for every combination of epilogue terms given, in 4 × 4 lane
+/// blocks or (`wide`) 8 × 8 where the layer takes them.
 fn check(case: Case, terms: &[(bool, bool, bool)], slices: &[Option<usize>]) {
+    check_blocks(case, terms, slices, false);
+}
+
+fn check_blocks(case: Case, terms: &[(bool, bool, bool)], slices: &[Option<usize>], wide: bool) {
     let device = wgpu();
     let (b, c_in, c_out, h, w, k, stride, pad) = case;
     let oh = (h + 2 * pad - k) / stride + 1;
@@ -34,8 +39,8 @@ fn check(case: Case, terms: &[(bool, bool, bool)], slices: &[Option<usize>]) {
         );
         let bias: Tensor<1> = tensor(values(c_out, 0.5), [c_out], &device, dtype);
         // The channel term as columns 7.. of a wider tensor, as the UNet passes it.
-        let wide = c_out + 12;
-        let channel: Tensor<2> = tensor(values(b * wide, -0.7), [b, wide], &device, dtype);
+        let width = c_out + 12;
+        let channel: Tensor<2> = tensor(values(b * width, -0.7), [b, width], &device, dtype);
         let residual: Tensor<4> = tensor(
             values(b * c_out * oh * ow, 0.3),
             [b, c_out, oh, ow],
@@ -76,7 +81,7 @@ fn check(case: Case, terms: &[(bool, bool, bool)], slices: &[Option<usize>]) {
                     padding: pad,
                     upsample: false,
                 };
-                let ours = super::conv2d_with(x.clone(), &packed, geometry, &epilogue, split)
+                let ours = super::conv2d_with(x.clone(), &packed, geometry, &epilogue, split, wide)
                     .expect("runs on wgpu");
                 assert_eq!(ours.dims(), [b, c_out, oh, ow]);
                 assert_eq!(ours.dtype(), dtype);
@@ -84,7 +89,7 @@ fn check(case: Case, terms: &[(bool, bool, bool)], slices: &[Option<usize>]) {
                 let label = format!(
                     "b{b} {c_in}->{c_out} {h}x{w} k{k}/{stride} {dtype:?} \
                      bias {with_bias} channel {with_channel} residual {with_residual} \
-                     slices {split:?}"
+                     slices {split:?} wide {wide}"
                 );
                 assert!(rel <= tol, "{label}: rel {rel}");
             }
@@ -112,14 +117,14 @@ fn implicit_gemm_matches_burn_conv2d() {
 /// epilogue term.
 #[test]
 fn narrow_tiles_match_burn_conv2d() {
-    assert_eq!(super::tile_rows(3), 16);
-    assert_eq!(super::tile_rows(16), 16);
-    assert_eq!(super::tile_rows(17), 32);
-    assert_eq!(super::tile_rows(32), 32);
-    assert_eq!(super::tile_rows(33), 64);
-    assert_eq!(super::tile_rows(1280), 64);
+    assert_eq!(super::tile_rows(3, 4), 16);
+    assert_eq!(super::tile_rows(16, 4), 16);
+    assert_eq!(super::tile_rows(17, 4), 32);
+    assert_eq!(super::tile_rows(32, 4), 32);
+    assert_eq!(super::tile_rows(33, 4), 64);
+    assert_eq!(super::tile_rows(1280, 4), 64);
     for rows in [16, 32, 64] {
-        assert_eq!(rows * super::tile_pixels(rows), 64 * 64);
+        assert_eq!(rows * super::tile_pixels(rows, 4), 64 * 64);
     }
     let all = [(true, true, true), (true, false, false)];
     for case in [
@@ -130,6 +135,33 @@ fn narrow_tiles_match_burn_conv2d() {
     ] {
         check(case, &all, &[None, Some(3)]);
     }
+}
+
+/// The 8 × 8 lane blocks (128 × 128 tiles): one and two channel tiles, each over a partial last
+/// pixel tile, whole and split, stride 1 and 2, with every epilogue term; layers that 128 does
+/// not divide keep 4 × 4 blocks.
+#[test]
+fn wide_blocks_match_burn_conv2d() {
+    assert_eq!(super::tile_block(64, true), 4);
+    assert_eq!(super::tile_block(320, true), 4);
+    assert_eq!(super::tile_block(640, true), 8);
+    assert_eq!(super::tile_block(1280, false), 4);
+    assert_eq!(super::tile_rows(640, 8), 128);
+    assert_eq!(128 * super::tile_pixels(128, 8), 128 * 128);
+    // Each combination is a kernel of its own (an LLVM compile on lavapipe): the terms and the
+    // split where they change the write, the stride and the 64-channel tile once.
+    check_blocks(
+        (2, 19, 128, 9, 7, 3, 1, 1),
+        &[(true, true, true)],
+        &[None, Some(3)],
+        true,
+    );
+    check_blocks(
+        (1, 24, 256, 11, 13, 3, 2, 1),
+        &[(true, false, false)],
+        &[None],
+        true,
+    );
 }
 
 /// The epilogue's time-embedding and residual adds, alone and together, and the reduction split
@@ -254,7 +286,7 @@ fn upsampled_input_matches_interpolate_then_conv() {
     use burn::tensor::module::interpolate;
     use burn::tensor::ops::{InterpolateMode, InterpolateOptions};
     let device = wgpu();
-    let (b, c_in, c_out, h, w) = (2, 24, 40, 5, 7);
+    let (b, c_in, c_out, h, w) = (2, 24, 128, 5, 7);
     for dtype in [DType::F32, DType::F16] {
         let tol = if dtype == DType::F32 { 1e-4 } else { 1e-2 };
         let x = tensor(
@@ -294,12 +326,15 @@ fn upsampled_input_matches_interpolate_then_conv() {
             bias: Some(&bias),
             ..Default::default()
         };
-        for slices in [Some(1), Some(3)] {
-            let ours = super::conv2d_with(x.clone(), &packed, geometry, &epilogue, slices)
+        for (slices, wide) in [(Some(1), false), (Some(3), false), (Some(3), true)] {
+            let ours = super::conv2d_with(x.clone(), &packed, geometry, &epilogue, slices, wide)
                 .expect("runs on wgpu");
             assert_eq!(ours.dims(), [b, c_out, 2 * h, 2 * w]);
             let rel = relative(&read(ours), &read(twin.clone()));
-            assert!(rel <= tol, "{dtype:?} slices {slices:?}: rel {rel}");
+            assert!(
+                rel <= tol,
+                "{dtype:?} slices {slices:?} wide {wide}: rel {rel}"
+            );
         }
     }
 }
