@@ -202,8 +202,12 @@ fn cli_hint(e: &anyhow::Error) -> &'static str {
         .chain()
         .find_map(|c| c.downcast_ref::<latent_engine::error::Error>())
     {
-        Some(latent_engine::error::Error::DeviceTimeout { .. }) => {
-            " (see `latent-studio devices`; --device gpu:N or --device cpu)"
+        Some(
+            latent_engine::error::Error::DeviceTimeout { .. }
+            | latent_engine::error::Error::DevicePanicked { .. },
+        ) => " (see `latent-studio devices`; --device gpu:N or --device cpu)",
+        Some(latent_engine::error::Error::OutputExists { .. }) => {
+            " (pass --overwrite to replace it)"
         }
         Some(latent_engine::error::Error::TensorTooLarge { .. }) => {
             " (--precision f16 or --device cpu)"

@@ -158,7 +158,7 @@ fn listing<'a>(adapters: impl IntoIterator<Item = &'a AdapterSummary>) -> String
         .map(|a| format!("gpu:{} {}", a.index, a.name))
         .collect();
     if names.is_empty() {
-        "none found (use --device cpu)".into()
+        "none found (the CPU backend still runs)".into()
     } else {
         names.join(", ")
     }

@@ -77,6 +77,10 @@ pub enum Error {
          stuck); choose another adapter or the CPU"
     )]
     DeviceTimeout { adapter: String, secs: f64 },
+    #[error(
+        "{adapter} failed while opening (the driver panicked); choose another adapter or the CPU"
+    )]
+    DevicePanicked { adapter: String },
     #[error("cancelled")]
     Cancelled,
     #[error(
@@ -186,6 +190,9 @@ mod tests {
             Error::DeviceTimeout {
                 adapter: "gpu:0".into(),
                 secs: 60.0,
+            },
+            Error::DevicePanicked {
+                adapter: "gpu:0".into(),
             },
             Error::OutputExists {
                 path: "a.png".into(),

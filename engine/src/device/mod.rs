@@ -303,9 +303,9 @@ fn watched_result<T>(
             adapter: adapter.to_string(),
             secs: timeout.as_secs_f64(),
         }),
-        Err(WatchdogError::Panicked) => Err(Error::Device(format!(
-            "{adapter} failed while opening (the driver panicked); try another adapter or --device cpu"
-        ))),
+        Err(WatchdogError::Panicked) => Err(Error::DevicePanicked {
+            adapter: adapter.to_string(),
+        }),
         Err(WatchdogError::Spawn(e)) => Err(Error::Device(format!(
             "cannot start the device thread: {e}"
         ))),

@@ -145,10 +145,9 @@ pub fn save_atomic(path: &Path, bytes: &[u8], overwrite: bool) -> Result<()> {
             // A hard link refuses to replace an existing file, atomically.
             std::fs::hard_link(&tmp, path).map_err(|e| {
                 if e.kind() == std::io::ErrorKind::AlreadyExists {
-                    Error::InvalidInput(format!(
-                        "{} exists; pass --overwrite to replace it",
-                        path.display()
-                    ))
+                    Error::OutputExists {
+                        path: path.to_path_buf(),
+                    }
                 } else {
                     io(e)
                 }
@@ -262,7 +261,7 @@ mod tests {
         let _ = std::fs::remove_file(&path);
         save_atomic(&path, b"first", false).unwrap();
         let e = save_atomic(&path, b"second", false).unwrap_err();
-        assert!(e.to_string().contains("--overwrite"), "{e}");
+        assert!(matches!(e, Error::OutputExists { .. }), "{e}");
         assert_eq!(std::fs::read(&path).unwrap(), b"first");
         save_atomic(&path, b"third", true).unwrap();
         assert_eq!(std::fs::read(&path).unwrap(), b"third");
