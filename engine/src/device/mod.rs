@@ -267,7 +267,7 @@ pub enum WatchdogError {
 /// talks to the drivers.
 pub fn create_watched(choice: &DeviceChoice, timeout: Duration) -> Result<Device> {
     // The helper thread names the adapter here once it knows it, for the timeout message.
-    let label = Arc::new(Mutex::new(format!("--device {choice}")));
+    let label = Arc::new(Mutex::new(format!("the adapter chosen as `{choice}`")));
     let shared = label.clone();
     let owned = choice.clone();
     let result = watchdog(timeout, move || -> Result<Device> {
@@ -362,7 +362,7 @@ impl std::fmt::Debug for SharedGpu {
 pub fn open_shared(choice: &DeviceChoice, timeout: Duration) -> Result<Option<SharedGpu>> {
     use burn::tensor::DeviceKind;
     static OPENED: Mutex<Vec<(String, SharedGpu)>> = Mutex::new(Vec::new());
-    let label = Arc::new(Mutex::new(format!("--device {choice}")));
+    let label = Arc::new(Mutex::new(format!("the adapter chosen as `{choice}`")));
     let shared_label = label.clone();
     let owned = choice.clone();
     crate::compiler::install();
