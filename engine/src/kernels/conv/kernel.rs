@@ -192,6 +192,7 @@ pub(super) fn conv2d_gemm<F: Float>(
             b_s[(row0 + comptime!(LANES / cols) * r) * cols + col] = b_reg[r];
         }
         sync_cube();
+        // 4 × 4 keeps the scalar form every path was measured with (the SIMT product shares it).
         if comptime!(block == 4) {
             accumulate_4x4(
                 a_s.clone(),
