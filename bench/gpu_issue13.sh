@@ -62,6 +62,14 @@
 #           and our SIMT product), the step with 4 × 4 against 8 × 8 blocks, one step's kernels
 #   PART=an PyTorch fp16 UNet step, then ours on the WGSL/SIMT path: the step with 4 × 4 against
 #           8 × 8 lane blocks
+#   PART=ao PyTorch fp32 UNet step (TF32 off), then ours in f32: the step with the linears on
+#           the SIMT product in 8 × 8 blocks where they fit (launch by launch, replayed), the
+#           step with the linears on burn's matmul, SIMT 4 × 4 and SIMT 8 × 8 interleaved, then
+#           every linear shape alone on each
+#   PART=ap PyTorch fp16 UNet step, then ours on the WGSL/SIMT path: part ao's runs in f16
+#   PART=aq PyTorch fp32 (TF32 off) and fp16 UNet steps, then ours: f32 with the linears on the
+#           SIMT product (the default since part ao), the step with the SIMT convolution in 4 × 4,
+#           8 × 8, and 8 × 8 with the 1×1 layers too; then part ap's f16 runs under WGSL
 #   PART=x  PyTorch (fp16 UNet step, VAE decode, 20-step txt2img), then ours: the planes
 #           tilings that the routing rules pick on every SD 1.5 attention shape (their difference
 #           from burn's), then the default path end to end (step both ways, the step under each
@@ -351,6 +359,21 @@ am)
 an)
   PARTS=${TORCH_PARTS:-unet16} timeout ${TORCH_TIMEOUT:-80} python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_an.txt
   LATENT_STUDIO_COMPILER=wgsl timeout ${WGSL_TIMEOUT:-460} /tmp/ls bench --device gpu --precision f16 --runs 5 --unet-only --no-ops --no-profile --no-burn-ops --simt-ab $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_wgsl.txt
+  ;;
+ao)
+  PARTS=${TORCH_PARTS:-unet32} timeout ${TORCH_TIMEOUT:-120} python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_ao.txt
+  timeout ${F32_TIMEOUT:-330} /tmp/ls bench --device gpu --precision f32 --runs 5 --unet-only --no-ops --no-profile --no-burn-ops --simt-linears 8x8 --product-ab --kernel-profile 1 $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_f32.txt
+  timeout ${OPS_TIMEOUT:-120} /tmp/ls bench --device gpu --precision f32 --runs 5 --linear-only $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_f32_linears.txt
+  ;;
+ap)
+  PARTS=${TORCH_PARTS:-unet16} timeout ${TORCH_TIMEOUT:-90} python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_ap.txt
+  LATENT_STUDIO_COMPILER=wgsl timeout ${WGSL_TIMEOUT:-360} /tmp/ls bench --device gpu --precision f16 --runs 5 --unet-only --no-ops --no-profile --no-burn-ops --simt-linears 8x8 --product-ab --kernel-profile 1 $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_wgsl.txt
+  LATENT_STUDIO_COMPILER=wgsl timeout ${OPS_TIMEOUT:-100} /tmp/ls bench --device gpu --precision f16 --runs 5 --linear-only $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_wgsl_linears.txt
+  ;;
+aq)
+  PARTS=${TORCH_PARTS:-unet32,unet16} timeout ${TORCH_TIMEOUT:-130} python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_aq.txt
+  timeout ${F32_TIMEOUT:-180} /tmp/ls bench --device gpu --precision f32 --runs 5 --unet-only --no-ops --no-profile --no-burn-ops --simt-ab $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_f32.txt
+  LATENT_STUDIO_COMPILER=wgsl timeout ${WGSL_TIMEOUT:-270} /tmp/ls bench --device gpu --precision f16 --runs 5 --unet-only --no-ops --no-profile --no-burn-ops --simt-linears 8x8 --product-ab --kernel-profile 1 $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_wgsl.txt
   ;;
 h)
   timeout ${OURS_TIMEOUT:-540} /tmp/ls bench --device gpu --precision f16 --runs 3 --unet-only 2>&1 | grep -v "^\[F16\]   [a-z_]*  *[0-9.]* ms  {" | tee $OUT/ours_spirv_ops.txt

@@ -226,10 +226,17 @@ pub fn unet_report(
                     || "(no conv decision matched)".to_string(),
                     |d| d.kernel.clone(),
                 ),
-            OpShape::Linear { .. } if latent_engine::kernels::matmul::runs_on(device, dtype) => {
-                "ours, tiled GEMM (SIMT)".to_string()
+            OpShape::Linear { rows, d_out, .. } => {
+                use latent_engine::kernels::matmul;
+                let place = matmul::place_of(device, dtype);
+                if matmul::mma_linears() && matmul::mma_gemm_on(device, dtype).is_some() {
+                    "ours, cooperative-matrix GEMM".to_string()
+                } else if let Some(b) = matmul::product_rules().block(place, dtype, *rows, *d_out) {
+                    format!("ours, SIMT product ({b}x{b} lane blocks)")
+                } else {
+                    "burn matmul".to_string()
+                }
             }
-            OpShape::Linear { .. } => "burn matmul".to_string(),
             OpShape::Attention { d, n_k, .. } => {
                 latent_engine::kernels::attention::describe(device, dtype, *d, *n_k)
             }

@@ -1,20 +1,32 @@
-//! Our product on plain lanes (`latent_engine::kernels::matmul`) against burn's `linear` on every
-//! linear shape of one UNet step, in both weight layouts a layer holds: time alone, rate, and how
-//! far apart the results are.
+//! Our products against burn's `linear` on every linear shape of one UNet step: the SIMT product
+//! on plain lanes (4 × 4 and 8 × 8 lane blocks, with the transformer block's epilogues) and the
+//! cooperative-matrix GEMM; device time, rate, and how far apart the results are.
 
 use anyhow::Result;
 use burn::tensor::module::linear;
 use burn::tensor::{DType, Device, Distribution, Tensor};
 use latent_engine::Precision;
-use latent_engine::kernels::matmul::{self, WeightLayout};
+use latent_engine::kernels::matmul::{self, LinearEpilogue, Tiling, WeightLayout};
 use latent_engine::profile::OpShape;
 
 use super::profile::device_ms;
-use super::time_ms;
 
-const REPS: usize = 10;
+/// The epilogue a transformer block gives a linear shape: GEGLU's gate on its projection
+/// (`out = 8·in`), the residual on the layers that end a branch (square with a bias, or the
+/// feed-forward's `4·out → out`); burn fuses both into its matmul.
+fn block_epilogue(d_in: usize, d_out: usize, bias: bool) -> Option<bool> {
+    if d_out == 8 * d_in {
+        Some(true)
+    } else if bias && (d_in == d_out || d_in == 4 * d_out) {
+        Some(false)
+    } else {
+        None
+    }
+}
 
-/// One line per linear shape in `ops` (and per weight layout).
+/// One line per linear shape in `ops` (weights `[out, in]` as checkpoints store them): burn's
+/// matmul and the SIMT product in 4 × 4 and 8 × 8 lane blocks, device time (timestamp queries);
+/// then the same with the shape's epilogue (burn's fused by burn). Totals a step by count.
 pub fn report(
     ops: &[(OpShape, usize)],
     device: &Device,
@@ -23,65 +35,105 @@ pub fn report(
     runs: usize,
 ) -> Result<()> {
     let normal = Distribution::Normal(0.0, 1.0);
-    for (op, _) in ops {
+    let read = |t: Tensor<2>| {
+        t.cast(DType::F32)
+            .into_data()
+            .try_to_vec::<f32>()
+            .map_err(|e| anyhow::anyhow!("{e:?}"))
+    };
+    println!(
+        "[{precision:?}] the SIMT product against burn's matmul, device time, median of {runs} (weights [out, in]):"
+    );
+    let mut totals = [0.0f64; 3];
+    for &(op, count) in ops {
         let OpShape::Linear {
             rows,
             d_in,
             d_out,
             bias,
-        } = *op
+        } = op
         else {
             continue;
         };
         let x = Tensor::<2>::random([rows, d_in], normal, (device, dtype));
-        let out_in = Tensor::<2>::random([d_out, d_in], normal, (device, dtype)) * 0.05;
-        // `[in, out]` as a view of `[out, in]` (checkpoint layers), and written out (q/k/v).
-        let as_out_in = out_in.clone().transpose();
-        let as_in_out = Tensor::<2>::from_data(out_in.transpose().into_data(), (device, dtype));
+        let weight = Tensor::<2>::random([d_out, d_in], normal, (device, dtype)).transpose() * 0.05;
         let bias_t = bias.then(|| Tensor::<1>::random([d_out], normal, (device, dtype)));
-        let rate = |ms: f64| op.flops() / (ms * 1e-3) / 1e12;
-        for (weight, layout) in [
-            (&as_out_in, WeightLayout::OutIn),
-            (&as_in_out, WeightLayout::InOut),
-        ] {
-            let burn = || linear(x.clone(), weight.clone(), bias_t.clone());
-            let burn_ms = time_ms(device, 1, runs, || {
-                for _ in 0..REPS {
-                    let _ = burn();
+        let residual = Tensor::<2>::random([rows, d_out], normal, (device, dtype));
+        let kind = block_epilogue(d_in, d_out, bias);
+        let epilogue = match kind {
+            Some(true) => LinearEpilogue::Geglu,
+            Some(false) => LinearEpilogue::Residual(residual.clone()),
+            None => LinearEpilogue::Plain,
+        };
+        // Burn's matmul and, after it, what burn fuses into it.
+        let burn = || {
+            let y = linear(x.clone(), weight.clone(), bias_t.clone());
+            match kind {
+                Some(true) => {
+                    let half = d_out / 2;
+                    y.clone().narrow(1, 0, half) * latent_engine::nn::gelu(y.narrow(1, half, half))
                 }
-            })? / REPS as f64;
-            let ours = || matmul::linear(x.clone(), weight, layout, bias_t.as_ref(), None);
+                Some(false) => y + residual.clone(),
+                None => y,
+            }
+        };
+        let flops = op.flops();
+        let rate = |ms: f64| flops / (ms * 1e-3) / 1e12;
+        let burn_ms = device_ms(device, runs, || {
+            let _ = burn();
+        })?;
+        let want = read(burn())?;
+        let mut line = format!(
+            "[{precision:?}]   {:<40} x{count:<3} {:<9} burn {burn_ms:7.3} ms {:5.1} TFLOP/s",
+            op.to_string(),
+            match kind {
+                Some(true) => "+gelu",
+                Some(false) => "+residual",
+                None => "",
+            },
+            rate(burn_ms)
+        );
+        totals[0] += burn_ms * count as f64;
+        for (i, block) in [4usize, 8].into_iter().enumerate() {
+            let tiling = Tiling {
+                slices: None,
+                block,
+            };
+            let ours = || {
+                matmul::linear(
+                    x.clone(),
+                    &weight,
+                    WeightLayout::OutIn,
+                    bias_t.as_ref(),
+                    epilogue.clone(),
+                    tiling,
+                )
+            };
             let Some(first) = ours() else {
-                println!(
-                    "[{precision:?}]   {:<40} {layout:?}: burn {burn_ms:8.3} ms {:6.1} TFLOP/s | ours does not run here",
-                    op.to_string(),
-                    rate(burn_ms)
-                );
+                line += &format!(" | {block}x{block} does not run");
                 continue;
             };
-            let ours_ms = time_ms(device, 1, runs, || {
-                for _ in 0..REPS {
-                    let _ = ours();
-                }
-            })? / REPS as f64;
-            let read = |t: Tensor<2>| t.cast(DType::F32).into_data().try_to_vec::<f32>();
-            let rel = match (read(first), read(burn())) {
-                (Ok(a), Ok(b)) => latent_engine::vae_compile::relative_difference(&a, &b),
-                _ => f32::NAN,
-            };
-            let taken = if matmul::runs_on(device, dtype) {
-                "ours runs"
-            } else {
-                "burn runs"
-            };
-            println!(
-                "[{precision:?}]   {:<40} {layout:?}: ours (SIMT) {ours_ms:8.3} ms {:6.1} TFLOP/s | burn {burn_ms:8.3} ms {:6.1} TFLOP/s | rel diff {rel:.1e} | {taken}",
-                op.to_string(),
-                rate(ours_ms),
-                rate(burn_ms),
+            let rel = latent_engine::vae_compile::relative_difference(&read(first)?, &want);
+            let ms = device_ms(device, runs, || {
+                let _ = ours();
+            })?;
+            totals[i + 1] += ms * count as f64;
+            line += &format!(
+                " | {block}x{block} {ms:7.3} ms {:5.1} TFLOP/s rel {rel:.0e}",
+                rate(ms)
             );
         }
+        let place = matmul::place_of(device, dtype);
+        let taken = match matmul::product_rules().block(place, dtype, rows, d_out) {
+            Some(b) => format!("ours {b}x{b} runs"),
+            None => "burn runs".to_string(),
+        };
+        println!("{line} | {taken}");
     }
+    println!(
+        "[{precision:?}]   these linears a step (device time, summed by count): burn {:.2} ms, SIMT 4x4 {:.2} ms, SIMT 8x8 {:.2} ms",
+        totals[0], totals[1], totals[2]
+    );
     Ok(())
 }
 

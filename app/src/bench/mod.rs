@@ -73,6 +73,10 @@ pub struct BenchArgs {
     /// Only the convolution report: every SD 1.5 UNet 3×3 convolution shape, burn's and ours.
     #[arg(long)]
     conv_only: bool,
+    /// Only the linear report: every SD 1.5 UNet linear shape on burn's matmul and the SIMT
+    /// product in 4 × 4 and 8 × 8 lane blocks, with the transformer block's epilogues.
+    #[arg(long)]
+    linear_only: bool,
     /// Skip the per-block UNet profile (a sync after each block: it tunes fused kernels of its
     /// own, minutes on a fresh GPU, and does not describe the unsynchronised step).
     #[arg(long)]
@@ -99,6 +103,15 @@ pub struct BenchArgs {
     /// over five rounds in the same process.
     #[arg(long)]
     simt_ab: bool,
+    /// After the UNet step, the same step with the linears on burn's matmul or the SIMT product
+    /// in 4 × 4 or 8 × 8 lane blocks (where the product's rules reach: f32 on a card, f16 without
+    /// cooperative matrices), interleaved over five rounds in the same process.
+    #[arg(long)]
+    product_ab: bool,
+    /// The linears on a card for the whole run: `burn` (burn's matmul), `4x4` or `8x8` (the SIMT
+    /// product, 8 × 8 where the tiles fit); default: the engine's rules.
+    #[arg(long)]
+    simt_linears: Option<String>,
     /// After the UNet step: every kernel of this many launch-by-launch steps timed on the device
     /// (timestamp queries, no wait between kernels), summed by kernel and by class.
     #[arg(long)]
@@ -232,6 +245,12 @@ pub fn run(args: BenchArgs) -> Result<()> {
         knobs.unchecked &= !args.gemm_checked;
         matmul::set_gemm_knobs(knobs);
         matmul::set_mma_linears(!args.burn_linears);
+        if let Some(choice) = &args.simt_linears {
+            let rules = unet::simt_linears(choice)
+                .ok_or_else(|| anyhow::anyhow!("--simt-linears {choice}: one of burn, 4x4, 8x8"))?;
+            matmul::set_product_rules(rules);
+        }
+        println!("SIMT product rules: {:?}", matmul::product_rules());
         println!(
             "our GEMM: {knobs:?}, linears on it where it runs: {}",
             matmul::mma_linears()
@@ -246,6 +265,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
             gemm_min_out: 0,
             gemm_one_by_one: true,
             simt_wide: true,
+            simt_one_by_one_f32: true,
         });
     }
     if let Some(path) = &args.cache_model {
@@ -275,6 +295,16 @@ pub fn run(args: BenchArgs) -> Result<()> {
         if args.gemm_only {
             linear::gemm_report(&linear::sd15_linear_shapes(), &device, precision, args.runs)?;
             conv::gemm_report(&kernels::sd15_conv_shapes(), &device, precision, args.runs)?;
+            continue;
+        }
+        if args.linear_only {
+            linear::report(
+                &linear::sd15_linear_shapes(),
+                &device,
+                dtype,
+                precision,
+                args.runs,
+            )?;
             continue;
         }
         if args.conv_only {
@@ -379,6 +409,9 @@ pub fn run(args: BenchArgs) -> Result<()> {
         }
         if args.simt_ab {
             unet::simt_ab(&model, &device, precision, args.runs, &x, &ctx)?;
+        }
+        if args.product_ab {
+            unet::product_ab(&model, &device, precision, args.runs, &x, &ctx)?;
         }
         if args.gemm_ab {
             unet::gemm_ab(&model, &device, precision, args.runs, &x, &ctx)?;

@@ -208,10 +208,12 @@ pub(super) fn conv_ab(
 }
 
 /// The same step, same process, with the SIMT convolution in 4 × 4 or 8 × 8 lane blocks
-/// ([`ConvRules::simt_wide`], which applies in f32 on a card: elsewhere both rounds are alike),
+/// ([`ConvRules::simt_wide`], which applies in f32 on a card: elsewhere those rounds are alike),
+/// then 8 × 8 with the 1×1 layers on it too in f32 ([`ConvRules::simt_one_by_one_f32`]),
 /// interleaved over five rounds.
 ///
 /// [`ConvRules::simt_wide`]: latent_engine::kernels::conv::ConvRules::simt_wide
+/// [`ConvRules::simt_one_by_one_f32`]: latent_engine::kernels::conv::ConvRules::simt_one_by_one_f32
 pub(super) fn simt_ab(
     model: &StableDiffusion,
     device: &Device,
@@ -222,14 +224,63 @@ pub(super) fn simt_ab(
 ) -> Result<()> {
     use latent_engine::kernels::conv::{conv_rules, set_conv_rules};
     let d = conv_rules();
-    let names = ["SIMT 4x4 lane blocks", "SIMT 8x8 lane blocks"];
+    let names = [
+        "SIMT 4x4 lane blocks",
+        "SIMT 8x8 lane blocks",
+        "SIMT 8x8 lane blocks, 1x1 layers on it in f32",
+    ];
     interleaved(precision, "SIMT convolution", &names, 5, |i| {
         set_conv_rules(latent_engine::kernels::conv::ConvRules {
-            simt_wide: i == 1,
+            simt_wide: i >= 1,
+            simt_one_by_one_f32: i == 2,
             ..d
         });
         let ms = step_ms(model, device, runs, x, ctx);
         set_conv_rules(d);
+        ms
+    })
+}
+
+/// The product rules for `--simt-linears`: `burn`, `4x4` or `8x8` on every card.
+pub(super) fn simt_linears(choice: &str) -> Option<latent_engine::kernels::matmul::ProductRules> {
+    let (on, wide) = match choice.trim() {
+        "burn" => (false, false),
+        "4x4" => (true, false),
+        "8x8" => (true, true),
+        _ => return None,
+    };
+    Some(latent_engine::kernels::matmul::ProductRules {
+        f32_cards: on,
+        f16_cards: on,
+        wide,
+    })
+}
+
+/// The same step, same process, with the linears on burn's matmul or the SIMT product in 4 × 4
+/// or 8 × 8 lane blocks ([`simt_linears`]; where the product's rules reach, elsewhere the rounds
+/// are alike), interleaved over five rounds.
+pub(super) fn product_ab(
+    model: &StableDiffusion,
+    device: &Device,
+    precision: Precision,
+    runs: usize,
+    x: &Tensor<4>,
+    ctx: &Tensor<3>,
+) -> Result<()> {
+    use latent_engine::kernels::matmul::{product_rules, set_product_rules};
+    let d = product_rules();
+    let choices = ["burn", "4x4", "8x8"];
+    let names = [
+        "linears on burn's matmul",
+        "linears on the SIMT product, 4x4 blocks",
+        "linears on the SIMT product, 8x8 blocks where they fit",
+    ];
+    interleaved(precision, "linear product", &names, 5, |i| {
+        if let Some(rules) = simt_linears(choices[i]) {
+            set_product_rules(rules);
+        }
+        let ms = step_ms(model, device, runs, x, ctx);
+        set_product_rules(d);
         ms
     })
 }

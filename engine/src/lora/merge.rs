@@ -181,8 +181,15 @@ impl Lora {
         // Our tiled product where the device runs kernels: one kernel for every shape, where
         // burn's matmul autotunes each of a LoRA's dozens of shapes at its first merge (20 s on
         // an H200). The CPU backend has no kernels of ours.
-        let product = matmul::linear(up.clone(), &down, WeightLayout::InOut, None, None)
-            .unwrap_or_else(|| up.matmul(down));
+        let product = matmul::linear(
+            up.clone(),
+            &down,
+            WeightLayout::InOut,
+            None,
+            matmul::LinearEpilogue::Plain,
+            matmul::Tiling::default(),
+        )
+        .unwrap_or_else(|| up.matmul(down));
         Ok(product * scale)
     }
 }

@@ -16,9 +16,9 @@ pub struct Linear {
     bias: Option<Tensor<1>>,
     /// How `weight`'s buffer lies (our product reads it in place).
     layout: WeightLayout,
-    /// Whether this layer's device runs our product ([`crate::kernels::matmul`]), settled at the
-    /// first call; clones share it, a cast makes a new layer.
-    ours: Arc<OnceLock<bool>>,
+    /// Where this layer's device stands for our SIMT product ([`matmul::place_of`]), settled at
+    /// the first call; clones share it, a cast makes a new layer.
+    place: Arc<OnceLock<matmul::Place>>,
     /// The cooperative-matrix GEMM where this layer's device runs it ([`matmul::mma_gemm_on`]),
     /// settled at the first call while [`matmul::mma_linears`] is on.
     mma: Arc<OnceLock<Option<matmul::MmaGemm>>>,
@@ -45,7 +45,7 @@ impl Linear {
             weight,
             bias,
             layout,
-            ours: Arc::default(),
+            place: Arc::default(),
             mma: Arc::default(),
         }
     }
@@ -97,7 +97,32 @@ impl Linear {
         {
             return y;
         }
-        let y = self.product(x);
+        let dims = x.dims();
+        let rows = dims[..D - 1].iter().product();
+        let [_, cols] = self.weight.dims();
+        let out_cols = match epilogue {
+            LinearEpilogue::Geglu => cols / 2,
+            _ => cols,
+        };
+        let place = *self
+            .place
+            .get_or_init(|| matmul::place_of(&x.device(), self.weight.dtype()));
+        if let Some(block) = matmul::product_rules().block(place, x.dtype(), rows, out_cols)
+            && let Some(y) = matmul::linear(
+                x.clone(),
+                &self.weight,
+                self.layout,
+                self.bias.as_ref(),
+                epilogue.clone(),
+                matmul::Tiling {
+                    slices: None,
+                    block,
+                },
+            )
+        {
+            return y;
+        }
+        let y = linear(x, self.weight.clone(), self.bias.clone());
         match epilogue {
             LinearEpilogue::Plain => y,
             LinearEpilogue::Residual(r) => y + r,
@@ -109,25 +134,6 @@ impl Linear {
                 value * super::gelu(gate)
             }
         }
-    }
-
-    /// `x · W + b` on our SIMT product where it runs, else burn's.
-    fn product<const D: usize>(&self, x: Tensor<D>) -> Tensor<D> {
-        let ours = *self
-            .ours
-            .get_or_init(|| matmul::runs_on(&x.device(), self.weight.dtype()));
-        if ours
-            && let Some(y) = matmul::linear(
-                x.clone(),
-                &self.weight,
-                self.layout,
-                self.bias.as_ref(),
-                None,
-            )
-        {
-            return y;
-        }
-        linear(x, self.weight.clone(), self.bias.clone())
     }
 
     /// One layer computing `parts` side by side: output columns are each part's in order (q, k and

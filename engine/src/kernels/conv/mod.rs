@@ -19,8 +19,9 @@
 //! `nn::Conv2d` runs it ([`Prepared`]) on devices without cooperative matrices for 3×3 layers
 //! with at least 32 output channels: there it was 3–20× faster than burn's `conv_direct` on every
 //! SD 1.5 UNet 3×3 shape (H200 and H100 under WGSL, BENCHMARKS.md). The 1×1 layers and the 4- and
-//! 3-channel outputs stay with burn on a card (its im2col matmul and `conv_direct` were 1.3–2×
-//! faster there, eleventh session) but take ours on a software adapter
+//! 3-channel outputs stay with burn on a card in f16 (its im2col matmul and `conv_direct` were
+//! 1.3–2× faster there, eleventh session); in f32 the 1×1 layers take ours (6 % off an H100's
+//! f32 step, twenty-first session); on a software adapter every layer takes ours
 //! ([`super::software`]): burn's convolution autotune compiles and times 13 candidates per
 //! shape (the im2col matmul's dozens more), and on lavapipe those LLVM compiles were 290 of a cold
 //! parity test's 360 s.

@@ -36,6 +36,10 @@ pub struct ConvRules {
     /// wide blocks made the step 6 % slower, so f16 and software adapters keep 4 × 4
     /// (BENCHMARKS.md, twentieth session).
     pub simt_wide: bool,
+    /// In f32 on a card, the SIMT kernel for 1×1 layers too (else burn's convolution: an im2col
+    /// and its matmul, 3–9 TFLOP/s). On an H100 it took 6 % off the f32 step (BENCHMARKS.md,
+    /// twenty-first session); in f16 under WGSL burn's stays (faster there, eleventh session).
+    pub simt_one_by_one_f32: bool,
 }
 
 impl ConvRules {
@@ -46,6 +50,7 @@ impl ConvRules {
         gemm_min_out: 1280,
         gemm_one_by_one: true,
         simt_wide: true,
+        simt_one_by_one_f32: true,
     };
     /// The sixteenth session's: our split kernel up to 160 tiles, burn's above, no GEMM.
     pub const SPLIT_ONLY: ConvRules = ConvRules {
@@ -54,6 +59,7 @@ impl ConvRules {
         gemm_min_out: usize::MAX,
         gemm_one_by_one: false,
         simt_wide: true,
+        simt_one_by_one_f32: false,
     };
 }
 
@@ -159,10 +165,15 @@ impl Route {
     }
 
     /// The layer shapes ours takes here (module docs).
-    fn takes(self, kh: usize, kw: usize, c_out: usize) -> bool {
+    /// `f32_card`: f32 on a card, where 1×1 layers are taken too (and run as
+    /// [`ConvRules::simt_one_by_one_f32`] says).
+    fn takes(self, kh: usize, kw: usize, c_out: usize, f32_card: bool) -> bool {
+        let one_by_one = f32_card && kh == 1 && kw == 1;
         match self {
             Route::Burn => false,
-            Route::Mma(_) | Route::Card => kh == 3 && kw == 3 && c_out >= MIN_OUT_CHANNELS,
+            Route::Mma(_) | Route::Card => {
+                (kh == 3 && kw == 3 || one_by_one) && c_out >= MIN_OUT_CHANNELS
+            }
             Route::Software => kh == kw && (kh == 3 || kh == 1) && c_out > 0,
         }
     }
@@ -213,13 +224,14 @@ impl Prepared {
         }
         let prepared = self.0.get_or_init(|| {
             let route = Route::of(&device, x.dtype());
+            let f32_card = route == Route::Card && x.dtype() == DType::F32;
             match route {
-                Route::Mma(mma) if !route.takes(kh, kw, c_out) => Use::BurnOnMma(mma),
-                _ if !route.takes(kh, kw, c_out) => Use::Burn,
+                Route::Mma(mma) if !route.takes(kh, kw, c_out, false) => Use::BurnOnMma(mma),
+                _ if !route.takes(kh, kw, c_out, f32_card) => Use::Burn,
                 Route::Mma(mma) => Use::Stored(mma),
                 _ => Use::Packed {
                     weights: Box::new(pack(weight.clone())),
-                    f32_card: route == Route::Card && x.dtype() == DType::F32,
+                    f32_card,
                 },
             }
         });
@@ -233,7 +245,11 @@ impl Prepared {
                 on_gemm(*mma)
             }
             Use::Packed { weights, f32_card } => {
-                let wide = *f32_card && conv_rules().simt_wide;
+                let rules = conv_rules();
+                if *f32_card && kh == 1 && !rules.simt_one_by_one_f32 {
+                    return None;
+                }
+                let wide = *f32_card && rules.simt_wide;
                 run(
                     x.clone(),
                     Weights::Packed(weights, wide),
@@ -269,7 +285,9 @@ impl Prepared {
 /// Whether a `k`×`k` convolution to `c_out` channels in `dtype` runs through our kernel on
 /// `device` (the bench's op report): on cooperative matrices, on maps small enough to split.
 pub fn runs_for(device: &burn::tensor::Device, dtype: DType, k: usize, c_out: usize) -> bool {
-    Route::of(device, dtype).takes(k, k, c_out)
+    let route = Route::of(device, dtype);
+    let f32_card = route == Route::Card && dtype == DType::F32;
+    route.takes(k, k, c_out, f32_card && conv_rules().simt_one_by_one_f32)
 }
 
 /// Our cooperative-matrix convolution on `device` in `dtype`, where it runs (f16, a fragment
@@ -288,20 +306,21 @@ mod tests {
     /// Which layers ours takes on each kind of device (module docs).
     #[test]
     fn routes_by_adapter() {
-        assert!(Route::Card.takes(3, 3, 32));
+        assert!(Route::Card.takes(3, 3, 32, false));
         assert!(
-            !Route::Card.takes(3, 3, 4),
+            !Route::Card.takes(3, 3, 4, false),
             "narrow outputs stay with burn on a card"
         );
         assert!(
-            !Route::Card.takes(1, 1, 320),
-            "1×1 layers stay with burn on a card"
+            !Route::Card.takes(1, 1, 320, false),
+            "1×1 layers stay with burn on a card in f16"
         );
-        assert!(Route::Software.takes(1, 1, 4));
-        assert!(Route::Software.takes(3, 3, 3));
-        assert!(!Route::Software.takes(5, 5, 40));
-        assert!(!Route::Software.takes(3, 1, 40));
-        assert!(!Route::Burn.takes(3, 3, 320));
+        assert!(Route::Card.takes(1, 1, 320, true), "… but not in f32");
+        assert!(Route::Software.takes(1, 1, 4, false));
+        assert!(Route::Software.takes(3, 3, 3, false));
+        assert!(!Route::Software.takes(5, 5, 40, false));
+        assert!(!Route::Software.takes(3, 1, 40, false));
+        assert!(!Route::Burn.takes(3, 3, 320, true));
         let square = Fragment {
             m: 16,
             n: 16,
@@ -311,8 +330,8 @@ mod tests {
             plane: 32,
             fragment: square,
         };
-        assert!(Route::Mma(nvidia).takes(3, 3, 1280));
-        assert!(!Route::Mma(nvidia).takes(1, 1, 1280));
+        assert!(Route::Mma(nvidia).takes(3, 3, 1280, false));
+        assert!(!Route::Mma(nvidia).takes(1, 1, 1280, false));
     }
 
     /// The cooperative-matrix kernel's layout: two fragments a plane over the 64 × 64 tile.

@@ -1,62 +1,110 @@
 //! The product's two `#[cube]` kernels: the tiled product (whole or one slice of the reduction)
-//! and the sum of the slices with the bias.
+//! and the sum of the slices with the epilogue.
 
 use burn::cubecl;
 use burn::cubecl::prelude::*;
 
-use super::super::accumulate_4x4;
+use super::super::{accumulate_4x4, accumulate_block};
 
-/// Rows (tokens) per cube.
-pub(super) const BM: usize = 64;
-/// Columns (output features) per cube.
-pub(super) const BN: usize = 64;
 /// Reduction step staged in workgroup memory.
 pub(super) const BK: usize = 16;
-/// Lanes per cube: 16 × 16, each a 4 × 4 block.
+/// Lanes per cube: 16 × 16, each a `block` × `block` block of the tile.
 pub(super) const LANES: usize = 256;
-/// Row stride of the staged tiles: one more than a tile's width, so the transposing stores
-/// (16 lanes writing one column) fall in different banks.
-const STRIDE: usize = BM + 1;
+/// Lanes along either side of the tile.
+const SIDE: usize = 16;
 
-/// `out[m, n] = Σ_k x[m, k] · w[n, k] (+ bias[n])`: `x` is `[rows, depth]` row-major; `w` is
-/// `[cols, depth]` (`w_out_in`: a linear weight as checkpoints store it) or `[depth, cols]`
-/// (q, k and v concatenated), row-major. Cube `(column tile, row tile, slice)`. Each step stages a
-/// 64 × 16 block of each operand, read along its contiguous axis (16 or 64 consecutive values)
-/// and stored depth-major; lane `(tx, ty)` then
-/// owns rows `ty·4 .. ty·4 + 4` and columns `tx + 16·j`, so neighbouring lanes write neighbouring
-/// outputs. Split (`split`), slice `z` covers steps `z·steps_per_split ..` and writes f32 sums
-/// to `partial[z, m, n]`.
+/// The tile's side (rows and columns) for lane blocks of `block` × `block`: 64 or 128.
+pub(super) const fn tile(block: usize) -> usize {
+    SIDE * block
+}
+
+/// diffusers' GEGLU gate: gelu with erf.
+#[cube]
+fn gelu(x: f32) -> f32 {
+    0.5 * x * (1.0 + Erf::erf(x * 0.70710677))
+}
+
+/// The weight column behind column `c` of cube column `cx`'s tile (`t` wide), and whether it
+/// exists. Plain: `cx·t + c`. A GEGLU (`half` value columns, then their gates) maps the tile's
+/// first half to values `cx·t/2 + c` and its second half to their gates, so the lane holding a
+/// value (block column `j`) holds its gate too (`j + block/2`).
+#[cube]
+fn weight_col(
+    cx: usize,
+    c: usize,
+    cols: usize,
+    half: usize,
+    #[comptime] t: usize,
+    #[comptime] geglu: bool,
+) -> (usize, bool) {
+    let mut n = cx * t + c;
+    let mut valid = n < cols;
+    if geglu {
+        let h = comptime!(t / 2);
+        let value = cx * h + c % h;
+        valid = value < half;
+        n = value;
+        if c >= h {
+            n = half + value;
+        }
+    }
+    (n, valid)
+}
+
+/// `out[m, n] = Σ_k x[m, k] · w[n, k] (+ bias[n])` and the epilogue: `x` is `[rows, depth]`
+/// row-major; `w` is `[cols, depth]` (`w_out_in`: a linear weight as checkpoints store it) or
+/// `[depth, cols]` (q, k and v concatenated), row-major. The epilogue adds `residual` (shaped as
+/// the output) or, for a GEGLU (`cols = 2·half`: values then gates), writes `value ·
+/// gelu(gate)` `[rows, half]` ([`weight_col`] puts both in one lane).
+///
+/// Cube `(column tile, row tile, slice)`; the tile is `16·block` square ([`tile`]). Each step
+/// stages a `tile × 16` block of each operand, read along its contiguous axis and stored
+/// depth-major; lane `(tx, ty)` then owns rows `ty·block ..` and columns `tx + 16·j`, so
+/// neighbouring lanes write neighbouring outputs. 8 × 8 blocks do four times the products per
+/// staged value read, as the convolution's ([`super::super::conv`]). Split (`split`), slice `z`
+/// covers steps `z·steps_per_split ..` and writes f32 sums to `partial[z, m, n]` (weight
+/// columns), summed by [`matmul_split_sum`].
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
 pub(super) fn matmul_nt<F: Float>(
     x: &[F],
     w: &[F],
     bias: &[F],
+    residual: &[F],
     out: &mut [F],
     partial: &mut [f32],
     rows: usize,
     cols: usize,
     depth: usize,
+    half: usize,
     steps_per_split: usize,
     #[comptime] w_out_in: bool,
     #[comptime] add_bias: bool,
+    #[comptime] add_residual: bool,
+    #[comptime] geglu: bool,
     #[comptime] split: bool,
+    #[comptime] block: usize,
 ) {
+    let t = comptime!(tile(block));
+    // One more than the tile's side, so the transposing stores (16 lanes writing one column)
+    // fall in different banks.
+    let stride = comptime!(tile(block) + 1);
     let lane = UNIT_POS as usize;
-    let tx = lane % 16;
-    let ty = lane / 16;
-    let n0 = CUBE_POS_X as usize * BN;
-    let m0 = CUBE_POS_Y as usize * BM;
+    let tx = lane % SIDE;
+    let ty = lane / SIDE;
+    let cx = CUBE_POS_X as usize;
+    let m0 = CUBE_POS_Y as usize * t;
 
-    // Staging: value `lane + 256·r` of a 64 × 16 block is row `lane / 16 + 16·r`, depth `lane % 16`.
+    // Staging: value `r` of a lane is row `lane / 16 + 16·r`, depth `lane % 16` (or, for a
+    // `[depth, cols]` weight, depth `lane / t + (256 / t)·r`, column `lane % t`).
     let kk = lane % BK;
     let r0 = lane / BK;
 
-    let mut a_s = Shared::<[f32]>::new_slice(BK * STRIDE);
-    let mut b_s = Shared::<[f32]>::new_slice(BK * STRIDE);
-    let mut acc = Array::<f32>::new(16usize);
+    let mut a_s = Shared::<[f32]>::new_slice(comptime!(BK * (tile(block) + 1)));
+    let mut b_s = Shared::<[f32]>::new_slice(comptime!(BK * (tile(block) + 1)));
+    let mut acc = Array::<f32>::new(comptime!(block * block));
     #[unroll]
-    for i in 0..16usize {
+    for i in 0..comptime!(block * block) {
         acc[i] = 0.0f32;
     }
 
@@ -71,53 +119,104 @@ pub(super) fn matmul_nt<F: Float>(
         }
     }
     // A step's staged values, all loaded into registers before any is stored.
-    let mut a_reg = Array::<f32>::new(4usize);
-    let mut b_reg = Array::<f32>::new(4usize);
+    let mut a_reg = Array::<f32>::new(block);
+    let mut b_reg = Array::<f32>::new(block);
     for s in first..last {
         load_step::<F>(
-            x, w, &mut a_reg, &mut b_reg, s, lane, kk, r0, m0, n0, rows, cols, depth, w_out_in,
+            x, w, &mut a_reg, &mut b_reg, s, lane, m0, cx, rows, cols, half, depth, w_out_in,
+            geglu, block,
         );
         #[unroll]
-        for r in 0..4usize {
-            let rr = r0 + 16 * r;
-            a_s[kk * STRIDE + rr] = a_reg[r];
+        for r in 0..block {
+            let rr = r0 + comptime!(LANES / BK) * r;
+            a_s[kk * stride + rr] = a_reg[r];
             if w_out_in {
-                b_s[kk * STRIDE + rr] = b_reg[r];
+                b_s[kk * stride + rr] = b_reg[r];
             } else {
-                // Value `lane + 256·r` is depth `lane / 64 + 4·r`, column `lane % 64`.
-                b_s[(lane / BN + 4 * r) * STRIDE + lane % BN] = b_reg[r];
+                b_s[(lane / t + comptime!(LANES / tile(block)) * r) * stride + lane % t] = b_reg[r];
             }
         }
         sync_cube();
-        accumulate_4x4(
-            a_s.clone(),
-            b_s.clone(),
-            &mut acc,
-            tx,
-            ty,
-            BK,
-            STRIDE,
-            STRIDE,
-            16usize,
-        );
+        // 4 × 4 keeps the scalar form every path was measured with.
+        if comptime!(block == 4) {
+            accumulate_4x4(
+                a_s.clone(),
+                b_s.clone(),
+                &mut acc,
+                tx,
+                ty,
+                BK,
+                stride,
+                stride,
+                SIDE,
+            );
+        } else {
+            accumulate_block(
+                a_s.clone(),
+                b_s.clone(),
+                &mut acc,
+                tx,
+                ty,
+                BK,
+                stride,
+                stride,
+                SIDE,
+                block,
+            );
+        }
         sync_cube();
     }
 
-    #[unroll]
-    for i in 0..4usize {
-        let m = m0 + ty * 4 + i;
-        if m < rows {
-            #[unroll]
-            for j in 0..4usize {
-                let n = n0 + tx + 16 * j;
-                if n < cols {
-                    if split {
-                        let z = CUBE_POS_Z as usize;
-                        partial[(z * rows + m) * cols + n] = acc[i * 4 + j];
-                    } else {
-                        let mut v = acc[i * 4 + j];
+    if split {
+        let z = CUBE_POS_Z as usize;
+        #[unroll]
+        for i in 0..block {
+            let m = m0 + ty * block + i;
+            if m < rows {
+                #[unroll]
+                for j in 0..block {
+                    let (n, valid) = weight_col(cx, tx + SIDE * j, cols, half, t, geglu);
+                    if valid {
+                        partial[(z * rows + m) * cols + n] = acc[i * block + j];
+                    }
+                }
+            }
+        }
+    } else if geglu {
+        #[unroll]
+        for i in 0..block {
+            let m = m0 + ty * block + i;
+            if m < rows {
+                #[unroll]
+                for j in 0..comptime!(block / 2) {
+                    let (n, valid) = weight_col(cx, tx + SIDE * j, cols, half, t, geglu);
+                    if valid {
+                        let mut v = acc[i * block + j];
+                        let mut g = acc[i * block + j + comptime!(block / 2)];
                         if add_bias {
                             v += f32::cast_from(bias[n]);
+                            g += f32::cast_from(bias[half + n]);
+                        }
+                        out[m * half + n] = F::cast_from(v * gelu(g));
+                    }
+                }
+            }
+        }
+    } else {
+        #[unroll]
+        for i in 0..block {
+            let m = m0 + ty * block + i;
+            if m < rows {
+                #[unroll]
+                for j in 0..block {
+                    let n = cx * t + tx + SIDE * j;
+                    if n < cols {
+                        let mut v = acc[i * block + j];
+                        if add_bias {
+                            v += f32::cast_from(bias[n]);
+                        }
+                        if add_residual {
+                            v += f32::cast_from(residual[m * cols + n]);
                         }
                         out[m * cols + n] = F::cast_from(v);
                     }
@@ -128,8 +227,8 @@ pub(super) fn matmul_nt<F: Float>(
 }
 
 /// Step `s`'s staging values of this lane into registers (zeros past the edges): `x` at depth
-/// `kk` of rows `r0 + 16·r`; `w` likewise (`w_out_in`) or at depth `lane / 64 + 4·r` of column
-/// `lane % 64`.
+/// `lane % 16` of rows `lane / 16 + 16·r`; `w` likewise (`w_out_in`) or at depth `lane / t +
+/// (256 / t)·r` of column `lane % t`, its columns mapped by [`weight_col`].
 #[cube]
 #[allow(clippy::too_many_arguments)]
 fn load_step<F: Float>(
@@ -139,19 +238,22 @@ fn load_step<F: Float>(
     b_reg: &mut Array<f32>,
     s: usize,
     lane: usize,
-    kk: usize,
-    r0: usize,
     m0: usize,
-    n0: usize,
+    cx: usize,
     rows: usize,
     cols: usize,
+    half: usize,
     depth: usize,
     #[comptime] w_out_in: bool,
+    #[comptime] geglu: bool,
+    #[comptime] block: usize,
 ) {
-    let k = s * BK + kk;
+    let t = comptime!(tile(block));
+    let k = s * BK + lane % BK;
+    let r0 = lane / BK;
     #[unroll]
-    for r in 0..4usize {
-        let rr = r0 + 16 * r;
+    for r in 0..block {
+        let rr = r0 + comptime!(LANES / BK) * r;
         let m = m0 + rr;
         let mut a = 0.0f32;
         if k < depth && m < rows {
@@ -160,14 +262,14 @@ fn load_step<F: Float>(
         a_reg[r] = a;
         let mut b = 0.0f32;
         if w_out_in {
-            let n = n0 + rr;
-            if k < depth && n < cols {
+            let (n, valid) = weight_col(cx, rr, cols, half, t, geglu);
+            if k < depth && valid {
                 b = f32::cast_from(w[n * depth + k]);
             }
         } else {
-            let k2 = s * BK + lane / BN + 4 * r;
-            let n = n0 + lane % BN;
-            if k2 < depth && n < cols {
+            let k2 = s * BK + lane / t + comptime!(LANES / tile(block)) * r;
+            let (n, valid) = weight_col(cx, lane % t, cols, half, t, geglu);
+            if k2 < depth && valid {
                 b = f32::cast_from(w[k2 * cols + n]);
             }
         }
@@ -176,27 +278,52 @@ fn load_step<F: Float>(
 }
 
 /// One lane per output value: the sum of `splits` slices of `partial` (`[splits, rows, cols]`)
-/// plus the bias. Cube `x + y·CUBE_COUNT_X` takes values `256·cube ..` in output order.
+/// plus the bias and the epilogue (a GEGLU's output is `half` wide: value column `n`, gate
+/// `half + n`). Cube `x + y·CUBE_COUNT_X` takes values `256·cube ..` in output order.
 #[cube(launch)]
+#[allow(clippy::too_many_arguments)]
 pub(super) fn matmul_split_sum<F: Float>(
     partial: &[f32],
     bias: &[F],
+    residual: &[F],
     out: &mut [F],
     rows: usize,
     cols: usize,
+    half: usize,
     splits: usize,
     #[comptime] add_bias: bool,
+    #[comptime] add_residual: bool,
+    #[comptime] geglu: bool,
 ) {
     let cube = CUBE_POS_X as usize + CUBE_POS_Y as usize * CUBE_COUNT_X as usize;
     let o = cube * LANES + UNIT_POS as usize;
-    let total = rows * cols;
-    if o < total {
+    let mut out_cols = cols;
+    if geglu {
+        out_cols = half;
+    }
+    if o < rows * out_cols {
+        let m = o / out_cols;
+        let n = o % out_cols;
+        let plane = rows * cols;
         let mut sum = 0.0f32;
         for z in 0..splits {
-            sum += partial[z * total + o];
+            sum += partial[z * plane + m * cols + n];
         }
         if add_bias {
-            sum += f32::cast_from(bias[o % cols]);
+            sum += f32::cast_from(bias[n]);
+        }
+        if geglu {
+            let mut g = 0.0f32;
+            for z in 0..splits {
+                g += partial[z * plane + m * cols + half + n];
+            }
+            if add_bias {
+                g += f32::cast_from(bias[half + n]);
+            }
+            sum *= gelu(g);
+        }
+        if add_residual {
+            sum += f32::cast_from(residual[o]);
         }
         out[o] = F::cast_from(sum);
     }

@@ -12,15 +12,20 @@
 //!
 //! On an H100 under WGSL it reached 6–15 TFLOP/s on the UNet's linears but burn's matmul was
 //! 1.3–1.6× faster on most of them once the weights lay as checkpoints store them (eleventh
-//! session, BENCHMARKS.md), so cards keep burn's. `nn::Linear` runs ours ([`runs_on`]) on software
-//! adapters ([`super::software`]), where burn's matmul autotune compiles and times up to 33
-//! candidates per shape through LLVM: 290 of a cold lavapipe parity test's 360 s.
-//! `LATENT_STUDIO_MATMUL=burn` turns it off there too.
+//! session, BENCHMARKS.md). Since then it takes 8 × 8 lane blocks (128-square tiles, as the
+//! convolution's) and the transformer block's epilogues (the residual, GEGLU's gate), which burn
+//! fuses into its matmul. Where it runs is [`ProductRules`]: always on software adapters
+//! ([`super::software`]), where burn's matmul autotune compiles and times up to 33 candidates
+//! per shape through LLVM (290 of a cold lavapipe parity test's 360 s); on cards by rule.
+//! `LATENT_STUDIO_MATMUL=burn` turns it off everywhere.
 
 mod kernel;
 mod mma;
+mod route;
 #[cfg(test)]
 mod tests;
+
+pub use route::{Place, ProductRules, product_rules, set_product_rules, wide_fits};
 
 pub use gemm::{
     GEMM_STEPS, GemmEpilogue, GemmKnobs, LinearEpilogue, MMA_TILES, MmaGemm, gemm_into, gemm_knobs,
@@ -33,7 +38,7 @@ use burn::cubecl::prelude::*;
 use burn::tensor::{DType, Tensor};
 
 use super::{Element, buffer_arg, grid, output, resolve};
-use kernel::{BK, BM, BN, LANES, matmul_nt, matmul_split_sum};
+use kernel::{BK, LANES, matmul_nt, matmul_split_sum, tile};
 
 /// How a linear layer's weight lies in memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,30 +59,52 @@ fn switched_off() -> bool {
     })
 }
 
-/// Whether a layer on `device` in `dtype` takes ours (settled once per layer).
-pub fn runs_on(device: &burn::tensor::Device, dtype: DType) -> bool {
-    super::available(device)
-        && !switched_off()
-        && Element::of(dtype).is_some()
-        && super::plain_lanes(device, dtype)
-        && super::software(device)
+/// Where a layer on `device` in `dtype` stands for ours (settled once per layer; makes a tensor).
+pub fn place_of(device: &burn::tensor::Device, dtype: DType) -> Place {
+    if !super::available(device) || switched_off() || Element::of(dtype).is_none() {
+        Place::Off
+    } else if super::software(device) {
+        Place::Software
+    } else {
+        Place::Card {
+            plain: super::plain_lanes(device, dtype),
+        }
+    }
+}
+
+/// How one product is launched: the reduction split (`None`: as the convolution's rule) and the
+/// lane block's side, 4 or 8 (64- or 128-square tiles).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tiling {
+    pub slices: Option<usize>,
+    pub block: usize,
+}
+
+impl Default for Tiling {
+    fn default() -> Self {
+        Self {
+            slices: None,
+            block: 4,
+        }
+    }
 }
 
 /// `x` `[.., in]` times the layer's `weight` (`[in, out]`, laid out as `layout` says) plus
-/// `bias` `[out]`, through our kernel; `None` where it does not run here (CPU backend, dtype,
-/// shapes past the grid). `slices`: the reduction split (`None`: as the convolution's rule).
+/// `bias` `[out]` and the `epilogue`, through our kernel; `None` where it does not run here
+/// (CPU backend, dtype, a residual not shaped as the output, shapes past the grid).
 ///
 /// # Shapes
-/// `[.., in] -> [.., out]`
+/// `[.., in] -> [.., out]` (`[.., out / 2]` for a GEGLU)
 pub fn linear<const D: usize>(
     x: Tensor<D>,
     weight: &Tensor<2>,
     layout: WeightLayout,
     bias: Option<&Tensor<1>>,
-    slices: Option<usize>,
+    epilogue: LinearEpilogue<D>,
+    tiling: Tiling,
 ) -> Option<Tensor<D>> {
     let device = x.device();
-    if !super::available(&device) {
+    if !super::available(&device) || !matches!(tiling.block, 4 | 8) {
         return None;
     }
     let dtype = x.dtype();
@@ -92,12 +119,34 @@ pub fn linear<const D: usize>(
     {
         return None;
     }
-    let (nx, ny) = (cols.div_ceil(BN), rows.div_ceil(BM));
+    let geglu = matches!(epilogue, LinearEpilogue::Geglu);
+    if geglu && !cols.is_multiple_of(2) {
+        return None;
+    }
+    let half = cols / 2;
+    let out_cols = if geglu { half } else { cols };
+    let mut out_shape = dims;
+    out_shape[D - 1] = out_cols;
+    let residual = match epilogue {
+        LinearEpilogue::Residual(r) if r.dims() == out_shape && r.dtype() == dtype => Some(r),
+        LinearEpilogue::Residual(_) => return None,
+        _ => None,
+    };
+    let block = tiling.block;
+    let t = tile(block);
+    // A GEGLU's tile holds `t / 2` outputs: their values and their gates.
+    let nx = if geglu {
+        half.div_ceil(t / 2)
+    } else {
+        cols.div_ceil(t)
+    };
+    let ny = rows.div_ceil(t);
     if rows == 0 || cols == 0 || depth == 0 || nx > 65_535 || ny > 65_535 {
         return None;
     }
     let steps = depth.div_ceil(BK);
-    let slices = slices
+    let slices = tiling
+        .slices
         .unwrap_or_else(|| super::conv::splits(nx * ny, steps))
         .clamp(1, steps);
     let per_slice = steps.div_ceil(slices);
@@ -110,19 +159,23 @@ pub fn linear<const D: usize>(
         WeightLayout::OutIn => resolve(weight.clone().transpose())?,
         WeightLayout::InOut => resolve(weight.clone())?,
     };
+    let placeholder = || resolve(Tensor::<1>::zeros([1], (&device, dtype)));
     let bc = match bias {
         Some(b) => resolve(b.clone())?,
-        None => resolve(Tensor::<1>::zeros([1], (&device, dtype)))?,
+        None => placeholder()?,
+    };
+    let add_residual = residual.is_some();
+    let rc = match residual {
+        Some(r) => resolve(r)?,
+        None => placeholder()?,
     };
     let partial_len = if split { slices * rows * cols } else { 1 };
     let (_partial, pc) = output([partial_len], DType::F32, &device)?;
-    let mut out_shape = dims;
-    out_shape[D - 1] = cols;
     let (out, oc) = output(out_shape, dtype, &device)?;
     let client = xc.client.clone();
     let add_bias = bias.is_some();
     let w_out_in = layout == WeightLayout::OutIn;
-    let (gx, gy) = grid((rows * cols).div_ceil(LANES))?;
+    let (gx, gy) = grid((rows * out_cols).div_ceil(LANES))?;
     macro_rules! launch {
         ($t:ty) => {{
             matmul_nt::launch::<$t>(
@@ -132,15 +185,20 @@ pub fn linear<const D: usize>(
                 buffer_arg(&xc),
                 buffer_arg(&wc),
                 buffer_arg(&bc),
+                buffer_arg(&rc),
                 buffer_arg(&oc),
                 buffer_arg(&pc),
                 rows,
                 cols,
                 depth,
+                half,
                 per_slice,
                 w_out_in,
                 add_bias,
+                add_residual,
+                geglu,
                 split,
+                block,
             );
             if split {
                 matmul_split_sum::launch::<$t>(
@@ -149,11 +207,15 @@ pub fn linear<const D: usize>(
                     CubeDim::new_1d(LANES as u32),
                     buffer_arg(&pc),
                     buffer_arg(&bc),
+                    buffer_arg(&rc),
                     buffer_arg(&oc),
                     rows,
                     cols,
+                    half,
                     slices,
                     add_bias,
+                    add_residual,
+                    geglu,
                 );
             }
         }};
