@@ -70,6 +70,10 @@
 #   PART=aq PyTorch fp32 (TF32 off) and fp16 UNet steps, then ours: f32 with the linears on the
 #           SIMT product (the default since part ao), the step with the SIMT convolution in 4 × 4,
 #           8 × 8, and 8 × 8 with the 1×1 layers too; then part ap's f16 runs under WGSL
+#   PART=ar PyTorch (fp16 and fp32 UNet steps, VAE decode, 20-step txt2img), then ours: the
+#           default f16 path end to end (step both ways, VAE, 20-step txt2img and its anatomy:
+#           10 and 3 steps, each step's host time stamp), then the f32 step with this session's
+#           defaults
 #   PART=x  PyTorch (fp16 UNet step, VAE decode, 20-step txt2img), then ours: the planes
 #           tilings that the routing rules pick on every SD 1.5 attention shape (their difference
 #           from burn's), then the default path end to end (step both ways, the step under each
@@ -374,6 +378,11 @@ aq)
   PARTS=${TORCH_PARTS:-unet32,unet16} timeout ${TORCH_TIMEOUT:-130} python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_aq.txt
   timeout ${F32_TIMEOUT:-180} /tmp/ls bench --device gpu --precision f32 --runs 5 --unet-only --no-ops --no-profile --no-burn-ops --simt-ab $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_f32.txt
   LATENT_STUDIO_COMPILER=wgsl timeout ${WGSL_TIMEOUT:-270} /tmp/ls bench --device gpu --precision f16 --runs 5 --unet-only --no-ops --no-profile --no-burn-ops --simt-linears 8x8 --product-ab --kernel-profile 1 $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_wgsl.txt
+  ;;
+ar)
+  PARTS=${TORCH_PARTS:-unet16,unet32,vae,e2e} timeout ${TORCH_TIMEOUT:-150} python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_ar.txt
+  timeout ${OURS_TIMEOUT:-300} /tmp/ls bench --device gpu --precision f16 --runs 7 --steps 20 --no-ops --no-previews --no-profile --no-burn-ops --pipeline-anatomy $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_f16.txt
+  timeout ${F32_TIMEOUT:-130} /tmp/ls bench --device gpu --precision f32 --runs 5 --unet-only --no-ops --no-profile --no-burn-ops $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_f32.txt
   ;;
 h)
   timeout ${OURS_TIMEOUT:-540} /tmp/ls bench --device gpu --precision f16 --runs 3 --unet-only 2>&1 | grep -v "^\[F16\]   [a-z_]*  *[0-9.]* ms  {" | tee $OUT/ours_spirv_ops.txt

@@ -343,6 +343,44 @@ fn a_gallery_image_becomes_the_init_image_and_a_stroke_paints_its_mask() {
 /// The LoRA list offers the folder's files; picking one adds A1111's tag to the prompt, and the
 /// image made with it records the tag and `Lora hashes`. The token counter counts an
 /// embedding's vectors (and not a LoRA tag).
+/// A model recognised as few-step (here by its file name) offers its settings; they reach the
+/// form only when asked for.
+#[test]
+fn a_turbo_model_offers_its_settings() {
+    let _serial = serial();
+    let dir = scratch("turbo");
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures");
+    let file = dir.join("tiny_sd_turbo.safetensors");
+    std::fs::copy(fixtures.join("tiny-sd.safetensors"), &file).unwrap();
+    // The tiny architecture's sidecar, as beside the fixture.
+    std::fs::copy(fixtures.join("tiny-sd.json"), file.with_extension("json")).unwrap();
+    let mut h = studio(&dir, "none");
+    let before = h.state().form.clone();
+    h.state_mut().load_model(file);
+    h.run_steps(2);
+    run_until(&mut h, "the turbo model", |a| {
+        a.model_name().is_some() && !a.is_busy()
+    });
+    h.run_steps(2);
+    assert_eq!(
+        h.state().form.steps,
+        before.steps,
+        "nothing applied unasked"
+    );
+    h.get_by_label("Use Turbo settings").click();
+    h.run_steps(2);
+    let form = &h.state().form;
+    assert_eq!(
+        (form.steps, form.cfg, form.sampler),
+        (
+            1,
+            1.0,
+            latent_engine::schedulers::SamplerKind::EulerAncestral
+        )
+    );
+    assert_eq!(form.prompt, before.prompt);
+}
+
 #[test]
 fn a_lora_picked_from_the_list_is_merged_and_recorded() {
     let _serial = serial();

@@ -13,6 +13,8 @@ mod device_limits;
 mod embeddings;
 #[path = "../faults.rs"]
 mod faults;
+#[path = "../few_step.rs"]
+mod few_step;
 #[path = "../fuzz.rs"]
 mod fuzz;
 #[path = "../hires.rs"]

@@ -26,6 +26,7 @@ mod conv;
 mod kernels;
 mod linear;
 mod lora;
+mod pipeline;
 mod profile;
 mod sdxl;
 mod unet;
@@ -73,6 +74,10 @@ pub struct BenchArgs {
     /// Only the convolution report: every SD 1.5 UNet 3×3 convolution shape, burn's and ours.
     #[arg(long)]
     conv_only: bool,
+    /// After the txt2img: the same at fewer steps (per-step and fixed costs inside the
+    /// pipeline) and each step's host time stamp.
+    #[arg(long)]
+    pipeline_anatomy: bool,
     /// Only the linear report: every SD 1.5 UNet linear shape on burn's matmul and the SIMT
     /// product in 4 × 4 and 8 × 8 lane blocks, with the transformer block's epilogues.
     #[arg(long)]
@@ -468,6 +473,9 @@ pub fn run(args: BenchArgs) -> Result<()> {
                 "[{precision:?}]   per step incl. decode: {:.1} ms",
                 total / args.steps as f64
             );
+            if args.pipeline_anatomy {
+                pipeline::anatomy(&model, &tokenizer, &device, precision, args.steps)?;
+            }
             if let Some(scale) = args.hires_scale {
                 let fix = latent_engine::pipeline::HiresFix {
                     scale,

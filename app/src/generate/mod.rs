@@ -306,6 +306,20 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         checkpoint.model_name(),
         model.config.scheduler.prediction
     );
+    if let Some(few) = checkpoint.few_step {
+        let p = few.preset(checkpoint.family);
+        let size = p
+            .size
+            .map(|s| format!(" --width {s} --height {s}"))
+            .unwrap_or_default();
+        eprintln!(
+            "note: a {} model; its settings: --steps {} --cfg {} --sampler {}{size}",
+            few.name(),
+            p.steps,
+            p.cfg_scale,
+            p.sampler.id()
+        );
+    }
     if std::env::var_os("LATENT_STUDIO_FAIL_VAE_COMPILE").is_some() {
         model.vae_compile.force_failure(true);
     }

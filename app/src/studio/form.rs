@@ -134,6 +134,19 @@ impl Form {
         }
     }
 
+    /// A few-step model's settings: steps, CFG, sampler, schedule and, where it was distilled
+    /// at another size than its family's (SDXL-Turbo), that size; the prompt, seed and the
+    /// rest stay.
+    pub fn apply_preset(&mut self, p: &latent_engine::checkpoint::Preset) {
+        self.steps = p.steps;
+        self.cfg = p.cfg_scale;
+        self.sampler = p.sampler;
+        self.schedule = p.schedule;
+        if let Some(side) = p.size {
+            (self.width, self.height) = (side, side);
+        }
+    }
+
     /// Restores what a PNG's parameters say (A1111 or ours). Unknown sampler or schedule names
     /// leave those fields as they are; the returned list names what could not be applied.
     pub fn apply(&mut self, p: &Parameters) -> Vec<String> {
@@ -216,6 +229,28 @@ impl Form {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_preset_sets_the_sampling_and_keeps_the_prompt() {
+        use latent_engine::checkpoint::{Family, FewStep};
+        let mut form = Form {
+            prompt: "a fox".into(),
+            seed: 9,
+            width: 1024,
+            height: 768,
+            ..Form::default()
+        };
+        form.apply_preset(&FewStep::Lcm.preset(Family::Sdxl));
+        assert_eq!(
+            (form.steps, form.cfg, form.sampler),
+            (4, 1.0, SamplerKind::Lcm)
+        );
+        assert_eq!((form.width, form.height), (1024, 768), "LCM keeps the size");
+        form.apply_preset(&FewStep::Turbo.preset(Family::Sdxl));
+        assert_eq!((form.steps, form.sampler), (1, SamplerKind::EulerAncestral));
+        assert_eq!((form.width, form.height), (512, 512), "SDXL-Turbo's 512²");
+        assert_eq!((form.prompt.as_str(), form.seed), ("a fox", 9));
+    }
 
     /// Clip skip and emphasis travel through the PNG text: written only past their defaults (as
     /// A1111 writes them), read back into the form, an unknown mode reported.

@@ -3,6 +3,7 @@
 
 mod config;
 pub mod family;
+pub mod few_step;
 pub mod kept;
 pub mod ldm;
 pub mod safetensors;
@@ -20,6 +21,7 @@ use crate::schedulers::{Prediction, SchedulerConfig};
 use crate::unet::UNetConfig;
 pub use config::ModelConfig;
 pub use family::Family;
+pub use few_step::{FewStep, Preset};
 pub use safetensors::SafetensorsFile;
 pub use weights::{KeyMap, LoadReport, Weights, controlled};
 
@@ -37,6 +39,8 @@ pub struct Checkpoint {
     pub layout: Layout,
     pub family: Family,
     pub config: ModelConfig,
+    /// A few-step distillation recognised from the files ([`few_step::recognise`]).
+    pub few_step: Option<FewStep>,
     text_encoder: Arc<SafetensorsFile>,
     /// SDXL's second text encoder (the same file as the others in a single file).
     text_encoder_2: Option<Arc<SafetensorsFile>>,
@@ -105,6 +109,18 @@ impl Checkpoint {
         if let Some(channels) = family::single_file_unet_in_channels(&file) {
             config.unet.in_channels = channels;
         }
+        let few_step =
+            few_step::recognise(path, None, &sidecar).map_err(|reason| Error::InvalidConfig {
+                reason,
+                path: sidecar_path.clone(),
+            })?;
+        // A Turbo file steps trailing timesteps as its diffusers folder says (SD-Turbo's and
+        // SDXL-Turbo's `scheduler_config.json`), unless the sidecar sets a spacing.
+        if few_step == Some(FewStep::Turbo)
+            && sidecar.pointer("/scheduler/timestep_spacing").is_none()
+        {
+            config.scheduler.timestep_spacing = Some(crate::schedulers::TimestepSpacing::Trailing);
+        }
         let config = config.checked(&sidecar_path)?;
         let clip_prefix = match family {
             Family::Sd2 => ldm::OPENCLIP_PREFIX,
@@ -119,6 +135,7 @@ impl Checkpoint {
             layout: Layout::SingleFile,
             family,
             config,
+            few_step,
             text_encoder: file.clone(),
             text_encoder_2,
             unet: file.clone(),
@@ -183,17 +200,29 @@ impl Checkpoint {
         };
         // The folder's schedule as diffusers reads it; the family's where the file is missing.
         let scheduler_path = dir.join("scheduler/scheduler_config.json");
-        let scheduler = if scheduler_path.is_file() {
+        let (scheduler, scheduler_class) = if scheduler_path.is_file() {
             let value: serde_json::Value = read_json(&scheduler_path)?;
             let invalid = |reason: String| Error::InvalidConfig {
                 reason,
                 path: scheduler_path.clone(),
             };
             check_scheduler(&value).map_err(invalid)?;
-            serde_json::from_value(value).map_err(|e| invalid(e.to_string()))?
+            let class = value
+                .get("_class_name")
+                .and_then(|c| c.as_str())
+                .map(str::to_string);
+            let config = serde_json::from_value(value).map_err(|e| invalid(e.to_string()))?;
+            (config, class)
         } else {
-            SchedulerConfig::default()
+            (SchedulerConfig::default(), None)
         };
+        let no_sidecar = serde_json::Value::Object(Default::default());
+        let few_step = few_step::recognise(dir, scheduler_class.as_deref(), &no_sidecar).map_err(
+            |reason| Error::InvalidConfig {
+                reason,
+                path: dir.to_path_buf(),
+            },
+        )?;
         let config = ModelConfig {
             text_encoder: text_config,
             text_encoder_2: text_config_2,
@@ -214,6 +243,7 @@ impl Checkpoint {
             layout: Layout::Diffusers,
             family,
             config,
+            few_step,
             text_encoder: Arc::new(text_encoder),
             text_encoder_2,
             unet: Arc::new(open_component(dir, "unet", "diffusion_pytorch_model")?),

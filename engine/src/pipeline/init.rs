@@ -110,7 +110,7 @@ pub(super) struct Encoded {
     masked: Option<Distribution>,
     masked_content: MaskedContent,
     /// Inpainting with A1111's overlay: the fitted picture and each pixel's weight of the
-    /// generated image (the blurred mask, 0..=1).
+    /// generated image, 0..=1 (the blurred mask; doubled and clipped for the whole picture).
     overlay: Option<(RgbImage, Vec<f32>)>,
     /// Only masked: where the generated image goes back into the picture.
     paste: Option<Region>,
@@ -153,10 +153,18 @@ pub(super) fn encode(
     width: usize,
     height: usize,
 ) -> Result<Encoded> {
-    let (image, fitted_mask, overlay, paste) = match (&init.mask, init.area) {
+    // `fill_mask`: what A1111's fill paints through, its blurred mask where there is a blur.
+    let (image, fitted_mask, fill_mask, overlay, paste) = match (&init.mask, init.area) {
         (Some(mask), InpaintArea::OnlyMasked { padding }) => {
-            let (image, mask, overlay, region) = only_masked(init, mask, padding, width, height)?;
-            (image, Some(mask), Some(overlay), Some(region))
+            let masked = only_masked(init, mask, padding, width, height)?;
+            let (overlay, region) = (Some(masked.overlay), Some(masked.region));
+            (
+                masked.image,
+                Some(masked.mask),
+                Some(masked.blurred),
+                overlay,
+                region,
+            )
         }
         _ => {
             let image = resize(&init.image, width, height, init.resize)?;
@@ -165,16 +173,19 @@ pub(super) fn encode(
                 Some(mask) => Some(resize(mask, width, height, init.resize)?),
                 None => None,
             };
-            let overlay = match (&fitted_mask, init.mask_blur) {
-                (Some(mask), Some(blur)) => Some((image.clone(), overlay_weights(mask, blur))),
-                _ => None,
+            let (fill_mask, overlay) = match (&fitted_mask, init.mask_blur) {
+                (Some(mask), Some(blur)) => {
+                    let (fill, weights) = whole_picture_masks(mask, blur);
+                    (Some(fill), Some((image.clone(), weights)))
+                }
+                _ => (fitted_mask.clone(), None),
             };
-            (image, fitted_mask, overlay, None)
+            (image, fitted_mask, fill_mask, overlay, None)
         }
     };
     // A1111's fill: the encoded picture has its masked area painted from the surroundings (the
     // overlay keeps the original).
-    let image = match (&fitted_mask, init.masked_content) {
+    let image = match (&fill_mask, init.masked_content) {
         (Some(mask), MaskedContent::Fill) => crate::image_io::fill(&image, mask),
         _ => image,
     };
@@ -204,9 +215,17 @@ pub(super) fn encode(
     })
 }
 
-/// What [`only_masked`] makes: the crop, its mask, the whole picture with its overlay weights,
-/// and the region.
-type OnlyMasked = (RgbImage, RgbImage, (RgbImage, Vec<f32>), Region);
+/// What [`only_masked`] makes.
+struct OnlyMasked {
+    /// The crop of the picture and of the mask, at the generation size.
+    image: RgbImage,
+    mask: RgbImage,
+    /// The crop of the blurred mask (A1111 crops after blurring): what its fill paints through.
+    blurred: RgbImage,
+    /// The whole picture and each pixel's weight of the generated image (the blurred mask).
+    overlay: (RgbImage, Vec<f32>),
+    region: Region,
+}
 
 /// Only masked: the picture and mask cut to the mask's padded box (widened to the request's
 /// ratio) and scaled to `width`×`height` (A1111's resize and fill), and the overlay at the
@@ -227,9 +246,36 @@ fn only_masked(
         .ok_or_else(|| Error::InvalidInput("the mask is empty: paint the area to redraw".into()))?;
     let region = inpaint_area::expand_to_ratio(region, width, height, pw, ph);
     let fill = ResizeMode::ResizeAndFill;
-    let image = resize(&inpaint_area::crop(&picture, region)?, width, height, fill)?;
-    let cropped_mask = resize(&inpaint_area::crop(&mask, region)?, width, height, fill)?;
-    Ok((image, cropped_mask, (picture, weights), region))
+    let cut = |img: &RgbImage| resize(&inpaint_area::crop(img, region)?, width, height, fill);
+    Ok(OnlyMasked {
+        image: cut(&picture)?,
+        mask: cut(&mask)?,
+        blurred: cut(&grey_image(&weights, pw, ph))?,
+        overlay: (picture, weights),
+        region,
+    })
+}
+
+/// A1111's masks for the whole picture with a mask blur: the blurred mask (what fill paints
+/// through) and the overlay's weights, the blurred mask doubled and clipped (`mask_for_overlay`),
+/// so the generated image reaches fully to the blur's midline.
+fn whole_picture_masks(mask: &RgbImage, blur: f32) -> (RgbImage, Vec<f32>) {
+    let blurred = overlay_weights(mask, blur);
+    let doubled = blurred.iter().map(|&b| (2.0 * b).min(1.0)).collect();
+    (grey_image(&blurred, mask.width, mask.height), doubled)
+}
+
+/// Weights in 0..=1 as a grey picture (a mask).
+fn grey_image(weights: &[f32], width: usize, height: usize) -> RgbImage {
+    let pixels = weights
+        .iter()
+        .flat_map(|w| [(w * 255.0).round() as u8; 3])
+        .collect();
+    RgbImage {
+        width,
+        height,
+        pixels,
+    }
 }
 
 /// The mask blurred by a Gaussian of `sigma` pixels (A1111's `GaussianBlur(mask_blur)`), as
@@ -353,5 +399,39 @@ impl Encoded {
             blend,
             unet_input,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The left half of a 32 × 8 mask white.
+    fn half_mask() -> RgbImage {
+        let pixels = (0..32 * 8)
+            .flat_map(|i| [if i % 32 < 16 { 255u8 } else { 0 }; 3])
+            .collect();
+        RgbImage {
+            width: 32,
+            height: 8,
+            pixels,
+        }
+    }
+
+    #[test]
+    fn the_whole_picture_overlay_is_the_blurred_mask_doubled() {
+        let (fill, weights) = whole_picture_masks(&half_mask(), 2.0);
+        let at = |x: usize| weights[4 * 32 + x];
+        let blurred = |x: usize| f32::from(fill.pixels[(4 * 32 + x) * 3]) / 255.0;
+        assert_eq!((at(0), at(31)), (1.0, 0.0));
+        // Inside the blur: the fill mask is the blurred one, the overlay twice it up to 1.
+        assert!(blurred(15) > 0.5 && blurred(15) < 1.0, "{}", blurred(15));
+        assert_eq!(at(15), 1.0, "the generated image reaches the midline");
+        assert!(blurred(17) > 0.05 && blurred(17) < 0.5, "{}", blurred(17));
+        assert!((at(17) - 2.0 * blurred(17)).abs() < 1e-6);
+        // No blur: both are the mask.
+        let (fill, weights) = whole_picture_masks(&half_mask(), 0.0);
+        assert_eq!(fill.pixels, half_mask().pixels);
+        assert!(weights.iter().all(|&w| w == 0.0 || w == 1.0));
     }
 }

@@ -5,6 +5,7 @@ use super::*;
 impl StudioApp {
     pub(super) fn model_ui(&mut self, ui: &mut egui::Ui) {
         ui.heading("Model");
+        let mut preset = None;
         match &self.model {
             Some(loaded) => {
                 ui.label(format!("Loaded: {}", loaded.name));
@@ -12,11 +13,35 @@ impl StudioApp {
                 if demo::is_demo(&loaded.path) {
                     ui.weak("Demo model: random weights, it paints abstract images only.");
                 }
+                if let Some((few, p)) = loaded.few_step {
+                    let size = p.size.map(|s| format!(", {s}×{s}")).unwrap_or_default();
+                    let settings = format!(
+                        "{} step{}, CFG {}{}, {}{size}",
+                        p.steps,
+                        if p.steps == 1 { "" } else { "s" },
+                        p.cfg_scale,
+                        if p.cfg_scale <= 1.0 { " (off)" } else { "" },
+                        p.sampler.a1111_name()
+                    );
+                    ui.horizontal_wrapped(|ui| {
+                        ui.label(format!("A {} model: made for few steps.", few.name()));
+                        if ui
+                            .button(format!("Use {} settings", few.name()))
+                            .on_hover_text(settings)
+                            .clicked()
+                        {
+                            preset = Some(p);
+                        }
+                    });
+                }
             }
             None if !self.activity.loading() => {
                 ui.label("No model yet. Open a .safetensors checkpoint or a diffusers folder, set a models folder in Settings, or try the demo model.");
             }
             None => {}
+        }
+        if let Some(p) = preset {
+            self.form.apply_preset(&p);
         }
         if self.activity.loading() {
             ui.horizontal(|ui| {

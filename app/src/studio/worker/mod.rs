@@ -322,6 +322,9 @@ impl Worker {
                 model.config.scheduler.prediction
             ),
             native: model.config.native_size(),
+            few_step: checkpoint
+                .few_step
+                .map(|f| (f, f.preset(checkpoint.family))),
         };
         self.model = Some(Loaded { model, checkpoint });
         let from = match source {

@@ -67,6 +67,11 @@ pub struct LoadedModel {
     pub kind: String,
     /// The size it was trained at (each side, pixels): the form's default for it.
     pub native: usize,
+    /// A few-step model (Turbo, LCM) and the settings the model panel offers for it.
+    pub few_step: Option<(
+        latent_engine::checkpoint::FewStep,
+        latent_engine::checkpoint::Preset,
+    )>,
 }
 
 /// Engine → GUI.
