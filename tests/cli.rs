@@ -92,7 +92,7 @@ fn generate_writes_diffusers_image_with_parameters() {
             .to_uppercase()
     });
     let gpu = word.as_deref().unwrap_or("auto");
-    let forced = [("LATENT_STUDIO_FAIL_VAE_COMPILE", "1")];
+    let forced = [(latent_studio::test_seam::FAIL_VAE_COMPILE, "1")];
     for (device, envs) in [("cpu", &[][..]), (gpu, &forced[..])] {
         let extra = ["--device", device, "--vae-compile", "on"];
         let o = generate_with(&extra, &out, envs);
@@ -991,7 +991,7 @@ fn a_device_stalled_mid_batch_is_reported_and_the_finished_image_is_saved() {
     ]);
     let mut child = Command::new(env!("CARGO_BIN_EXE_latent-studio"))
         .args(&args)
-        .env(latent_studio::stall::TEST_STALL_ENV, "2:1")
+        .env(latent_studio::test_seam::STALL_AT, "2:1")
         .stderr(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .spawn()

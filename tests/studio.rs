@@ -748,7 +748,7 @@ fn a_stalled_device_is_reported_and_the_engine_restarts_on_the_cpu() {
     quick_form(&mut h, 4);
     // SAFETY: the studio tests run one at a time (serial()); no other thread reads the
     // environment while it changes.
-    unsafe { std::env::set_var(latent_studio::stall::TEST_STALL_ENV, "1:2") };
+    unsafe { std::env::set_var(latent_studio::test_seam::STALL_AT, "1:2") };
     h.get_by_label("Generate").click();
     h.run_steps(2);
     h.state_mut().reset_frame_times();
@@ -771,7 +771,7 @@ fn a_stalled_device_is_reported_and_the_engine_restarts_on_the_cpu() {
             h.get_by_label("Restart on the CPU").rect()
         );
     }
-    unsafe { std::env::remove_var(latent_studio::stall::TEST_STALL_ENV) };
+    unsafe { std::env::remove_var(latent_studio::test_seam::STALL_AT) };
     if std::env::var_os("DEBUG_DIRECT").is_some() {
         h.state_mut().restart_engine_on_cpu();
     } else {
@@ -810,11 +810,11 @@ fn an_engine_panic_is_reported_and_the_next_generate_works() {
     h.state_mut().form.batch_count = 2;
     // SAFETY: the studio tests run one at a time (serial()); no other thread reads the
     // environment while it changes.
-    unsafe { std::env::set_var(latent_studio::stall::TEST_STALL_ENV, "panic:2:2") };
+    unsafe { std::env::set_var(latent_studio::test_seam::STALL_AT, "panic:2:2") };
     h.get_by_label("Generate").click();
     h.run_steps(2);
     run_until(&mut h, "the panic's report", |a| !a.is_busy());
-    unsafe { std::env::remove_var(latent_studio::stall::TEST_STALL_ENV) };
+    unsafe { std::env::remove_var(latent_studio::test_seam::STALL_AT) };
     let error = h.state().last_error().unwrap_or_default().to_string();
     assert!(error.contains("The engine stopped"), "{error}");
     assert!(error.contains("a panic at image 2, step 2"), "{error}");

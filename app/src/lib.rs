@@ -6,3 +6,4 @@ pub mod probe;
 pub mod run;
 pub mod stall;
 pub mod studio;
+pub mod test_seam;

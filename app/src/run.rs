@@ -130,7 +130,7 @@ impl<E: RunEvents> Observer for SaveEach<'_, E> {
 
     fn step(&mut self, s: &StepState<'_>) {
         self.events.step(s);
-        crate::stall::stall_here_for_tests(s.image, s.step);
+        crate::test_seam::stall_here(s.image, s.step);
     }
 
     fn decoding(&mut self, tiles: usize) {

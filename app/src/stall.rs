@@ -9,36 +9,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-/// Test hook: `IMAGE:STEP` (both 1-based) parks the engine thread forever right after that
-/// sampling step, as a driver stuck compiling a kernel would leave it; `panic:IMAGE:STEP`
-/// panics there instead, as a bug would.
-pub const TEST_STALL_ENV: &str = "LATENT_STUDIO_TEST_STALL_AT";
-
-/// Parks the calling thread forever (or panics) when [`TEST_STALL_ENV`] names this point. Read
-/// at each call, so a test can clear it before the next engine starts.
-pub fn stall_here_for_tests(image: usize, step: usize) {
-    if let Ok(point) = std::env::var(TEST_STALL_ENV) {
-        let here = format!("{}:{step}", image + 1);
-        if point.trim().strip_prefix("panic:") == Some(here.as_str()) {
-            panic!("test hook: a panic at image {}, step {step}", image + 1);
-        }
-        if point.trim() == here {
-            tracing::warn!(
-                "test hook: stalling the engine at image {}, step {step}",
-                image + 1
-            );
-            loop {
-                std::thread::park();
-            }
-        }
-    }
-}
-
-/// Whether the hook is set (a CLI run on the CPU backend watches too, so the hook is testable).
-pub fn test_stall_set() -> bool {
-    std::env::var_os(TEST_STALL_ENV).is_some()
-}
-
 /// A heartbeat from the engine thread and a watcher thread that calls `on_stall` once when no
 /// beat came for `limit`. Dropping the watch stops the watcher.
 pub struct StallWatch {

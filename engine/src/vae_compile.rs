@@ -50,7 +50,7 @@ impl std::fmt::Debug for VaeCompiler {
 
 impl VaeCompiler {
     /// Makes every check fail, as a kernel that does not compile would (for tests and `--vae-compile`
-    /// fault drills via `LATENT_STUDIO_FAIL_VAE_COMPILE=1`).
+    /// fault drills via the app's `LATENT_STUDIO_TEST_FAIL_VAE_COMPILE=1`).
     pub fn force_failure(&self, fail: bool) {
         self.force_failure.store(fail, Ordering::Relaxed);
     }

@@ -320,7 +320,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
             p.sampler.id()
         );
     }
-    if std::env::var_os("LATENT_STUDIO_FAIL_VAE_COMPILE").is_some() {
+    if latent_studio::test_seam::vae_compile_fails() {
         model.vae_compile.force_failure(true);
     }
     // Without a size or a picture to take it from, the model's native one (768 for SD 2.x v).
@@ -354,7 +354,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     // slow looks the same (lavapipe under load took over 120 s for a first UNet step), and
     // killing it would be worse than waiting. Finished images are saved by then. The CPU backend
     // cannot hang in a driver and may be slow on large images: unwatched.
-    let watch = (!latent_engine::device::is_cpu(&device) || latent_studio::stall::test_stall_set())
+    let watch = (!latent_engine::device::is_cpu(&device) || latent_studio::test_seam::stall_set())
         .then(|| {
             let limit = timeout.saturating_mul(2);
             let label = choice.to_string();

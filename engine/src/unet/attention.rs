@@ -242,10 +242,10 @@ impl Transformer2D {
             tokens = block.forward(tokens, context);
         }
         let to_map = |t: Tensor<3>| t.swap_dims(1, 2).reshape([b, c, h, w]);
-        let out = match &self.proj_out {
-            Projection::Conv(conv) => conv.forward(to_map(tokens)),
-            Projection::Linear(lin) => to_map(lin.forward(tokens)),
-        };
-        out + residual
+        match &self.proj_out {
+            // The residual in the convolution's epilogue where ours runs: no pass of its own.
+            Projection::Conv(conv) => conv.forward_adding(to_map(tokens), None, Some(&residual)),
+            Projection::Linear(lin) => to_map(lin.forward(tokens)) + residual,
+        }
     }
 }

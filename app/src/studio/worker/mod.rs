@@ -458,7 +458,7 @@ impl Worker {
         }
         request.loras = loras;
         let request = &request;
-        if std::env::var_os("LATENT_STUDIO_FAIL_VAE_COMPILE").is_some() {
+        if crate::test_seam::vae_compile_fails() {
             loaded.model.vae_compile.force_failure(true);
         }
         let mut forward = SaveEach::new(

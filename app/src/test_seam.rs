@@ -1,0 +1,44 @@
+//! The one seam through which tests inject faults into real runs. The CLI and studio tests
+//! drive the real binary and the real engine thread, where no mock reaches, so the faults come
+//! in through environment variables, all named `LATENT_STUDIO_TEST_*` and all read here; no
+//! other code in the app reads them, and unset (every real run) each hook is a no-op.
+
+/// `IMAGE:STEP` (both 1-based) parks the engine thread forever right after that sampling step,
+/// as a driver stuck compiling a kernel would leave it; `panic:IMAGE:STEP` panics there
+/// instead, as a bug would.
+pub const STALL_AT: &str = "LATENT_STUDIO_TEST_STALL_AT";
+
+/// Set (any value): every VAE compilation check fails, as a kernel that does not compile would
+/// (the fallback's drill: `--vae-compile on` must still give the plain decoder's image).
+pub const FAIL_VAE_COMPILE: &str = "LATENT_STUDIO_TEST_FAIL_VAE_COMPILE";
+
+/// Parks the calling thread forever (or panics) when [`STALL_AT`] names this point. Read at
+/// each call, so a test can clear it before the next engine starts.
+pub fn stall_here(image: usize, step: usize) {
+    if let Ok(point) = std::env::var(STALL_AT) {
+        let here = format!("{}:{step}", image + 1);
+        if point.trim().strip_prefix("panic:") == Some(here.as_str()) {
+            panic!("test hook: a panic at image {}, step {step}", image + 1);
+        }
+        if point.trim() == here {
+            tracing::warn!(
+                "test hook: stalling the engine at image {}, step {step}",
+                image + 1
+            );
+            loop {
+                std::thread::park();
+            }
+        }
+    }
+}
+
+/// Whether [`STALL_AT`] is set (a CLI run on the CPU backend then watches for stalls too, so
+/// the hook is testable without a GPU).
+pub fn stall_set() -> bool {
+    std::env::var_os(STALL_AT).is_some()
+}
+
+/// Whether [`FAIL_VAE_COMPILE`] is set.
+pub fn vae_compile_fails() -> bool {
+    std::env::var_os(FAIL_VAE_COMPILE).is_some()
+}
