@@ -199,6 +199,34 @@ pub(crate) fn accumulate_block(
     }
 }
 
+/// One staged reduction step in lane blocks of `block` × `block`: the measured scalar form for
+/// 4 × 4 ([`accumulate_4x4`]), [`accumulate_block`] otherwise. The SIMT convolution and product
+/// both step through it.
+#[cubecl::cube]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn accumulate(
+    a_s: cubecl::prelude::Shared<[f32]>,
+    b_s: cubecl::prelude::Shared<[f32]>,
+    acc: &mut cubecl::prelude::Array<f32>,
+    tx: usize,
+    ty: usize,
+    #[comptime] bk: usize,
+    #[comptime] a_stride: usize,
+    #[comptime] b_stride: usize,
+    #[comptime] lanes_x: usize,
+    #[comptime] block: usize,
+) {
+    #[allow(unused_imports)]
+    use cubecl::prelude::*;
+    if comptime!(block == 4) {
+        accumulate_4x4(a_s, b_s, acc, tx, ty, bk, a_stride, b_stride, lanes_x);
+    } else {
+        accumulate_block(
+            a_s, b_s, acc, tx, ty, bk, a_stride, b_stride, lanes_x, block,
+        );
+    }
+}
+
 /// Mean and M2 (sum of squared deviations from the mean) of `x[base..base + len]` in f32, over a
 /// cube of `lanes` lanes, returned to every lane. Two passes: the span stays in cache.
 #[cubecl::cube]

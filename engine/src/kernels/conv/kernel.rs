@@ -4,7 +4,7 @@
 use burn::cubecl;
 use burn::cubecl::prelude::*;
 
-use super::super::{accumulate_4x4, accumulate_block};
+use super::super::accumulate;
 
 /// Output channels per cube.
 pub(super) const BM: usize = 64;
@@ -192,33 +192,18 @@ pub(super) fn conv2d_gemm<F: Float>(
             b_s[(row0 + comptime!(LANES / cols) * r) * cols + col] = b_reg[r];
         }
         sync_cube();
-        // 4 × 4 keeps the scalar form every path was measured with (the SIMT product shares it).
-        if comptime!(block == 4) {
-            accumulate_4x4(
-                a_s.clone(),
-                b_s.clone(),
-                &mut acc,
-                tx,
-                ty,
-                BK,
-                rows,
-                cols,
-                lanes_x,
-            );
-        } else {
-            accumulate_block(
-                a_s.clone(),
-                b_s.clone(),
-                &mut acc,
-                tx,
-                ty,
-                BK,
-                rows,
-                cols,
-                lanes_x,
-                block,
-            );
-        }
+        accumulate(
+            a_s.clone(),
+            b_s.clone(),
+            &mut acc,
+            tx,
+            ty,
+            BK,
+            rows,
+            cols,
+            lanes_x,
+            block,
+        );
         sync_cube();
     }
 

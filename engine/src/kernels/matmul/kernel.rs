@@ -4,7 +4,7 @@
 use burn::cubecl;
 use burn::cubecl::prelude::*;
 
-use super::super::{accumulate_4x4, accumulate_block};
+use super::super::accumulate;
 
 /// Reduction step staged in workgroup memory.
 pub(super) const BK: usize = 16;
@@ -137,33 +137,18 @@ pub(super) fn matmul_nt<F: Float>(
             }
         }
         sync_cube();
-        // 4 × 4 keeps the scalar form every path was measured with.
-        if comptime!(block == 4) {
-            accumulate_4x4(
-                a_s.clone(),
-                b_s.clone(),
-                &mut acc,
-                tx,
-                ty,
-                BK,
-                stride,
-                stride,
-                SIDE,
-            );
-        } else {
-            accumulate_block(
-                a_s.clone(),
-                b_s.clone(),
-                &mut acc,
-                tx,
-                ty,
-                BK,
-                stride,
-                stride,
-                SIDE,
-                block,
-            );
-        }
+        accumulate(
+            a_s.clone(),
+            b_s.clone(),
+            &mut acc,
+            tx,
+            ty,
+            BK,
+            stride,
+            stride,
+            SIDE,
+            block,
+        );
         sync_cube();
     }
 
