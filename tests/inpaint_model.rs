@@ -8,7 +8,7 @@
 
 use crate::common;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, OnceLock};
 
@@ -143,24 +143,24 @@ fn an_inpainting_model_without_its_encoder_says_so() {
     );
 }
 
-/// The tiny SDXL as an inpainting folder: its files copied, the UNet's config saying 9 input
-/// channels and its `conv_in` the fixture's.
-fn sdxl_checkpoint(expected: &SafetensorsFile) -> PathBuf {
-    let src = fixtures().join("tiny-sdxl");
-    let dir = common::scratch_dir("sdxl-inpainting").join("tiny-sdxl-inpainting");
-    for sub in [
-        "",
-        "scheduler",
-        "text_encoder",
-        "text_encoder_2",
-        "unet",
-        "vae",
-    ] {
-        std::fs::create_dir_all(dir.join(sub)).unwrap();
-        for entry in std::fs::read_dir(src.join(sub)).unwrap() {
+/// A tiny model folder (`tiny-sdxl`, `tiny-sd2`) as an inpainting folder: its files copied, the
+/// UNet's config saying 9 input channels and its `conv_in` (in `unet_weights`) the fixture's.
+fn inpainting_folder(name: &str, unet_weights: &str, expected: &SafetensorsFile) -> PathBuf {
+    let src = fixtures().join(name);
+    let dir = common::scratch_dir(&format!("{name}-inpainting")).join(format!("{name}-inpainting"));
+    let subs = std::iter::once(String::new()).chain(
+        std::fs::read_dir(&src)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.is_dir())
+            .map(|p| p.file_name().unwrap().to_string_lossy().into_owned()),
+    );
+    for sub in subs {
+        std::fs::create_dir_all(dir.join(&sub)).unwrap();
+        for entry in std::fs::read_dir(src.join(&sub)).unwrap() {
             let path = entry.unwrap().path();
             if path.is_file() {
-                std::fs::copy(&path, dir.join(sub).join(path.file_name().unwrap())).unwrap();
+                std::fs::copy(&path, dir.join(&sub).join(path.file_name().unwrap())).unwrap();
             }
         }
     }
@@ -169,7 +169,7 @@ fn sdxl_checkpoint(expected: &SafetensorsFile) -> PathBuf {
         serde_json::from_str(&std::fs::read_to_string(&config).unwrap()).unwrap();
     json["in_channels"] = 9.into();
     std::fs::write(&config, json.to_string()).unwrap();
-    let weights = dir.join("unet/diffusion_pytorch_model.fp16.safetensors");
+    let weights = dir.join("unet").join(unet_weights);
     let unet = SafetensorsFile::open(&weights).unwrap();
     let conv_in = expected.entry("conv_in.weight").unwrap();
     let tensors: Vec<(String, String, Vec<usize>, Vec<u8>)> = unet
@@ -199,20 +199,13 @@ fn sdxl_checkpoint(expected: &SafetensorsFile) -> PathBuf {
     dir
 }
 
-/// An SDXL inpainting folder (diffusers layout, 9-channel UNet) against diffusers'
-/// `StableDiffusionXLInpaintPipeline` (tests/fixtures/make_sdxl_inpaint_fixtures.py): Euler a at
-/// strength 0.75 with the zeroed empty negative, per-step latents within 1e-4 of their largest
-/// value and the image within ±1, on the CPU.
-#[test]
-fn sdxl_inpainting_checkpoints_match_diffusers() {
-    let expected =
-        SafetensorsFile::open(&fixtures().join("sdxl-inpaint-expected.safetensors")).unwrap();
-    let ckpt = Checkpoint::open(&sdxl_checkpoint(&expected)).unwrap();
-    assert_eq!(ckpt.model_name(), "SDXL inpainting");
-    let cases: Vec<Case> = serde_json::from_str(
-        &std::fs::read_to_string(fixtures().join("sdxl_inpaint_cases.json")).unwrap(),
-    )
-    .unwrap();
+/// One inpainting folder's case against diffusers' pipeline on the CPU: per-step latents within
+/// 1e-4 of their largest value, the image within ±1.
+fn folder_matches_diffusers(what: &str, folder: &Path, expected: &SafetensorsFile, cases: &str) {
+    let ckpt = Checkpoint::open(folder).unwrap();
+    assert_eq!(ckpt.model_name(), what);
+    let cases: Vec<Case> =
+        serde_json::from_str(&std::fs::read_to_string(fixtures().join(cases)).unwrap()).unwrap();
     let options = LoadOptions {
         vae_encoder: true,
         ..Default::default()
@@ -230,8 +223,45 @@ fn sdxl_inpainting_checkpoints_match_diffusers() {
     .unwrap();
     let want = expected.read_f32("case0.latents").unwrap();
     assert_eq!(rec.latents.len(), case.runs);
-    common::assert_steps_match("sdxl inpainting", &rec.latents, &want, common::relative_1e4);
-    common::assert_image_matches("sdxl inpainting", &expected, "case0", &out[0].image.pixels);
+    common::assert_steps_match(what, &rec.latents, &want, common::relative_1e4);
+    common::assert_image_matches(what, expected, "case0", &out[0].image.pixels);
+}
+
+/// An SDXL inpainting folder (diffusers layout, 9-channel UNet) against diffusers'
+/// `StableDiffusionXLInpaintPipeline` (tests/fixtures/make_sdxl_inpaint_fixtures.py): Euler a at
+/// strength 0.75 with the zeroed empty negative, per-step latents within 1e-4 of their largest
+/// value and the image within ±1, on the CPU.
+#[test]
+fn sdxl_inpainting_checkpoints_match_diffusers() {
+    let expected =
+        SafetensorsFile::open(&fixtures().join("sdxl-inpaint-expected.safetensors")).unwrap();
+    let folder = inpainting_folder(
+        "tiny-sdxl",
+        "diffusion_pytorch_model.fp16.safetensors",
+        &expected,
+    );
+    folder_matches_diffusers(
+        "SDXL inpainting",
+        &folder,
+        &expected,
+        "sdxl_inpaint_cases.json",
+    );
+}
+
+/// An SD 2.x inpainting folder (OpenCLIP text tower, the folder's v-prediction schedule) against
+/// diffusers' `StableDiffusionInpaintPipeline` (tests/fixtures/make_sd2_inpaint_fixtures.py):
+/// Euler a at strength 0.75, on the CPU.
+#[test]
+fn sd2_inpainting_checkpoints_match_diffusers() {
+    let expected =
+        SafetensorsFile::open(&fixtures().join("sd2-inpaint-expected.safetensors")).unwrap();
+    let folder = inpainting_folder("tiny-sd2", "diffusion_pytorch_model.safetensors", &expected);
+    folder_matches_diffusers(
+        "SD 2.x inpainting",
+        &folder,
+        &expected,
+        "sd2_inpaint_cases.json",
+    );
 }
 
 /// The hires pass of an inpainting model is conditioned on a blank picture at its own size (both
