@@ -972,6 +972,7 @@ fn a_hanging_device_times_out_with_a_clear_message() {
 /// image 2's first step, as a kernel compile that never finishes would): after twice the device
 /// timeout the run says so in one warning, and image 1, finished before, is already saved.
 #[test]
+#[allow(clippy::disallowed_methods)] // a short-lived thread reading the child's stderr
 fn a_device_stalled_mid_batch_is_reported_and_the_finished_image_is_saved() {
     use std::io::BufRead;
     let dir = scratch("stall");

@@ -158,11 +158,11 @@ fn devices() -> anyhow::Result<()> {
 
 /// The probe child: one JSON line on stdout, exit status 0 only when the adapter computed.
 fn probe(adapter: usize) -> anyhow::Result<()> {
-    if std::env::var_os(latent_studio::probe::TEST_CRASH_ENV).is_some() {
+    if latent_studio::test_seam::probe_crashes() {
         // What a driver segfault looks like to the parent: no report, a signal.
         std::process::abort();
     }
-    if std::env::var_os(latent_studio::probe::TEST_HANG_ENV).is_some() {
+    if latent_studio::test_seam::probe_hangs() {
         loop {
             std::thread::park();
         }

@@ -16,10 +16,6 @@ use latent_engine::adapters::AdapterSummary;
 use latent_engine::device::DeviceChoice;
 use latent_engine::probe::{Outcome, ProbeReport, Verdict, VerdictCache};
 
-/// Test hook: makes the `probe` subcommand abort at once, as a driver crash would.
-pub const TEST_CRASH_ENV: &str = "LATENT_STUDIO_TEST_PROBE_CRASH";
-/// Test hook: makes the `probe` subcommand never finish, as a driver stuck compiling would.
-pub const TEST_HANG_ENV: &str = "LATENT_STUDIO_TEST_PROBE_HANG";
 /// Set (to anything but `0`) to never spawn probes.
 pub const NO_PROBE_ENV: &str = "LATENT_STUDIO_NO_PROBE";
 

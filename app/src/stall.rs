@@ -67,7 +67,7 @@ mod tests {
 
     #[test]
     fn beats_keep_the_watch_quiet_and_silence_trips_it_once() {
-        let (tx, rx) = std::sync::mpsc::channel();
+        let (tx, rx) = crossbeam_channel::bounded(4);
         let watch = StallWatch::start(Duration::from_millis(300), move |since| {
             let _ = tx.send(since);
         });
@@ -91,7 +91,7 @@ mod tests {
 
     #[test]
     fn a_dropped_watch_never_trips() {
-        let (tx, rx) = std::sync::mpsc::channel();
+        let (tx, rx) = crossbeam_channel::bounded(4);
         drop(StallWatch::start(Duration::from_millis(50), move |s| {
             let _ = tx.send(s);
         }));

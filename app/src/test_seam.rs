@@ -1,7 +1,9 @@
 //! The one seam through which tests inject faults into real runs. The CLI and studio tests
 //! drive the real binary and the real engine thread, where no mock reaches, so the faults come
 //! in through environment variables, all named `LATENT_STUDIO_TEST_*` and all read here; no
-//! other code in the app reads them, and unset (every real run) each hook is a no-op.
+//! other code in the app reads them, and unset (every real run) each hook is a no-op. (The
+//! engine's device watchdog has its own, `latent_engine::device::TEST_HANG_ENV`: the engine
+//! does not depend on the app.)
 
 /// `IMAGE:STEP` (both 1-based) parks the engine thread forever right after that sampling step,
 /// as a driver stuck compiling a kernel would leave it; `panic:IMAGE:STEP` panics there
@@ -11,6 +13,12 @@ pub const STALL_AT: &str = "LATENT_STUDIO_TEST_STALL_AT";
 /// Set (any value): every VAE compilation check fails, as a kernel that does not compile would
 /// (the fallback's drill: `--vae-compile on` must still give the plain decoder's image).
 pub const FAIL_VAE_COMPILE: &str = "LATENT_STUDIO_TEST_FAIL_VAE_COMPILE";
+
+/// Set (any value): the `probe` subcommand aborts at once, as a driver crash would.
+pub const PROBE_CRASH: &str = "LATENT_STUDIO_TEST_PROBE_CRASH";
+
+/// Set (any value): the `probe` subcommand never finishes, as a driver stuck compiling would.
+pub const PROBE_HANG: &str = "LATENT_STUDIO_TEST_PROBE_HANG";
 
 /// Parks the calling thread forever (or panics) when [`STALL_AT`] names this point. Read at
 /// each call, so a test can clear it before the next engine starts.
@@ -41,4 +49,14 @@ pub fn stall_set() -> bool {
 /// Whether [`FAIL_VAE_COMPILE`] is set.
 pub fn vae_compile_fails() -> bool {
     std::env::var_os(FAIL_VAE_COMPILE).is_some()
+}
+
+/// Whether [`PROBE_CRASH`] is set.
+pub fn probe_crashes() -> bool {
+    std::env::var_os(PROBE_CRASH).is_some()
+}
+
+/// Whether [`PROBE_HANG`] is set.
+pub fn probe_hangs() -> bool {
+    std::env::var_os(PROBE_HANG).is_some()
 }

@@ -137,6 +137,7 @@ mod tests {
     /// More results than slots: the sender waits for room instead of dropping, and every one
     /// arrives once the window reads again.
     #[test]
+    #[allow(clippy::disallowed_methods)] // a short-lived helper thread
     fn results_wait_for_room_and_arrive() {
         let (events, rx, _) = channel(4);
         let sender = std::thread::spawn(move || {
@@ -158,6 +159,7 @@ mod tests {
 
     /// A closing window releases a sender that waits for room.
     #[test]
+    #[allow(clippy::disallowed_methods)] // a short-lived helper thread
     fn closing_releases_a_waiting_sender() {
         let (events, rx, closing) = channel(1);
         events.send(Event::Idle);

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Sender, unbounded};
+use crossbeam_channel::{Receiver, Sender, bounded};
 use eframe::egui;
 use egui::{Color32, ColorImage, Key, Modifiers, TextureHandle, TextureOptions};
 use latent_engine::Precision;
@@ -59,6 +59,10 @@ struct GalleryItem {
     finished: Finished,
     texture: TextureHandle,
 }
+
+/// Results of file dialogs and file work waiting for the window: it drains them every frame, and a
+/// dialog thread that finds them full waits (it has nothing else to do), never the window.
+const DIALOG_SLOTS: usize = 16;
 
 /// Results of file dialogs and file work, which run on their own threads so the UI never waits
 /// on them.
@@ -262,7 +266,7 @@ impl StudioApp {
             gallery: Vec::new(),
             selected: None,
             show_settings: false,
-            dialogs: unbounded(),
+            dialogs: bounded(DIALOG_SLOTS),
             frame_times: Vec::new(),
             adapters: Arc::new(std::sync::Mutex::new(None)),
             cache_report: CacheReport::default(),
