@@ -1,0 +1,142 @@
+//! The `bench` subcommand's arguments: which workloads run, and the rules they run under.
+
+use clap::Args;
+use latent_engine::Precision;
+use latent_engine::device::DeviceChoice;
+
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    /// auto, cpu, gpu, gpu:N or part of an adapter name (`arc`, `lavapipe`).
+    #[arg(long, default_value = "auto")]
+    pub(super) device: DeviceChoice,
+    /// Precisions to measure, comma separated.
+    #[arg(long, default_value = "f32,f16", value_delimiter = ',')]
+    pub(super) precision: Vec<Precision>,
+    /// Timed repetitions per measurement.
+    #[arg(long, default_value_t = 10)]
+    pub(super) runs: usize,
+    /// Steps of the end-to-end run.
+    #[arg(long, default_value_t = 20)]
+    pub(super) steps: usize,
+    /// Skip the end-to-end txt2img run.
+    #[arg(long)]
+    pub(super) no_pipeline: bool,
+    /// Only the end-to-end txt2img (for measuring a process's peak device memory from outside).
+    #[arg(long)]
+    pub(super) pipeline_only: bool,
+    /// Skip the preview-overhead runs after the end-to-end txt2img.
+    #[arg(long)]
+    pub(super) no_previews: bool,
+    /// After the end-to-end txt2img, the same with a hires fix by this factor (Latent upscaler,
+    /// half the steps again at strength 0.5, as a quick A1111 hires pass).
+    #[arg(long)]
+    pub(super) hires_scale: Option<f64>,
+    /// Skip the op-by-op kernel report.
+    #[arg(long)]
+    pub(super) no_ops: bool,
+    /// Skip the UNet step with burn ops in place of our kernels (it tunes kernels of its own:
+    /// minutes on a fresh GPU).
+    #[arg(long)]
+    pub(super) no_burn_ops: bool,
+    /// Only the UNet step (and its host enqueue time).
+    #[arg(long)]
+    pub(super) unet_only: bool,
+    /// Only the attention report: every SD 1.5 attention shape, burn's and each tiling of ours.
+    #[arg(long)]
+    pub(super) attention_only: bool,
+    /// Only the convolution report: every SD 1.5 UNet 3×3 convolution shape, burn's and ours.
+    #[arg(long)]
+    pub(super) conv_only: bool,
+    /// After the txt2img: the same at fewer steps (per-step and fixed costs inside the
+    /// pipeline) and each step's host time stamp.
+    #[arg(long)]
+    pub(super) pipeline_anatomy: bool,
+    /// Only the linear report: every SD 1.5 UNet linear shape on burn's matmul and the SIMT
+    /// product in 4 × 4 and 8 × 8 lane blocks, with the transformer block's epilogues.
+    #[arg(long)]
+    pub(super) linear_only: bool,
+    /// Skip the per-block UNet profile (a sync after each block: it tunes fused kernels of its
+    /// own, minutes on a fresh GPU, and does not describe the unsynchronised step).
+    #[arg(long)]
+    pub(super) no_profile: bool,
+    /// Diagnostic: divide the UNet's channel widths by this (the same ops and op count at smaller
+    /// sizes), to profile the host's per-op cost on a slow device such as lavapipe.
+    #[arg(long, default_value_t = 1, hide = true)]
+    pub(super) unet_divisor: usize,
+    /// Instead of the random-weight model: time the model cache with this checkpoint (load from
+    /// the checkpoint, from the disk cache, resident; second-generation start with cache on/off).
+    #[arg(long)]
+    pub(super) cache_model: Option<std::path::PathBuf>,
+    /// After the UNet step, the same step under other rules for the planes attention kernel
+    /// (without the prefetch, wider heads, fewer keys), interleaved over three rounds in the same
+    /// process.
+    #[arg(long)]
+    pub(super) planes_ab: bool,
+    /// After the UNet step, the same step with our cooperative-matrix convolution on more or
+    /// fewer map sizes, interleaved over three rounds in the same process.
+    #[arg(long)]
+    pub(super) conv_ab: bool,
+    /// After the UNet step, the same step with the SIMT convolution in 4 × 4 and 8 × 8 lane
+    /// blocks (where it runs: no cooperative matrices, or f32 beside f16-only ones), interleaved
+    /// over five rounds in the same process.
+    #[arg(long)]
+    pub(super) simt_ab: bool,
+    /// After the UNet step, the same step with the linears on burn's matmul or the SIMT product
+    /// in 4 × 4 or 8 × 8 lane blocks (where the product's rules reach: f32 on a card, f16 without
+    /// cooperative matrices), interleaved over five rounds in the same process.
+    #[arg(long)]
+    pub(super) product_ab: bool,
+    /// The linears on a card for the whole run: `burn` (burn's matmul), `4x4` or `8x8` (the SIMT
+    /// product, 8 × 8 where the tiles fit); default: the engine's rules.
+    #[arg(long)]
+    pub(super) simt_linears: Option<String>,
+    /// After the UNet step: every kernel of this many launch-by-launch steps timed on the device
+    /// (timestamp queries, no wait between kernels), summed by kernel and by class.
+    #[arg(long)]
+    pub(super) kernel_profile: Option<usize>,
+    /// Only our cooperative-matrix GEMM against burn: every SD 1.5 UNet linear shape (each tile)
+    /// and every 3×3 convolution shape (input unrolled).
+    #[arg(long)]
+    pub(super) gemm_only: bool,
+    /// Route the linears and every convolution through our cooperative-matrix GEMM for the whole
+    /// run (where it runs).
+    #[arg(long)]
+    pub(super) gemm_all: bool,
+    /// After the UNet step, the same step with the linears on burn's matmul or our
+    /// cooperative-matrix GEMM under each of its compilations, interleaved over three rounds in
+    /// the same process.
+    #[arg(long)]
+    pub(super) gemm_ab: bool,
+    /// With `--kernel-profile`: profile again with the linears on the other product (burn's
+    /// matmul or our GEMM), then once more as at first.
+    #[arg(long)]
+    pub(super) profile_linears: bool,
+    /// Run the linears on burn's matmul for the whole run instead of our cooperative-matrix GEMM
+    /// (where that runs).
+    #[arg(long)]
+    pub(super) burn_linears: bool,
+    /// Our GEMM's reduction step for the whole run (32 or 64).
+    #[arg(long)]
+    pub(super) gemm_bk: Option<usize>,
+    /// Keep cubecl's bounds checks in our GEMM for the whole run.
+    #[arg(long)]
+    pub(super) gemm_checked: bool,
+    /// Only the VAE decode (plain and compiled) and the GroupNorm kernels.
+    #[arg(long)]
+    pub(super) vae_only: bool,
+    /// After the UNet step: a LoRA of this rank on every layer, merged (its cost once, the step
+    /// with it) against the same products applied beside each layer every step.
+    #[arg(long)]
+    pub(super) lora_rank: Option<usize>,
+    /// Instead of SD 1.5: full-size SDXL with random weights in f16, its UNet step at 128²
+    /// latents and (unless `--no-pipeline`) a 1024² txt2img of `--steps`, with the pool's
+    /// high-water mark.
+    #[arg(long)]
+    pub(super) sdxl: bool,
+    /// Disk cache folder for `--cache-model` (emptied first).
+    #[arg(long)]
+    pub(super) cache_dir: Option<std::path::PathBuf>,
+    /// Where cubecl writes its autotune decisions (JSON lines; default: a temporary file).
+    #[arg(long)]
+    pub(super) decisions: Option<std::path::PathBuf>,
+}
