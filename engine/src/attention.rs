@@ -93,17 +93,33 @@ pub fn heads_attention(
     v: Heads<'_>,
     heads: usize,
     d: usize,
+    upcast: bool,
 ) -> Tensor<3> {
+    // Ours keeps scores and softmax statistics in f32 whatever the dtype: `upcast` holds.
     if let Some(out) = crate::kernels::attention::attention(q, k, v, heads, d) {
         return out;
     }
+    let dtype = q.tensor.dtype();
+    let wider = scores_dtype(dtype, upcast) != dtype;
     let columns = |h: Heads<'_>| {
         let [b, n, _] = h.tensor.dims();
-        h.tensor
+        let t = h
+            .tensor
             .clone()
-            .slice([0..b, 0..n, h.column..h.column + heads * d])
+            .slice([0..b, 0..n, h.column..h.column + heads * d]);
+        if wider { t.cast(DType::F32) } else { t }
     };
-    multi_head_attention(columns(q), columns(k), columns(v), heads, false)
+    let out = multi_head_attention(columns(q), columns(k), columns(v), heads, false);
+    if wider { out.cast(dtype) } else { out }
+}
+
+/// The dtype burn's attention takes for a model in `dtype`: f32 for an f16 model whose
+/// config asks for `upcast_attention` (its f16 scores overflow), else the model's.
+fn scores_dtype(dtype: DType, upcast: bool) -> DType {
+    match (dtype, upcast) {
+        (DType::F16 | DType::BF16, true) => DType::F32,
+        _ => dtype,
+    }
 }
 
 /// One call of burn's attention on `[b, n, heads * d]` projections.
@@ -197,6 +213,47 @@ mod tests {
             Distribution::Normal(0.0, 1.0),
             &Device::flex(),
         )
+    }
+
+    /// `upcast_attention` widens half-precision models only.
+    #[test]
+    fn upcast_widens_half_precision_only() {
+        assert_eq!(scores_dtype(DType::F16, true), DType::F32);
+        assert_eq!(scores_dtype(DType::BF16, true), DType::F32);
+        assert_eq!(scores_dtype(DType::F16, false), DType::F16);
+        assert_eq!(scores_dtype(DType::F32, true), DType::F32);
+    }
+
+    /// SD 2.1's scores pass f16's range in an f16 model (diffusers' `upcast_attention`): with
+    /// the upcast, burn's attention (the path where our kernel does not run, as on the CPU)
+    /// takes them in f32 and returns the f32 answer in f16. (The CPU backend's own f16
+    /// attention keeps its scores in f32 too, so this checks the upcast path's answer and
+    /// dtype; which models take it is [`upcast_widens_half_precision_only`]'s.)
+    #[test]
+    fn upcast_attention_keeps_scores_past_f16() {
+        use burn::tensor::TensorData;
+        let device = Device::flex();
+        let (n, d) = (8, 64);
+        // Scores 100·100·64/8 = 80 000 (past f16's 65 504) for the first half of the keys and
+        // 79 200 for the second: the softmax takes the first half only, whose values are 0..4.
+        let f16 = |data: Vec<f32>| {
+            Tensor::<3>::from_data(TensorData::new(data, [1, n, d]), (&device, DType::F32))
+                .cast(DType::F16)
+        };
+        let q = f16(vec![100.0; n * d]);
+        let k = f16((0..n)
+            .flat_map(|i| [if i < n / 2 { 100.0 } else { 99.0 }; 64])
+            .collect());
+        let v = f16((0..n).flat_map(|i| [i as f32; 64]).collect());
+        let at = |tensor| Heads { tensor, column: 0 };
+        let out = heads_attention(at(&q), at(&k), at(&v), 1, d, true);
+        assert_eq!(out.dtype(), DType::F16);
+        let out = out
+            .cast(DType::F32)
+            .into_data()
+            .try_to_vec::<f32>()
+            .unwrap();
+        assert!(out.iter().all(|&x| (x - 1.5).abs() < 1e-2), "{out:?}");
     }
 
     /// Slicing the queries (down to a few rows, with a ragged last slice) gives the one-shot result.

@@ -281,7 +281,8 @@ impl IsolatedOp {
                         tensor: t,
                         column: 0,
                     };
-                    let _ = crate::attention::heads_attention(at(&q), at(&k), at(&v), heads, d);
+                    let _ =
+                        crate::attention::heads_attention(at(&q), at(&k), at(&v), heads, d, false);
                 })
             }
             OpShape::GroupNorm {

@@ -398,8 +398,14 @@ pub fn attention_report(
                 tensor: t,
                 column: 0,
             };
-            let ours =
-                latent_engine::attention::heads_attention(at(&qt), at(&kt), at(&vt), heads, d);
+            let ours = latent_engine::attention::heads_attention(
+                at(&qt),
+                at(&kt),
+                at(&vt),
+                heads,
+                d,
+                false,
+            );
             let burn = tokens(attention(q, k, v, None, None, options), n_q);
             let read = |t: Tensor<3>| t.cast(DType::F32).into_data().try_to_vec::<f32>();
             let rel = match (read(ours), read(burn.clone())) {

@@ -86,6 +86,7 @@ pub struct BlockSpec {
     pub context_dim: usize,
     pub transformer_layers: usize,
     pub linear_projection: bool,
+    pub upcast_attention: bool,
 }
 
 impl BlockSpec {
@@ -107,6 +108,7 @@ impl BlockSpec {
             layers: self.transformer_layers,
             groups: self.groups,
             linear_projection: self.linear_projection,
+            upcast_attention: self.upcast_attention,
         }
     }
 }

@@ -53,6 +53,10 @@ pub struct UNetConfig {
     /// Width of the added conditioning's input: the pooled text embedding and 6 ×
     /// `addition_time_embed_dim`.
     pub projection_class_embeddings_input_dim: Option<usize>,
+    /// Attention's scores and softmax in f32 even when the model runs in f16 (diffusers'
+    /// `upcast_attention`, set by SD 2.1's 768-v config: its f16 scores overflow). Our attention
+    /// kernels always keep them in f32; this decides for burn's attention where ours does not run.
+    pub upcast_attention: bool,
 }
 
 impl Default for UNetConfig {
@@ -96,6 +100,7 @@ impl UNetConfig {
             addition_embed_type: None,
             addition_time_embed_dim: None,
             projection_class_embeddings_input_dim: None,
+            upcast_attention: false,
         }
     }
 
@@ -108,6 +113,8 @@ impl UNetConfig {
             cross_attention_dim: 1024,
             use_linear_projection: true,
             sample_size: if v { 96 } else { 64 },
+            // As stable-diffusion-2-1's (768-v) config says; 2-1-base's does not.
+            upcast_attention: v,
             ..Self::sd15()
         }
     }
@@ -383,5 +390,19 @@ mod tests {
             assert!(!e.to_string().is_empty());
         }
         assert_eq!(UNetConfig::sd15().added_conditioning(), None);
+    }
+
+    /// SD 2.1's 768-v config upcasts attention, its 512 base and SD 1.5 do not; a config.json
+    /// that says so is read, one that does not say keeps the default.
+    #[test]
+    fn upcast_attention_as_the_configs_say() {
+        assert!(UNetConfig::sd2(true).upcast_attention);
+        assert!(!UNetConfig::sd2(false).upcast_attention);
+        assert!(!UNetConfig::sd15().upcast_attention);
+        let read = |json: &str| serde_json::from_str::<UNetConfig>(json).expect("parses");
+        assert!(
+            read(r#"{"upcast_attention": true, "cross_attention_dim": 1024}"#).upcast_attention
+        );
+        assert!(!read(r#"{"cross_attention_dim": 1024}"#).upcast_attention);
     }
 }

@@ -46,6 +46,7 @@ impl UNet2DConditionModel {
             context_dim: config.cross_attention_dim,
             transformer_layers: 1,
             linear_projection: config.use_linear_projection,
+            upcast_attention: config.upcast_attention,
         };
         let level = |i: usize| BlockSpec {
             transformer_layers: config.transformer_layers(i),
