@@ -121,6 +121,12 @@ pub struct BenchArgs {
     /// Keep cubecl's bounds checks in our GEMM for the whole run.
     #[arg(long)]
     pub(super) gemm_checked: bool,
+    /// Our GEMM's planes over a tile for the whole run: `2x4` or `2x2`.
+    #[arg(long)]
+    pub(super) gemm_planes: Option<String>,
+    /// Our GEMM's staging copies for the whole run (1, or 2 where they fit).
+    #[arg(long)]
+    pub(super) gemm_stages: Option<usize>,
     /// Only the VAE decode (plain and compiled) and the GroupNorm kernels.
     #[arg(long)]
     pub(super) vae_only: bool,

@@ -165,21 +165,40 @@ pub fn sd15_linear_shapes() -> Vec<(OpShape, usize)> {
     v
 }
 
-/// The GEMM's compilations the reports compare: the automatic reduction step, then each step.
+/// The GEMM's compilations the reports compare: the default first, then with the next step
+/// prefetched, two stages, four planes of 64 × 64, and each fixed reduction step.
 pub fn knob_sets() -> Vec<matmul::GemmKnobs> {
-    std::iter::once(None)
-        .chain(matmul::GEMM_STEPS.map(Some))
-        .map(|bk| matmul::GemmKnobs {
-            bk,
-            ..Default::default()
-        })
-        .collect()
+    let base = matmul::GemmKnobs::default();
+    let mut sets = vec![
+        base,
+        matmul::GemmKnobs {
+            prefetch: !base.prefetch,
+            ..base
+        },
+        matmul::GemmKnobs { stages: 2, ..base },
+        matmul::GemmKnobs {
+            planes: [2, 2],
+            ..base
+        },
+    ];
+    sets.extend(matmul::GEMM_STEPS.map(|bk| matmul::GemmKnobs {
+        bk: Some(bk),
+        ..base
+    }));
+    sets
 }
 
-/// How the reports name a compilation: `bk auto`, `bk 32` (`, checked` with bounds checks).
+/// How the reports name a compilation: `bk auto 2x4 s1` (`, checked` with bounds checks).
 pub fn knob_label(k: &matmul::GemmKnobs) -> String {
     let bk = k.bk.map_or("auto".to_string(), |b| b.to_string());
-    format!("bk {bk}{}", if k.unchecked { "" } else { ", checked" })
+    format!(
+        "bk {bk} {}x{} s{}{}{}",
+        k.planes[0],
+        k.planes[1],
+        k.stages,
+        if k.prefetch { " prefetch" } else { "" },
+        if k.unchecked { "" } else { ", checked" }
+    )
 }
 
 /// Runs an op of ours under each of [`knob_sets`]: `values` runs it once and reads its result

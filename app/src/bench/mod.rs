@@ -112,6 +112,16 @@ pub fn run(args: BenchArgs) -> Result<()> {
             knobs.bk = Some(bk);
         }
         knobs.unchecked &= !args.gemm_checked;
+        if let Some(planes) = &args.gemm_planes {
+            knobs.planes = matmul::GEMM_PLANES
+                .into_iter()
+                .find(|p| format!("{}x{}", p[0], p[1]) == *planes)
+                .ok_or_else(|| anyhow::anyhow!("--gemm-planes {planes}: 2x4 or 2x2"))?;
+        }
+        if let Some(stages) = args.gemm_stages {
+            anyhow::ensure!((1..=2).contains(&stages), "--gemm-stages {stages}: 1 or 2");
+            knobs.stages = stages;
+        }
         matmul::set_gemm_knobs(knobs);
         matmul::set_mma_linears(!args.burn_linears);
         if let Some(choice) = &args.simt_linears {
@@ -162,7 +172,17 @@ pub fn run(args: BenchArgs) -> Result<()> {
             continue;
         }
         if args.gemm_only {
-            linear::gemm_report(&linear::sd15_linear_shapes(), &device, precision, args.runs)?;
+            // A large square product first (counted 0 times in the sums): the kernel's peak.
+            let peak = latent_engine::profile::OpShape::Linear {
+                rows: 4096,
+                d_in: 4096,
+                d_out: 4096,
+                bias: false,
+            };
+            let shapes: Vec<_> = std::iter::once((peak, 0))
+                .chain(linear::sd15_linear_shapes())
+                .collect();
+            linear::gemm_report(&shapes, &device, precision, args.runs)?;
             conv::gemm_report(&kernels::sd15_conv_shapes(), &device, precision, args.runs)?;
             continue;
         }
@@ -290,14 +310,25 @@ pub fn run(args: BenchArgs) -> Result<()> {
         }
         if latent_engine::kernels::available(&device) && !args.no_burn_ops {
             // The same step with burn ops where our kernels (GroupNorm+SiLU, LayerNorm) run.
+            let read = |t: Tensor<4>| -> Result<Vec<f32>> {
+                t.cast(burn::tensor::DType::F32)
+                    .into_data()
+                    .try_to_vec::<f32>()
+                    .map_err(|e| anyhow::anyhow!("{e:?}"))
+            };
+            let ours = read(model.unet.forward(x.clone(), &[500.0], &ctx));
             latent_engine::kernels::set_enabled(false);
             let plain = time_ms(&device, 3, args.runs, || {
                 let _ = model.unet.forward(x.clone(), &[500.0], &ctx);
             });
+            let burn_out = read(model.unet.forward(x.clone(), &[500.0], &ctx));
             latent_engine::kernels::set_enabled(true);
             let plain = plain?;
+            // Every kernel of ours against burn's ops on the whole step: a wrong kernel shows
+            // as a difference of the order of the output, not of f16 rounding.
+            let diff = latent_engine::vae_compile::relative_difference(&ours?, &burn_out?);
             println!(
-                "[{precision:?}] UNet step with burn ops instead of our kernels: median {plain:.2} ms (ours {:+.1}%)",
+                "[{precision:?}] UNet step with burn ops instead of our kernels: median {plain:.2} ms (ours {:+.1}%); ours against it: max relative difference {diff:.2e}",
                 (unet / plain - 1.0) * 100.0
             );
         }

@@ -184,9 +184,18 @@ fn profile_launches(device: &Device, runs: usize, mut f: impl FnMut()) -> Result
 /// run that compiles and tunes) of the sum of each run's kernel durations, ms. Free of the
 /// host's per-launch cost that a wall-clock time of one small op carries.
 pub(super) fn device_ms(device: &Device, runs: usize, mut f: impl FnMut()) -> Result<f64> {
-    f();
+    // Back-to-back launches before and within each timed run: one launch between syncs left
+    // the GPU idle enough that the same shape timed 4× apart from one run to the next (a
+    // clock that never rose, by all appearances; BENCHMARKS.md, twenty-second session).
+    for _ in 0..WARM_LAUNCHES {
+        f();
+    }
     sync(device)?;
-    let p = profile_launches(device, runs, f)?;
+    let p = profile_launches(device, runs, || {
+        for _ in 0..BACK_TO_BACK {
+            f();
+        }
+    })?;
     if p.unresolved > 0 || p.device_timed == 0 {
         anyhow::bail!(
             "{} of {} launches without a device measurement",
@@ -194,8 +203,13 @@ pub(super) fn device_ms(device: &Device, runs: usize, mut f: impl FnMut()) -> Re
             p.launched
         );
     }
-    Ok(median(&p.kernel_sums))
+    Ok(median(&p.kernel_sums) / BACK_TO_BACK as f64)
 }
+
+/// Untimed launches of an op before [`device_ms`] times it.
+const WARM_LAUNCHES: usize = 16;
+/// Launches of an op in each of [`device_ms`]'s timed runs (their sum over this count).
+const BACK_TO_BACK: usize = 8;
 
 fn median(v: &[f64]) -> f64 {
     let mut v = v.to_vec();

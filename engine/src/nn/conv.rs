@@ -77,6 +77,40 @@ impl Conv2d {
         self.run(x, false, channel, residual)
     }
 
+    /// A 1×1 layer over a map held as tokens `[b, h·w, c_in]`, plus `residual`
+    /// `[b, c_out, h, w]`: on our GEMM where it takes 1×1 layers, reading the tokens as they
+    /// lie and writing the map (no transpose of its own); otherwise the tokens are laid out as
+    /// the map first.
+    ///
+    /// # Shapes
+    /// tokens `[b, h·w, c_in]` -> `[b, c_out, h, w]`
+    pub fn forward_tokens(
+        &self,
+        tokens: Tensor<3>,
+        [h, w]: [usize; 2],
+        residual: Option<&Tensor<4>>,
+    ) -> Tensor<4> {
+        let [b, _, c_in] = tokens.dims();
+        let plain = self.stride == 1 && self.padding == 0 && self.weight.dims()[2] == 1;
+        if plain && crate::kernels::conv::conv_rules().gemm_one_by_one {
+            let gemm = crate::kernels::matmul::mma_gemm_on(&tokens.device(), tokens.dtype());
+            if let Some(y) = gemm.and_then(|g| {
+                crate::kernels::conv::one_by_one_from_tokens(
+                    &tokens,
+                    &self.weight,
+                    self.bias.as_ref(),
+                    residual,
+                    [h, w],
+                    g,
+                )
+            }) {
+                return y;
+            }
+        }
+        let map = tokens.swap_dims(1, 2).reshape([b, c_in, h, w]);
+        self.forward_adding(map, None, residual)
+    }
+
     /// [`Self::forward`] of `x` upsampled ×2 by nearest neighbour: read in place by our kernel
     /// where it runs, materialised for burn's convolution otherwise.
     ///

@@ -18,6 +18,8 @@ pub struct CrossAttention {
     to_out: Linear,
     heads: usize,
     head_dim: usize,
+    /// burn's attention (where ours does not run) in f32 for an f16 model.
+    upcast: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -62,7 +64,13 @@ impl CrossAttention {
             to_out: Linear::load(&w.pp("to_out.0"), inner, query_dim, true)?,
             heads,
             head_dim,
+            upcast: false,
         })
+    }
+
+    /// This layer with burn's attention upcast to f32 in f16 models, or not.
+    pub fn upcast(self, upcast: bool) -> Self {
+        Self { upcast, ..self }
     }
 
     /// # Shapes
@@ -97,6 +105,7 @@ impl CrossAttention {
                     at(&qkv, 2 * inner),
                     self.heads,
                     self.head_dim,
+                    self.upcast,
                 )
             }
             Projections::Cross { q, kv } => {
@@ -108,6 +117,7 @@ impl CrossAttention {
                     at(&kv, inner),
                     self.heads,
                     self.head_dim,
+                    self.upcast,
                 )
             }
         }
@@ -147,13 +157,23 @@ struct BasicTransformerBlock {
 }
 
 impl BasicTransformerBlock {
-    fn load(w: &Weights, dim: usize, context_dim: usize, heads: usize) -> Result<Self> {
+    fn load(
+        w: &Weights,
+        dim: usize,
+        context_dim: usize,
+        heads: usize,
+        upcast: bool,
+    ) -> Result<Self> {
         let head_dim = dim / heads;
+        let attention = |name: &str, context: Option<usize>| {
+            CrossAttention::load(&w.pp(name), dim, context, heads, head_dim)
+                .map(|a| a.upcast(upcast))
+        };
         Ok(Self {
             norm1: LayerNorm::load(&w.pp("norm1"), dim, 1e-5)?,
-            attn1: CrossAttention::load(&w.pp("attn1"), dim, None, heads, head_dim)?,
+            attn1: attention("attn1", None)?,
             norm2: LayerNorm::load(&w.pp("norm2"), dim, 1e-5)?,
-            attn2: CrossAttention::load(&w.pp("attn2"), dim, Some(context_dim), heads, head_dim)?,
+            attn2: attention("attn2", Some(context_dim))?,
             norm3: LayerNorm::load(&w.pp("norm3"), dim, 1e-5)?,
             ff: FeedForward::load(&w.pp("ff"), dim)?,
         })
@@ -205,6 +225,8 @@ pub struct TransformerSpec {
     pub layers: usize,
     pub groups: usize,
     pub linear_projection: bool,
+    /// Attention in f32 where burn's runs in f16 ([`crate::unet::UNetConfig::upcast_attention`]).
+    pub upcast_attention: bool,
 }
 
 impl Transformer2D {
@@ -220,6 +242,7 @@ impl Transformer2D {
                         c,
                         s.context_dim,
                         s.heads,
+                        s.upcast_attention,
                     )
                 })
                 .collect::<Result<_>>()?,
@@ -243,8 +266,9 @@ impl Transformer2D {
         }
         let to_map = |t: Tensor<3>| t.swap_dims(1, 2).reshape([b, c, h, w]);
         match &self.proj_out {
-            // The residual in the convolution's epilogue where ours runs: no pass of its own.
-            Projection::Conv(conv) => conv.forward_adding(to_map(tokens), None, Some(&residual)),
+            // The residual in the convolution's epilogue where ours runs: no pass of its own;
+            // on our GEMM the tokens are read as they lie (no transpose back to a map).
+            Projection::Conv(conv) => conv.forward_tokens(tokens, [h, w], Some(&residual)),
             Projection::Linear(lin) => to_map(lin.forward(tokens)) + residual,
         }
     }

@@ -37,9 +37,14 @@ use planes::flash_attention_planes;
 /// heads (16×16 maps) stay with burn's: on the planes kernel the step did not move.
 const WIDEST_OURS_WITH_CMMA: usize = 80;
 pub const WIDEST_PLANES: usize = 80;
-/// Fewest keys for which the planes kernel runs: over the 77 prompt tokens the per-row kernel
-/// was faster (8×40 over 4096 queries: 0.33 against 0.53 ms, same run).
-pub const PLANES_MIN_KEYS: usize = 256;
+/// Fewest keys for which the planes kernel runs. The per-row kernel looked faster over the 77
+/// prompt tokens when each op was timed alone (8×40 over 4096 queries: 0.33 against 0.53 ms),
+/// but on whole steps replayed from a captured graph the planes kernel there took 36.27 ms a
+/// step against 36.64 (H100, three interleaved rounds, BENCHMARKS.md twenty-second session).
+pub const PLANES_MIN_KEYS: usize = 0;
+/// Below this many keys (the prompt's 77 tokens) the planes kernel takes its narrowest key
+/// tile, which wastes least.
+const FEW_KEYS: usize = 256;
 
 /// Where one operand's heads sit: `tensor[b, n, column + head · d + i]`.
 #[derive(Debug, Clone, Copy)]
@@ -94,7 +99,7 @@ fn preferred(all: Vec<Plan>, d: usize, n_k: usize) -> Option<Plan> {
             .iter()
             .filter(|p| p.plane.is_some() && prefetch.is_none_or(|f| p.prefetch == f));
         // Over a few keys (the 77 prompt tokens) the narrowest key tile wastes least.
-        let chosen = match n_k < PLANES_MIN_KEYS {
+        let chosen = match n_k < FEW_KEYS {
             true => planes.min_by_key(|p| p.bk),
             false => planes.next(),
         };

@@ -37,22 +37,25 @@ fn default_plan_rule() {
             (rows, 8, true, parts)
         );
     }
-    // Where the planes kernel fits, it takes heads up to 80 wide over 256 keys or more; the
-    // per-row kernel the 77-token cross-attention and 80-wide heads over it.
-    for (d, n_k, planes) in [
-        (40, 4096, true),
-        (40, 77, false),
-        (64, 256, true),
-        (80, 1024, true),
-        (80, 77, false),
-    ] {
-        let mut all = Plan::on_planes(d, 2, fragment, 32, 256, 48 * 1024);
-        let first = all[0];
+    // Where the planes kernel fits, it takes heads up to 80 wide over any number of keys
+    // (twenty-second session); under 256 keys (the 77 prompt tokens) its narrowest key tile.
+    for (d, n_k) in [(40, 4096), (40, 77), (64, 256), (80, 1024), (80, 77)] {
+        let planes = Plan::on_planes(d, 2, fragment, 32, 256, 48 * 1024);
+        let narrowest = planes.iter().min_by_key(|p| p.bk).copied();
+        let mut all = planes.clone();
         all.extend(Plan::fitting(d, 2, square, 48 * 1024));
         all.extend(Plan::fitting(d, 2, None, 48 * 1024));
         let chosen = super::preferred(all, d, n_k).expect("ours");
-        assert_eq!(chosen == first, planes, "d {d} keys {n_k}");
-        assert_eq!(chosen.per_row, !planes, "d {d} keys {n_k}");
+        let want = if n_k < 256 {
+            narrowest
+        } else {
+            planes.first().copied()
+        };
+        assert_eq!(Some(chosen), want, "d {d} keys {n_k}");
+        assert!(
+            chosen.plane.is_some() && !chosen.per_row,
+            "d {d} keys {n_k}"
+        );
     }
     let vae = Plan::choose(512, 2, None, 48 * 1024).expect("fits");
     assert!(vae.per_row && !super::ours_is_faster(false, 512));

@@ -50,10 +50,10 @@ use super::{Element, buffer_arg, grid, output, resolve};
 use cmma::{BK_MMA, conv2d_gemm_mma};
 use kernel::{BK, BM, LANES, conv2d_gemm, conv2d_split_sum, tile_block, tile_pixels, tile_rows};
 pub use route::{ConvRules, Mma, Prepared, conv_rules, mma_on, runs_for, set_conv_rules};
-pub use unrolled::conv2d_unrolled_gemm;
 #[cfg(test)]
 use unrolled::unroll;
 use unrolled::unroll_into;
+pub use unrolled::{conv2d_unrolled_gemm, one_by_one_from_tokens};
 
 /// Cubes a launch should have before the reduction is split: a few per compute unit on the
 /// GPUs we target (an H200 has 132 SMs, an A770 32 Xe-cores, Iris Xe 6 subslices).

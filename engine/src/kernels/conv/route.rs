@@ -19,7 +19,10 @@ const MIN_OUT_CHANNELS: usize = 32;
 /// the split fills the GPU); our GEMM on the unrolled input ([`super::conv2d_unrolled_gemm`]) beat
 /// burn's convolution on every 16×16 map (0.45 against 0.68 ms for 1280→1280), every stride-2
 /// layer, and the 1280-channel layer at 32×32; burn's stays faster on the wide maps of 320 and
-/// 640 channels (70 against 52 TFLOP/s at 64×64).
+/// 640 channels (70 against 52 TFLOP/s at 64×64). On whole steps replayed from a captured graph
+/// (twenty-second session, five interleaved rounds): the split kernel at 8×8 (≤ 64 tiles) took
+/// 35.76 ms a step against 36.62 with the GEMM there; the GEMM up to 400 tiles (37.29) or on
+/// every layer (37.76) lost to burn's on the wide maps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConvRules {
     /// Our split kernel for 3×3 layers of at most this many tiles (when it splits them).
@@ -45,7 +48,7 @@ pub struct ConvRules {
 impl ConvRules {
     /// The rules in force unless the bench sets others.
     pub const DEFAULT: ConvRules = ConvRules {
-        split_max_tiles: 0,
+        split_max_tiles: 64,
         gemm_max_tiles: 160,
         gemm_min_out: 1280,
         gemm_one_by_one: true,

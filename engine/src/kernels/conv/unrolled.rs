@@ -114,6 +114,64 @@ pub fn conv2d_unrolled_gemm(
     )
 }
 
+/// A 1×1 convolution (stride 1, no padding) of a map held as tokens `[b, h·w, c_in]` — a
+/// transformer's output — on our GEMM, written as the map `[b, c_out, h, w]` with the bias and
+/// `residual` in its epilogue: the tokens are the product's `[n, k]` operand as they lie, so
+/// they are never transposed back into a map first. `None` where the GEMM does not take it.
+pub fn one_by_one_from_tokens(
+    tokens: &Tensor<3>,
+    weight: &Tensor<4>,
+    bias: Option<&Tensor<1>>,
+    residual: Option<&Tensor<4>>,
+    [h, w]: [usize; 2],
+    gemm: crate::kernels::matmul::MmaGemm,
+) -> Option<Tensor<4>> {
+    let (device, dtype) = (tokens.device(), tokens.dtype());
+    let [b, map, c_in] = tokens.dims();
+    let [c_out, wc_in, kh, kw] = weight.dims();
+    if !super::super::available(&device)
+        || dtype != DType::F16
+        || weight.dtype() != dtype
+        || (wc_in, kh, kw) != (c_in, 1, 1)
+        || map != h * w
+        || bias.is_some_and(|t| t.dtype() != dtype || t.dims() != [c_out])
+        || residual.is_some_and(|r| r.dtype() != dtype || r.dims() != [b, c_out, h, w])
+    {
+        return None;
+    }
+    let tc = resolve(tokens.clone())?;
+    let wc = resolve(weight.clone())?;
+    let bc = match bias {
+        Some(t) => Some(resolve(t.clone())?),
+        None => None,
+    };
+    let rc = match residual {
+        Some(r) => Some(resolve(r.clone())?),
+        None => None,
+    };
+    let epilogue = match &rc {
+        Some(r) => crate::kernels::matmul::GemmEpilogue::Residual(r),
+        None => crate::kernels::matmul::GemmEpilogue::Plain,
+    };
+    let (out, oc) = output([b, c_out, h, w], dtype, &device)?;
+    crate::kernels::matmul::gemm_into(
+        gemm,
+        &device,
+        &wc,
+        &tc,
+        bc.as_ref(),
+        &oc,
+        [c_out, map, c_in],
+        b,
+        [0, map * c_in, c_out * map],
+        true,
+        true,
+        None,
+        epilogue,
+    )?;
+    Some(out)
+}
+
 fn element_f16() -> Element {
     Element::F16
 }

@@ -8,11 +8,13 @@ use burn::tensor::{DType, Tensor};
 use super::super::attention::{Fragment, device_fragment};
 use super::super::{output, resolve};
 use super::WeightLayout;
-use super::mma::{LANES, PLANES_M, PLANES_N, VEC, gemm_mma};
+use super::mma::{MAX_LANES, VEC, gemm_mma};
 
-/// The tiles the GEMM takes, largest first, as fragments a plane `(tm, tn)`: 128 × 128, 64 ×
-/// 128 and 64 × 64 with 16 × 16 fragments.
-pub const MMA_TILES: [(usize, usize); 3] = [(4, 2), (2, 2), (2, 1)];
+/// The tiles the GEMM takes, largest first, `(rows, columns)` of a cube's output.
+pub const MMA_TILES: [(usize, usize); 3] = [(128, 128), (64, 128), (64, 64)];
+
+/// Workgroup memory a cube may use (Vulkan's guaranteed minimum on the GPUs we target).
+const SHARED_BYTES: usize = 48 * 1024;
 
 /// Fewest cubes a launch should have before a smaller tile is taken: two per SM of an H100.
 const TARGET_CUBES: usize = 264;
@@ -29,7 +31,7 @@ impl MmaGemm {
     /// fragment's values an even share of a plane's lanes, the step a multiple of the depth.
     pub fn fits(&self) -> bool {
         let f = self.fragment;
-        self.plane * PLANES_M * PLANES_N == LANES
+        self.plane * 8 == MAX_LANES
             && f.m > 0
             && f.n > 0
             && f.k > 0
@@ -39,18 +41,45 @@ impl MmaGemm {
             && f.n.is_multiple_of(8)
     }
 
-    /// The tile `(tm, tn)` for an `m × n` product over `batch` matrices: the largest that
-    /// still gives [`TARGET_CUBES`] cubes, else the smallest.
+    /// The tile `(rows, columns)` for an `m × n` product over `batch` matrices: the largest
+    /// that still gives [`TARGET_CUBES`] cubes, else the smallest.
     pub fn tiles_for(&self, m: usize, n: usize, batch: usize) -> (usize, usize) {
-        let f = self.fragment;
         MMA_TILES
             .into_iter()
-            .find(|&(tm, tn)| {
-                let (bm, bn) = (PLANES_M * tm * f.m, PLANES_N * tn * f.n);
-                m.div_ceil(bm) * n.div_ceil(bn) * batch >= TARGET_CUBES
-            })
+            .find(|&(bm, bn)| m.div_ceil(bm) * n.div_ceil(bn) * batch >= TARGET_CUBES)
             .unwrap_or(MMA_TILES[MMA_TILES.len() - 1])
     }
+
+    /// The fragments a plane keeps, `(tm, tn)`, for a `bm × bn` tile with `planes` (rows ×
+    /// columns of planes); `None` where they do not divide it.
+    pub fn fragments(
+        &self,
+        (bm, bn): (usize, usize),
+        [pm, pn]: [usize; 2],
+    ) -> Option<(usize, usize)> {
+        let f = self.fragment;
+        let (rows, cols) = (pm * f.m, pn * f.n);
+        (bm.is_multiple_of(rows) && bn.is_multiple_of(cols) && bm >= rows && bn >= cols)
+            .then_some((bm / rows, bn / cols))
+    }
+}
+
+/// Workgroup memory of one cube: `stages` copies of a `bm × bk` and a `bk × bn` staging (each
+/// row one vector wider) and each plane's 16 × 16 f32 scratch.
+pub fn shared_bytes(
+    bm: usize,
+    bn: usize,
+    bk: usize,
+    planes: usize,
+    stages: usize,
+    b_nk: bool,
+) -> usize {
+    let b = if b_nk {
+        bn * (bk + VEC)
+    } else {
+        bk * (bn + VEC)
+    };
+    stages * (bm * (bk + VEC) + b) * 2 + planes * 16 * 16 * 4
 }
 
 /// The GEMM on `device` in `dtype`, where it can run: f16 on a device with cooperative matrices
@@ -85,7 +114,22 @@ pub const GEMM_STEPS: [usize; 2] = [32, 64];
 pub struct GemmKnobs {
     pub bk: Option<usize>,
     pub unchecked: bool,
+    /// The planes over a tile, rows × columns: `[2, 4]` (8 planes, each 64 × 32 of a 128 ×
+    /// 128 tile) or `[2, 2]` (4 planes, each 64 × 64: every fragment loaded feeds four
+    /// products instead of two or four).
+    pub planes: [usize; 2],
+    /// Copies of the staging: 2 takes one barrier a step instead of two, where it fits in
+    /// workgroup memory.
+    pub stages: usize,
+    /// Whether the next step's vectors load while this step's products run (in registers that
+    /// live across them). Off by default: on an H100 the step replayed took 33.77 ms without
+    /// against 35.25 ms with (three interleaved rounds, BENCHMARKS.md twenty-second session) —
+    /// fewer registers a lane, more cubes resident to hide the loads.
+    pub prefetch: bool,
 }
+
+/// The plane arrangements the kernel is built for.
+pub const GEMM_PLANES: [[usize; 2]; 2] = [[2, 4], [2, 2]];
 
 impl Default for GemmKnobs {
     fn default() -> Self {
@@ -96,6 +140,9 @@ impl Default for GemmKnobs {
 const DEFAULT_KNOBS: GemmKnobs = GemmKnobs {
     bk: None,
     unchecked: true,
+    planes: [2, 4],
+    stages: 1,
+    prefetch: false,
 };
 
 /// Launches of at most this many cubes take the 64-deep step when `b` lies `[k, n]`.
@@ -119,9 +166,13 @@ pub fn gemm_knobs() -> GemmKnobs {
         .unwrap_or_else(|p| *p.into_inner())
 }
 
-/// Sets [`gemm_knobs`] process-wide; a step outside [`GEMM_STEPS`] is ignored.
+/// Sets [`gemm_knobs`] process-wide; a step outside [`GEMM_STEPS`], planes outside
+/// [`GEMM_PLANES`] or stages other than 1 and 2 are ignored.
 pub fn set_gemm_knobs(knobs: GemmKnobs) {
-    if knobs.bk.is_some_and(|bk| !GEMM_STEPS.contains(&bk)) {
+    if knobs.bk.is_some_and(|bk| !GEMM_STEPS.contains(&bk))
+        || !GEMM_PLANES.contains(&knobs.planes)
+        || !(1..=2).contains(&knobs.stages)
+    {
         return;
     }
     match GEMM_KNOBS.lock() {
@@ -219,20 +270,32 @@ pub fn gemm_into(
         return None;
     }
     let knobs = gemm_knobs();
-    let (tm, mut tn) = tiles.unwrap_or_else(|| gemm.tiles_for(m, n, batch));
-    if geglu {
+    let [pm, pn] = knobs.planes;
+    let tile = tiles.unwrap_or_else(|| gemm.tiles_for(m, n, batch));
+    let (tm, mut tn) = gemm.fragments(tile, knobs.planes)?;
+    if geglu && !tn.is_multiple_of(2) {
         // Values and gates in fragment pairs.
-        tn = 2;
+        tn = 2 * tn.div_ceil(2);
     }
     let f = gemm.fragment;
-    let (bm, bn) = (PLANES_M * tm * f.m, PLANES_N * tn * f.n);
+    let (bm, bn) = (pm * tm * f.m, pn * tn * f.n);
+    let lanes = pm * pn * gemm.plane;
     let (nx, ny) = (n.div_ceil(bn), m.div_ceil(bm));
-    if nx > 65_535 || ny > 65_535 || batch > 65_535 {
+    if nx > 65_535 || ny > 65_535 || batch > 65_535 || lanes > MAX_LANES {
         return None;
     }
     let bk = knobs
         .bk
         .unwrap_or_else(|| reduction_step(b_nk, nx * ny * batch));
+    // Every lane stages whole vectors; two stages only where they fit.
+    if !(bm * bk / VEC).is_multiple_of(lanes) || !(bn * bk / VEC).is_multiple_of(lanes) {
+        return None;
+    }
+    let stages = if knobs.stages > 1 && shared_bytes(bm, bn, bk, pm * pn, 2, b_nk) <= SHARED_BYTES {
+        2
+    } else {
+        1
+    };
     // Never read (the kernel's comptime flags say so): an allocation, no kernel.
     let placeholder = resolve(Tensor::<1>::empty([VEC], (device, DType::F16)))?;
     let bias_c = bias.unwrap_or(&placeholder);
@@ -245,7 +308,7 @@ pub fn gemm_into(
             $launch(
                 &a.client,
                 CubeCount::Static(nx as u32, ny as u32, batch as u32),
-                CubeDim::new_1d(LANES as u32),
+                CubeDim::new_1d(lanes as u32),
                 VEC,
                 vector_arg(a),
                 vector_arg(b),
@@ -265,6 +328,10 @@ pub fn gemm_into(
                 f.k,
                 bk,
                 gemm.plane,
+                pm,
+                pn,
+                stages,
+                knobs.prefetch,
                 b_nk,
                 bias.is_some(),
                 bias_per_row,
@@ -400,14 +467,39 @@ mod tests {
     #[test]
     fn tiles_fill_the_gpu() {
         let g = gemm(32, 16, 16, 16);
-        assert_eq!(g.tiles_for(8192, 2560, 1), (4, 2), "64 × 20 tiles of 128");
+        assert_eq!(
+            g.tiles_for(8192, 2560, 1),
+            (128, 128),
+            "64 × 20 tiles of 128"
+        );
         assert_eq!(
             g.tiles_for(8192, 320, 1),
-            (2, 2),
+            (64, 128),
             "3 columns of 128 need 64-row tiles"
         );
-        assert_eq!(g.tiles_for(1280, 256, 2), (2, 1), "a 16×16 convolution");
-        assert_eq!(g.tiles_for(16, 16, 1), (2, 1));
+        assert_eq!(g.tiles_for(1280, 256, 2), (64, 64), "a 16×16 convolution");
+        assert_eq!(g.tiles_for(16, 16, 1), (64, 64));
+    }
+
+    /// A plane's fragments for each tile and arrangement; none where they do not divide it.
+    #[test]
+    fn fragments_per_plane() {
+        let g = gemm(32, 16, 16, 16);
+        assert_eq!(g.fragments((128, 128), [2, 4]), Some((4, 2)));
+        assert_eq!(g.fragments((64, 64), [2, 4]), Some((2, 1)));
+        assert_eq!(g.fragments((128, 128), [2, 2]), Some((4, 4)));
+        assert_eq!(g.fragments((64, 64), [2, 2]), Some((2, 2)));
+        assert_eq!(g.fragments((16, 64), [2, 2]), None);
+    }
+
+    /// Two stages fit 48 KiB at the 32-deep step, not at the 64-deep one of a 128-square tile.
+    #[test]
+    fn two_stages_fit_the_short_step() {
+        use super::{SHARED_BYTES, shared_bytes};
+        assert!(shared_bytes(128, 128, 32, 8, 2, true) <= SHARED_BYTES);
+        assert!(shared_bytes(128, 128, 32, 8, 2, false) <= SHARED_BYTES);
+        assert!(shared_bytes(128, 128, 64, 4, 2, true) > SHARED_BYTES);
+        assert!(shared_bytes(64, 64, 64, 4, 2, true) <= SHARED_BYTES);
     }
 
     /// Linears and small grids take the deep step; wide maps' convolutions the short one.
@@ -418,6 +510,7 @@ mod tests {
         assert_eq!(reduction_step(false, 40), 64, "an 8×8 convolution");
         assert_eq!(reduction_step(false, 320), 32, "a 64×64 convolution");
         let knobs = super::GemmKnobs::default();
-        assert!(knobs.bk.is_none() && knobs.unchecked);
+        assert!(knobs.bk.is_none() && knobs.unchecked && !knobs.prefetch);
+        assert_eq!((knobs.planes, knobs.stages), ([2, 4], 1));
     }
 }

@@ -2,12 +2,15 @@
 //! accumulators, f16 out. Written when a device-timestamp profile of the UNet step on an H100
 //! (BENCHMARKS.md, seventeenth session) put 45 % of the step in burn's matmul at ~25 TFLOP/s.
 //!
-//! A cube of 256 lanes (8 planes of 32) computes a `BM × BN` tile, `BM = 2·tm·fm`, `BN =
-//! 4·tn·fn`: the planes stand 2 × 4 and each keeps `tm × tn` accumulator fragments (8 at 128 ×
-//! 128), so every fragment of `a` loaded from workgroup memory feeds `tn` products and every one
-//! of `b` feeds `tm` (the convolution's kernel loads 1.5 fragments a product). Global memory is
-//! read 16 bytes a lane (vectors of 8), staged as vectors, and the next step's vectors are loaded
-//! into registers while this step's products run. `b` lies `[k, n]` or, for a linear layer's
+//! A cube of `pm × pn` planes computes a `BM × BN` tile, `BM = pm·tm·fm`, `BN = pn·tn·fn`; the
+//! default stands 8 planes of 32 as 2 × 4, each keeping `tm × tn` accumulator fragments (8 at
+//! 128 × 128), so every fragment of `a` loaded from workgroup memory feeds `tn` products and
+//! every one of `b` feeds `tm` (the convolution's kernel loads 1.5 fragments a product). Global
+//! memory is read 16 bytes a lane (vectors of 8) and staged as vectors. The launcher's knobs
+//! ([`super::GemmKnobs`]) may also prefetch the next step into registers during the products,
+//! keep two staging copies (one barrier a step), or stand 4 planes of 64 × 64; on an H100 each
+//! of those made the step slower (BENCHMARKS.md, twenty-second session): registers and
+//! workgroup memory a cube holds cost more resident cubes than they save. `b` lies `[k, n]` or, for a linear layer's
 //! weight as checkpoints store it, `[n, k]` (read as column-major fragments, no copy).
 //!
 //! The reduction step `bk` is 32 or 64 (the launcher's [`super::GemmKnobs`]): 64 halves the
@@ -34,11 +37,8 @@
 use burn::cubecl;
 use burn::cubecl::prelude::*;
 
-/// Lanes per cube: 8 planes of 32.
-pub(super) const LANES: usize = 256;
-/// The planes' arrangement over the tile.
-pub(super) const PLANES_M: usize = 2;
-pub(super) const PLANES_N: usize = 4;
+/// Most lanes a cube may have (8 planes of 32).
+pub(super) const MAX_LANES: usize = 256;
 /// Elements per vector: 16 bytes of f16.
 pub(super) const VEC: usize = 8;
 
@@ -63,14 +63,19 @@ pub(super) fn gemm_mma<F: Float, N: Size>(
     #[comptime] fk: usize,
     #[comptime] bk: usize,
     #[comptime] plane: usize,
+    #[comptime] pm: usize,
+    #[comptime] pn: usize,
+    #[comptime] stages: usize,
+    #[comptime] prefetch: bool,
     #[comptime] b_nk: bool,
     #[comptime] add_bias: bool,
     #[comptime] bias_per_row: bool,
     #[comptime] add_residual: bool,
     #[comptime] geglu: bool,
 ) {
-    let bm = comptime!(PLANES_M * tm * fm);
-    let bn = comptime!(PLANES_N * tn * fn_);
+    let lanes = comptime!(pm * pn * plane);
+    let bm = comptime!(pm * tm * fm);
+    let bn = comptime!(pn * tn * fn_);
     let n_row = comptime!(bn + VEC);
     // A staged row of `a` (and of `b` as `[n, k]`): the step plus one vector of padding, so
     // that fragment loads spread over the banks.
@@ -79,8 +84,8 @@ pub(super) fn gemm_mma<F: Float, N: Size>(
     let lane = UNIT_POS as usize;
     let warp = lane / plane;
     let in_warp = lane % plane;
-    let wm = warp / PLANES_N;
-    let wn = warp % PLANES_N;
+    let wm = warp / pn;
+    let wn = warp % pn;
     let n0 = CUBE_POS_X as usize * bn;
     let m0 = CUBE_POS_Y as usize * bm;
     let z = CUBE_POS_Z as usize;
@@ -88,14 +93,19 @@ pub(super) fn gemm_mma<F: Float, N: Size>(
     let b_base = z * b_batch;
     let c_base = z * c_batch;
 
-    let mut a_s = Shared::<[Vector<F, N>]>::new_slice(comptime!(bm * k_row / VEC));
+    // `stages` copies of the staging: with two, a step's stores go to the buffer the previous
+    // step did not read, so one barrier a step suffices.
+    let a_len = comptime!(bm * k_row / VEC);
     let b_len = comptime!(if b_nk {
         bn * k_row / VEC
     } else {
         bk * (bn + VEC) / VEC
     });
-    let mut b_s = Shared::<[Vector<F, N>]>::new_slice(b_len);
-    let mut c_s = Shared::<[f32]>::new_slice(comptime!(LANES / plane * fm * fn_));
+    let a_end = comptime!(stages * a_len);
+    let b_end = comptime!(stages * b_len);
+    let mut a_s = Shared::<[Vector<F, N>]>::new_slice(a_end);
+    let mut b_s = Shared::<[Vector<F, N>]>::new_slice(b_end);
+    let mut c_s = Shared::<[f32]>::new_slice(comptime!(pm * pn * fm * fn_));
 
     let mut acc = Sequence::<cmma::Matrix<f32>>::new();
     #[unroll]
@@ -110,33 +120,50 @@ pub(super) fn gemm_mma<F: Float, N: Size>(
         ));
     }
 
-    let a_per = comptime!(bm * bk / VEC / LANES);
-    let b_per = comptime!(bn * bk / VEC / LANES);
+    let a_per = comptime!(bm * bk / VEC / lanes);
+    let b_per = comptime!(bn * bk / VEC / lanes);
     let mut a_reg = Array::<Vector<F, N>>::new(a_per);
     let mut b_reg = Array::<Vector<F, N>>::new(b_per);
     let steps = k.div_ceil(bk);
-    load_step::<F, N>(
-        a, b, &mut a_reg, &mut b_reg, 0, lane, m0, n0, m, cols, k, a_base, b_base, bm, bn, bk, fn_,
-        b_nk, geglu,
-    );
+    // With `prefetch` the next step's vectors load while this step's products run (their
+    // registers live across the products); without, each step loads then stages, and other
+    // cubes on the SM hide the wait.
+    if prefetch {
+        load_step::<F, N>(
+            a, b, &mut a_reg, &mut b_reg, 0, lane, m0, n0, m, cols, k, a_base, b_base, bm, bn, bk,
+            fn_, lanes, b_nk, geglu,
+        );
+    }
     for s in 0..steps {
+        if !prefetch {
+            load_step::<F, N>(
+                a, b, &mut a_reg, &mut b_reg, s, lane, m0, n0, m, cols, k, a_base, b_base, bm, bn,
+                bk, fn_, lanes, b_nk, geglu,
+            );
+        }
+        let mut a_off = 0;
+        let mut b_off = 0;
+        if comptime!(stages > 1) {
+            a_off = (s % stages) * a_len;
+            b_off = (s % stages) * b_len;
+        }
         #[unroll]
         for i in 0..a_per {
-            let v = lane + i * LANES;
-            a_s[v / per_k * (k_row / VEC) + v % per_k] = a_reg[i];
+            let v = lane + i * lanes;
+            a_s[a_off + v / per_k * (k_row / VEC) + v % per_k] = a_reg[i];
         }
         #[unroll]
         for i in 0..b_per {
-            let v = lane + i * LANES;
+            let v = lane + i * lanes;
             if b_nk {
-                b_s[v / per_k * (k_row / VEC) + v % per_k] = b_reg[i];
+                b_s[b_off + v / per_k * (k_row / VEC) + v % per_k] = b_reg[i];
             } else {
                 let per_row = comptime!(bn / VEC);
-                b_s[v / per_row * (n_row / VEC) + v % per_row] = b_reg[i];
+                b_s[b_off + v / per_row * (n_row / VEC) + v % per_row] = b_reg[i];
             }
         }
         sync_cube();
-        if s + 1 < steps {
+        if prefetch && s + 1 < steps {
             load_step::<F, N>(
                 a,
                 b,
@@ -155,6 +182,7 @@ pub(super) fn gemm_mma<F: Float, N: Size>(
                 bn,
                 bk,
                 fn_,
+                lanes,
                 b_nk,
                 geglu,
             );
@@ -177,7 +205,7 @@ pub(super) fn gemm_mma<F: Float, N: Size>(
                     };
                     cmma::load(
                         &mut f,
-                        &b_s[(col * k_row + kk * fk) / VEC..b_len],
+                        &b_s[b_off + (col * k_row + kk * fk) / VEC..b_end],
                         k_row as u32,
                     );
                     bf.push(f);
@@ -193,7 +221,7 @@ pub(super) fn gemm_mma<F: Float, N: Size>(
                     };
                     cmma::load(
                         &mut f,
-                        &b_s[(kk * fk * n_row + col) / VEC..b_len],
+                        &b_s[b_off + (kk * fk * n_row + col) / VEC..b_end],
                         n_row as u32,
                     );
                     bf.push(f);
@@ -213,7 +241,7 @@ pub(super) fn gemm_mma<F: Float, N: Size>(
                 };
                 cmma::load(
                     &mut af,
-                    &a_s[(row * k_row + kk * fk) / VEC..comptime!(bm * k_row / VEC)],
+                    &a_s[a_off + (row * k_row + kk * fk) / VEC..a_end],
                     k_row as u32,
                 );
                 #[unroll]
@@ -223,7 +251,9 @@ pub(super) fn gemm_mma<F: Float, N: Size>(
                 }
             }
         }
-        sync_cube();
+        if comptime!(stages == 1) {
+            sync_cube();
+        }
     }
 
     // Each plane writes its fragments through its own scratch (plane barriers only), a
@@ -365,14 +395,15 @@ fn load_step<F: Float, N: Size>(
     #[comptime] bn: usize,
     #[comptime] bk: usize,
     #[comptime] fn_: usize,
+    #[comptime] lanes: usize,
     #[comptime] b_nk: bool,
     #[comptime] geglu: bool,
 ) {
     let k0 = s * bk;
     let per_k = comptime!(bk / VEC);
     #[unroll]
-    for i in 0..comptime!(bm * bk / VEC / LANES) {
-        let v = lane + i * LANES;
+    for i in 0..comptime!(bm * bk / VEC / lanes) {
+        let v = lane + i * lanes;
         let row = m0 + v / per_k;
         let kk = k0 + (v % per_k) * VEC;
         let mut x = Vector::<F, N>::new(F::new(0.0));
@@ -382,8 +413,8 @@ fn load_step<F: Float, N: Size>(
         a_reg[i] = x;
     }
     #[unroll]
-    for i in 0..comptime!(bn * bk / VEC / LANES) {
-        let v = lane + i * LANES;
+    for i in 0..comptime!(bn * bk / VEC / lanes) {
+        let v = lane + i * lanes;
         let mut x = Vector::<F, N>::new(F::new(0.0));
         if b_nk {
             let col = n0 + v / per_k;
