@@ -100,53 +100,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
             .map_err(|e| anyhow::anyhow!("--unet-divisor {}: {e}", args.unet_divisor))?;
     }
     let tokenizer = ClipTokenizer::new()?;
-    {
-        use latent_engine::kernels::matmul;
-        let mut knobs = matmul::gemm_knobs();
-        if let Some(bk) = args.gemm_bk {
-            anyhow::ensure!(
-                matmul::GEMM_STEPS.contains(&bk),
-                "--gemm-bk {bk}: one of {:?}",
-                matmul::GEMM_STEPS
-            );
-            knobs.bk = Some(bk);
-        }
-        knobs.unchecked &= !args.gemm_checked;
-        if let Some(planes) = &args.gemm_planes {
-            knobs.planes = matmul::GEMM_PLANES
-                .into_iter()
-                .find(|p| format!("{}x{}", p[0], p[1]) == *planes)
-                .ok_or_else(|| anyhow::anyhow!("--gemm-planes {planes}: 2x4 or 2x2"))?;
-        }
-        if let Some(stages) = args.gemm_stages {
-            anyhow::ensure!((1..=2).contains(&stages), "--gemm-stages {stages}: 1 or 2");
-            knobs.stages = stages;
-        }
-        matmul::set_gemm_knobs(knobs);
-        matmul::set_mma_linears(!args.burn_linears);
-        if let Some(choice) = &args.simt_linears {
-            let rules = unet::simt_linears(choice)
-                .ok_or_else(|| anyhow::anyhow!("--simt-linears {choice}: one of burn, 4x4, 8x8"))?;
-            matmul::set_product_rules(rules);
-        }
-        println!("SIMT product rules: {:?}", matmul::product_rules());
-        println!(
-            "our GEMM: {knobs:?}, linears on it where it runs: {}",
-            matmul::mma_linears()
-        );
-    }
-    if args.gemm_all {
-        use latent_engine::kernels::conv::{ConvRules, set_conv_rules};
-        latent_engine::kernels::matmul::set_mma_linears(true);
-        set_conv_rules(ConvRules {
-            split_max_tiles: 0,
-            gemm_max_tiles: usize::MAX,
-            gemm_min_out: 0,
-            gemm_one_by_one: true,
-            simt_wide: true,
-            simt_one_by_one_f32: true,
-        });
-    }
+    args.apply_kernel_rules()?;
     if let Some(path) = &args.cache_model {
         return cache::cache_bench(&args, path, &device, &tokenizer);
     }

@@ -8,6 +8,7 @@ use burn::tensor::{DType, Tensor};
 use super::super::attention::{Fragment, device_fragment};
 use super::super::{output, resolve};
 use super::WeightLayout;
+use super::knobs::{GEMM_STEPS, gemm_knobs, reduction_step};
 use super::mma::{MAX_LANES, VEC, gemm_mma};
 
 /// The tiles the GEMM takes, largest first, `(rows, columns)` of a cube's output.
@@ -102,101 +103,6 @@ pub fn mma_gemm_on(device: &burn::tensor::Device, dtype: DType) -> Option<MmaGem
     };
     gemm.fits().then_some(gemm)
 }
-
-/// The reduction steps the kernel is built for.
-pub const GEMM_STEPS: [usize; 2] = [32, 64];
-
-/// How the GEMM is compiled: its reduction step (one of [`GEMM_STEPS`], or `None` for
-/// [`reduction_step`]'s rule) and whether global reads and writes keep cubecl's bounds checks
-/// (the kernel guards every access itself and the launcher checks the buffers' lengths, so the
-/// checks only cost instructions: unmeasurable on an H100, eighteenth session).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct GemmKnobs {
-    pub bk: Option<usize>,
-    pub unchecked: bool,
-    /// The planes over a tile, rows × columns: `[2, 4]` (8 planes, each 64 × 32 of a 128 ×
-    /// 128 tile) or `[2, 2]` (4 planes, each 64 × 64: every fragment loaded feeds four
-    /// products instead of two or four).
-    pub planes: [usize; 2],
-    /// Copies of the staging: 2 takes one barrier a step instead of two, where it fits in
-    /// workgroup memory.
-    pub stages: usize,
-    /// Whether the next step's vectors load while this step's products run (in registers that
-    /// live across them). Off by default: on an H100 the step replayed took 33.77 ms without
-    /// against 35.25 ms with (three interleaved rounds, BENCHMARKS.md twenty-second session) —
-    /// fewer registers a lane, more cubes resident to hide the loads.
-    pub prefetch: bool,
-}
-
-/// The plane arrangements the kernel is built for.
-pub const GEMM_PLANES: [[usize; 2]; 2] = [[2, 4], [2, 2]];
-
-impl Default for GemmKnobs {
-    fn default() -> Self {
-        DEFAULT_KNOBS
-    }
-}
-
-const DEFAULT_KNOBS: GemmKnobs = GemmKnobs {
-    bk: None,
-    unchecked: true,
-    planes: [2, 4],
-    stages: 1,
-    prefetch: false,
-};
-
-/// Launches of at most this many cubes take the 64-deep step when `b` lies `[k, n]`.
-const SMALL_GRID: usize = 132;
-
-/// The reduction step for a launch of `cubes` cubes: 64 (half the barriers a product) for a
-/// linear layer's `[n, k]` weights and for small grids, 32 for large grids over a `[k, n]`
-/// operand (an unrolled convolution input). Measured on an H100 (BENCHMARKS.md, eighteenth
-/// session, every SD 1.5 shape alone): the 64-deep step took the linears from 32.6 to 27.5 ms a
-/// step and the 8×8 and stride-2 convolutions 25–30 % faster, but the wide maps' convolutions
-/// (160 cubes and more) 10–100 % slower.
-pub fn reduction_step(b_nk: bool, cubes: usize) -> usize {
-    if b_nk || cubes <= SMALL_GRID { 64 } else { 32 }
-}
-
-/// The knobs every launch takes (the bench compares them).
-pub fn gemm_knobs() -> GemmKnobs {
-    GEMM_KNOBS
-        .lock()
-        .map(|k| *k)
-        .unwrap_or_else(|p| *p.into_inner())
-}
-
-/// Sets [`gemm_knobs`] process-wide; a step outside [`GEMM_STEPS`], planes outside
-/// [`GEMM_PLANES`] or stages other than 1 and 2 are ignored.
-pub fn set_gemm_knobs(knobs: GemmKnobs) {
-    if knobs.bk.is_some_and(|bk| !GEMM_STEPS.contains(&bk))
-        || !GEMM_PLANES.contains(&knobs.planes)
-        || !(1..=2).contains(&knobs.stages)
-    {
-        return;
-    }
-    match GEMM_KNOBS.lock() {
-        Ok(mut k) => *k = knobs,
-        Err(p) => *p.into_inner() = knobs,
-    }
-}
-
-static GEMM_KNOBS: std::sync::Mutex<GemmKnobs> = std::sync::Mutex::new(DEFAULT_KNOBS);
-
-/// Whether linear layers take the GEMM where it runs: on unless switched off
-/// ([`set_mma_linears`], `LATENT_STUDIO_MATMUL=burn`). With the GEGLU gate and the residual in
-/// its epilogue a UNet step's kernels took 37.7 ms on an H100 against 41.1 ms with burn's matmul
-/// (BENCHMARKS.md, eighteenth session).
-pub fn mma_linears() -> bool {
-    MMA_LINEARS.load(std::sync::atomic::Ordering::Relaxed) && !super::switched_off()
-}
-
-/// Sets [`mma_linears`] process-wide (the bench times both).
-pub fn set_mma_linears(on: bool) {
-    MMA_LINEARS.store(on, std::sync::atomic::Ordering::Relaxed);
-}
-
-static MMA_LINEARS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
 
 /// A `&[Vector<E, 8>]` argument over a contiguous buffer of `E`.
 fn vector_arg(t: &CubeTensor) -> BufferArg {
@@ -500,17 +406,5 @@ mod tests {
         assert!(shared_bytes(128, 128, 32, 8, 2, false) <= SHARED_BYTES);
         assert!(shared_bytes(128, 128, 64, 4, 2, true) > SHARED_BYTES);
         assert!(shared_bytes(64, 64, 64, 4, 2, true) <= SHARED_BYTES);
-    }
-
-    /// Linears and small grids take the deep step; wide maps' convolutions the short one.
-    #[test]
-    fn reduction_step_by_operand_and_grid() {
-        use super::reduction_step;
-        assert_eq!(reduction_step(true, 1280), 64, "a linear layer");
-        assert_eq!(reduction_step(false, 40), 64, "an 8×8 convolution");
-        assert_eq!(reduction_step(false, 320), 32, "a 64×64 convolution");
-        let knobs = super::GemmKnobs::default();
-        assert!(knobs.bk.is_none() && knobs.unchecked && !knobs.prefetch);
-        assert_eq!((knobs.planes, knobs.stages), ([2, 4], 1));
     }
 }

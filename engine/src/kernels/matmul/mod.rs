@@ -28,12 +28,15 @@ mod tests;
 pub use route::{Place, ProductRules, product_rules, set_product_rules, wide_fits};
 
 pub use gemm::{
-    GEMM_PLANES, GEMM_STEPS, GemmEpilogue, GemmKnobs, LinearEpilogue, MMA_TILES, MmaGemm,
-    gemm_into, gemm_knobs, linear_mma, mma_gemm_on, mma_linears, reduction_step, set_gemm_knobs,
+    GemmEpilogue, LinearEpilogue, MMA_TILES, MmaGemm, gemm_into, linear_mma, mma_gemm_on,
+};
+pub use knobs::{
+    GEMM_PLANES, GEMM_STEPS, GemmKnobs, gemm_knobs, mma_linears, reduction_step, set_gemm_knobs,
     set_mma_linears,
 };
 
 mod gemm;
+mod knobs;
 
 use burn::cubecl::prelude::*;
 use burn::tensor::{DType, Tensor};
