@@ -15,7 +15,7 @@
 //! Images are compared within 1/255 per channel, not bit for bit: cubecl autotunes its kernels per
 //! device by timing, so two lavapipe devices with the same limits already differ by 1 at times.
 //! The 192×192 reference is the CPU backend without limits and without tiling: the tiles the
-//! limit asks for are seamless (`engine/src/vae_tiling.rs`), so the tiled decode must match it.
+//! limit asks for are seamless (`engine/src/models/vae/tiling/`), so the tiled decode must match it.
 //!
 //! What this does not show: at 192² burn's fused attention ran within 2.67 MiB even without the
 //! engine's query slices (it keeps no score buffer); the slices guard its unfused path, which

@@ -2,7 +2,7 @@
 //! make_model_fixtures.py): a decode in 3x4 tiles (GroupNorm statistics shared across tiles,
 //! halos as wide as the receptive field, the mid block on the whole latent) is within 2/255 of the
 //! whole decode on CPU and wgpu (lavapipe); the pipeline follows the setting; Auto switches at its
-//! threshold. The tile grid and halo arithmetic are unit-tested in engine/src/vae_tiling.rs.
+//! threshold. The tile grid and halo arithmetic are unit-tested in engine/src/models/vae/tiling/.
 
 use crate::common;
 

@@ -5,7 +5,6 @@ pub mod adapters;
 pub mod attention;
 pub mod bounds;
 pub mod checkpoint;
-pub mod clip;
 pub mod compiler;
 pub mod device;
 pub mod error;
@@ -15,6 +14,7 @@ pub mod limits;
 pub mod lora;
 pub mod model;
 pub mod model_cache;
+pub mod models;
 pub mod nn;
 pub mod noise;
 pub mod parameters;
@@ -26,12 +26,11 @@ pub mod prompt;
 pub mod schedulers;
 pub mod selfcheck;
 pub mod shaders;
-pub mod taesd;
 pub mod tokenizer;
-pub mod unet;
-pub mod vae;
-pub mod vae_compile;
-pub mod vae_tiling;
+
+// The models' modules at the crate root too: their paths predate the `models` folder.
+pub use models::vae::{compile as vae_compile, tiling as vae_tiling};
+pub use models::{clip, taesd, unet, vae};
 
 pub use error::{Error, Result};
 pub use model::{LoadOptions, Precision, StableDiffusion};

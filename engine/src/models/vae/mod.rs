@@ -1,5 +1,8 @@
 //! `AutoencoderKL`: the VAE that maps latents to pixels (decoder) and pixels to latents (encoder).
 
+pub mod compile;
+pub mod tiling;
+
 use burn::tensor::{DType, Tensor};
 use serde::{Deserialize, Serialize};
 
