@@ -199,8 +199,15 @@ pub(super) fn encode(
         }
         _ => None,
     };
+    // With a mask blur (A1111's inpainting) an ordinary checkpoint blends by A1111's latent
+    // mask, made from the blurred mask; without one, and for an inpainting UNet (which takes
+    // the mask as an input too), diffusers' rule, which the parity tests hold it to.
+    let a1111 = init.mask_blur.is_some_and(|b| b > 0.0) && !model.config.unet.is_inpainting();
     let mask = fitted_mask.as_ref().map(|mask| {
-        let mask = latent_mask(model, mask, width, height);
+        let mask = match (&fill_mask, a1111) {
+            (Some(blurred), true) => latent_mask_blurred(model, blurred),
+            _ => latent_mask(model, mask, width, height),
+        };
         let keep = mask.clone().neg() + 1.0;
         (mask, keep)
     });
@@ -310,6 +317,45 @@ fn latent_mask(model: &StableDiffusion, mask: &RgbImage, width: usize, height: u
         TensorData::new(data, [1, 1, lh, lw]),
         (&model.device, DType::F32),
     )
+}
+
+/// A1111's latent mask from the blurred mask at the generation size: scaled down to the
+/// latent's size by PIL's bicubic `resize` (Catmull-Rom, widened by the scale as PIL widens
+/// it) and rounded (`mask_round`), so the blend follows the blur's midline where the mask's
+/// edges do not fall on the VAE's 8-pixel grid.
+fn latent_mask_blurred(model: &StableDiffusion, blurred: &RgbImage) -> Tensor<4> {
+    let scale = model.config.vae.downscale();
+    let (lw, lh) = (blurred.width / scale, blurred.height / scale);
+    Tensor::<4>::from_data(
+        TensorData::new(rounded_latent_mask(blurred, lw, lh), [1, 1, lh, lw]),
+        (&model.device, DType::F32),
+    )
+}
+
+/// [`latent_mask_blurred`]'s values: each latent cell's bicubic mean of the mask, rounded.
+fn rounded_latent_mask(mask: &RgbImage, lw: usize, lh: usize) -> Vec<f32> {
+    latent_mask_means(mask, lw, lh)
+        .into_iter()
+        .map(f32::round)
+        .collect()
+}
+
+/// The mask's grey scaled to `lw`×`lh` by Catmull-Rom, in 0..=1.
+fn latent_mask_means(mask: &RgbImage, lw: usize, lh: usize) -> Vec<f32> {
+    let grey: Vec<u8> = mask.pixels.chunks_exact(3).map(grey).collect();
+    let image = image::GrayImage::from_raw(mask.width as u32, mask.height as u32, grey)
+        .unwrap_or_else(|| image::GrayImage::new(mask.width as u32, mask.height as u32));
+    let small = image::imageops::resize(
+        &image,
+        lw as u32,
+        lh as u32,
+        image::imageops::FilterType::CatmullRom,
+    );
+    small
+        .into_raw()
+        .into_iter()
+        .map(|v| f32::from(v) / 255.0)
+        .collect()
 }
 
 impl Encoded {
@@ -433,5 +479,33 @@ mod tests {
         let (fill, weights) = whole_picture_masks(&half_mask(), 0.0);
         assert_eq!(fill.pixels, half_mask().pixels);
         assert!(weights.iter().all(|&w| w == 0.0 || w == 1.0));
+    }
+
+    /// A1111's latent mask: PIL's bicubic scale to the latent, rounded. The means are PIL's
+    /// (`Image.fromarray(m).convert("RGB").resize((8, 8))`, Pillow 13): a hard edge at x = 18
+    /// gives column 2 a mean of 0.263 (rounded 0: diffusers' nearest sample at x = 16 says 1);
+    /// a ramp from 255 at x = 24 to 0 at x = 40 gives 0.788 and 0.267 in columns 3 and 4.
+    #[test]
+    fn latent_mask_from_the_blurred_mask_as_a1111_scales_it() {
+        let image = |value: &dyn Fn(usize) -> u8| RgbImage {
+            width: 64,
+            height: 64,
+            pixels: (0..64 * 64).flat_map(|i| [value(i % 64); 3]).collect(),
+        };
+        let edge = image(&|x| if x < 18 { 255 } else { 0 });
+        let means = latent_mask_means(&edge, 8, 8);
+        assert!((means[2] - 0.263).abs() < 0.03, "{:?}", &means[..8]);
+        assert_eq!(
+            rounded_latent_mask(&edge, 8, 8)[..8],
+            [1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]
+        );
+        let ramp = image(&|x| (((40.0 - x as f32) / 16.0).clamp(0.0, 1.0) * 255.0) as u8);
+        let means = latent_mask_means(&ramp, 8, 8);
+        assert!((means[3] - 0.788).abs() < 0.03, "{:?}", &means[..8]);
+        assert!((means[4] - 0.267).abs() < 0.03, "{:?}", &means[..8]);
+        assert_eq!(
+            rounded_latent_mask(&ramp, 8, 8)[..8],
+            [1.0, 1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0]
+        );
     }
 }
