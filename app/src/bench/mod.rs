@@ -49,6 +49,14 @@ fn bench_request(steps: usize) -> Txt2ImgRequest {
     }
 }
 
+/// A tensor's values as f32 on the host.
+fn read_f32<const D: usize>(t: Tensor<D>) -> Result<Vec<f32>> {
+    t.cast(burn::tensor::DType::F32)
+        .into_data()
+        .try_to_vec::<f32>()
+        .map_err(|e| anyhow::anyhow!("{e:?}"))
+}
+
 fn sync(device: &Device) -> Result<()> {
     device
         .sync()
@@ -264,12 +272,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         }
         if latent_engine::kernels::available(&device) && !args.no_burn_ops {
             // The same step with burn ops where our kernels (GroupNorm+SiLU, LayerNorm) run.
-            let read = |t: Tensor<4>| -> Result<Vec<f32>> {
-                t.cast(burn::tensor::DType::F32)
-                    .into_data()
-                    .try_to_vec::<f32>()
-                    .map_err(|e| anyhow::anyhow!("{e:?}"))
-            };
+            let read = read_f32::<4>;
             let ours = read(model.unet.forward(x.clone(), &[500.0], &ctx));
             latent_engine::kernels::set_enabled(false);
             let plain = time_ms(&device, 3, args.runs, || {

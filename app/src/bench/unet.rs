@@ -41,12 +41,7 @@ pub(super) fn graph_bench(
         sync(device)?;
     }
     enqueue.sort_by(f64::total_cmp);
-    let read = |t: Tensor<4>| -> Result<Vec<f32>> {
-        t.cast(burn::tensor::DType::F32)
-            .into_data()
-            .try_to_vec::<f32>()
-            .map_err(|e| anyhow::anyhow!("{e:?}"))
-    };
+    let read = super::read_f32::<4>;
     let want = read(model.unet.forward(x.clone(), &[500.0], ctx))?;
     let got = read(steps.forward(x.clone(), 500.0))?;
     let scale = want.iter().fold(1e-6f32, |m, v| m.max(v.abs()));

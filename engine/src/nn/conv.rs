@@ -91,21 +91,18 @@ impl Conv2d {
         residual: Option<&Tensor<4>>,
     ) -> Tensor<4> {
         let [b, _, c_in] = tokens.dims();
-        let plain = self.stride == 1 && self.padding == 0 && self.weight.dims()[2] == 1;
-        if plain && crate::kernels::conv::conv_rules().gemm_one_by_one {
-            let gemm = crate::kernels::matmul::mma_gemm_on(&tokens.device(), tokens.dtype());
-            if let Some(y) = gemm.and_then(|g| {
-                crate::kernels::conv::one_by_one_from_tokens(
-                    &tokens,
-                    &self.weight,
-                    self.bias.as_ref(),
-                    residual,
-                    [h, w],
-                    g,
-                )
-            }) {
-                return y;
-            }
+        // The layer's route, settled once (as `forward` settles it), decides: no probe per call.
+        if self.stride == 1
+            && self.padding == 0
+            && let Some(y) = self.ours.forward_tokens(
+                &tokens,
+                &self.weight,
+                self.bias.as_ref(),
+                residual,
+                [h, w],
+            )
+        {
+            return y;
         }
         let map = tokens.swap_dims(1, 2).reshape([b, c_in, h, w]);
         self.forward_adding(map, None, residual)

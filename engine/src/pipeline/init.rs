@@ -285,12 +285,17 @@ fn grey_image(weights: &[f32], width: usize, height: usize) -> RgbImage {
     }
 }
 
+/// The mask's grey (PIL's `convert("L")`) as an `image` buffer.
+fn grey_mask(mask: &RgbImage) -> image::GrayImage {
+    let grey: Vec<u8> = mask.pixels.chunks_exact(3).map(grey).collect();
+    image::GrayImage::from_raw(mask.width as u32, mask.height as u32, grey)
+        .unwrap_or_else(|| image::GrayImage::new(mask.width as u32, mask.height as u32))
+}
+
 /// The mask blurred by a Gaussian of `sigma` pixels (A1111's `GaussianBlur(mask_blur)`), as
 /// weights in 0..=1.
 fn overlay_weights(mask: &RgbImage, sigma: f32) -> Vec<f32> {
-    let grey: Vec<u8> = mask.pixels.chunks_exact(3).map(grey).collect();
-    let image = image::GrayImage::from_raw(mask.width as u32, mask.height as u32, grey)
-        .unwrap_or_else(|| image::GrayImage::new(mask.width as u32, mask.height as u32));
+    let image = grey_mask(mask);
     let blurred = match sigma.is_finite() && sigma > 0.0 {
         true => image::imageops::blur(&image, sigma),
         false => image,
@@ -342,11 +347,8 @@ fn rounded_latent_mask(mask: &RgbImage, lw: usize, lh: usize) -> Vec<f32> {
 
 /// The mask's grey scaled to `lw`×`lh` by Catmull-Rom, in 0..=1.
 fn latent_mask_means(mask: &RgbImage, lw: usize, lh: usize) -> Vec<f32> {
-    let grey: Vec<u8> = mask.pixels.chunks_exact(3).map(grey).collect();
-    let image = image::GrayImage::from_raw(mask.width as u32, mask.height as u32, grey)
-        .unwrap_or_else(|| image::GrayImage::new(mask.width as u32, mask.height as u32));
     let small = image::imageops::resize(
-        &image,
+        &grey_mask(mask),
         lw as u32,
         lh as u32,
         image::imageops::FilterType::CatmullRom,

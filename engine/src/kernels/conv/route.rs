@@ -211,6 +211,47 @@ impl Prepared {
         matches!(self.0.get(), Some(Use::Packed { .. }))
     }
 
+    /// The layer's use of our kernels, settled at its first call.
+    fn settle(&self, device: &burn::tensor::Device, dtype: DType, weight: &Tensor<4>) -> &Use {
+        let [c_out, _, kh, kw] = weight.dims();
+        self.0.get_or_init(|| {
+            let route = Route::of(device, dtype);
+            let f32_card = route == Route::Card && dtype == DType::F32;
+            match route {
+                Route::Mma(mma) if !route.takes(kh, kw, c_out, false) => Use::BurnOnMma(mma),
+                _ if !route.takes(kh, kw, c_out, f32_card) => Use::Burn,
+                Route::Mma(mma) => Use::Stored(mma),
+                _ => Use::Packed {
+                    weights: Box::new(pack(weight.clone())),
+                    f32_card,
+                },
+            }
+        })
+    }
+
+    /// A 1×1 layer (stride 1, no padding: the caller's to check) over a map held as tokens
+    /// `[b, h·w, c_in]`, written as the map `[b, c_out, h, w]` plus `residual`, where its route
+    /// is our GEMM ([`super::one_by_one_from_tokens`]); `None` otherwise.
+    pub fn forward_tokens(
+        &self,
+        tokens: &Tensor<3>,
+        weight: &Tensor<4>,
+        bias: Option<&Tensor<1>>,
+        residual: Option<&Tensor<4>>,
+        hw: [usize; 2],
+    ) -> Option<Tensor<4>> {
+        let device = tokens.device();
+        if !super::super::available(&device) || weight.dims()[2..] != [1, 1] {
+            return None;
+        }
+        match self.settle(&device, tokens.dtype(), weight) {
+            Use::BurnOnMma(mma) if conv_rules().gemm_one_by_one => {
+                super::one_by_one_from_tokens(tokens, weight, bias, residual, hw, gemm_of(*mma)?)
+            }
+            _ => None,
+        }
+    }
+
     /// `x` through our kernel with `weight` (OIHW) and the `epilogue`, where it runs (see the
     /// module docs); `None` for burn's `conv2d`.
     pub fn forward(
@@ -225,19 +266,7 @@ impl Prepared {
         if !super::super::available(&device) || geometry.k != kh {
             return None;
         }
-        let prepared = self.0.get_or_init(|| {
-            let route = Route::of(&device, x.dtype());
-            let f32_card = route == Route::Card && x.dtype() == DType::F32;
-            match route {
-                Route::Mma(mma) if !route.takes(kh, kw, c_out, false) => Use::BurnOnMma(mma),
-                _ if !route.takes(kh, kw, c_out, f32_card) => Use::Burn,
-                Route::Mma(mma) => Use::Stored(mma),
-                _ => Use::Packed {
-                    weights: Box::new(pack(weight.clone())),
-                    f32_card,
-                },
-            }
-        });
+        let prepared = self.settle(&device, x.dtype(), weight);
         let on_gemm = |mma: Mma| {
             super::conv2d_unrolled_gemm(x.clone(), weight, geometry, epilogue, gemm_of(mma)?, None)
         };

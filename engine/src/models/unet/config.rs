@@ -404,5 +404,7 @@ mod tests {
             read(r#"{"upcast_attention": true, "cross_attention_dim": 1024}"#).upcast_attention
         );
         assert!(!read(r#"{"cross_attention_dim": 1024}"#).upcast_attention);
+        // A sidecar's wrong type is refused, not read as a default.
+        assert!(serde_json::from_str::<UNetConfig>(r#"{"upcast_attention": "yes"}"#).is_err());
     }
 }
