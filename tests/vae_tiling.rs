@@ -51,6 +51,16 @@ impl Observer for Notices {
     }
 }
 
+/// Where two images differ most: (x, y) of the worst pixel.
+fn worst_pixel(a: &RgbImage, b: &RgbImage) -> (usize, usize) {
+    let worst = (a.pixels.iter().zip(&b.pixels))
+        .map(|(x, y)| x.abs_diff(*y))
+        .enumerate()
+        .max_by_key(|&(_, d)| d)
+        .map_or(0, |(i, _)| i / 3);
+    (worst % a.width, worst / a.width)
+}
+
 fn max_channel_diff(a: &RgbImage, b: &RgbImage) -> u8 {
     assert_eq!((a.width, a.height), (b.width, b.height));
     a.pixels
@@ -135,12 +145,33 @@ fn tiled_decode_matches_whole_decode_in_f16() {
 /// The same on wgpu (lavapipe in CI), through the pipeline. VAE compilation stays off: its
 /// first-use check decodes twice more, which doubles this test's kernel compilation on lavapipe
 /// (~50 s); tiling passes the verified kernels to the whole-latent layers only.
+///
+/// Once in 35 CI runs (stop 35) the pair differed by 29/255 on lavapipe, and the same build never
+/// reproduced it here (alone, beside the suite, under CPU load, two threads on one device, a
+/// poisoned memory pool, 128-bit lanes). A seam is deterministic, so a pair that misses is
+/// decoded again: a seam fails both times, and the message says which decode moved between the
+/// two, so the next occurrence tells a seam from a device that does not repeat itself.
 #[test]
 fn tiled_decode_matches_whole_decode_on_wgpu() {
     let device = Device::wgpu(DeviceKind::DefaultDevice);
     let model = tiny_model(&device);
     let z = latents(&device, 16, 20, 11);
-    assert_seamless("wgpu", &decode_both("wgpu", &model, &z, 12));
+    let first = decode_both("wgpu", &model, &z, 12);
+    let first_diff = max_channel_diff(&first[1], &first[0]);
+    if first_diff <= 2 {
+        return assert_seamless("wgpu", &first);
+    }
+    let again = decode_both("wgpu again", &model, &z, 12);
+    eprintln!(
+        "wgpu: tiled vs whole {first_diff}/255 at {:?} of {}x{}; decoded again, whole moved \
+         by {}, tiled by {}",
+        worst_pixel(&first[1], &first[0]),
+        first[0].width,
+        first[0].height,
+        max_channel_diff(&first[0], &again[0]),
+        max_channel_diff(&first[1], &again[1]),
+    );
+    assert_seamless("wgpu again", &again);
 }
 
 fn max_abs_diff(a: &Tensor<4>, b: &Tensor<4>) -> f32 {
