@@ -40,7 +40,7 @@ use latent_engine::limits::DeviceLimits;
 use latent_engine::pipeline::{Quiet, Txt2ImgRequest, txt2img};
 use latent_engine::tokenizer::ClipTokenizer;
 use latent_engine::vae_tiling::{TilingConfig, TilingMode, largest_decoder_buffer_bytes};
-use latent_engine::{LoadOptions, StableDiffusion};
+use latent_engine::{LoadOptions, StableDiffusion, TextEncoders};
 
 /// WebGPU's defaults scaled to the tiny model (see the module docs).
 const SCALED: DeviceLimits = DeviceLimits {
@@ -59,6 +59,37 @@ fn lavapipe() -> AdapterSummary {
 fn load(device: &Device) -> StableDiffusion {
     let ckpt = Checkpoint::open(&fixtures().join("tiny-sd.safetensors")).expect("tiny model");
     StableDiffusion::load(&ckpt, device, LoadOptions::default()).expect("load")
+}
+
+/// A text encoder parked in host memory (one token table there, no buffer limit) comes back to
+/// the limited device split as the device needs, and encodes as the resident one does.
+fn parked_encoder_comes_back_within_the_limits(device: &Device, resident: &StableDiffusion) {
+    let ckpt = Checkpoint::open(&fixtures().join("tiny-sd.safetensors")).expect("tiny model");
+    let options = LoadOptions {
+        text_encoders: TextEncoders::Host,
+        ..LoadOptions::default()
+    };
+    let parked = StableDiffusion::load(&ckpt, device, options).expect("load");
+    assert!(parked.parked() && !resident.parked());
+    assert_eq!(
+        parked.text_encoder.token_embedding_chunks(),
+        1,
+        "the host's"
+    );
+    let networks = parked.networks(&Default::default()).expect("networks");
+    assert_eq!(networks.text_encoder.token_embedding_chunks(), 2);
+    // Tokens from both halves of the table (start and end tokens lie past the split).
+    let ids = vec![
+        ClipTokenizer::new()
+            .expect("tokenizer")
+            .encode_padded("a fox")
+            .ids
+            .to_vec(),
+    ];
+    let read = |t: burn::tensor::Tensor<3>| t.into_data().try_to_vec::<f32>().expect("f32");
+    let want = read(resident.text_encoder.forward(&ids, 1).expect("resident"));
+    let got = read(networks.text_encoder.forward(&ids, 1).expect("parked"));
+    assert_eq!(got, want, "the parked encoder encodes as the resident one");
 }
 
 /// `pipeline_parity`'s case0 at `size`², with `steps`.
@@ -125,6 +156,7 @@ fn scaled_down_limits_split_slice_and_tile_to_the_same_image() {
     // What the limits make the engine split, as the module docs say.
     assert!(49408 * 16 * 4 > limit);
     assert_eq!(model.text_encoder.token_embedding_chunks(), 2);
+    parked_encoder_comes_back_within_the_limits(&device, &model);
     let (size, latents): (usize, u64) = (192, 24);
     assert!(2 * 2 * (latents * latents).pow(2) * 4 > limit);
     let dims = [1, 4, latents as usize, latents as usize];

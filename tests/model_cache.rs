@@ -89,6 +89,7 @@ fn f32_options() -> LoadOptions {
     LoadOptions {
         precision: Precision::F32,
         vae_encoder: false,
+        ..LoadOptions::default()
     }
 }
 

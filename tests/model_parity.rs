@@ -18,6 +18,7 @@ fn load(layout: &str, device: &Device, precision: Precision) -> StableDiffusion 
     let options = LoadOptions {
         precision,
         vae_encoder: true,
+        ..LoadOptions::default()
     };
     StableDiffusion::load(&ckpt, device, options).unwrap_or_else(|e| panic!("{layout}: {e}"))
 }

@@ -106,6 +106,8 @@ fn cancellation_stops_before_the_next_step() {
     assert_eq!(obs.1, 2);
 }
 
+/// A batch's images take consecutive seeds; the model keeps the last conditioning for a
+/// request with the same prompts and settings.
 #[test]
 fn batch_count_uses_consecutive_seeds() {
     let ckpt = Checkpoint::open(&fixtures().join("tiny-sd")).unwrap();
@@ -125,6 +127,21 @@ fn batch_count_uses_consecutive_seeds() {
         "image 2 of a batch is the seed+1 image"
     );
     assert_ne!(both[0].image, both[1].image);
+    // The second request's prompts were the first's: its conditioning was reused (and gave
+    // the same image as the batch's own), while any change to them encodes again.
+    assert_eq!(model.conditioning_encodes(), 1);
+    req.steps = 1;
+    let run = |req: &Txt2ImgRequest| {
+        txt2img(&model, &tokenizer, req, &cancel, &mut Record::default()).unwrap();
+        model.conditioning_encodes()
+    };
+    let mut other = req.clone();
+    other.negative_prompt.push_str(", grainy");
+    assert_eq!(run(&other), 2, "another negative prompt");
+    other.clip_skip = 2;
+    assert_eq!(run(&other), 3, "another clip skip");
+    assert_eq!(run(&other), 3, "the same again");
+    assert_eq!(run(&req), 4, "only the last conditioning is kept");
 
     let expected =
         SafetensorsFile::open(&fixtures().join("pipeline-expected.safetensors")).unwrap();

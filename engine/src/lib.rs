@@ -19,6 +19,7 @@ pub mod nn;
 pub mod noise;
 pub mod parameters;
 pub mod pipeline;
+pub mod precision;
 pub mod preview;
 pub mod probe;
 pub mod profile;
@@ -33,4 +34,4 @@ pub use models::vae::{compile as vae_compile, tiling as vae_tiling};
 pub use models::{clip, taesd, unet, vae};
 
 pub use error::{Error, Result};
-pub use model::{LoadOptions, Precision, StableDiffusion};
+pub use model::{LoadOptions, Precision, StableDiffusion, TextEncoders};

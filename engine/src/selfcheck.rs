@@ -156,6 +156,8 @@ pub fn self_check(
     let options = LoadOptions {
         precision,
         vae_encoder: false,
+        // The check runs the encoder on the device it checks.
+        text_encoders: crate::TextEncoders::Device,
     };
     let dev = StableDiffusion::load(&checkpoint, device, options)?;
 

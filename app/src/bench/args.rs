@@ -139,6 +139,10 @@ pub struct BenchArgs {
     /// high-water mark.
     #[arg(long)]
     pub(super) sdxl: bool,
+    /// With `--sdxl`: where the text encoders wait between prompts (auto parks SDXL's in host
+    /// memory). The pool's high-water mark only rises, so compare two processes.
+    #[arg(long, default_value_t = latent_engine::TextEncoders::Auto)]
+    pub(super) text_encoders: latent_engine::TextEncoders,
     /// Disk cache folder for `--cache-model` (emptied first).
     #[arg(long)]
     pub(super) cache_dir: Option<std::path::PathBuf>,

@@ -75,6 +75,7 @@ pub(super) fn cache_bench(
         let options = LoadOptions {
             precision,
             vae_encoder: false,
+            ..LoadOptions::default()
         };
         let load = |settings: CacheSettings| -> Result<(f64, ModelCache)> {
             let mut cache = ModelCache::new(settings);

@@ -113,14 +113,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         return cache::cache_bench(&args, path, &device, &tokenizer);
     }
     if args.sdxl {
-        return sdxl::sdxl_bench(
-            &device,
-            &tokenizer,
-            args.runs,
-            args.steps,
-            !args.no_pipeline,
-            args.kernel_profile,
-        );
+        return sdxl::sdxl_bench(&device, &tokenizer, &args);
     }
     for &precision in &args.precision {
         let dtype = precision.dtype();
@@ -177,7 +170,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         );
 
         if args.vae_only {
-            vae_bench(&model, &device, precision, args.runs)?;
+            vae_bench(&model, &device, precision, args.runs, args.kernel_profile)?;
             continue;
         }
         if args.pipeline_only {
@@ -305,7 +298,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
             }
         }
 
-        vae_bench(&model, &device, precision, args.runs)?;
+        vae_bench(&model, &device, precision, args.runs, None)?;
         let z = Tensor::<4>::random(
             [1, 4, 64, 64],
             Distribution::Normal(0.0, 1.0),
@@ -421,12 +414,14 @@ pub fn run(args: BenchArgs) -> Result<()> {
     Ok(())
 }
 
-/// VAE decode 512x512, plain and compiled, and the GroupNorm+SiLU kernels alone.
+/// VAE decode 512x512, plain and compiled, and the GroupNorm+SiLU kernels alone; with
+/// `kernel_profile`, every kernel of that many compiled decodes timed on the device.
 fn vae_bench(
     model: &StableDiffusion,
     device: &Device,
     precision: Precision,
     runs: usize,
+    kernel_profile: Option<usize>,
 ) -> Result<()> {
     let dtype = precision.dtype();
     let z = Tensor::<4>::random(
@@ -456,6 +451,11 @@ fn vae_bench(
             "[{precision:?}] VAE decode 512x512 compiled (our GroupNorm+SiLU kernels): median {fused:.2} ms ({:+.1}% vs plain), max rel diff {rel:.1e}",
             (fused / vae - 1.0) * 100.0
         );
+        if let Some(decodes) = kernel_profile {
+            profile::kernel_profile_of(device, &format!("{precision:?} VAE"), decodes, || {
+                let _ = model.vae.decode_with(z.clone(), Kernels::Fused);
+            })?;
+        }
         let gn_x = Tensor::<4>::random(
             [1, 128, 512, 512],
             Distribution::Normal(0.5, 1.0),

@@ -249,7 +249,7 @@ pub(super) fn kernel_profile_of(
     let per_step = |d: std::time::Duration| d.as_secs_f64() * 1e3 / steps as f64;
     let total: std::time::Duration = p.kernels.values().map(|s| s.total).sum();
     println!(
-        "[{tag}] kernel profile of {steps} UNet steps (launch by launch, each launch timed {}): \
+        "[{tag}] kernel profile of {steps} runs (launch by launch, each launch timed {}): \
          {} launches, {} timed on the device, {} without a measurement",
         if p.sequential {
             "and read at once: kernels ran one at a time"
@@ -261,8 +261,8 @@ pub(super) fn kernel_profile_of(
         p.unresolved,
     );
     println!(
-        "[{tag}]   kernel time per step {:.2} ms; first kernel's start to last kernel's end \
-         per step, median {:.2} ms; wall per step with this instrumentation, median {:.2} ms",
+        "[{tag}]   kernel time per run {:.2} ms; first kernel's start to last kernel's end \
+         per run, median {:.2} ms; wall per run with this instrumentation, median {:.2} ms",
         per_step(total),
         median(&p.spans),
         median(&p.walls),
@@ -278,7 +278,7 @@ pub(super) fn kernel_profile_of(
     by_class.sort_by_key(|c| std::cmp::Reverse(c.1.total));
     for (class, s) in by_class {
         println!(
-            "[{tag}]   class {class:<40} {:>5} launches/step {:8.3} ms/step {:5.1}%",
+            "[{tag}]   class {class:<40} {:>5} launches/run {:8.3} ms/run {:5.1}%",
             s.launches / steps,
             per_step(s.total),
             share(s.total)
@@ -288,7 +288,7 @@ pub(super) fn kernel_profile_of(
     by_kernel.sort_by_key(|k| std::cmp::Reverse(k.1.total));
     for (name, s) in by_kernel {
         println!(
-            "[{tag}]   kernel {name:<48} {:>5} launches/step {:8.3} ms/step {:5.1}% ({:.1} µs each)",
+            "[{tag}]   kernel {name:<48} {:>5} launches/run {:8.3} ms/run {:5.1}% ({:.1} µs each)",
             s.launches / steps,
             per_step(s.total),
             share(s.total),

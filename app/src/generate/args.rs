@@ -3,7 +3,6 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use latent_engine::Precision;
 use latent_engine::device::DeviceChoice;
 use latent_engine::image_io::ResizeMode;
 use latent_engine::pipeline::{
@@ -13,6 +12,7 @@ use latent_engine::preview::PreviewMethod;
 use latent_engine::prompt::Emphasis;
 use latent_engine::schedulers::{SamplerKind, Schedule};
 use latent_engine::vae_tiling::TilingMode;
+use latent_engine::{Precision, TextEncoders};
 
 #[derive(Args, Debug)]
 pub struct GenerateArgs {
@@ -136,6 +136,11 @@ pub struct GenerateArgs {
     /// f32 or f16 (default: f16 on a GPU that supports it, else f32).
     #[arg(long)]
     pub(super) precision: Option<Precision>,
+    /// Where the text encoders wait while the UNet runs: `host` (main memory: they come to the
+    /// GPU only to encode the prompt; SDXL's 1.6 GB then leave room for the image on an 8 GB
+    /// card), `device`, or `auto` (host for SDXL).
+    #[arg(long, default_value_t = TextEncoders::Auto)]
+    pub(super) text_encoders: TextEncoders,
     /// Output PNG; without it, a new numbered file in --outputs.
     #[arg(long)]
     pub(super) out: Option<PathBuf>,

@@ -273,6 +273,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     let options = LoadOptions {
         precision,
         vae_encoder: request.init.is_some() || lanczos_hires || inpainting,
+        text_encoders: args.text_encoders,
     };
     let cache_settings = if args.model_cache == OnOff::On {
         if !(args.cache_limit_gib.is_finite() && args.cache_limit_gib >= 0.0) {

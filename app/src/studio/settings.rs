@@ -5,10 +5,10 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use latent_engine::Precision;
 use latent_engine::device::DeviceChoice;
 use latent_engine::model_cache::CacheSettings;
 use latent_engine::preview::PreviewMethod;
+use latent_engine::{Precision, TextEncoders};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -37,6 +37,9 @@ pub struct Settings {
     /// `None` for the device's preferred precision; stored as auto, f32 or f16.
     #[serde(with = "as_text")]
     pub precision: Option<Precision>,
+    /// Where the text encoders wait between prompts; stored as auto, device or host.
+    #[serde(with = "as_text")]
+    pub text_encoders: TextEncoders,
     /// Scanned for `.safetensors` checkpoints and diffusers folders.
     pub models_dir: Option<PathBuf>,
     pub outputs_dir: PathBuf,
@@ -66,6 +69,7 @@ impl Default for Settings {
             device: as_text::Text::fallback(),
             device_timeout_secs: 60.0,
             precision: as_text::Text::fallback(),
+            text_encoders: as_text::Text::fallback(),
             models_dir: None,
             outputs_dir: outputs,
             taesd: None,
@@ -214,6 +218,18 @@ impl as_text::Text for PreviewMethod {
     }
     fn fallback() -> Self {
         PreviewMethod::Auto
+    }
+}
+
+impl as_text::Text for TextEncoders {
+    fn to_text(&self) -> String {
+        self.to_string()
+    }
+    fn from_text(text: &str) -> Option<Self> {
+        text.parse().ok()
+    }
+    fn fallback() -> Self {
+        TextEncoders::Auto
     }
 }
 

@@ -92,6 +92,34 @@ impl TensorMap {
         self.0.is_empty()
     }
 
+    /// A copy of every tensor on `device` (a parked text encoder's weights brought up for one
+    /// request, [`crate::TextEncoders`]). The copies are the map's own: views kept of one buffer
+    /// (a fused layer's parts) become separate tensors.
+    pub fn to_device(&self, device: &burn::tensor::Device) -> TensorMap {
+        let moved = |kept: &Kept| match kept {
+            Kept::R1(t) => Kept::R1(t.clone().to_device(device)),
+            Kept::R2(t) => Kept::R2(t.clone().to_device(device)),
+            Kept::R3(t) => Kept::R3(t.clone().to_device(device)),
+            Kept::R4(t) => Kept::R4(t.clone().to_device(device)),
+            // Chunked again for the target's buffer limit (the host's chunk is the whole table).
+            Kept::Rows(rows) => {
+                let limits = crate::limits::DeviceLimits::of(device);
+                let chunks = rows.iter().flat_map(|t| {
+                    let [n, cols] = t.dims();
+                    let per = limits
+                        .rows_per_tensor((cols * t.dtype().size()) as u64)
+                        .max(1);
+                    (0..n).step_by(per).map(move |start| {
+                        let rows = per.min(n - start);
+                        t.clone().narrow(0, start, rows).to_device(device)
+                    })
+                });
+                Kept::Rows(chunks.collect())
+            }
+        };
+        TensorMap(self.0.iter().map(|(k, v)| (k.clone(), moved(v))).collect())
+    }
+
     /// The whole tensor `name` in `shape` (same element count as kept).
     pub fn whole<const D: usize>(&self, name: &str, shape: [usize; D]) -> Option<Tensor<D>> {
         self.0.get(name)?.as_shape(shape)

@@ -412,12 +412,12 @@ pub fn open_shared(choice: &DeviceChoice, timeout: Duration) -> Result<Option<Sh
 }
 
 /// f16 where the device computes it natively (wgpu with `shader-f16`), f32 on the CPU backend.
-pub fn preferred_precision(device: &Device) -> crate::model::Precision {
+pub fn preferred_precision(device: &Device) -> crate::precision::Precision {
     let is_cpu = is_cpu(device);
     if !is_cpu && device.supports_dtype(burn::tensor::DType::F16) {
-        crate::model::Precision::F16
+        crate::precision::Precision::F16
     } else {
-        crate::model::Precision::F32
+        crate::precision::Precision::F32
     }
 }
 

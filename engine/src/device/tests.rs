@@ -143,5 +143,5 @@ fn cpu_warm_up_runs_under_the_watchdog() {
 fn cpu_is_recognised_and_runs_f32() {
     let cpu = Device::flex();
     assert!(is_cpu(&cpu), "{cpu:?}");
-    assert_eq!(preferred_precision(&cpu), crate::model::Precision::F32);
+    assert_eq!(preferred_precision(&cpu), crate::precision::Precision::F32);
 }

@@ -24,7 +24,9 @@ use serde::{Deserialize, Serialize};
 use crate::checkpoint::weights::Recorder;
 use crate::checkpoint::{Checkpoint, KeyMap, SafetensorsFile, Weights, sha256_file};
 use crate::error::{Error, Result};
-use crate::model::{CACHE_PREFIX_TE2, CACHE_PREFIXES, LoadOptions, Precision, StableDiffusion};
+use crate::model::{
+    CACHE_PREFIX_TE2, CACHE_PREFIXES, LoadOptions, Precision, StableDiffusion, TextEncoders,
+};
 
 // The disk cache (entries, their checks, the hash index) and the writer that fills it live beside
 // this file.
@@ -81,6 +83,7 @@ pub struct Resident {
     pub checkpoint: Arc<Checkpoint>,
     pub path: PathBuf,
     pub precision: Precision,
+    pub text_encoders: TextEncoders,
     device: String,
     pub bytes: u64,
 }
@@ -163,7 +166,10 @@ impl ModelCache {
     ) -> Result<(Arc<StableDiffusion>, Arc<Checkpoint>, LoadSource)> {
         let device_key = format!("{device:?}");
         if let Some(i) = self.resident.iter().position(|r| {
-            r.path == path && r.precision == options.precision && r.device == device_key
+            r.path == path
+                && r.precision == options.precision
+                && r.text_encoders == options.text_encoders
+                && r.device == device_key
         }) {
             let r = self.resident.remove(i);
             let out = (r.model.clone(), r.checkpoint.clone(), LoadSource::Memory);
@@ -193,6 +199,7 @@ impl ModelCache {
                 checkpoint: checkpoint.clone(),
                 path: path.to_path_buf(),
                 precision: options.precision,
+                text_encoders: options.text_encoders,
                 device: device_key,
                 bytes: model.weight_bytes(),
             });

@@ -174,13 +174,20 @@ pub fn load_through_disk(
     };
     if let Some(file) = cache.lookup(&stem, &expect) {
         let t = Instant::now();
+        // Parked text encoders are built in host memory ([`crate::TextEncoders`]).
+        let te_device = options.text_encoders.device_for(&checkpoint.config, device);
         let weights = CACHE_PREFIXES.map(|prefix| {
             let map: KeyMap = Arc::new(move |n: &str| format!("{prefix}{n}"));
-            Weights::from_file("cached weights", file.clone(), map, device, dtype)
+            let on = if prefix == CACHE_PREFIXES[0] {
+                &te_device
+            } else {
+                device
+            };
+            Weights::from_file("cached weights", file.clone(), map, on, dtype)
         });
         let second = checkpoint.config.text_encoder_2.as_ref().map(|_| {
             let map: KeyMap = Arc::new(|n: &str| format!("{CACHE_PREFIX_TE2}{n}"));
-            let w = Weights::from_file("cached weights", file.clone(), map, device, dtype);
+            let w = Weights::from_file("cached weights", file.clone(), map, &te_device, dtype);
             (w, CACHE_PREFIX_TE2)
         });
         match StableDiffusion::from_weights(

@@ -11,6 +11,7 @@
 //! `tuning.rs`: whether a pass is the first at its shapes (its kernels tune first).
 
 mod check;
+mod conditioning;
 mod decode;
 pub mod hires;
 mod init;
@@ -36,7 +37,7 @@ use burn::tensor::{DType, Tensor, TensorData};
 use crate::error::{Error, Result};
 use crate::model::StableDiffusion;
 use crate::noise::TorchRng;
-use crate::prompt;
+use crate::prompt::{self, Conditioning};
 use crate::schedulers::{self, SamplerKind, Schedule};
 use crate::tokenizer::ClipTokenizer;
 use crate::unet::graph::UNetSteps;
@@ -138,97 +139,23 @@ pub fn txt2img(
     check_request(model, req)?;
     let plan = request_plan(req, &model.config.scheduler)?;
     let device = &model.device;
-    let networks = model.networks(&req.loras)?;
-
-    // 2. Encode the prompt in A1111's 75-token chunks with its emphasis weights. CFG ≤ 1 skips
-    // the unconditional pass, as diffusers does.
+    // 2. Encode the prompts (or reuse the last request's conditioning when they match).
     let guided = req.cfg_scale > 1.0;
-    let mut ti_hashes: Vec<(String, String)> = Vec::new();
-    // SDXL: both encoders side by side, and bigG's pooled state for the added conditioning.
-    type Encoded = (Tensor<3>, Option<Tensor<2>>);
-    let mut encode =
-        |text: &str, which: &'static str, observer: &mut dyn Observer| -> Result<Encoded> {
-            // Extra-network tags are read by the front end, not by the text encoder.
-            let text = crate::lora::tags::strip(text);
-            let chunks = prompt::Chunks::with_embeddings(
-                tokenizer,
-                &text,
-                req.emphasis,
-                req.embeddings.as_deref(),
-            );
-            for (_, e) in chunks.chunks.iter().flat_map(|c| &c.fixes) {
-                if !ti_hashes.iter().any(|(name, _)| name == &e.name) {
-                    ti_hashes.push((e.name.clone(), e.hash.chars().take(12).collect()));
-                }
-            }
-            if chunks.truncated {
-                let notice = Notice::PromptTruncated {
-                    which,
-                    tokens: chunks.token_count,
-                    kept: prompt::MAX_CHUNKS * crate::tokenizer::MAX_PROMPT_TOKENS,
-                };
-                tracing::warn!("{notice}");
-                observer.notice(&notice);
-            }
-            match &networks.text_encoder_2 {
-                Some(second) => {
-                    let c = prompt::encode_sdxl(
-                        &networks.text_encoder,
-                        second,
-                        &chunks,
-                        req.clip_skip,
-                        req.emphasis,
-                    )?;
-                    Ok((c.context, Some(c.pooled)))
-                }
-                None => Ok((
-                    prompt::encode(&networks.text_encoder, &chunks, req.clip_skip, req.emphasis)?,
-                    None,
-                )),
-            }
-        };
-    let (cond, cond_pooled) = encode(&req.prompt, "prompt", observer)?;
-    let (context, pooled) = if guided {
-        let (uncond, uncond_pooled) = if sdxl::zero_negative(model, &req.negative_prompt) {
-            (
-                cond.zeros_like(),
-                cond_pooled.as_ref().map(|p| p.zeros_like()),
-            )
-        } else {
-            encode(&req.negative_prompt, "negative prompt", observer)?
-        };
-        // Different chunk counts meet at their least common multiple (exact for attention).
-        let chunks = |t: &Tensor<3>| t.dims()[1] / crate::tokenizer::CONTEXT_LEN;
-        let common = prompt::common_chunks(chunks(&cond), chunks(&uncond));
-        let (uncond, cond) = (
-            prompt::repeat_chunks(uncond, common),
-            prompt::repeat_chunks(cond, common),
-        );
-        // [2, 77·k, d]: unconditional first, as diffusers.
-        let pooled = match (uncond_pooled, cond_pooled) {
-            (Some(u), Some(c)) => Some(Tensor::cat(vec![u, c], 0)),
-            _ => None,
-        };
-        (Tensor::cat(vec![uncond, cond], 0), pooled)
-    } else {
-        (cond, cond_pooled)
-    };
+    let (Conditioning { context, pooled }, ti_hashes) =
+        conditioning::encode(model, tokenizer, req, guided, observer)?;
+    let unet = model.unet_for(&req.loras)?;
     let size = req
         .size_conditioning
         .unwrap_or_else(|| SizeConditioning::of_image(req.width, req.height));
     let added = pooled
         .as_ref()
-        .map(|p| sdxl::added(&networks.unet, p, size))
+        .map(|p| sdxl::added(&unet, p, size))
         .transpose()?;
     // The hires pass's size (its own conditioning, tuning and blank picture are at it).
     let hires_size = req.hires.as_ref().map(|h| h.target(req.width, req.height));
     // SDXL's hires pass conditions on its own size, as A1111 conditions it (`hr_upscale_to_x/y`).
     let hires_added = match (&pooled, hires_size) {
-        (Some(p), Some((w, h))) => Some(sdxl::added(
-            &networks.unet,
-            p,
-            SizeConditioning::of_image(w, h),
-        )?),
+        (Some(p), Some((w, h))) => Some(sdxl::added(&unet, p, SizeConditioning::of_image(w, h))?),
         _ => None,
     };
 
@@ -278,16 +205,16 @@ pub fn txt2img(
     let mut out = Vec::with_capacity(req.batch_count);
     // Every step of every image has one shape: after a few, the step replays a recorded graph.
     // The hires pass, of another shape, runs launch by launch (one recorded graph at a time).
-    let mut unet = UNetSteps::new(&networks.unet, context.clone());
+    let mut steps = UNetSteps::new(&unet, context.clone());
     if let Some(added) = &added {
-        unet = unet.with_added(added.clone());
+        steps = steps.with_added(added.clone());
     }
-    let mut first = |x: Tensor<4>, t: f32| unet.forward(x, t);
+    let mut first = |x: Tensor<4>, t: f32| steps.forward(x, t);
     let mut second = |x: Tensor<4>, t: f32| {
         let b = x.dims()[0];
         match &hires_added {
-            Some(added) => networks.unet.forward_added(x, &vec![t; b], &context, added),
-            None => networks.unet.forward(x, &vec![t; b], &context),
+            Some(added) => unet.forward_added(x, &vec![t; b], &context, added),
+            None => unet.forward(x, &vec![t; b], &context),
         }
     };
     for image in 0..req.batch_count {

@@ -5,6 +5,7 @@
 
 mod chunks;
 mod embeddings;
+mod memo;
 #[cfg(test)]
 mod tests;
 pub mod weights;
@@ -13,6 +14,7 @@ use burn::tensor::{DType, Tensor, TensorData};
 
 pub use chunks::{Chunk, Chunks, Emphasis, MAX_CHUNKS};
 pub use embeddings::{Embedding, Embeddings};
+pub use memo::{Conditioning, ConditioningKey, ConditioningMemo};
 
 use crate::Result;
 use crate::clip::ClipTextModel;

@@ -9,7 +9,6 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender, bounded};
 use eframe::egui;
 use egui::{Color32, ColorImage, Key, Modifiers, TextureHandle, TextureOptions};
-use latent_engine::Precision;
 use latent_engine::adapters::AdapterSummary;
 use latent_engine::device::DeviceChoice;
 use latent_engine::image_io::{RgbImage, decode_png, encode_png, save_atomic};
@@ -19,6 +18,7 @@ use latent_engine::preview::{Frame, PreviewMethod, PreviewSettings};
 use latent_engine::prompt::{Chunks, Emphasis};
 use latent_engine::schedulers::{SamplerKind, Schedule};
 use latent_engine::tokenizer::{ClipTokenizer, MAX_PROMPT_TOKENS};
+use latent_engine::{Precision, TextEncoders};
 
 use super::demo;
 use super::form::{Form, SIZE_PRESETS};
@@ -562,6 +562,7 @@ pub(super) fn engine_config(settings: &Settings) -> EngineConfig {
     EngineConfig {
         device: settings.device.clone(),
         precision: settings.precision,
+        text_encoders: settings.text_encoders,
         outputs: settings.outputs_dir.clone(),
         taesd: settings.taesd_path(),
         taesdxl: settings.taesdxl_path(),

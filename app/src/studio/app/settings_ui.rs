@@ -205,6 +205,28 @@ impl StudioApp {
                         .response
                         .labelled_by(label.id);
                     ui.end_row();
+                    let label = ui.label("Text encoders");
+                    egui::ComboBox::from_id_salt("text_encoders")
+                        .selected_text(text_encoders_text(self.settings.text_encoders))
+                        .show_ui(ui, |ui| {
+                            for t in [TextEncoders::Auto, TextEncoders::Device, TextEncoders::Host]
+                            {
+                                changed |= ui
+                                    .selectable_value(
+                                        &mut self.settings.text_encoders,
+                                        t,
+                                        text_encoders_text(t),
+                                    )
+                                    .changed();
+                            }
+                        })
+                        .response
+                        .on_hover_text(
+                            "Parked in main memory, the text encoders come to the GPU only to \
+                             encode a prompt: SDXL's take 1.6 GB, which lets SDXL fit an 8 GB card",
+                        )
+                        .labelled_by(label.id);
+                    ui.end_row();
                     let shown = |p: &Option<PathBuf>| {
                         p.as_ref()
                             .map(|p| p.display().to_string())
@@ -284,6 +306,15 @@ impl StudioApp {
             }
         });
         ui.end_row();
+    }
+}
+
+/// Where the text encoders wait, as the settings window names it.
+fn text_encoders_text(t: TextEncoders) -> &'static str {
+    match t {
+        TextEncoders::Auto => "auto (main memory for SDXL)",
+        TextEncoders::Device => "on the GPU",
+        TextEncoders::Host => "in main memory",
     }
 }
 

@@ -23,7 +23,7 @@ use latent_engine::pipeline::{Notice, StepState, Txt2ImgRequest, txt2img};
 use latent_engine::preview::{FrameStore, PreviewMethod, PreviewSettings, Previewer};
 use latent_engine::taesd::TaesdDecoder;
 use latent_engine::tokenizer::ClipTokenizer;
-use latent_engine::{LoadOptions, Precision, StableDiffusion};
+use latent_engine::{LoadOptions, Precision, StableDiffusion, TextEncoders};
 
 // The protocol, the window's handle and the device live beside this file; they reach the
 // worker's fields as child modules.
@@ -132,6 +132,12 @@ impl Worker {
             if !config.cache.enabled {
                 self.model = None;
             }
+        }
+        if config.text_encoders != self.config.text_encoders && !reload {
+            // The model is loaded again with its encoders where asked, when next needed; a
+            // resident copy with them elsewhere would hold the device memory parking frees.
+            self.model = None;
+            self.cache.release_all();
         }
         let new_loras = config.loras != self.config.loras;
         let new_embeddings = config.embeddings != self.config.embeddings;
@@ -286,6 +292,7 @@ impl Worker {
             precision: self.precision(&device),
             // Always: img2img must not need a reload (SD 1.5's encoder is 34 M parameters).
             vae_encoder: true,
+            text_encoders: self.config.text_encoders,
         };
         // Progress in bytes uploaded, at most ten times a second; Cancel stops within a tensor.
         let events = self.events.clone();

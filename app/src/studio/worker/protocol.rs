@@ -9,6 +9,8 @@ pub struct EngineConfig {
     pub device: DeviceChoice,
     /// `None`: the device's preference (f16 where supported).
     pub precision: Option<Precision>,
+    /// Where the loaded model's text encoders wait between prompts.
+    pub text_encoders: TextEncoders,
     pub outputs: PathBuf,
     /// The TAESD decoder for SD 1.x/2.x latents, and TAESDXL's for SDXL's.
     pub taesd: Option<PathBuf>,

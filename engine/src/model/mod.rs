@@ -11,37 +11,15 @@ use crate::checkpoint::{Checkpoint, Component, LoadReport, ModelConfig, Weights,
 use crate::clip::ClipTextModel;
 use crate::error::{Error, Result};
 use crate::lora::{self, LoraSet, keys::Net};
+use crate::prompt::ConditioningMemo;
 use crate::unet::UNet2DConditionModel;
 use crate::vae::AutoencoderKL;
 use crate::vae_compile::VaeCompiler;
 
-/// Float precision of a model's weights and activations.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub enum Precision {
-    #[default]
-    F32,
-    F16,
-}
+pub use crate::precision::Precision;
 
-impl Precision {
-    pub fn dtype(self) -> DType {
-        match self {
-            Precision::F32 => DType::F32,
-            Precision::F16 => DType::F16,
-        }
-    }
-}
-
-impl std::str::FromStr for Precision {
-    type Err = String;
-    fn from_str(s: &str) -> std::result::Result<Self, String> {
-        match s {
-            "f32" | "fp32" => Ok(Precision::F32),
-            "f16" | "fp16" => Ok(Precision::F16),
-            other => Err(format!("unknown precision `{other}` (use f32 or f16)")),
-        }
-    }
-}
+mod encoders;
+pub use encoders::TextEncoders;
 
 /// Name prefixes of each component's tensors in a disk-cache file (text encoder, UNet, VAE).
 pub const CACHE_PREFIXES: [&str; 3] = ["text_encoder.", "unet.", "vae."];
@@ -54,6 +32,8 @@ pub struct LoadOptions {
     pub precision: Precision,
     /// img2img and inpainting need the VAE encoder; txt2img does not.
     pub vae_encoder: bool,
+    /// Where the text encoders wait between prompts.
+    pub text_encoders: TextEncoders,
 }
 
 pub struct StableDiffusion {
@@ -76,6 +56,11 @@ pub struct StableDiffusion {
     kept: Option<Kept>,
     /// The networks of the last LoRA set asked for, while it is asked for again.
     with_loras: Mutex<Option<(LoraSet, Arc<Networks>)>>,
+    /// Whether the text encoders (and their kept tensors) wait in host memory
+    /// ([`TextEncoders`]); `text_encoder` and `text_encoder_2` are then the host's copies.
+    parked: bool,
+    /// The last request's conditioning (the pipeline's; a repeated prompt encodes nothing).
+    pub(crate) conditioning: ConditioningMemo,
 }
 
 struct Kept {
@@ -130,20 +115,23 @@ impl StableDiffusion {
                 },
             )))
         };
+        let te_device = options.text_encoders.device_for(&checkpoint.config, device);
         let weights = [
             record(
-                checkpoint.text_encoder_weights(device, dtype),
+                checkpoint.text_encoder_weights(&te_device, dtype),
                 CACHE_PREFIXES[0],
             ),
             record(checkpoint.unet_weights(device, dtype), CACHE_PREFIXES[1]),
             record(checkpoint.vae_weights(device, dtype), CACHE_PREFIXES[2]),
         ];
-        let second = checkpoint.text_encoder_2_weights(device, dtype).map(|w| {
-            (
-                record(w, CACHE_PREFIX_TE2),
-                checkpoint.stored_prefix(Component::TextEncoder2),
-            )
-        });
+        let second = checkpoint
+            .text_encoder_2_weights(&te_device, dtype)
+            .map(|w| {
+                (
+                    record(w, CACHE_PREFIX_TE2),
+                    checkpoint.stored_prefix(Component::TextEncoder2),
+                )
+            });
         let prefixes = [
             checkpoint.stored_prefix(Component::TextEncoder),
             checkpoint.stored_prefix(Component::Unet),
@@ -171,6 +159,8 @@ impl StableDiffusion {
     ) -> Result<Self> {
         let c = config;
         let [te, uw, vw] = weights;
+        // Encoders built on the host while the rest is on a device are parked there.
+        let parked = crate::device::is_cpu(te.device()) && !crate::device::is_cpu(device);
         let (te, uw) = (te.keeping(), uw.keeping());
         let text_encoder = ClipTextModel::load(&te, &c.text_encoder)?;
         // The config says whether there is a second encoder; its weights must then be there.
@@ -227,13 +217,50 @@ impl StableDiffusion {
             vae_f32: OnceLock::new(),
             kept: Some(kept),
             with_loras: Mutex::default(),
+            parked,
+            conditioning: ConditioningMemo::default(),
         })
     }
 
     /// The text encoder and UNet a request with `set` runs: the model's own for an empty set,
     /// else copies with the set merged into their weights, built from the kept tensors on the
     /// device (the checkpoint is not read) and kept until another set is asked for.
+    ///
+    /// A model whose encoders are parked ([`TextEncoders`]) brings them to the device for this
+    /// call's networks only (with the set's text-encoder LoRAs merged there): they leave the
+    /// device when the caller drops them, e.g. once the prompt is encoded.
     pub fn networks(&self, set: &LoraSet) -> Result<Arc<Networks>> {
+        let resident = self.resident_networks(set)?;
+        if !self.parked {
+            return Ok(resident);
+        }
+        let (text_encoder, text_encoder_2) = self.encoders_on_device(set)?;
+        Ok(Arc::new(Networks {
+            text_encoder,
+            text_encoder_2,
+            unet: resident.unet.clone(),
+        }))
+    }
+
+    /// The UNet a request with `set` runs ([`Self::networks`]' without the text encoders: a
+    /// parked model brings none to the device for it).
+    pub fn unet_for(&self, set: &LoraSet) -> Result<UNet2DConditionModel> {
+        Ok(self.resident_networks(set)?.unet.clone())
+    }
+
+    /// How many prompt conditionings the pipeline has encoded with this model (a request whose
+    /// prompts, LoRAs and settings match the previous one's reuses its conditioning).
+    pub fn conditioning_encodes(&self) -> usize {
+        self.conditioning.encodes()
+    }
+
+    /// Whether the text encoders are parked in host memory ([`TextEncoders`]).
+    pub fn parked(&self) -> bool {
+        self.parked
+    }
+
+    /// [`Self::networks`] as the model holds them (a parked model's encoders on the host).
+    fn resident_networks(&self, set: &LoraSet) -> Result<Arc<Networks>> {
         if set.is_empty() {
             return Ok(Arc::new(Networks {
                 text_encoder: self.text_encoder.clone(),
@@ -258,16 +285,21 @@ impl StableDiffusion {
         let (device, dtype) = (&self.device, self.precision.dtype());
         // transformers 5 saves the encoder's layers without the `text_model.` level.
         let te_alias = |module: &str| module.strip_prefix("text_model.").map(str::to_string);
-        let te = lora::patches(
-            Net::TextEncoder,
-            &kept.text_encoder,
-            set,
-            &te_alias,
-            device,
-            dtype,
-        )?;
+        // Parked encoders merge theirs on the device, per request (`encoders_on_device`).
+        let te = match self.parked {
+            true => TensorMap::default(),
+            false => lora::patches(
+                Net::TextEncoder,
+                &kept.text_encoder,
+                set,
+                &te_alias,
+                device,
+                dtype,
+            )?,
+        };
         // SDXL's second encoder: merged where the set changes it, refused where there is none.
         let te2 = match (&kept.text_encoder_2, &self.text_encoder_2) {
+            (Some(_), Some(_)) if self.parked => TensorMap::default(),
             (Some(base), Some(_)) => {
                 lora::patches(Net::TextEncoder2, base, set, &te_alias, device, dtype)?
             }
@@ -396,14 +428,26 @@ impl StableDiffusion {
 
     /// Full-size SD 1.5 with random weights, for benchmarks.
     pub fn random(config: &ModelConfig, device: &Device, precision: Precision) -> Result<Self> {
+        Self::random_with(config, device, precision, TextEncoders::Auto)
+    }
+
+    /// [`Self::random`] with its text encoders where `text_encoders` says.
+    pub fn random_with(
+        config: &ModelConfig,
+        device: &Device,
+        precision: Precision,
+        text_encoders: TextEncoders,
+    ) -> Result<Self> {
         let dtype = precision.dtype();
-        let te = Weights::random("text encoder", device, dtype).keeping();
+        let te_device = text_encoders.device_for(config, device);
+        let parked = te_device != *device;
+        let te = Weights::random("text encoder", &te_device, dtype).keeping();
         let uw = Weights::random("UNet", device, dtype).keeping();
         let text_encoder = ClipTextModel::load(&te, &config.text_encoder)?;
         // SDXL's second encoder, kept too (SDXL LoRAs change it).
         let te2 = config.text_encoder_2.as_ref().map(|c| {
             (
-                Weights::random("text encoder 2", device, dtype).keeping(),
+                Weights::random("text encoder 2", &te_device, dtype).keeping(),
                 c,
             )
         });
@@ -429,6 +473,8 @@ impl StableDiffusion {
             reports: Vec::new(),
             vae_compile: VaeCompiler::default(),
             vae_f32: OnceLock::new(),
+            parked,
+            conditioning: ConditioningMemo::default(),
         })
     }
 }

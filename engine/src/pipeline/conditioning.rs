@@ -1,0 +1,122 @@
+//! Stage 2 of a run: the request's prompts as the UNet's conditioning, in A1111's 75-token chunks
+//! with its emphasis weights; SDXL's two encoders side by side with bigG's pooled state; the
+//! negative's zeros where SDXL's rule says. The model keeps the last conditioning
+//! ([`crate::prompt::ConditioningMemo`]): a request whose prompts, LoRAs and settings match the
+//! previous one's reuses it and brings no text encoder to the device.
+
+use burn::tensor::Tensor;
+
+use super::{Notice, Observer, Txt2ImgRequest, sdxl};
+use crate::error::Result;
+use crate::model::StableDiffusion;
+use crate::prompt::{self, Chunks, Conditioning, ConditioningKey};
+use crate::tokenizer::ClipTokenizer;
+
+/// The request's conditioning (`[2, 77·k, d]`, unconditional first, when `guided`; CFG ≤ 1 skips
+/// the unconditional pass, as diffusers does) and the embeddings it used, `(name, short hash)`.
+pub(super) fn encode(
+    model: &StableDiffusion,
+    tokenizer: &ClipTokenizer,
+    req: &Txt2ImgRequest,
+    guided: bool,
+    observer: &mut dyn Observer,
+) -> Result<(Conditioning, Vec<(String, String)>)> {
+    let mut ti_hashes: Vec<(String, String)> = Vec::new();
+    let mut chunks_of = |text: &str, which: &'static str, observer: &mut dyn Observer| {
+        // Extra-network tags are read by the front end, not by the text encoder.
+        let text = crate::lora::tags::strip(text);
+        let chunks =
+            Chunks::with_embeddings(tokenizer, &text, req.emphasis, req.embeddings.as_deref());
+        for (_, e) in chunks.chunks.iter().flat_map(|c| &c.fixes) {
+            if !ti_hashes.iter().any(|(name, _)| name == &e.name) {
+                ti_hashes.push((e.name.clone(), e.hash.chars().take(12).collect()));
+            }
+        }
+        if chunks.truncated {
+            let notice = Notice::PromptTruncated {
+                which,
+                tokens: chunks.token_count,
+                kept: prompt::MAX_CHUNKS * crate::tokenizer::MAX_PROMPT_TOKENS,
+            };
+            tracing::warn!("{notice}");
+            observer.notice(&notice);
+        }
+        chunks
+    };
+    let zeroed_negative = guided && sdxl::zero_negative(model, &req.negative_prompt);
+    let key = ConditioningKey {
+        prompt: chunks_of(&req.prompt, "prompt", observer),
+        negative: (guided && !zeroed_negative)
+            .then(|| chunks_of(&req.negative_prompt, "negative prompt", observer)),
+        zeroed_negative,
+        clip_skip: req.clip_skip,
+        emphasis: req.emphasis,
+        loras: req.loras.clone(),
+    };
+    if let Some(known) = model.conditioning.get(&key) {
+        tracing::debug!("the prompts are the last request's: its conditioning is reused");
+        return Ok((known, ti_hashes));
+    }
+    let conditioning = encode_key(model, req, &key)?;
+    model.conditioning.set(key, conditioning.clone());
+    Ok((conditioning, ti_hashes))
+}
+
+/// Encodes `key`'s chunks with the networks of the request's LoRA set; a parked model's text
+/// encoders come to the device for this and leave when it returns.
+fn encode_key(
+    model: &StableDiffusion,
+    req: &Txt2ImgRequest,
+    key: &ConditioningKey,
+) -> Result<Conditioning> {
+    let networks = model.networks(&req.loras)?;
+    // SDXL: both encoders side by side, and bigG's pooled state for the added conditioning.
+    let encode = |chunks: &Chunks| -> Result<(Tensor<3>, Option<Tensor<2>>)> {
+        match &networks.text_encoder_2 {
+            Some(second) => {
+                let c = prompt::encode_sdxl(
+                    &networks.text_encoder,
+                    second,
+                    chunks,
+                    key.clip_skip,
+                    key.emphasis,
+                )?;
+                Ok((c.context, Some(c.pooled)))
+            }
+            None => Ok((
+                prompt::encode(&networks.text_encoder, chunks, key.clip_skip, key.emphasis)?,
+                None,
+            )),
+        }
+    };
+    let (cond, cond_pooled) = encode(&key.prompt)?;
+    let (uncond, uncond_pooled) = match (&key.negative, key.zeroed_negative) {
+        (Some(negative), _) => encode(negative)?,
+        (None, true) => (
+            cond.zeros_like(),
+            cond_pooled.as_ref().map(|p| p.zeros_like()),
+        ),
+        (None, false) => {
+            return Ok(Conditioning {
+                context: cond,
+                pooled: cond_pooled,
+            });
+        }
+    };
+    // Different chunk counts meet at their least common multiple (exact for attention).
+    let chunks = |t: &Tensor<3>| t.dims()[1] / crate::tokenizer::CONTEXT_LEN;
+    let common = prompt::common_chunks(chunks(&cond), chunks(&uncond));
+    let (uncond, cond) = (
+        prompt::repeat_chunks(uncond, common),
+        prompt::repeat_chunks(cond, common),
+    );
+    // [2, 77·k, d]: unconditional first, as diffusers.
+    let pooled = match (uncond_pooled, cond_pooled) {
+        (Some(u), Some(c)) => Some(Tensor::cat(vec![u, c], 0)),
+        _ => None,
+    };
+    Ok(Conditioning {
+        context: Tensor::cat(vec![uncond, cond], 0),
+        pooled,
+    })
+}
