@@ -143,6 +143,10 @@ pub struct BenchArgs {
     /// memory). The pool's high-water mark only rises, so compare two processes.
     #[arg(long, default_value_t = latent_engine::TextEncoders::Auto)]
     pub(super) text_encoders: latent_engine::TextEncoders,
+    /// With `--sdxl`: the image's side in pixels (SDXL's native 1024 by default; smaller for a
+    /// slow adapter's memory measurement).
+    #[arg(long, default_value_t = 1024)]
+    pub(super) sdxl_size: usize,
     /// Disk cache folder for `--cache-model` (emptied first).
     #[arg(long)]
     pub(super) cache_dir: Option<std::path::PathBuf>,

@@ -20,8 +20,6 @@ use latent_engine::{Precision, StableDiffusion};
 use super::args::BenchArgs;
 use super::{bench_request, sync, time_ms};
 
-/// SDXL's native size, pixels.
-const SIZE: usize = 1024;
 
 /// With `--pipeline-only`, the txt2img alone: its runs' high-water mark is then the run's own.
 pub(super) fn sdxl_bench(
@@ -29,7 +27,7 @@ pub(super) fn sdxl_bench(
     tokenizer: &ClipTokenizer,
     args: &BenchArgs,
 ) -> Result<()> {
-    let (runs, steps) = (args.runs, args.steps);
+    let (runs, steps, size) = (args.runs, args.steps, args.sdxl_size);
     let precision = Precision::F16;
     let dtype = precision.dtype();
     let t = Instant::now();
@@ -47,10 +45,10 @@ pub(super) fn sdxl_bench(
     );
     memory(device, "the weights loaded");
     if args.pipeline_only {
-        return txt2img_runs(device, tokenizer, &model, steps, runs);
+        return txt2img_runs(device, tokenizer, &model, [steps, runs, size]);
     }
     let normal = Distribution::Normal(0.0, 1.0);
-    let latent = SIZE / model.config.vae.downscale();
+    let latent = size / model.config.vae.downscale();
     let context = model.config.unet.cross_attention_dim;
     let x = Tensor::<4>::random([2, 4, latent, latent], normal, (device, dtype));
     let ctx = Tensor::<3>::random([2, 77, context], normal, (device, dtype));
@@ -60,7 +58,7 @@ pub(super) fn sdxl_bench(
         .and_then(|te| te.config().projection_dim)
         .ok_or_else(|| anyhow::anyhow!("the SDXL model has no projected second text encoder"))?;
     let pooled = Tensor::<2>::random([2, pooled_width], normal, (device, dtype));
-    let ids = SizeConditioning::of_image(SIZE, SIZE).time_ids();
+    let ids = SizeConditioning::of_image(size, size).time_ids();
     let added = model.unet.added_conditioning(&pooled, &[ids; 2])?;
     let unet = time_ms(device, 2, runs, || {
         let _ = model.unet.forward_added(x.clone(), &[500.0], &ctx, &added);
@@ -88,27 +86,26 @@ pub(super) fn sdxl_bench(
         let ms = time_ms(device, 0, runs.min(3), || {
             let _ = decode(&model, z.clone(), &options, &mut Quiet);
         })?;
-        println!("[SDXL] VAE decode {SIZE}x{SIZE}, {name}: median {ms:.1} ms");
+        println!("[SDXL] VAE decode {size}x{size}, {name}: median {ms:.1} ms");
         memory(device, &format!("after the {name} decode"));
     }
     if !args.no_pipeline {
-        txt2img_runs(device, tokenizer, &model, steps, runs)?;
+        txt2img_runs(device, tokenizer, &model, [steps, runs, size])?;
     }
     Ok(())
 }
 
-/// A first 1024² txt2img (its errors surface), two timed (unless `runs` is 1), and the pool.
+/// A first `size`² txt2img (its errors surface), two timed (unless `runs` is 1), and the pool.
 fn txt2img_runs(
     device: &Device,
     tokenizer: &ClipTokenizer,
     model: &StableDiffusion,
-    steps: usize,
-    runs: usize,
+    [steps, runs, size]: [usize; 3],
 ) -> Result<()> {
     {
         let req = Txt2ImgRequest {
-            width: SIZE,
-            height: SIZE,
+            width: size,
+            height: size,
             ..bench_request(steps)
         };
         let cancel = AtomicBool::new(false);
@@ -116,7 +113,7 @@ fn txt2img_runs(
         let t = Instant::now();
         txt2img(model, tokenizer, &req, &cancel, &mut Quiet)?;
         println!(
-            "[SDXL] txt2img {SIZE}x{SIZE}, {steps} Euler steps, CFG 7.5, first run: {:.0} ms",
+            "[SDXL] txt2img {size}x{size}, {steps} Euler steps, CFG 7.5, first run: {:.0} ms",
             t.elapsed().as_secs_f64() * 1e3
         );
         memory(device, "after the first txt2img");
@@ -126,7 +123,7 @@ fn txt2img_runs(
                 let _ = txt2img(model, tokenizer, &req, &cancel, &mut Quiet);
             })?;
             println!(
-                "[SDXL] txt2img {SIZE}x{SIZE}, {steps} Euler steps, CFG 7.5: median {total:.0} ms"
+                "[SDXL] txt2img {size}x{size}, {steps} Euler steps, CFG 7.5: median {total:.0} ms"
             );
             memory(device, "after the txt2img runs");
         }

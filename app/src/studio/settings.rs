@@ -327,10 +327,19 @@ mod tests {
         ] {
             assert!(text.contains(pair), "{pair} in {text}");
         }
+        // A file from before the text-encoder setting reads as auto; the words round-trip.
+        assert_eq!(s.text_encoders, TextEncoders::Auto);
         let auto = Settings::default();
         auto.save(&path).unwrap();
         let text = std::fs::read_to_string(&path).unwrap();
         assert!(text.contains(r#""precision": "auto""#), "{text}");
+        assert!(text.contains(r#""text_encoders": "auto""#), "{text}");
+        let host = Settings {
+            text_encoders: TextEncoders::Host,
+            ..Settings::default()
+        };
+        host.save(&path).unwrap();
+        assert_eq!(Settings::load(&path).0.text_encoders, TextEncoders::Host);
     }
 
     #[test]
