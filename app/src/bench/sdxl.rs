@@ -20,7 +20,6 @@ use latent_engine::{Precision, StableDiffusion};
 use super::args::BenchArgs;
 use super::{bench_request, sync, time_ms};
 
-
 /// With `--pipeline-only`, the txt2img alone: its runs' high-water mark is then the run's own.
 pub(super) fn sdxl_bench(
     device: &Device,
