@@ -8,7 +8,7 @@ pub mod checkpoint;
 pub mod compiler;
 pub mod device;
 pub mod error;
-pub mod image_io;
+pub mod io;
 pub mod kernels;
 pub mod limits;
 pub mod lora;
@@ -17,7 +17,6 @@ pub mod model_cache;
 pub mod models;
 pub mod nn;
 pub mod noise;
-pub mod parameters;
 pub mod pipeline;
 pub mod precision;
 pub mod preview;
@@ -34,4 +33,6 @@ pub use models::vae::{compile as vae_compile, tiling as vae_tiling};
 pub use models::{clip, taesd, unet, vae};
 
 pub use error::{Error, Result};
+// The paths these had before `io/`.
+pub use io::{image as image_io, parameters};
 pub use model::{LoadOptions, Precision, StableDiffusion, TextEncoders};
