@@ -149,3 +149,53 @@ fn sdxl_embeddings_give_each_encoder_its_vectors() {
         common::assert_close(name, &got, &want, burn::tensor::DType::F32);
     }
 }
+
+/// The model's kept conditioning ([`prompt::ConditioningMemo`]) follows an embedding's file: the
+/// same name from a replaced file (other vectors, another hash) encodes again and changes the
+/// image; the same file again reuses it.
+#[test]
+fn a_replaced_embedding_file_is_encoded_again() {
+    use latent_engine::pipeline::{Quiet, Txt2ImgRequest, txt2img};
+    let tok = ClipTokenizer::new().unwrap();
+    let scratch = std::env::temp_dir().join(format!("latent-ti-memo-{}", std::process::id()));
+    let [first, second] = ["a", "b"].map(|d| scratch.join(d));
+    let original = std::fs::read(fixtures().join("embeddings/tinystyle.safetensors")).unwrap();
+    // The same safetensors header, one vector value changed in its last byte.
+    let mut replaced = original.clone();
+    *replaced.last_mut().unwrap() ^= 0x40;
+    for (dir, bytes) in [(&first, &original), (&second, &replaced)] {
+        std::fs::create_dir_all(dir).unwrap();
+        std::fs::write(dir.join("tinystyle.safetensors"), bytes).unwrap();
+    }
+    let load =
+        |dir: &std::path::Path| Arc::new(Embeddings::load_dir(dir, &tok, 16, None).unwrap().0);
+    let ckpt = Checkpoint::open(&fixtures().join("tiny-sd")).unwrap();
+    let model = StableDiffusion::load(&ckpt, &Device::flex(), LoadOptions::default()).unwrap();
+    let mut req = Txt2ImgRequest {
+        prompt: "a fox, tinystyle".into(),
+        seed: 5,
+        steps: 1,
+        width: 32,
+        height: 32,
+        embeddings: Some(load(&first)),
+        ..Default::default()
+    };
+    let cancel = std::sync::atomic::AtomicBool::new(false);
+    let run = |req: &Txt2ImgRequest| {
+        let out = txt2img(&model, &tok, req, &cancel, &mut Quiet).unwrap();
+        (out[0].image.pixels.clone(), model.conditioning_encodes())
+    };
+    let (a, n) = run(&req);
+    assert_eq!(n, 1);
+    req.embeddings = Some(load(&second));
+    let (b, n) = run(&req);
+    assert_eq!(n, 2, "the replaced file is encoded again");
+    assert_ne!(a, b, "its vectors change the image");
+    req.embeddings = Some(load(&second));
+    assert_eq!(
+        run(&req),
+        (b, 2),
+        "the same file again reuses the conditioning"
+    );
+    let _ = std::fs::remove_dir_all(&scratch);
+}

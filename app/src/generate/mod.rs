@@ -342,7 +342,12 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     }
     if !request.loras.0.is_empty() {
         let started = Instant::now();
-        model.networks(&request.loras)?;
+        // Parked text encoders take theirs when they come up for the prompt.
+        if model.parked() {
+            model.unet_for(&request.loras)?;
+        } else {
+            model.networks(&request.loras)?;
+        }
         eprintln!(
             "LoRAs merged in {:.2} s: {}",
             started.elapsed().as_secs_f64(),

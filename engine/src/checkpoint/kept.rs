@@ -101,18 +101,20 @@ impl TensorMap {
             Kept::R2(t) => Kept::R2(t.clone().to_device(device)),
             Kept::R3(t) => Kept::R3(t.clone().to_device(device)),
             Kept::R4(t) => Kept::R4(t.clone().to_device(device)),
-            // Chunked again for the target's buffer limit (the host's chunk is the whole table).
+            // Chunked again for the target's buffer limit, in equal chunks (the embedding finds
+            // a row's chunk by division); the host holds the whole table.
             Kept::Rows(rows) => {
-                let limits = crate::limits::DeviceLimits::of(device);
-                let chunks = rows.iter().flat_map(|t| {
-                    let [n, cols] = t.dims();
-                    let per = limits
-                        .rows_per_tensor((cols * t.dtype().size()) as u64)
-                        .max(1);
-                    (0..n).step_by(per).map(move |start| {
-                        let rows = per.min(n - start);
-                        t.clone().narrow(0, start, rows).to_device(device)
-                    })
+                let whole = match rows.as_slice() {
+                    [one] => one.clone(),
+                    _ => Tensor::cat(rows.clone(), 0),
+                };
+                let [n, cols] = whole.dims();
+                let per = crate::limits::DeviceLimits::of(device)
+                    .rows_per_tensor((cols * whole.dtype().size()) as u64)
+                    .max(1);
+                let chunks = (0..n).step_by(per).map(|start| {
+                    let rows = per.min(n - start);
+                    whole.clone().narrow(0, start, rows).to_device(device)
                 });
                 Kept::Rows(chunks.collect())
             }

@@ -44,11 +44,20 @@ pub(super) fn encode(
         chunks
     };
     let zeroed_negative = guided && sdxl::zero_negative(model, &req.negative_prompt);
+    let prompt = chunks_of(&req.prompt, "prompt", observer);
+    let negative = (guided && !zeroed_negative)
+        .then(|| chunks_of(&req.negative_prompt, "negative prompt", observer));
+    let embeddings = std::iter::once(&prompt)
+        .chain(&negative)
+        .flat_map(|c| &c.chunks)
+        .flat_map(|c| &c.fixes)
+        .map(|(_, e)| e.hash.clone())
+        .collect();
     let key = ConditioningKey {
-        prompt: chunks_of(&req.prompt, "prompt", observer),
-        negative: (guided && !zeroed_negative)
-            .then(|| chunks_of(&req.negative_prompt, "negative prompt", observer)),
+        prompt,
+        negative,
         zeroed_negative,
+        embeddings,
         clip_skip: req.clip_skip,
         emphasis: req.emphasis,
         loras: req.loras.clone(),

@@ -13,13 +13,16 @@ use crate::lora::LoraSet;
 /// Everything a request's conditioning depends on besides the model's own weights.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ConditioningKey {
-    /// The prompt as encoded: tokens, weights, embedding vectors.
+    /// The prompt as encoded: tokens, weights, where each embedding goes (by name).
     pub prompt: Chunks,
     /// The negative prompt's chunks; `None` where there is none to encode (CFG off, or SDXL's
     /// zeroed empty negative).
     pub negative: Option<Chunks>,
     /// Whether the unconditional half is zeros (SDXL's `force_zeros_for_empty_prompt`).
     pub zeroed_negative: bool,
+    /// The files of the embeddings both prompts use, by hash in order: a name's vectors change
+    /// when its file is replaced or the folder is another.
+    pub embeddings: Vec<String>,
     pub clip_skip: usize,
     pub emphasis: Emphasis,
     /// The LoRAs merged into the text encoders (the whole set: a changed UNet strength only
