@@ -340,6 +340,14 @@ mod tests {
         };
         host.save(&path).unwrap();
         assert_eq!(Settings::load(&path).0.text_encoders, TextEncoders::Host);
+        // A word it does not know reads as the default, with the rest of the file kept.
+        std::fs::write(&path, br#"{"text_encoders": "gpu", "precision": "f16"}"#).unwrap();
+        let (odd, note) = Settings::load(&path);
+        assert!(note.is_none());
+        assert_eq!(
+            (odd.text_encoders, odd.precision),
+            (TextEncoders::Auto, Some(Precision::F16))
+        );
     }
 
     #[test]

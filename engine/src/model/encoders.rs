@@ -49,6 +49,12 @@ impl TextEncoders {
     }
 }
 
+/// Whether encoders built on `te_device` for a model on `device` are parked: on the host while
+/// the rest is on a device.
+pub(super) fn parked_on(te_device: &Device, device: &Device) -> bool {
+    crate::device::is_cpu(te_device) && !crate::device::is_cpu(device)
+}
+
 impl std::fmt::Display for TextEncoders {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {

@@ -160,7 +160,7 @@ impl StableDiffusion {
         let c = config;
         let [te, uw, vw] = weights;
         // Encoders built on the host while the rest is on a device are parked there.
-        let parked = crate::device::is_cpu(te.device()) && !crate::device::is_cpu(device);
+        let parked = encoders::parked_on(te.device(), device);
         let (te, uw) = (te.keeping(), uw.keeping());
         let text_encoder = ClipTextModel::load(&te, &c.text_encoder)?;
         // The config says whether there is a second encoder; its weights must then be there.
@@ -440,7 +440,7 @@ impl StableDiffusion {
     ) -> Result<Self> {
         let dtype = precision.dtype();
         let te_device = text_encoders.device_for(config, device);
-        let parked = te_device != *device;
+        let parked = encoders::parked_on(&te_device, device);
         let te = Weights::random("text encoder", &te_device, dtype).keeping();
         let uw = Weights::random("UNet", device, dtype).keeping();
         let text_encoder = ClipTextModel::load(&te, &config.text_encoder)?;
