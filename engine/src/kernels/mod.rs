@@ -284,6 +284,13 @@ pub(crate) fn resolve<const D: usize>(t: Tensor<D>) -> Option<CubeTensor> {
     ))
 }
 
+/// The device tensor behind `t` as it lies: its strides kept, nothing copied; `None` off wgpu.
+pub(crate) fn resolve_strided<const D: usize>(t: Tensor<D>) -> Option<CubeTensor> {
+    let fusion = t.try_into_primitive::<Wgpu>().ok()?;
+    let client = fusion.client.clone();
+    Some(client.resolve_tensor_float::<CubeBackend>(fusion))
+}
+
 /// A new tensor of `shape` and `dtype` on `device`, with its (flattened) buffer for a kernel to
 /// fill: burn owns the allocation, the kernel writes through the resolved view.
 pub(crate) fn output<const D: usize>(

@@ -156,7 +156,13 @@ impl Conv2d {
         if let Some(y) = self.ours.forward(&x, &self.weight, geometry, &epilogue) {
             return y;
         }
-        let x = if upsample { nearest_x2(x) } else { x };
+        let x = match upsample {
+            // burn's convolution on a GPU computes channels-last: upsampled in that layout, the
+            // map is read as it lies (one copy, not the upsample's and then the relayout's).
+            true if !crate::device::is_cpu(&x.device()) => nearest_x2_channels_last(x),
+            true => nearest_x2(x),
+            false => x,
+        };
         let options = ConvOptions::new([self.stride; 2], [self.padding; 2], [1, 1], 1);
         epilogue.apply(conv2d(x, self.weight.clone(), None, options))
     }
@@ -173,6 +179,17 @@ impl Conv2d {
     }
 }
 
+/// [`nearest_x2`] materialised channels-last (`[b, 2h, 2w, c]` in memory, `[b, c, 2h, 2w]` as a
+/// tensor). From a channels-last map (what burn's convolution writes) it is one copy.
+pub fn nearest_x2_channels_last(x: Tensor<4>) -> Tensor<4> {
+    let [b, c, h, w] = x.dims();
+    x.permute([0, 2, 3, 1])
+        .reshape([b, h, 1, w, 1, c])
+        .expand([b, h, 2, w, 2, c])
+        .reshape([b, 2 * h, 2 * w, c])
+        .permute([0, 3, 1, 2])
+}
+
 /// ×2 nearest-neighbour upsampling by broadcasting: the same values as burn's `interpolate`
 /// (it only copies), as a copy kernel that does not depend on the shape. burn's interpolation
 /// kernel is compiled for each input shape, and the tiled VAE decode has tiles of many shapes: on
@@ -182,4 +199,21 @@ pub fn nearest_x2(x: Tensor<4>) -> Tensor<4> {
     x.reshape([b, c, h, 1, w, 1])
         .expand([b, c, h, 2, w, 2])
         .reshape([b, c, 2 * h, 2 * w])
+}
+
+#[cfg(test)]
+mod tests {
+    use burn::tensor::{Device, Tensor, TensorData};
+
+    /// Both upsamplings give the same map, whatever the memory order.
+    #[test]
+    fn channels_last_upsample_equals_the_plain_one() {
+        let (b, c, h, w) = (2, 3, 4, 5);
+        let values: Vec<f32> = (0..b * c * h * w).map(|i| i as f32).collect();
+        let x = Tensor::<4>::from_data(TensorData::new(values, [b, c, h, w]), &Device::flex());
+        let plain = super::nearest_x2(x.clone()).into_data();
+        let last = super::nearest_x2_channels_last(x).into_data();
+        assert_eq!(plain.shape().to_vec(), vec![b, c, 2 * h, 2 * w]);
+        assert_eq!(plain, last);
+    }
 }

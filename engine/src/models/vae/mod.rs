@@ -129,15 +129,16 @@ impl VaeAttention {
         let t = self
             .group_norm
             .forward_with(x.clone(), false, kernels)
-            .reshape([b, c, h * w])
-            .swap_dims(1, 2); // [b, hw, c]
+            // [b, hw, c]: no copy from a channels-last map (what burn's convolution writes).
+            .permute([0, 2, 3, 1])
+            .reshape([b, h * w, c]);
         let (q, k, v) = (
             self.to_q.forward(t.clone()),
             self.to_k.forward(t.clone()),
             self.to_v.forward(t),
         );
         let out = self.to_out.forward(wide_head_attention(q, k, v));
-        out.swap_dims(1, 2).reshape([b, c, h, w]) + x
+        out.reshape([b, h, w, c]).permute([0, 3, 1, 2]) + x
     }
 }
 

@@ -9,7 +9,9 @@ use burn::cubecl::client::Client;
 use burn::cubecl::prelude::*;
 use burn::tensor::Tensor;
 
-use super::{Element, buffer_arg, cube_total, output, resolve, span_moments};
+use super::{Element, buffer_arg, cube_total, output, resolve, resolve_strided, span_moments};
+
+mod channels_last;
 
 /// Lanes per cube; the reductions below are written for this power of two.
 const LANES: usize = 256;
@@ -147,9 +149,24 @@ pub fn group_norm(
     if slices > 65_535 || chunks > 65_535 || tiles > 65_535 || n >= u32::MAX as usize {
         return None;
     }
-    let xc = resolve(x.clone())?;
     let gc = resolve(gamma.clone().cast(burn::tensor::DType::F32))?;
     let bc = resolve(beta.clone().cast(burn::tensor::DType::F32))?;
+    // A map burn's convolution wrote is channels-last: normalised as it lies, it stays so for
+    // the next convolution (no relayout on either side).
+    let strided = resolve_strided(x.clone())?;
+    if channels_last::is_channels_last(&strided) {
+        return channels_last::group_norm(
+            &strided,
+            &gc,
+            &bc,
+            [b, c, h, w],
+            groups,
+            eps as f32,
+            silu,
+            &device,
+        );
+    }
+    let xc = resolve(x.clone())?;
     let (out, oc) = output([b, c, h, w], dtype, &device)?;
     let client = xc.client.clone();
     let partial = client.empty(slices * chunks * 2 * size_of::<f32>());

@@ -1,0 +1,381 @@
+//! GroupNorm(+SiLU) over a map laid out channels-last (`[b, h, w, c]` in memory, `[b, c, h, w]`
+//! as a tensor): what burn's convolution writes (it computes in that layout) and reads without a
+//! copy. Normalising in place of the layout saves a relayout on each side of every convolution
+//! (the VAE's decode spent a fifth of its time on them, BENCHMARKS.md). Three launches:
+//! per-channel statistics of pixel chunks (lanes over channels, so reads are coalesced), their
+//! pooling per (batch, group) into a scale and shift per channel, and one elementwise pass.
+//! Statistics are f32, pooled by Chan's formula as in the channels-first kernels.
+
+use burn::backend::wgpu::CubeTensor;
+use burn::cubecl;
+use burn::cubecl::client::Client;
+use burn::cubecl::prelude::*;
+use burn::tensor::{DType, Tensor};
+
+use super::super::{Element, buffer_arg, cube_total, output};
+
+const LANES: usize = 256;
+const LOG2_LANES: usize = 8;
+/// Elements a statistics cube reads (so its pixels per chunk are `ELEMENTS / c`): enough cubes
+/// on the VAE's 64×64 maps of 512 channels, per-channel partials a tenth of what is read.
+const ELEMENTS: usize = 16_384;
+/// Pixels a lane loads at once in the statistics.
+const UNROLL: usize = 8;
+/// Elements each lane normalises.
+const PER_LANE: usize = 16;
+const TILE: usize = LANES * PER_LANE;
+
+/// Cube `(k, b)`: for pixels `[k·pixels, (k+1)·pixels)` of image `b`, the count, mean and M2 of
+/// every channel, one entry `(count, mean, M2)` per (stream, channel). Lane `l` reads channels
+/// `l % width, + width, …` of every `streams`-th pixel (`width = min(c, LANES)`, `streams =
+/// LANES / width`): a warp reads consecutive channels of one pixel, `UNROLL` pixels at a time so
+/// that enough loads are in flight (one at a time, the first version read at 0.65 TB/s on an
+/// H200). Sums are shifted by the lane's first value, so a large mean does not cancel the spread.
+#[cube(launch)]
+#[allow(clippy::too_many_arguments)]
+fn stats<F: Float>(
+    x: &[F],
+    partial: &mut [f32],
+    hw: usize,
+    c: usize,
+    pixels: usize,
+    chunks: usize,
+    width: usize,
+    streams: usize,
+) {
+    let lane = UNIT_POS as usize;
+    let k = CUBE_POS_X as usize;
+    let b = CUBE_POS_Y as usize;
+    let stream = lane / width;
+    if stream < streams {
+        let first = k * pixels + stream;
+        let mut end = (k + 1) * pixels;
+        if end > hw {
+            end = hw;
+        }
+        let row = b * hw;
+        let mut ch = lane % width;
+        while ch < c {
+            let mut shift = 0.0f32;
+            if first < end {
+                shift = f32::cast_from(x[(row + first) * c + ch]);
+            }
+            let mut s1 = 0.0f32;
+            let mut s2 = 0.0f32;
+            let mut p = first;
+            while p + (UNROLL - 1) * streams < end {
+                #[unroll]
+                for u in 0..UNROLL {
+                    let d = f32::cast_from(x[(row + p + u * streams) * c + ch]) - shift;
+                    s1 += d;
+                    s2 += d * d;
+                }
+                p += UNROLL * streams;
+            }
+            while p < end {
+                let d = f32::cast_from(x[(row + p) * c + ch]) - shift;
+                s1 += d;
+                s2 += d * d;
+                p += streams;
+            }
+            let mut count = 0usize;
+            if first < end {
+                count = (end - first).div_ceil(streams);
+            }
+            let at = (((b * chunks + k) * streams + stream) * c + ch) * 3;
+            let n = f32::cast_from(count as u32);
+            if count == 0 {
+                partial[at] = 0.0;
+                partial[at + 1] = 0.0;
+                partial[at + 2] = 0.0;
+            } else {
+                partial[at] = n;
+                partial[at + 1] = shift + s1 / n;
+                partial[at + 2] = f32::max(s2 - s1 * s1 / n, 0.0);
+            }
+            ch += width;
+        }
+    }
+}
+
+/// Cube `(g, b)`: pools group `g`'s entries of image `b` (exactly: mean first, then M2 with each
+/// entry's offset from it) and writes each of its channels' scale `γ/σ` and shift `β − μ·γ/σ`.
+#[cube(launch)]
+#[allow(clippy::too_many_arguments)]
+fn pool(
+    partial: &[f32],
+    gamma: &[f32],
+    beta: &[f32],
+    scale: &mut [f32],
+    offset: &mut [f32],
+    c: usize,
+    per_group: usize,
+    entries: usize,
+    eps: f32,
+) {
+    let lane = UNIT_POS as usize;
+    let g = CUBE_POS_X as usize;
+    let b = CUBE_POS_Y as usize;
+    let first_channel = g * per_group;
+    let shared = Shared::<[f32]>::new_slice(LANES);
+
+    let mut n = 0.0f32;
+    let mut weighted = 0.0f32;
+    let mut e = lane;
+    while e < entries {
+        let at = ((b * (entries / per_group) + e / per_group) * c + first_channel + e % per_group)
+            * 3;
+        n += partial[at];
+        weighted += partial[at] * partial[at + 1];
+        e += LANES;
+    }
+    let count = cube_total(shared.clone(), n, LANES, LOG2_LANES);
+    let mean = cube_total(shared.clone(), weighted, LANES, LOG2_LANES) / count;
+
+    let mut spread = 0.0f32;
+    let mut q = lane;
+    while q < entries {
+        let at = ((b * (entries / per_group) + q / per_group) * c + first_channel + q % per_group)
+            * 3;
+        let d = partial[at + 1] - mean;
+        spread += partial[at + 2] + partial[at] * d * d;
+        q += LANES;
+    }
+    let m2 = cube_total(shared, spread, LANES, LOG2_LANES);
+    let inv_std = f32::inverse_sqrt(m2 / count + eps);
+
+    let mut j = lane;
+    while j < per_group {
+        let ch = first_channel + j;
+        let s = gamma[ch] * inv_std;
+        scale[b * c + ch] = s;
+        offset[b * c + ch] = beta[ch] - mean * s;
+        j += LANES;
+    }
+}
+
+/// Cube `(t, b)`: tile `t` of image `b`, `x·scale + shift` per channel, then SiLU when `silu`.
+#[cube(launch)]
+fn apply<F: Float>(
+    x: &[F],
+    y: &mut [F],
+    scale: &[f32],
+    offset: &[f32],
+    n: usize,
+    c: usize,
+    #[comptime] silu: bool,
+) {
+    let lane = UNIT_POS as usize;
+    let b = CUBE_POS_Y as usize;
+    let tile = CUBE_POS_X as usize * TILE;
+    #[unroll]
+    for r in 0..PER_LANE {
+        let i = tile + r * LANES + lane;
+        if i < n {
+            let ch = b * c + i % c;
+            let mut v = f32::cast_from(x[b * n + i]) * scale[ch] + offset[ch];
+            if silu {
+                v = v / (1.0 + f32::exp(-v));
+            }
+            y[b * n + i] = F::cast_from(v);
+        }
+    }
+}
+
+/// Whether `t` (a `[b, c, h, w]` tensor as it lies) is channels-last: `[b, h, w, c]` in memory.
+pub(crate) fn is_channels_last(t: &CubeTensor) -> bool {
+    let shape = t.meta.shape();
+    let strides: &[usize] = t.meta.strides();
+    if shape.len() != 4 || strides.len() != 4 {
+        return false;
+    }
+    let (c, h, w) = (shape[1], shape[2], shape[3]);
+    // A size-1 dimension's stride is never read: any value is the layout.
+    let fits = |dim: usize, want: usize| shape[dim] == 1 || strides[dim] == want;
+    c > 1 && fits(1, 1) && fits(3, c) && fits(2, w * c) && fits(0, h * w * c)
+}
+
+/// GroupNorm of the channels-last `xc` (`[b, c, h, w]`, checked by [`is_channels_last`]) with
+/// f32 `gamma`/`beta`, then SiLU when `silu`; the result is channels-last too. `None` where the
+/// grid cannot hold the map.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn group_norm(
+    xc: &CubeTensor,
+    gamma: &CubeTensor,
+    beta: &CubeTensor,
+    [b, c, h, w]: [usize; 4],
+    groups: usize,
+    eps: f32,
+    silu: bool,
+    device: &burn::tensor::Device,
+) -> Option<Tensor<4>> {
+    let element = Element::of(xc.dtype)?;
+    let hw = h * w;
+    let n = hw * c;
+    let pixels = ELEMENTS.div_ceil(c).max(hw.div_ceil(65_535));
+    let chunks = hw.div_ceil(pixels);
+    let tiles = n.div_ceil(TILE);
+    let width = c.min(LANES);
+    let streams = LANES / width;
+    let per_group = c / groups;
+    if b > 65_535 || chunks > 65_535 || tiles > 65_535 || groups > 65_535 || n >= u32::MAX as usize
+    {
+        return None;
+    }
+    let (out, oc) = output([b, h, w, c], xc.dtype, device)?;
+    let (_, scale) = output([b, c], DType::F32, device)?;
+    let (_, shift) = output([b, c], DType::F32, device)?;
+    let entries = b * chunks * streams * c * 3;
+    let partial = xc.client.empty(entries * size_of::<f32>());
+    let sizes = Sizes {
+        b,
+        c,
+        hw,
+        pixels,
+        chunks,
+        width,
+        streams,
+        tiles,
+        per_group,
+        groups,
+    };
+    let buffers = Buffers {
+        x: xc,
+        y: &oc,
+        gamma,
+        beta,
+        scale: &scale,
+        shift: &shift,
+        partial: &partial,
+        entries,
+    };
+    match element {
+        Element::F32 => launch::<f32>(&xc.client, buffers, sizes, eps, silu),
+        Element::F16 => launch::<half::f16>(&xc.client, buffers, sizes, eps, silu),
+    }
+    Some(out.permute([0, 3, 1, 2]))
+}
+
+struct Buffers<'a> {
+    x: &'a CubeTensor,
+    y: &'a CubeTensor,
+    gamma: &'a CubeTensor,
+    beta: &'a CubeTensor,
+    scale: &'a CubeTensor,
+    shift: &'a CubeTensor,
+    partial: &'a burn::cubecl::server::Handle,
+    entries: usize,
+}
+
+struct Sizes {
+    b: usize,
+    c: usize,
+    hw: usize,
+    pixels: usize,
+    chunks: usize,
+    width: usize,
+    streams: usize,
+    tiles: usize,
+    per_group: usize,
+    groups: usize,
+}
+
+fn launch<F: Float + CubeElement>(client: &Client, t: Buffers, s: Sizes, eps: f32, silu: bool) {
+    let cube = CubeDim::new_1d(LANES as u32);
+    let partial = || unsafe { BufferArg::from_raw_parts(t.partial.clone(), t.entries) };
+    stats::launch::<F>(
+        client,
+        CubeCount::Static(s.chunks as u32, s.b as u32, 1),
+        cube,
+        buffer_arg(t.x),
+        partial(),
+        s.hw,
+        s.c,
+        s.pixels,
+        s.chunks,
+        s.width,
+        s.streams,
+    );
+    pool::launch(
+        client,
+        CubeCount::Static(s.groups as u32, s.b as u32, 1),
+        cube,
+        partial(),
+        buffer_arg(t.gamma),
+        buffer_arg(t.beta),
+        buffer_arg(t.scale),
+        buffer_arg(t.shift),
+        s.c,
+        s.per_group,
+        s.chunks * s.streams * s.per_group,
+        eps,
+    );
+    apply::launch::<F>(
+        client,
+        CubeCount::Static(s.tiles as u32, s.b as u32, 1),
+        cube,
+        buffer_arg(t.x),
+        buffer_arg(t.y),
+        buffer_arg(t.scale),
+        buffer_arg(t.shift),
+        s.hw * s.c,
+        s.c,
+        silu,
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use burn::tensor::{DType, Device};
+
+    use super::super::super::resolve_strided;
+    use super::super::super::testing::{on_cpu, read, relative, tensor, values, wgpu};
+    use super::is_channels_last;
+    use crate::nn::GroupNorm;
+
+    /// A channels-last map is normalised as it lies and stays channels-last; the values equal the
+    /// burn-op twin's in f32 and f16: lanes over fewer channels than a cube (two and three pixel
+    /// streams), over more (320: lanes with one and two channels), maps that end mid-chunk and
+    /// mid-unroll, an empty stream, batch 2, and a large mean.
+    #[test]
+    fn channels_last_maps_match_burn_ops() {
+        let device = wgpu();
+        for (b, c, h, w, groups, offset) in [
+            (2, 128, 17, 19, 32, 3.0),
+            (1, 320, 9, 8, 32, -1.0),
+            (1, 96, 23, 12, 32, 300.0),
+            // 129 pixels: the last chunk's one pixel leaves its second stream empty.
+            (1, 128, 3, 43, 32, 0.5),
+        ] {
+            let n = b * c * h * w;
+            let gamma: Vec<f32> = (0..c).map(|i| 0.5 + i as f32 / c as f32).collect();
+            let beta: Vec<f32> = (0..c).map(|i| (i as f32 - 3.0) / 10.0).collect();
+            let gamma = tensor(gamma, [c], &device, DType::F32);
+            let beta = tensor(beta, [c], &device, DType::F32);
+            let norm = GroupNorm::from_tensors(on_cpu(&gamma), on_cpu(&beta), groups, 1e-5);
+            for dtype in [DType::F32, DType::F16] {
+                // [b, h, w, c] in memory, [b, c, h, w] as a tensor.
+                let x = tensor(values(n, offset), [b, h, w, c], &device, dtype)
+                    .permute([0, 3, 1, 2]);
+                assert!(is_channels_last(&resolve_strided(x.clone()).unwrap()));
+                for silu in [false, true] {
+                    let mut twin = norm.forward(on_cpu(&x));
+                    if silu {
+                        twin = burn::tensor::activation::silu(twin);
+                    }
+                    let ours = super::super::group_norm(&x, &gamma, &beta, groups, 1e-5, silu)
+                        .expect("our kernels run on wgpu");
+                    assert_eq!(ours.dtype(), dtype);
+                    assert!(is_channels_last(&resolve_strided(ours.clone()).unwrap()));
+                    let rel = relative(&read(ours), &read(twin));
+                    let tol = if dtype == DType::F32 { 1e-4 } else { 1e-2 };
+                    assert!(rel <= tol, "{b}x{c}x{h}x{w} {dtype:?} silu={silu}: rel {rel}");
+                }
+            }
+        }
+        // A channels-first map is not taken for channels-last.
+        let x = tensor(values(2 * 8 * 3 * 5, 0.0), [2, 8, 3, 5], &device, DType::F32);
+        assert!(!is_channels_last(&resolve_strided(x).unwrap()));
+        assert!(!super::super::super::available(&Device::flex()));
+    }
+}
