@@ -209,7 +209,6 @@ pub fn txt2img(
     if let Some(added) = &added {
         steps = steps.with_added(added.clone());
     }
-    let mut first = |x: Tensor<4>, t: f32| steps.forward(x, t);
     let mut second = |x: Tensor<4>, t: f32| {
         let b = x.dims()[0];
         match &hires_added {
@@ -245,9 +244,15 @@ pub fn txt2img(
             blend,
             unet_input: unet_input.map(|t| t.cast(dtype)),
         };
-        let Some(mut latents) =
-            pass.denoise(&mut first, &plan, latents, &mut rng, req, cancel, observer)?
-        else {
+        let mut first = |x: Tensor<4>, t: f32| steps.forward(x, t);
+        let denoised = pass.denoise(&mut first, &plan, latents, &mut rng, req, cancel, observer)?;
+        if image + 1 == req.batch_count {
+            // The recorded step keeps every page it touched for itself: released before the
+            // last decode, that memory serves the decode (SDXL's peak at 1024²). Earlier images
+            // of a batch keep it, or each would record again.
+            steps.release();
+        }
+        let Some(mut latents) = denoised else {
             return cancelled(out);
         };
         // 5b. Hires fix: upscale, noise again from the seed, denoise at the larger size.

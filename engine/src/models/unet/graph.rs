@@ -91,6 +91,15 @@ impl<'a> UNetSteps<'a> {
         self
     }
 
+    /// Drops the recorded step (and the pool pages it keeps for itself) or the prepared capture;
+    /// later steps run launch by launch.
+    pub fn release(&mut self) {
+        if matches!(self.state, State::Warming { .. }) {
+            let _ = Dispatch::graph_stop_capture(self.device.as_dispatch());
+        }
+        self.state = State::Plain;
+    }
+
     /// Whether the steps now replay a recorded graph.
     pub fn is_replaying(&self) -> bool {
         matches!(self.state, State::Ready(_))
@@ -245,7 +254,8 @@ mod tests {
 
     /// On lavapipe the step is recorded after the warm-up runs, and every step, warm-up and
     /// replayed, equals the step run launch by launch on the same inputs (new latents and
-    /// timestep each step, as in sampling; plain steps interleaved, as another model would).
+    /// timestep each step, as in sampling; plain steps interleaved, as another model would), and
+    /// after the recording is released.
     #[test]
     fn replayed_steps_equal_the_steps_run_launch_by_launch() {
         let device = wgpu();
@@ -269,5 +279,12 @@ mod tests {
             assert!(diff <= 1e-5, "step {i} (t {t}) differs by {diff:e}");
         }
         assert!(steps.is_replaying());
+        // Released (before a decode), the steps go on launch by launch, still equal.
+        steps.release();
+        assert!(!steps.is_replaying());
+        let x = Tensor::<4>::random([2, 4, 8, 8], Distribution::Normal(0.0, 1.0), &device);
+        let got = read(steps.forward(x.clone(), 10.0));
+        let want = read(unet.forward(x, &[10.0], &context));
+        assert!(relative(&got, &want) <= 1e-5);
     }
 }
