@@ -188,7 +188,8 @@ pub fn txt2img(
         width,
         height,
     };
-    if tuning::first_run(pass_shape(req.width, req.height)) {
+    let first_pass = tuning::first_run(pass_shape(req.width, req.height));
+    if first_pass {
         observer.tuning(req.width, req.height);
     }
     // img2img encodes its image once; each seed then samples and noises it.
@@ -206,6 +207,9 @@ pub fn txt2img(
     // Every step of every image has one shape: after a few, the step replays a recorded graph.
     // The hires pass, of another shape, runs launch by launch (one recorded graph at a time).
     let mut steps = UNetSteps::new(&unet, context.clone());
+    if !first_pass {
+        steps = steps.tuned();
+    }
     if let Some(added) = &added {
         steps = steps.with_added(added.clone());
     }

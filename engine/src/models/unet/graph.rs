@@ -24,6 +24,9 @@ use crate::kernels::{self, copy::copy_into};
 
 /// Ordinary steps before the recorded one.
 pub const WARMUP_RUNS: usize = 2;
+/// … where the step's kernels were tuned by an earlier pass of the same shapes ([`UNetSteps::tuned`]):
+/// one step refills the pool the capture's preparation emptied.
+pub const TUNED_WARMUP_RUNS: usize = 1;
 
 /// Whether steps may replay from a graph on `device`: any wgpu device with our kernels on, unless
 /// `LATENT_STUDIO_GRAPH=off`.
@@ -41,6 +44,10 @@ pub struct UNetSteps<'a> {
     added: Option<Tensor<2>>,
     device: Device,
     state: State,
+    /// Ordinary steps before recording.
+    warmup: usize,
+    /// Whether a failed recording was already retried.
+    retried: bool,
 }
 
 enum State {
@@ -81,7 +88,16 @@ impl<'a> UNetSteps<'a> {
             added: None,
             device,
             state,
+            warmup: WARMUP_RUNS,
+            retried: false,
         }
+    }
+
+    /// The same steps for a shape an earlier pass in this process already ran (its kernels are
+    /// tuned): recorded after [`TUNED_WARMUP_RUNS`] ordinary steps instead of [`WARMUP_RUNS`].
+    pub fn tuned(mut self) -> Self {
+        self.warmup = TUNED_WARMUP_RUNS;
+        self
     }
 
     /// The same steps with SDXL's added conditioning `[b, 4·c0]`
@@ -111,7 +127,7 @@ impl<'a> UNetSteps<'a> {
         let t = self.unet.timestep_input(&vec![timestep; b], &self.device);
         let record = match &mut self.state {
             State::Plain => false,
-            State::Warming { runs } if *runs < WARMUP_RUNS => {
+            State::Warming { runs } if *runs < self.warmup => {
                 *runs += 1;
                 false
             }
@@ -127,6 +143,18 @@ impl<'a> UNetSteps<'a> {
             Ok(captured) => {
                 self.state = State::Ready(Box::new(captured));
                 self.replay(x, t)
+            }
+            Err(reason)
+                if !self.retried
+                    && Dispatch::graph_prepare(self.device.as_dispatch()).is_ok() =>
+            {
+                // Once more after the full warm-up (the pool may not have held every buffer).
+                tracing::debug!("the UNet step could not be recorded ({reason}); trying again");
+                self.retried = true;
+                self.warmup = WARMUP_RUNS;
+                self.state = State::Warming { runs: 1 };
+                self.unet
+                    .forward_projected(x, t, &self.context, self.added.as_ref())
             }
             Err(reason) => {
                 tracing::warn!(
@@ -279,6 +307,16 @@ mod tests {
             assert!(diff <= 1e-5, "step {i} (t {t}) differs by {diff:e}");
         }
         assert!(steps.is_replaying());
+        // A shape already run records after one ordinary step.
+        let mut tuned = UNetSteps::new(unet, context.clone()).tuned();
+        for i in 0..TUNED_WARMUP_RUNS + 2 {
+            assert_eq!(tuned.is_replaying(), i > TUNED_WARMUP_RUNS, "tuned step {i}");
+            let x = Tensor::<4>::random([2, 4, 8, 8], Distribution::Normal(0.0, 1.0), &device);
+            let got = read(tuned.forward(x.clone(), 500.0));
+            let want = read(unet.forward(x, &[500.0], &context));
+            assert!(relative(&got, &want) <= 1e-5, "tuned step {i}");
+        }
+        drop(tuned);
         // Released (before a decode), the steps go on launch by launch, still equal.
         steps.release();
         assert!(!steps.is_replaying());
