@@ -74,6 +74,10 @@
 #           default f16 path end to end (step both ways, VAE, 20-step txt2img and its anatomy:
 #           10 and 3 steps, each step's host time stamp), then the f32 step with this session's
 #           defaults
+#   PART=as PyTorch (fp16 UNet step, VAE decode, 20-step txt2img), then ours: the VAE's kernel
+#           profile (4 decodes), the UNet step's (2 steps), the default f16 path end to end, then
+#           SDXL 1024² with its text encoders parked under the peak sampler, its memory trace
+#           kept (the twenty-third session's calls)
 #   PART=x  PyTorch (fp16 UNet step, VAE decode, 20-step txt2img), then ours: the planes
 #           tilings that the routing rules pick on every SD 1.5 attention shape (their difference
 #           from burn's), then the default path end to end (step both ways, the step under each
@@ -383,6 +387,13 @@ ar)
   PARTS=${TORCH_PARTS:-unet16,unet32,vae,e2e} timeout ${TORCH_TIMEOUT:-150} python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_ar.txt
   timeout ${OURS_TIMEOUT:-300} /tmp/ls bench --device gpu --precision f16 --runs 7 --steps 20 --no-ops --no-previews --no-profile --no-burn-ops --pipeline-anatomy $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_f16.txt
   timeout ${F32_TIMEOUT:-130} /tmp/ls bench --device gpu --precision f32 --runs 5 --unet-only --no-ops --no-profile --no-burn-ops $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_f32.txt
+  ;;
+as)
+  PARTS=${TORCH_PARTS:-unet16,vae,e2e} timeout ${TORCH_TIMEOUT:-150} python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_as.txt
+  timeout ${VAE_TIMEOUT:-150} /tmp/ls bench --device gpu --precision f16 --runs 7 --vae-only --kernel-profile 4 $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_vae.txt
+  timeout ${OURS_TIMEOUT:-200} /tmp/ls bench --device gpu --precision f16 --runs 7 --steps 20 --no-ops --no-previews --no-profile --no-burn-ops --kernel-profile 2 $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_f16.txt
+  peak sdxl_host timeout ${SDXL_TIMEOUT:-170} /tmp/ls bench --device gpu --precision f16 --runs 2 --steps 20 --sdxl --pipeline-only --text-encoders host
+  cp /tmp/mem-sdxl_host.txt $OUT/
   ;;
 h)
   timeout ${OURS_TIMEOUT:-540} /tmp/ls bench --device gpu --precision f16 --runs 3 --unet-only 2>&1 | grep -v "^\[F16\]   [a-z_]*  *[0-9.]* ms  {" | tee $OUT/ours_spirv_ops.txt

@@ -123,8 +123,8 @@ fn pool(
     let mut weighted = 0.0f32;
     let mut e = lane;
     while e < entries {
-        let at = ((b * (entries / per_group) + e / per_group) * c + first_channel + e % per_group)
-            * 3;
+        let at =
+            ((b * (entries / per_group) + e / per_group) * c + first_channel + e % per_group) * 3;
         n += partial[at];
         weighted += partial[at] * partial[at + 1];
         e += LANES;
@@ -135,8 +135,8 @@ fn pool(
     let mut spread = 0.0f32;
     let mut q = lane;
     while q < entries {
-        let at = ((b * (entries / per_group) + q / per_group) * c + first_channel + q % per_group)
-            * 3;
+        let at =
+            ((b * (entries / per_group) + q / per_group) * c + first_channel + q % per_group) * 3;
         let d = partial[at + 1] - mean;
         spread += partial[at + 2] + partial[at] * d * d;
         q += LANES;
@@ -355,8 +355,8 @@ mod tests {
             let norm = GroupNorm::from_tensors(on_cpu(&gamma), on_cpu(&beta), groups, 1e-5);
             for dtype in [DType::F32, DType::F16] {
                 // [b, h, w, c] in memory, [b, c, h, w] as a tensor.
-                let x = tensor(values(n, offset), [b, h, w, c], &device, dtype)
-                    .permute([0, 3, 1, 2]);
+                let x =
+                    tensor(values(n, offset), [b, h, w, c], &device, dtype).permute([0, 3, 1, 2]);
                 assert!(is_channels_last(&resolve_strided(x.clone()).unwrap()));
                 for silu in [false, true] {
                     let mut twin = norm.forward(on_cpu(&x));
@@ -369,12 +369,20 @@ mod tests {
                     assert!(is_channels_last(&resolve_strided(ours.clone()).unwrap()));
                     let rel = relative(&read(ours), &read(twin));
                     let tol = if dtype == DType::F32 { 1e-4 } else { 1e-2 };
-                    assert!(rel <= tol, "{b}x{c}x{h}x{w} {dtype:?} silu={silu}: rel {rel}");
+                    assert!(
+                        rel <= tol,
+                        "{b}x{c}x{h}x{w} {dtype:?} silu={silu}: rel {rel}"
+                    );
                 }
             }
         }
         // A channels-first map is not taken for channels-last.
-        let x = tensor(values(2 * 8 * 3 * 5, 0.0), [2, 8, 3, 5], &device, DType::F32);
+        let x = tensor(
+            values(2 * 8 * 3 * 5, 0.0),
+            [2, 8, 3, 5],
+            &device,
+            DType::F32,
+        );
         assert!(!is_channels_last(&resolve_strided(x).unwrap()));
         assert!(!super::super::super::available(&Device::flex()));
     }

@@ -145,8 +145,7 @@ impl<'a> UNetSteps<'a> {
                 self.replay(x, t)
             }
             Err(reason)
-                if !self.retried
-                    && Dispatch::graph_prepare(self.device.as_dispatch()).is_ok() =>
+                if !self.retried && Dispatch::graph_prepare(self.device.as_dispatch()).is_ok() =>
             {
                 // Once more after the full warm-up (the pool may not have held every buffer).
                 tracing::debug!("the UNet step could not be recorded ({reason}); trying again");
@@ -310,7 +309,11 @@ mod tests {
         // A shape already run records after one ordinary step.
         let mut tuned = UNetSteps::new(unet, context.clone()).tuned();
         for i in 0..TUNED_WARMUP_RUNS + 2 {
-            assert_eq!(tuned.is_replaying(), i > TUNED_WARMUP_RUNS, "tuned step {i}");
+            assert_eq!(
+                tuned.is_replaying(),
+                i > TUNED_WARMUP_RUNS,
+                "tuned step {i}"
+            );
             let x = Tensor::<4>::random([2, 4, 8, 8], Distribution::Normal(0.0, 1.0), &device);
             let got = read(tuned.forward(x.clone(), 500.0));
             let want = read(unet.forward(x, &[500.0], &context));
