@@ -165,11 +165,12 @@ cd /tmp
 peak() {
   local name=$1; shift
   local idle; idle=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | head -1)
-  nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 50 > /tmp/mem-$name.txt &
+  # Time-stamped samples (`2026/11/27 13:00:00.123, 5303`): the bench's phase marks place them.
+  nvidia-smi --query-gpu=timestamp,memory.used --format=csv,noheader,nounits -lms 50 > /tmp/mem-$name.txt &
   local sampler=$!
   "$@" 2>&1 | tee -a $OUT/$name.txt
   kill $sampler
-  local max; max=$(sort -n /tmp/mem-$name.txt | tail -1)
+  local max; max=$(cut -d, -f2 /tmp/mem-$name.txt | sort -n | tail -1)
   echo "$name: peak device memory $((max - idle)) MiB above idle ($idle MiB idle, $max MiB peak)" | tee -a $OUT/memory.txt
 }
 

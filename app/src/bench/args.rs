@@ -136,11 +136,11 @@ pub struct BenchArgs {
     pub(super) lora_rank: Option<usize>,
     /// Instead of SD 1.5: full-size SDXL with random weights in f16, its UNet step at 128²
     /// latents and (unless `--no-pipeline`) a 1024² txt2img of `--steps`, with the pool's
-    /// high-water mark.
+    /// reserved bytes and each phase's wall-clock time.
     #[arg(long)]
     pub(super) sdxl: bool,
     /// With `--sdxl`: where the text encoders wait between prompts (auto parks SDXL's in host
-    /// memory). The pool's high-water mark only rises, so compare two processes.
+    /// memory). The pool keeps pages, so compare two processes.
     #[arg(long, default_value_t = latent_engine::TextEncoders::Auto)]
     pub(super) text_encoders: latent_engine::TextEncoders,
     /// With `--sdxl`: the image's side in pixels (SDXL's native 1024 by default; smaller for a

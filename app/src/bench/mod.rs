@@ -404,7 +404,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         }
         if let Some(usage) = device.memory_pool_usage() {
             println!(
-                "[{precision:?}] device memory reserved (pool high-water mark): {:.2} GiB",
+                "[{precision:?}] device memory pool reserved after the runs: {:.2} GiB",
                 usage.bytes_reserved as f64 / (1u64 << 30) as f64
             );
         }

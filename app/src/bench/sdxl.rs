@@ -1,8 +1,9 @@
 //! SDXL at its native size on random full-size weights (f16): the UNet step at 128² latents
 //! (batch 2, CFG) with its added conditioning, as `bench/torch_anchor.py`'s `sdxl` part runs it,
 //! and a whole 1024² txt2img (both encoders, the steps, the decode), as its `sdxl_e2e` part does,
-//! with the memory pool's high-water mark (issue 15 asks for at most 8 GiB, decode included;
-//! `bench/gpu_issue13.sh` samples the process's true peak from outside).
+//! with the memory pool's reserved bytes between runs and each phase's wall-clock time (issue 15
+//! asks for at most 8 GiB, decode included; `bench/gpu_issue13.sh` samples the process's true
+//! peak from outside, time-stamped, and the phases place it).
 
 use std::sync::atomic::AtomicBool;
 use std::time::Instant;
@@ -20,7 +21,7 @@ use latent_engine::{Precision, StableDiffusion};
 use super::args::BenchArgs;
 use super::{bench_request, sync, time_ms};
 
-/// With `--pipeline-only`, the txt2img alone: its runs' high-water mark is then the run's own.
+/// With `--pipeline-only`, the txt2img alone: its process peak is then the run's own.
 pub(super) fn sdxl_bench(
     device: &Device,
     tokenizer: &ClipTokenizer,
@@ -70,7 +71,7 @@ pub(super) fn sdxl_bench(
         })?;
     }
     drop((x, ctx, pooled, added));
-    // The decode alone, tiled first (the pool's high-water mark only rises): how much of the
+    // The decode alone, tiled first (the pool's pages only grow): how much of the
     // txt2img's peak the whole-image decode is.
     let z = Tensor::<4>::random([1, 4, latent, latent], normal, (device, dtype));
     for (name, mode) in [
@@ -110,7 +111,7 @@ fn txt2img_runs(
         let cancel = AtomicBool::new(false);
         // The first run's errors surface (the timed runs' results are dropped).
         let t = Instant::now();
-        txt2img(model, tokenizer, &req, &cancel, &mut Quiet)?;
+        txt2img(model, tokenizer, &req, &cancel, &mut Phases("first run"))?;
         println!(
             "[SDXL] txt2img {size}x{size}, {steps} Euler steps, CFG 7.5, first run: {:.0} ms",
             t.elapsed().as_secs_f64() * 1e3
@@ -119,7 +120,7 @@ fn txt2img_runs(
         // `--runs 1`: the first run only (a slow adapter's memory measurement).
         if runs > 1 {
             let total = time_ms(device, 0, 2, || {
-                let _ = txt2img(model, tokenizer, &req, &cancel, &mut Quiet);
+                let _ = txt2img(model, tokenizer, &req, &cancel, &mut Phases("timed run"));
             })?;
             println!(
                 "[SDXL] txt2img {size}x{size}, {steps} Euler steps, CFG 7.5: median {total:.0} ms"
@@ -130,12 +131,47 @@ fn txt2img_runs(
     Ok(())
 }
 
-/// The memory pool's bytes in use and reserved (its high-water mark: pages are kept) at `when`.
+/// Prints the wall-clock time (UTC, to the millisecond) at each phase of a txt2img, so that a
+/// device-memory trace sampled beside the process (nvidia-smi's `timestamp`) can be read phase by
+/// phase: the encoders and first step, the last step, the decode.
+struct Phases(&'static str);
+
+impl Phases {
+    fn mark(&self, what: &str) {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        let ms = now.as_millis() % 86_400_000;
+        let (h, m, sec, milli) = (ms / 3_600_000, ms / 60_000 % 60, ms / 1000 % 60, ms % 1000);
+        println!(
+            "[SDXL] {} {what} at {h:02}:{m:02}:{sec:02}.{milli:03} UTC",
+            self.0
+        );
+    }
+}
+
+impl latent_engine::pipeline::Observer for Phases {
+    fn step(&mut self, state: &latent_engine::pipeline::StepState<'_>) {
+        if state.step == 1 || state.step == state.total {
+            self.mark(&format!("step {}/{}", state.step, state.total));
+        }
+    }
+    fn decoding(&mut self, tiles: usize) {
+        self.mark(&format!("decode ({tiles} tiles)"));
+    }
+    fn image(&mut self, _generated: &latent_engine::pipeline::Generated) {
+        self.mark("image done");
+    }
+}
+
+/// The memory pool's bytes in use and reserved at `when`: pages of its pools are kept a while,
+/// but buffers of their own (large tensors) are released when dropped, so this is no high-water
+/// mark; the process's peak is what nvidia-smi samples beside it.
 fn memory(device: &Device, when: &str) {
     if let Some(usage) = device.memory_pool_usage() {
         let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
         println!(
-            "[SDXL] device memory {when}: {:.2} GiB in use, {:.2} GiB reserved (pool high-water mark)",
+            "[SDXL] device memory {when}: {:.2} GiB in use, {:.2} GiB reserved",
             gib(usage.bytes_in_use),
             gib(usage.bytes_reserved)
         );
