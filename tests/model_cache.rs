@@ -307,3 +307,38 @@ fn a_forced_compile_failure_warns_once_and_still_generates() {
     assert_eq!(first, plain);
     assert_eq!(second, plain);
 }
+
+/// The text-encoder setting keys a resident model by where its encoders are: an SD 1.x model
+/// holds them on the device for `auto` and `device` alike, so switching between the two loads
+/// nothing and releases nothing; on the CPU backend nothing is ever parked.
+#[test]
+fn a_text_encoder_setting_that_moves_nothing_keeps_the_resident_model() {
+    use latent_engine::TextEncoders;
+    let settings = CacheSettings {
+        enabled: true,
+        memory_budget: GIB,
+        disk_dir: None,
+        disk_limit: 0,
+    };
+    let mut cache = ModelCache::new(settings);
+    let device = Device::flex();
+    let with = |text_encoders| LoadOptions {
+        text_encoders,
+        ..f32_options()
+    };
+    let (first, _, source) = cache
+        .get(&model_a(), &device, with(TextEncoders::Device))
+        .unwrap();
+    assert_eq!(source, LoadSource::Checkpoint);
+    assert_eq!(cache.resident_bytes(), first.device_weight_bytes());
+    let (again, _, source) = cache
+        .get(&model_a(), &device, with(TextEncoders::Auto))
+        .unwrap();
+    assert_eq!(source, LoadSource::Memory);
+    assert!(std::sync::Arc::ptr_eq(&first, &again));
+    for setting in [TextEncoders::Auto, TextEncoders::Host] {
+        assert!(first.parks_as(setting));
+        cache.release_other_parking(setting);
+        assert_eq!(cache.resident_bytes(), first.device_weight_bytes());
+    }
+}

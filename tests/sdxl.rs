@@ -289,6 +289,23 @@ fn the_disk_cache_keeps_both_encoders() {
         let (model, _, source) = cache.get(&path, &device, options).expect("loads");
         assert!(model.text_encoder_2.is_some());
         assert_eq!(model.parked(), encoders == TextEncoders::Auto, "{encoders}");
+        // The memory budget counts device bytes: parked encoders are not among them.
+        assert_eq!(cache.resident_bytes(), model.device_weight_bytes());
+        assert_eq!(
+            model.device_weight_bytes() < model.weight_bytes(),
+            model.parked(),
+            "{encoders}"
+        );
+        // Releasing for another setting drops the model only where its encoders would move.
+        cache.release_other_parking(encoders);
+        assert_eq!(cache.resident_bytes(), model.device_weight_bytes());
+        let other = match encoders {
+            TextEncoders::Device => TextEncoders::Host,
+            _ => TextEncoders::Device,
+        };
+        assert!(!model.parks_as(other));
+        cache.release_other_parking(other);
+        assert_eq!(cache.resident_bytes(), 0);
         sources.push(source);
         let out = txt2img(
             &model,

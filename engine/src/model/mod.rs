@@ -59,6 +59,8 @@ pub struct StableDiffusion {
     /// Whether the text encoders (and their kept tensors) wait in host memory
     /// ([`TextEncoders`]); `text_encoder` and `text_encoder_2` are then the host's copies.
     parked: bool,
+    /// Bytes of the parked encoders' weights (0 unless `parked`): host memory, not the device's.
+    parked_bytes: u64,
     /// The last request's conditioning (the pipeline's; a repeated prompt encodes nothing).
     pub(crate) conditioning: ConditioningMemo,
 }
@@ -193,6 +195,9 @@ impl StableDiffusion {
         if let (Some(_), Some((w, prefix))) = (&text_encoder_2, &second) {
             reports.push(w.report(prefix));
         }
+        // The encoders' reports: the first and, for SDXL, the last.
+        let encoder_bytes = reports[0].bytes + reports.get(3).map_or(0, |r| r.bytes);
+        let parked_bytes = if parked { encoder_bytes } else { 0 };
         for r in &reports {
             if !r.unused.is_empty() {
                 tracing::debug!(component = r.component, unused = ?r.unused, "checkpoint keys not used");
@@ -218,6 +223,7 @@ impl StableDiffusion {
             kept: Some(kept),
             with_loras: Mutex::default(),
             parked,
+            parked_bytes,
             conditioning: ConditioningMemo::default(),
         })
     }
@@ -257,6 +263,13 @@ impl StableDiffusion {
     /// Whether the text encoders are parked in host memory ([`TextEncoders`]).
     pub fn parked(&self) -> bool {
         self.parked
+    }
+
+    /// Whether this model holds its encoders where `text_encoders` would put them (an SD 1.x
+    /// model does for `auto` and `device` alike): a request with that setting can use it.
+    pub fn parks_as(&self, text_encoders: TextEncoders) -> bool {
+        let te_device = text_encoders.device_for(&self.config, &self.device);
+        encoders::parked_on(&te_device, &self.device) == self.parked
     }
 
     /// [`Self::networks`] as the model holds them (a parked model's encoders on the host).
@@ -426,6 +439,11 @@ impl StableDiffusion {
         self.reports.iter().map(|r| r.bytes).sum()
     }
 
+    /// [`Self::weight_bytes`] held in device memory: all but the parked encoders'.
+    pub fn device_weight_bytes(&self) -> u64 {
+        self.weight_bytes() - self.parked_bytes
+    }
+
     /// Full-size SD 1.5 with random weights, for benchmarks.
     pub fn random(config: &ModelConfig, device: &Device, precision: Precision) -> Result<Self> {
         Self::random_with(config, device, precision, TextEncoders::Auto)
@@ -474,6 +492,7 @@ impl StableDiffusion {
             vae_compile: VaeCompiler::default(),
             vae_f32: OnceLock::new(),
             parked,
+            parked_bytes: 0,
             conditioning: ConditioningMemo::default(),
         })
     }

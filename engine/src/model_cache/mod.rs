@@ -83,7 +83,6 @@ pub struct Resident {
     pub checkpoint: Arc<Checkpoint>,
     pub path: PathBuf,
     pub precision: Precision,
-    pub text_encoders: TextEncoders,
     device: String,
     pub bytes: u64,
 }
@@ -156,6 +155,12 @@ impl ModelCache {
         self.resident.clear();
     }
 
+    /// Releases the resident models whose encoders `text_encoders` would put elsewhere (the
+    /// device memory parking frees); the others stay and serve requests with that setting.
+    pub fn release_other_parking(&mut self, text_encoders: TextEncoders) {
+        self.resident.retain(|r| r.model.parks_as(text_encoders));
+    }
+
     /// The model at `path` on `device`: resident, from the disk cache, or loaded from the
     /// checkpoint. With the cache off nothing is kept: the caller's `Arc` is the only owner.
     pub fn get(
@@ -168,7 +173,7 @@ impl ModelCache {
         if let Some(i) = self.resident.iter().position(|r| {
             r.path == path
                 && r.precision == options.precision
-                && r.text_encoders == options.text_encoders
+                && r.model.parks_as(options.text_encoders)
                 && r.device == device_key
         }) {
             let r = self.resident.remove(i);
@@ -199,9 +204,9 @@ impl ModelCache {
                 checkpoint: checkpoint.clone(),
                 path: path.to_path_buf(),
                 precision: options.precision,
-                text_encoders: options.text_encoders,
                 device: device_key,
-                bytes: model.weight_bytes(),
+                // The budget is device memory: parked encoders wait in host memory.
+                bytes: model.device_weight_bytes(),
             });
             self.evict_to(self.settings.memory_budget, true);
         }

@@ -134,10 +134,17 @@ impl Worker {
             }
         }
         if config.text_encoders != self.config.text_encoders && !reload {
-            // The model is loaded again with its encoders where asked, when next needed; a
-            // resident copy with them elsewhere would hold the device memory parking frees.
-            self.model = None;
-            self.cache.release_all();
+            // A model whose encoders would move is loaded again with them where asked, when
+            // next needed (a resident copy with them elsewhere would hold the device memory
+            // parking frees); one that holds them there already stays (SD 1.x: auto = device).
+            if self
+                .model
+                .as_ref()
+                .is_some_and(|m| !m.model.parks_as(config.text_encoders))
+            {
+                self.model = None;
+            }
+            self.cache.release_other_parking(config.text_encoders);
         }
         let new_loras = config.loras != self.config.loras;
         let new_embeddings = config.embeddings != self.config.embeddings;
