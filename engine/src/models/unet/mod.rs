@@ -5,7 +5,6 @@ pub mod blocks;
 mod config;
 pub mod embeddings;
 pub mod graph;
-pub mod resnet;
 
 use burn::tensor::Tensor;
 

@@ -8,9 +8,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::checkpoint::Weights;
 use crate::error::{Error, Result};
+use crate::models::blocks::{Downsample, ResnetBlock2D, ResnetSpec, Upsample};
 use crate::nn::{Conv2d, GroupNorm, Kernels, Linear, silu, wide_head_attention};
-use crate::unet::blocks::{Downsample, Upsample};
-use crate::unet::resnet::{ResnetBlock2D, ResnetSpec};
 
 /// Mirrors diffusers' `AutoencoderKL` config.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

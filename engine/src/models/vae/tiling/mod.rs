@@ -38,9 +38,8 @@ use std::ops::Range;
 
 use burn::tensor::Tensor;
 
+use crate::models::blocks::{ResnetBlock2D, Upsample};
 use crate::nn::{GroupMoments, GroupNorm, Kernels};
-use crate::unet::blocks::Upsample;
-use crate::unet::resnet::ResnetBlock2D;
 use crate::vae::{AutoencoderKL, VaeConfig};
 
 /// When the decode is tiled.
