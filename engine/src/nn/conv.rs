@@ -74,7 +74,15 @@ impl Conv2d {
         channel: Option<Columns<'_>>,
         residual: Option<&Tensor<4>>,
     ) -> Tensor<4> {
-        self.run(x, false, channel, residual)
+        self.run(x, false, channel, residual, false).0
+    }
+
+    /// [`Self::forward`] with the bias left to the caller where burn's convolution runs on a GPU:
+    /// the map comes back without it and the bias as `[b, c_out]` (f32), for the GroupNorm that
+    /// follows to add on its way ([`crate::nn::GroupNorm::forward_shifted`]) instead of a pass
+    /// over the map of its own. Elsewhere (our kernels' epilogue, the CPU) it is added here.
+    pub fn forward_unbiased(&self, x: Tensor<4>) -> (Tensor<4>, Option<Tensor<2>>) {
+        self.run(x, false, None, None, true)
     }
 
     /// A 1×1 layer over a map held as tokens `[b, h·w, c_in]`, plus `residual`
@@ -114,7 +122,7 @@ impl Conv2d {
     /// # Shapes
     /// `[b, c_in, h, w] -> [b, c_out, 2h, 2w]` (3×3, stride 1, padding 1)
     pub fn forward_upsampled(&self, x: Tensor<4>) -> Tensor<4> {
-        self.run(x, true, None, None)
+        self.run(x, true, None, None, false).0
     }
 
     fn run(
@@ -123,7 +131,8 @@ impl Conv2d {
         upsample: bool,
         channel: Option<Columns<'_>>,
         residual: Option<&Tensor<4>>,
-    ) -> Tensor<4> {
+        defer_bias: bool,
+    ) -> (Tensor<4>, Option<Tensor<2>>) {
         crate::profile::record(|| {
             let [b, c_in, h, w] = x.dims();
             let up = if upsample { 2 } else { 1 };
@@ -154,17 +163,29 @@ impl Conv2d {
             upsample,
         };
         if let Some(y) = self.ours.forward(&x, &self.weight, geometry, &epilogue) {
-            return y;
+            return (y, None);
         }
+        let gpu = !crate::device::is_cpu(&x.device());
         let x = match upsample {
             // burn's convolution on a GPU computes channels-last: upsampled in that layout, the
             // map is read as it lies (one copy, not the upsample's and then the relayout's).
-            true if !crate::device::is_cpu(&x.device()) => nearest_x2_channels_last(x),
+            true if gpu => nearest_x2_channels_last(x),
             true => nearest_x2(x),
             false => x,
         };
         let options = ConvOptions::new([self.stride; 2], [self.padding; 2], [1, 1], 1);
-        epilogue.apply(conv2d(x, self.weight.clone(), None, options))
+        let y = conv2d(x, self.weight.clone(), None, options);
+        match (
+            &self.bias,
+            defer_bias && gpu && channel.is_none() && residual.is_none(),
+        ) {
+            (Some(bias), true) => {
+                let [b, c, _, _] = y.dims();
+                let bias = bias.clone().cast(DType::F32).reshape([1, c]).expand([b, c]);
+                (y, Some(bias))
+            }
+            _ => (epilogue.apply(y), None),
+        }
     }
 
     /// A copy with its weights in `dtype`.
@@ -215,5 +236,62 @@ mod tests {
         let last = super::nearest_x2_channels_last(x).into_data();
         assert_eq!(plain.shape().to_vec(), vec![b, c, 2 * h, 2 * w]);
         assert_eq!(plain, last);
+    }
+}
+
+#[cfg(test)]
+mod deferred_bias_tests {
+    use burn::tensor::{DType, Device, DeviceKind, Distribution, Tensor};
+
+    use super::Conv2d;
+    use crate::nn::{GroupNorm, Kernels};
+
+    /// Where burn's convolution runs on a GPU (a 5×5 layer: ours takes 3×3 and 1×1), the bias
+    /// comes back for the next GroupNorm, which adds it on its way over the channels-last map:
+    /// the same as the convolution with its bias, normalised (CPU twin), in f32 and f16.
+    #[test]
+    fn a_bias_left_to_the_norm_equals_the_biased_convolution() {
+        let device = Device::wgpu(DeviceKind::DefaultDevice);
+        let cpu = Device::flex();
+        let normal = Distribution::Normal(0.0, 1.0);
+        let (weight, bias) = (
+            Tensor::<4>::random([64, 16, 5, 5], normal, &cpu),
+            Tensor::<1>::random([64], Distribution::Uniform(-2.0, 2.0), &cpu),
+        );
+        let x = Tensor::<4>::random([2, 16, 9, 7], normal, &cpu);
+        let gamma = Tensor::<1>::random([64], Distribution::Uniform(0.5, 1.5), &cpu);
+        let beta = Tensor::<1>::random([64], normal, &cpu);
+        let plain = Conv2d::from_tensors(weight.clone(), Some(bias.clone()), 1, 2);
+        let norm = GroupNorm::from_tensors(gamma.clone(), beta.clone(), 32, 1e-5);
+        let want = norm.forward_with(plain.forward(x.clone()), true, Kernels::Plain);
+        let want: Vec<f32> = want.into_data().convert::<f32>().try_to_vec().unwrap();
+        for dtype in [DType::F32, DType::F16] {
+            let on = |t: &Tensor<4>| Tensor::from_data(t.to_data(), (&device, dtype));
+            let conv = Conv2d::from_tensors(
+                on(&weight),
+                Some(Tensor::from_data(bias.to_data(), (&device, dtype))),
+                1,
+                2,
+            );
+            let norm = GroupNorm::from_tensors(
+                Tensor::from_data(gamma.to_data(), &device),
+                Tensor::from_data(beta.to_data(), &device),
+                32,
+                1e-5,
+            );
+            let (y, left) = conv.forward_unbiased(on(&x));
+            assert!(left.is_some(), "the bias is left to the norm");
+            let strided = crate::kernels::resolve_strided(y.clone()).unwrap();
+            assert!(crate::kernels::group_norm::is_channels_last(&strided));
+            let got = norm.forward_shifted(y, left, true, Kernels::Fused);
+            let got: Vec<f32> = got.cast(DType::F32).into_data().try_to_vec().unwrap();
+            let scale = want.iter().fold(1e-6f32, |m, v| m.max(v.abs()));
+            let diff = got
+                .iter()
+                .zip(&want)
+                .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+            let tol = if dtype == DType::F32 { 1e-4 } else { 1e-2 };
+            assert!(diff / scale <= tol, "{dtype:?}: {}", diff / scale);
+        }
     }
 }

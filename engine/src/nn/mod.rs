@@ -151,6 +151,38 @@ impl GroupNorm {
         x.cast(dtype)
     }
 
+    /// [`Self::forward_with`] of `x + pre` (`pre` `[b, c]`, f32: a convolution's bias left to
+    /// this norm, [`Conv2d::forward_unbiased`]): added on the way by our kernels where the map is
+    /// channels-last, as a burn op before the norm otherwise.
+    pub fn forward_shifted(
+        &self,
+        x: Tensor<4>,
+        pre: Option<Tensor<2>>,
+        silu: bool,
+        kernels: Kernels,
+    ) -> Tensor<4> {
+        let Some(pre) = pre else {
+            return self.forward_with(x, silu, kernels);
+        };
+        if kernels == Kernels::Fused
+            && let Some(y) = crate::kernels::group_norm::group_norm_shifted(
+                &x,
+                &self.weight,
+                &self.bias,
+                &pre,
+                self.groups,
+                self.eps,
+                silu,
+            )
+        {
+            self.record(&x, silu);
+            return y;
+        }
+        let [b, c, _, _] = x.dims();
+        let dtype = x.dtype();
+        self.forward_with(x + pre.cast(dtype).reshape([b, c, 1, 1]), silu, kernels)
+    }
+
     /// GroupNorm, then SiLU when `silu`, through `kernels`. Our kernels
     /// ([`crate::kernels::group_norm`]) fall back to burn ops where they cannot run.
     pub fn forward_with(&self, x: Tensor<4>, silu: bool, kernels: Kernels) -> Tensor<4> {

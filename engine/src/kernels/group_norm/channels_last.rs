@@ -100,10 +100,13 @@ fn stats<F: Float>(
 
 /// Cube `(g, b)`: pools group `g`'s entries of image `b` (exactly: mean first, then M2 with each
 /// entry's offset from it) and writes each of its channels' scale `γ/σ` and shift `β − μ·γ/σ`.
+/// With `shifted`, the map is normalised as if `pre[b, ch]` were added to it first (a
+/// convolution's bias, left to this norm): each entry's mean moves by it, its M2 does not.
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
 fn pool(
     partial: &[f32],
+    pre: &[f32],
     gamma: &[f32],
     beta: &[f32],
     scale: &mut [f32],
@@ -112,6 +115,7 @@ fn pool(
     per_group: usize,
     entries: usize,
     eps: f32,
+    #[comptime] shifted: bool,
 ) {
     let lane = UNIT_POS as usize;
     let g = CUBE_POS_X as usize;
@@ -125,8 +129,12 @@ fn pool(
     while e < entries {
         let at =
             ((b * (entries / per_group) + e / per_group) * c + first_channel + e % per_group) * 3;
+        let mut mean = partial[at + 1];
+        if shifted {
+            mean += pre[b * c + first_channel + e % per_group];
+        }
         n += partial[at];
-        weighted += partial[at] * partial[at + 1];
+        weighted += partial[at] * mean;
         e += LANES;
     }
     let count = cube_total(shared.clone(), n, LANES, LOG2_LANES);
@@ -137,7 +145,10 @@ fn pool(
     while q < entries {
         let at =
             ((b * (entries / per_group) + q / per_group) * c + first_channel + q % per_group) * 3;
-        let d = partial[at + 1] - mean;
+        let mut d = partial[at + 1] - mean;
+        if shifted {
+            d += pre[b * c + first_channel + q % per_group];
+        }
         spread += partial[at + 2] + partial[at] * d * d;
         q += LANES;
     }
@@ -149,7 +160,11 @@ fn pool(
         let ch = first_channel + j;
         let s = gamma[ch] * inv_std;
         scale[b * c + ch] = s;
-        offset[b * c + ch] = beta[ch] - mean * s;
+        let mut centre = mean;
+        if shifted {
+            centre -= pre[b * c + ch];
+        }
+        offset[b * c + ch] = beta[ch] - centre * s;
         j += LANES;
     }
 }
@@ -195,14 +210,15 @@ pub(crate) fn is_channels_last(t: &CubeTensor) -> bool {
     c > 1 && fits(1, 1) && fits(3, c) && fits(2, w * c) && fits(0, h * w * c)
 }
 
-/// GroupNorm of the channels-last `xc` (`[b, c, h, w]`, checked by [`is_channels_last`]) with
-/// f32 `gamma`/`beta`, then SiLU when `silu`; the result is channels-last too. `None` where the
-/// grid cannot hold the map.
+/// GroupNorm of the channels-last `xc` (`[b, c, h, w]`, checked by [`is_channels_last`]) plus
+/// `pre` (f32 `[b, c]`, contiguous) when given, with f32 `gamma`/`beta`, then SiLU when `silu`;
+/// the result is channels-last too. `None` where the grid cannot hold the map.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn group_norm(
     xc: &CubeTensor,
     gamma: &CubeTensor,
     beta: &CubeTensor,
+    pre: Option<&CubeTensor>,
     [b, c, h, w]: [usize; 4],
     groups: usize,
     eps: f32,
@@ -242,6 +258,7 @@ pub(super) fn group_norm(
     let buffers = Buffers {
         x: xc,
         y: &oc,
+        pre,
         gamma,
         beta,
         scale: &scale,
@@ -259,6 +276,7 @@ pub(super) fn group_norm(
 struct Buffers<'a> {
     x: &'a CubeTensor,
     y: &'a CubeTensor,
+    pre: Option<&'a CubeTensor>,
     gamma: &'a CubeTensor,
     beta: &'a CubeTensor,
     scale: &'a CubeTensor,
@@ -301,6 +319,8 @@ fn launch<F: Float + CubeElement>(client: &Client, t: Buffers, s: Sizes, eps: f3
         CubeCount::Static(s.groups as u32, s.b as u32, 1),
         cube,
         partial(),
+        // Unread without `pre` (the branch is compiled out): any f32 buffer binds.
+        buffer_arg(t.pre.unwrap_or(t.gamma)),
         buffer_arg(t.gamma),
         buffer_arg(t.beta),
         buffer_arg(t.scale),
@@ -309,6 +329,7 @@ fn launch<F: Float + CubeElement>(client: &Client, t: Buffers, s: Sizes, eps: f3
         s.per_group,
         s.chunks * s.streams * s.per_group,
         eps,
+        t.pre.is_some(),
     );
     apply::launch::<F>(
         client,
@@ -326,7 +347,7 @@ fn launch<F: Float + CubeElement>(client: &Client, t: Buffers, s: Sizes, eps: f3
 
 #[cfg(test)]
 mod tests {
-    use burn::tensor::{DType, Device};
+    use burn::tensor::{DType, Device, Tensor};
 
     use super::super::super::resolve_strided;
     use super::super::super::testing::{on_cpu, read, relative, tensor, values, wgpu};
@@ -336,7 +357,8 @@ mod tests {
     /// A channels-last map is normalised as it lies and stays channels-last; the values equal the
     /// burn-op twin's in f32 and f16: lanes over fewer channels than a cube (two and three pixel
     /// streams), over more (320: lanes with one and two channels), maps that end mid-chunk and
-    /// mid-unroll, an empty stream, batch 2, and a large mean.
+    /// mid-unroll, an empty stream, batch 2, and a large mean; and shifted by a per-(image,
+    /// channel) term first, as a convolution's bias left to the norm.
     #[test]
     fn channels_last_maps_match_burn_ops() {
         let device = wgpu();
@@ -374,16 +396,28 @@ mod tests {
                         "{b}x{c}x{h}x{w} {dtype:?} silu={silu}: rel {rel}"
                     );
                 }
+                // Shifted by a per-(image, channel) term first (a convolution's bias).
+                let pre: Vec<f32> = (0..b * c)
+                    .map(|i| (i * 37 % 23) as f32 * 0.3 - 3.0)
+                    .collect();
+                let pre = tensor(pre, [b, c], &device, DType::F32);
+                let shifted = on_cpu(&x) + on_cpu(&pre).reshape([b, c, 1, 1]);
+                let twin = burn::tensor::activation::silu(norm.forward(shifted));
+                let ours =
+                    super::super::group_norm_shifted(&x, &gamma, &beta, &pre, groups, 1e-5, true)
+                        .expect("taken channels-last");
+                assert!(is_channels_last(&resolve_strided(ours.clone()).unwrap()));
+                let rel = relative(&read(ours), &read(twin));
+                let tol = if dtype == DType::F32 { 1e-4 } else { 1e-2 };
+                assert!(rel <= tol, "{b}x{c}x{h}x{w} {dtype:?} shifted: rel {rel}");
             }
         }
-        // A channels-first map is not taken for channels-last.
-        let x = tensor(
-            values(2 * 8 * 3 * 5, 0.0),
-            [2, 8, 3, 5],
-            &device,
-            DType::F32,
-        );
-        assert!(!is_channels_last(&resolve_strided(x).unwrap()));
+        // A channels-first map is not taken for channels-last, nor shifted (the caller adds).
+        let x = tensor(values(240, 0.0), [2, 8, 3, 5], &device, DType::F32);
+        assert!(!is_channels_last(&resolve_strided(x.clone()).unwrap()));
+        let (gamma, beta) = (Tensor::ones([8], &device), Tensor::zeros([8], &device));
+        let pre = Tensor::<2>::zeros([2, 8], &device);
+        assert!(super::super::group_norm_shifted(&x, &gamma, &beta, &pre, 4, 1e-5, true).is_none());
         assert!(!super::super::super::available(&Device::flex()));
     }
 }

@@ -13,6 +13,9 @@ use super::{Element, buffer_arg, cube_total, output, resolve, resolve_strided, s
 
 mod channels_last;
 
+#[cfg(test)]
+pub(crate) use channels_last::is_channels_last;
+
 /// Lanes per cube; the reductions below are written for this power of two.
 const LANES: usize = 256;
 const LOG2_LANES: usize = 8;
@@ -132,6 +135,33 @@ pub fn group_norm(
     eps: f64,
     silu: bool,
 ) -> Option<Tensor<4>> {
+    run(x, gamma, beta, None, groups, eps, silu)
+}
+
+/// [`group_norm`] of `x + pre` (`pre` `[b, c]`, per image and channel: a convolution's bias left
+/// to this norm, so the sum is never written out). Only a channels-last `x` (what burn's
+/// convolution writes) is taken; `None` otherwise, and the caller adds `pre` itself.
+pub fn group_norm_shifted(
+    x: &Tensor<4>,
+    gamma: &Tensor<1>,
+    beta: &Tensor<1>,
+    pre: &Tensor<2>,
+    groups: usize,
+    eps: f64,
+    silu: bool,
+) -> Option<Tensor<4>> {
+    run(x, gamma, beta, Some(pre), groups, eps, silu)
+}
+
+fn run(
+    x: &Tensor<4>,
+    gamma: &Tensor<1>,
+    beta: &Tensor<1>,
+    pre: Option<&Tensor<2>>,
+    groups: usize,
+    eps: f64,
+    silu: bool,
+) -> Option<Tensor<4>> {
     let device = x.device();
     if !super::available(&device) {
         return None;
@@ -155,16 +185,27 @@ pub fn group_norm(
     // the next convolution (no relayout on either side).
     let strided = resolve_strided(x.clone())?;
     if channels_last::is_channels_last(&strided) {
+        let pre = match pre {
+            Some(p) if p.dims() == [b, c] => {
+                Some(resolve(p.clone().cast(burn::tensor::DType::F32))?)
+            }
+            Some(_) => return None,
+            None => None,
+        };
         return channels_last::group_norm(
             &strided,
             &gc,
             &bc,
+            pre.as_ref(),
             [b, c, h, w],
             groups,
             eps as f32,
             silu,
             &device,
         );
+    }
+    if pre.is_some() {
+        return None;
     }
     let xc = resolve(x.clone())?;
     let (out, oc) = output([b, c, h, w], dtype, &device)?;

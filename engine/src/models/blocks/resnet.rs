@@ -127,18 +127,23 @@ impl ResnetBlock2D {
             }
             _ => None,
         };
-        // The time embedding and the shortcut are added in the convolutions' epilogues.
-        let h =
-            self.conv1
-                .forward_adding(self.norm1.forward_with(x.clone(), true, kernels), t, None);
+        // The time embedding and the shortcut are added in the convolutions' epilogues. Without
+        // a time embedding (the VAE) and where burn's convolution runs, conv1's bias is left to
+        // norm2 (no pass over the map for it).
+        let normed = self.norm1.forward_with(x.clone(), true, kernels);
+        let h = match t {
+            None if kernels == Kernels::Fused => {
+                let (h, bias) = self.conv1.forward_unbiased(normed);
+                self.norm2.forward_shifted(h, bias, true, kernels)
+            }
+            _ => self
+                .norm2
+                .forward_with(self.conv1.forward_adding(normed, t, None), true, kernels),
+        };
         let shortcut = match &self.conv_shortcut {
             Some(conv) => conv.forward(x),
             None => x,
         };
-        self.conv2.forward_adding(
-            self.norm2.forward_with(h, true, kernels),
-            None,
-            Some(&shortcut),
-        )
+        self.conv2.forward_adding(h, None, Some(&shortcut))
     }
 }
