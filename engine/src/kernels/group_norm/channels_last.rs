@@ -352,7 +352,6 @@ mod tests {
     use super::super::super::resolve_strided;
     use super::super::super::testing::{on_cpu, read, relative, tensor, values, wgpu};
     use super::is_channels_last;
-    use crate::nn::GroupNorm;
 
     /// A channels-last map is normalised as it lies and stays channels-last; the values equal the
     /// burn-op twin's in f32 and f16: lanes over fewer channels than a cube (two and three pixel
@@ -370,11 +369,7 @@ mod tests {
             (1, 128, 3, 43, 32, 0.5),
         ] {
             let n = b * c * h * w;
-            let gamma: Vec<f32> = (0..c).map(|i| 0.5 + i as f32 / c as f32).collect();
-            let beta: Vec<f32> = (0..c).map(|i| (i as f32 - 3.0) / 10.0).collect();
-            let gamma = tensor(gamma, [c], &device, DType::F32);
-            let beta = tensor(beta, [c], &device, DType::F32);
-            let norm = GroupNorm::from_tensors(on_cpu(&gamma), on_cpu(&beta), groups, 1e-5);
+            let (gamma, beta, norm) = super::super::tests::affine(c, groups, &device);
             for dtype in [DType::F32, DType::F16] {
                 // [b, h, w, c] in memory, [b, c, h, w] as a tensor.
                 let x =

@@ -300,6 +300,21 @@ mod tests {
     use super::super::testing::{on_cpu, read, relative, tensor, values, wgpu};
     use crate::nn::GroupNorm;
 
+    /// Affine parameters for `c` channels (neither ones nor zeros) on `device`, and the burn-op
+    /// twin with them on the CPU backend (burn's reductions would tune on lavapipe).
+    pub(super) fn affine(
+        c: usize,
+        groups: usize,
+        device: &Device,
+    ) -> (burn::tensor::Tensor<1>, burn::tensor::Tensor<1>, GroupNorm) {
+        let gamma: Vec<f32> = (0..c).map(|i| 0.5 + i as f32 / c as f32).collect();
+        let beta: Vec<f32> = (0..c).map(|i| (i as f32 - 3.0) / 10.0).collect();
+        let gamma = tensor(gamma, [c], device, DType::F32);
+        let beta = tensor(beta, [c], device, DType::F32);
+        let norm = GroupNorm::from_tensors(on_cpu(&gamma), on_cpu(&beta), groups, 1e-5);
+        (gamma, beta, norm)
+    }
+
     /// The kernels against their burn-op twin, in f32 and f16, with and without SiLU: a slice in
     /// one partial chunk, channels per group not a power of two, an 8×8 map, batch 2, odd sizes,
     /// several chunks and tiles per slice, and a large mean.
@@ -314,12 +329,7 @@ mod tests {
             (1, 6, 9, 7, 2, 500.0),
         ] {
             let n = b * c * h * w;
-            let gamma: Vec<f32> = (0..c).map(|i| 0.5 + i as f32 / c as f32).collect();
-            let beta: Vec<f32> = (0..c).map(|i| (i as f32 - 3.0) / 10.0).collect();
-            let gamma = tensor(gamma, [c], &device, DType::F32);
-            let beta = tensor(beta, [c], &device, DType::F32);
-            // The twin on the CPU backend (burn's reductions would tune on lavapipe).
-            let norm = GroupNorm::from_tensors(on_cpu(&gamma), on_cpu(&beta), groups, 1e-5);
+            let (gamma, beta, norm) = affine(c, groups, &device);
             for dtype in [DType::F32, DType::F16] {
                 let x = tensor(values(n, offset), [b, c, h, w], &device, dtype);
                 for silu in [false, true] {
