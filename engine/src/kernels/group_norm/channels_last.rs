@@ -19,6 +19,9 @@ const LOG2_LANES: usize = 8;
 /// Elements a statistics cube reads (so its pixels per chunk are `ELEMENTS / c`): enough cubes
 /// on the VAE's 64×64 maps of 512 channels, per-channel partials a tenth of what is read.
 const ELEMENTS: usize = 16_384;
+/// Most statistics chunks an image is cut into: a thousand cubes of 256 lanes fill an H200, and
+/// every cube more is work for the pooling.
+const MAX_CHUNKS: usize = 1024;
 /// Pixels a lane loads at once in the statistics.
 const UNROLL: usize = 8;
 /// Elements each lane normalises.
@@ -197,6 +200,17 @@ fn apply<F: Float>(
     }
 }
 
+/// Pixels per statistics chunk for a map of `hw` pixels and `c` channels: [`ELEMENTS`] a cube,
+/// but at most [`MAX_CHUNKS`] chunks, so the pooling's work (`chunks · streams · c/groups`
+/// entries a group, one cube each) does not grow with the map (an SDXL decode's 1024² maps would
+/// otherwise give it 65 536 entries a group).
+fn pixels_per_chunk(hw: usize, c: usize) -> usize {
+    ELEMENTS
+        .div_ceil(c.max(1))
+        .max(hw.div_ceil(MAX_CHUNKS))
+        .max(1)
+}
+
 /// Whether `t` (a `[b, c, h, w]` tensor as it lies) is channels-last: `[b, h, w, c]` in memory.
 pub(crate) fn is_channels_last(t: &CubeTensor) -> bool {
     let shape = t.meta.shape();
@@ -228,7 +242,7 @@ pub(super) fn group_norm(
     let element = Element::of(xc.dtype)?;
     let hw = h * w;
     let n = hw * c;
-    let pixels = ELEMENTS.div_ceil(c).max(hw.div_ceil(65_535));
+    let pixels = pixels_per_chunk(hw, c);
     let chunks = hw.div_ceil(pixels);
     let tiles = n.div_ceil(TILE);
     let width = c.min(LANES);
@@ -352,6 +366,29 @@ mod tests {
     use super::super::super::resolve_strided;
     use super::super::super::testing::{on_cpu, read, relative, tensor, values, wgpu};
     use super::is_channels_last;
+
+    /// Chunks hold `ELEMENTS` values until an image would need more than `MAX_CHUNKS` of them
+    /// (an SDXL decode's 1024² × 128 map: 1024 chunks, not 8192), and cover every pixel.
+    #[test]
+    fn chunks_are_bounded_and_cover_the_map() {
+        use super::{ELEMENTS, MAX_CHUNKS, pixels_per_chunk};
+        assert_eq!(pixels_per_chunk(64 * 64, 512), ELEMENTS / 512);
+        assert_eq!(pixels_per_chunk(512 * 512, 128), 256);
+        assert_eq!(
+            (1024 * 1024usize).div_ceil(pixels_per_chunk(1024 * 1024, 128)),
+            MAX_CHUNKS
+        );
+        for (hw, c) in [
+            (1, 3),
+            (323, 128),
+            (72, 320),
+            (2048 * 2048, 128),
+            (5, 100_000),
+        ] {
+            let pixels = pixels_per_chunk(hw, c);
+            assert!(pixels >= 1 && hw.div_ceil(pixels) <= MAX_CHUNKS, "{hw}x{c}");
+        }
+    }
 
     /// A channels-last map is normalised as it lies and stays channels-last; the values equal the
     /// burn-op twin's in f32 and f16: lanes over fewer channels than a cube (two and three pixel
