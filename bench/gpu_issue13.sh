@@ -395,6 +395,7 @@ as)
   timeout ${OURS_TIMEOUT:-200} /tmp/ls bench --device gpu --precision f16 --runs 7 --steps 20 --no-ops --no-previews --no-profile --no-burn-ops --kernel-profile 2 $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_f16.txt
   peak sdxl_host timeout ${SDXL_TIMEOUT:-170} /tmp/ls bench --device gpu --precision f16 --runs 2 --steps 20 --sdxl --pipeline-only --text-encoders host
   cp /tmp/mem-sdxl_host.txt $OUT/
+  python3 $OLDPWD/bench/mem_phases.py $OUT/sdxl_host.txt /tmp/mem-sdxl_host.txt | tee $OUT/sdxl_phases.txt
   ;;
 h)
   timeout ${OURS_TIMEOUT:-540} /tmp/ls bench --device gpu --precision f16 --runs 3 --unet-only 2>&1 | grep -v "^\[F16\]   [a-z_]*  *[0-9.]* ms  {" | tee $OUT/ours_spirv_ops.txt
