@@ -224,7 +224,10 @@ pub fn nearest_x2(x: Tensor<4>) -> Tensor<4> {
 
 #[cfg(test)]
 mod tests {
-    use burn::tensor::{Device, Tensor, TensorData};
+    use burn::tensor::{DType, Device, DeviceKind, Distribution, Tensor, TensorData};
+
+    use super::Conv2d;
+    use crate::nn::{GroupNorm, Kernels};
 
     /// Both upsamplings give the same map, whatever the memory order.
     #[test]
@@ -237,14 +240,6 @@ mod tests {
         assert_eq!(plain.shape().to_vec(), vec![b, c, 2 * h, 2 * w]);
         assert_eq!(plain, last);
     }
-}
-
-#[cfg(test)]
-mod deferred_bias_tests {
-    use burn::tensor::{DType, Device, DeviceKind, Distribution, Tensor};
-
-    use super::Conv2d;
-    use crate::nn::{GroupNorm, Kernels};
 
     /// Where burn's convolution runs on a GPU (a 5×5 layer: ours takes 3×3 and 1×1), the bias
     /// comes back for the next GroupNorm, which adds it on its way over the channels-last map:
