@@ -308,7 +308,7 @@ mod tests {
         assert!(steps.is_replaying());
         // A shape already run records after one ordinary step.
         let mut tuned = UNetSteps::new(unet, context.clone()).tuned();
-        for i in 0..TUNED_WARMUP_RUNS + 2 {
+        for i in 0..=TUNED_WARMUP_RUNS {
             assert_eq!(
                 tuned.is_replaying(),
                 i > TUNED_WARMUP_RUNS,
@@ -319,6 +319,7 @@ mod tests {
             let want = read(unet.forward(x, &[500.0], &context));
             assert!(relative(&got, &want) <= 1e-5, "tuned step {i}");
         }
+        assert!(tuned.is_replaying(), "recorded after one ordinary step");
         drop(tuned);
         // Released (before a decode), the steps go on launch by launch, still equal.
         steps.release();
