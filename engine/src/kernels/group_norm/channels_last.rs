@@ -442,6 +442,16 @@ mod tests {
                 let rel = relative(&read(ours), &read(twin));
                 let tol = if dtype == DType::F32 { 1e-4 } else { 1e-2 };
                 assert!(rel <= tol, "{b}x{c}x{h}x{w} {dtype:?} shifted: rel {rel}");
+                // A term of the wrong shape is refused, not read past its end.
+                let wrong = tensor(vec![0.0; c], [1, c], &device, DType::F32);
+                if b != 1 {
+                    assert!(
+                        super::super::group_norm_shifted(
+                            &x, &gamma, &beta, &wrong, groups, 1e-5, true
+                        )
+                        .is_none()
+                    );
+                }
             }
         }
         // A channels-first map is not taken for channels-last, nor shifted (the caller adds).

@@ -207,7 +207,11 @@ fn run(
     if pre.is_some() {
         return None;
     }
-    let xc = resolve(x.clone())?;
+    // Already resolved above: copied only where it is neither layout.
+    let xc = match strided.is_contiguous() {
+        true => strided,
+        false => resolve(x.clone())?,
+    };
     let (out, oc) = output([b, c, h, w], dtype, &device)?;
     let client = xc.client.clone();
     let partial = client.empty(slices * chunks * 2 * size_of::<f32>());

@@ -110,6 +110,7 @@ impl<'a> UNetSteps<'a> {
     /// Drops the recorded step (and the pool pages it keeps for itself) or the prepared capture;
     /// later steps run launch by launch.
     pub fn release(&mut self) {
+        // A prepared capture that never recorded holds the stream apart: close it.
         if matches!(self.state, State::Warming { .. }) {
             let _ = Dispatch::graph_stop_capture(self.device.as_dispatch());
         }
@@ -264,10 +265,8 @@ impl<'a> UNetSteps<'a> {
 
 impl Drop for UNetSteps<'_> {
     fn drop(&mut self) {
-        // A prepared capture that never recorded still holds the stream apart: close it.
-        if matches!(self.state, State::Warming { .. }) {
-            let _ = Dispatch::graph_stop_capture(self.device.as_dispatch());
-        }
+        // A prepared capture that never recorded still holds the stream apart: closed here.
+        self.release();
     }
 }
 
