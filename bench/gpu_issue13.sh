@@ -397,6 +397,19 @@ as)
   cp /tmp/mem-sdxl_host.txt $OUT/
   python3 $OLDPWD/bench/mem_phases.py $OUT/sdxl_host.txt /tmp/mem-sdxl_host.txt | tee $OUT/sdxl_phases.txt
   ;;
+at)
+  # Weights in cubecl's persistent pool or in the shared pages (LATENT_STUDIO_WEIGHT_POOL): the
+  # VAE, SD 1.5's txt2img and SDXL's 1024² peak, each pair in one process each, interleaved.
+  for pool in shared persistent; do
+    LATENT_STUDIO_WEIGHT_POOL=$pool timeout 150 /tmp/ls bench --device gpu --precision f16 --runs 7 --vae-only 2>&1 | grep "VAE decode 512x512" | sed "s/^/$pool /" | tee -a $OUT/ab.txt
+    LATENT_STUDIO_WEIGHT_POOL=$pool timeout 200 /tmp/ls bench --device gpu --precision f16 --runs 5 --steps 20 --no-ops --no-previews --no-profile --no-burn-ops 2>&1 | grep "replayed\|txt2img\|reserved" | sed "s/^/$pool /" | tee -a $OUT/ab.txt
+  done
+  for pool in shared persistent; do
+    LATENT_STUDIO_WEIGHT_POOL=$pool peak sdxl_$pool timeout 170 /tmp/ls bench --device gpu --precision f16 --runs 2 --steps 20 --sdxl --pipeline-only --text-encoders host > /dev/null
+    python3 $OLDPWD/bench/mem_phases.py $OUT/sdxl_$pool.txt /tmp/mem-sdxl_$pool.txt | sed "s/^/$pool /" | tee -a $OUT/ab.txt
+    grep "reserved\|median" $OUT/sdxl_$pool.txt | sed "s/^/$pool /" | tee -a $OUT/ab.txt
+  done
+  ;;
 h)
   timeout ${OURS_TIMEOUT:-540} /tmp/ls bench --device gpu --precision f16 --runs 3 --unet-only 2>&1 | grep -v "^\[F16\]   [a-z_]*  *[0-9.]* ms  {" | tee $OUT/ours_spirv_ops.txt
   ;;

@@ -19,6 +19,7 @@ use crate::vae_compile::VaeCompiler;
 pub use crate::precision::Precision;
 
 mod encoders;
+mod random;
 pub use encoders::TextEncoders;
 
 /// Name prefixes of each component's tensors in a disk-cache file (text encoder, UNet, VAE).
@@ -151,7 +152,25 @@ impl StableDiffusion {
 
     /// Builds the model from per-component weights (text encoder, UNet, VAE, and SDXL's second
     /// encoder); `prefixes` are the stored-key prefixes unused keys are reported under.
+    ///
+    /// The weights go to their own device buffers ([`crate::device::persistent`]), not to the
+    /// pages the activations use.
     pub fn from_weights(
+        weights: [Weights; 3],
+        prefixes: [&str; 3],
+        second: Option<(Weights, &str)>,
+        config: &ModelConfig,
+        device: &Device,
+        options: LoadOptions,
+    ) -> Result<Self> {
+        let model = crate::device::persistent(device, || {
+            Self::build(weights, prefixes, second, config, device, options)
+        });
+        crate::device::release_free(device);
+        model
+    }
+
+    fn build(
         weights: [Weights; 3],
         prefixes: [&str; 3],
         second: Option<(Weights, &str)>,
@@ -424,7 +443,7 @@ impl StableDiffusion {
         let mut made = false;
         let vae = self.vae_f32.get_or_init(|| {
             made = true;
-            self.vae.decoder_in(DType::F32)
+            crate::device::persistent(&self.device, || self.vae.decoder_in(DType::F32))
         });
         (vae, made)
     }
@@ -442,58 +461,5 @@ impl StableDiffusion {
     /// [`Self::weight_bytes`] held in device memory: all but the parked encoders'.
     pub fn device_weight_bytes(&self) -> u64 {
         self.weight_bytes() - self.parked_bytes
-    }
-
-    /// Full-size SD 1.5 with random weights, for benchmarks.
-    pub fn random(config: &ModelConfig, device: &Device, precision: Precision) -> Result<Self> {
-        Self::random_with(config, device, precision, TextEncoders::Auto)
-    }
-
-    /// [`Self::random`] with its text encoders where `text_encoders` says.
-    pub fn random_with(
-        config: &ModelConfig,
-        device: &Device,
-        precision: Precision,
-        text_encoders: TextEncoders,
-    ) -> Result<Self> {
-        let dtype = precision.dtype();
-        let te_device = text_encoders.device_for(config, device);
-        let parked = encoders::parked_on(&te_device, device);
-        let te = Weights::random("text encoder", &te_device, dtype).keeping();
-        let uw = Weights::random("UNet", device, dtype).keeping();
-        let text_encoder = ClipTextModel::load(&te, &config.text_encoder)?;
-        // SDXL's second encoder, kept too (SDXL LoRAs change it).
-        let te2 = config.text_encoder_2.as_ref().map(|c| {
-            (
-                Weights::random("text encoder 2", &te_device, dtype).keeping(),
-                c,
-            )
-        });
-        let text_encoder_2 = match &te2 {
-            Some((w, c)) => Some(ClipTextModel::load(w, c)?),
-            None => None,
-        };
-        let unet = UNet2DConditionModel::load(&uw, &config.unet)?;
-        Ok(Self {
-            text_encoder,
-            text_encoder_2,
-            unet,
-            kept: Some(Kept {
-                text_encoder: Arc::new(te.take_kept()),
-                text_encoder_2: te2.map(|(w, _)| Arc::new(w.take_kept())),
-                unet: Arc::new(uw.take_kept()),
-            }),
-            with_loras: Mutex::default(),
-            vae: AutoencoderKL::load(&Weights::random("VAE", device, dtype), &config.vae, false)?,
-            config: config.clone(),
-            device: device.clone(),
-            precision,
-            reports: Vec::new(),
-            vae_compile: VaeCompiler::default(),
-            vae_f32: OnceLock::new(),
-            parked,
-            parked_bytes: 0,
-            conditioning: ConditioningMemo::default(),
-        })
     }
 }
