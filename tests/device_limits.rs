@@ -21,11 +21,9 @@
 //! engine's query slices (it keeps no score buffer); the slices guard its unfused path, which
 //! autotune may pick and which does build the scores (unit-tested in `engine/src/attention.rs`).
 //!
-//! On that device the tiny pipeline first makes `pipeline_parity`'s case0 (64², within 1/255 of
-//! diffusers), then the 192² image.
-//!
-//! Cost: each device compiles and tunes every kernel it runs, about two minutes on two cores, so
-//! one device does both runs.
+//! On that device the tiny pipeline makes the 192² image (the split token embedding included: the
+//! CPU reference holds it whole). `pipeline_parity`'s case0 against diffusers, once run here too,
+//! was dropped for CI's time: each shape this device runs is compiled and tuned again.
 
 use crate::common;
 
@@ -34,7 +32,7 @@ use std::sync::atomic::AtomicBool;
 use burn::tensor::Device;
 use common::fixtures;
 use latent_engine::adapters::{AdapterKind, AdapterSummary};
-use latent_engine::checkpoint::{Checkpoint, SafetensorsFile};
+use latent_engine::checkpoint::Checkpoint;
 use latent_engine::device::open_limited;
 use latent_engine::limits::DeviceLimits;
 use latent_engine::pipeline::{Quiet, Txt2ImgRequest, txt2img};
@@ -92,7 +90,7 @@ fn parked_encoder_comes_back_within_the_limits(device: &Device, resident: &Stabl
     assert_eq!(got, want, "the parked encoder encodes as the resident one");
 }
 
-/// `pipeline_parity`'s case0 at `size`², with `steps`.
+/// `pipeline_parity`'s case0's prompt and seed at `size`², with `steps`.
 fn request(size: usize, steps: usize) -> Txt2ImgRequest {
     Txt2ImgRequest {
         prompt: "a watercolor fox in the snow".into(),
@@ -121,14 +119,6 @@ fn worst(got: &[u8], want: &[u8]) -> u8 {
         .map(|(a, b)| a.abs_diff(*b))
         .max()
         .unwrap_or(0)
-}
-
-fn case0_expected() -> Vec<u8> {
-    let expected = SafetensorsFile::open(&fixtures().join("pipeline-expected.safetensors"))
-        .expect("pipeline fixture");
-    expected
-        .bytes(expected.entry("case0.image").expect("case0"))
-        .to_vec()
 }
 
 /// A device opened with WebGPU's defaults gets them (no generation: the scaled-down test below
@@ -163,15 +153,6 @@ fn scaled_down_limits_split_slice_and_tile_to_the_same_image() {
     assert!(largest_decoder_buffer_bytes(vae, dims) > limit);
     let tiles = TilingConfig::default().fit_to(vae, 1, limit);
     assert!(tiles.tile_latents < latents as usize, "{tiles:?}");
-
-    // case0 as diffusers made it: at 64² only the token embedding is split.
-    let got = generate(&model, &request(64, 6));
-    let worst_case0 = worst(&got, &case0_expected());
-    eprintln!("scaled-down limits ({limits}): case0 within {worst_case0}/255 of diffusers");
-    assert!(
-        worst_case0 <= 1,
-        "differs from diffusers by {worst_case0}/255"
-    );
 
     let req = request(size, 2);
     let got = generate(&model, &req);

@@ -82,8 +82,9 @@ fn img2img_matches_diffusers_on_every_backend() {
     for (backend, device) in devices() {
         let model = with_encoder(&device);
         for case in cases() {
-            // On wgpu: euler at 0.6, DDIM with CFG 1, and the masked DPM++ 2M at strength 1.
-            if !common::runs_on(backend, &case.name, &["case0", "case3", "case5"]) {
+            // On wgpu: euler at 0.6 and the masked DPM++ 2M at strength 1 (the samplers' own
+            // arithmetic is the CPU's cases; CI's time is short).
+            if !common::runs_on(backend, &case.name, &["case0", "case5"]) {
                 continue;
             }
             let what = format!(

@@ -113,7 +113,7 @@ fn decode(model: &StableDiffusion, kernels: Kernels) -> Vec<f32> {
 }
 
 #[test]
-fn every_cache_and_compile_combination_generates_the_same_images() {
+fn cache_and_compile_settings_generate_the_same_images() {
     let device = wgpu();
     let models = [model_a(), model_b(), model_a()];
     // Room for one tiny model only: the switch back to A must come from the disk cache.
@@ -122,8 +122,10 @@ fn every_cache_and_compile_combination_generates_the_same_images() {
         ckpt.stored_bytes() * 3 / 2
     };
     let mut images = std::collections::HashMap::new();
-    for cache_on in [true, false] {
-        for compile_on in [true, false] {
+    // Three of the four combinations: cache on/off with compilation off, compilation on/off
+    // with the cache on (the fourth adds a minute of lavapipe to CI and no new pairing).
+    for (cache_on, compile_on) in [(true, true), (true, false), (false, false)] {
+        {
             let dir = scratch(&format!("matrix-{cache_on}-{compile_on}"));
             let mut cache = ModelCache::new(settings(cache_on, &dir, one_model, GIB));
             let mut sources = Vec::new();
@@ -176,12 +178,10 @@ fn every_cache_and_compile_combination_generates_the_same_images() {
             let _ = std::fs::remove_dir_all(&dir);
         }
     }
-    for compile_on in [true, false] {
-        assert!(
-            images[&(true, compile_on)] == images[&(false, compile_on)],
-            "cache on and off must give bit-identical images (compile {compile_on})"
-        );
-    }
+    assert!(
+        images[&(true, false)] == images[&(false, false)],
+        "cache on and off must give bit-identical images"
+    );
     // Compile on vs off: the decoded values within 1e-3, the 8-bit images within one level.
     let (on, off) = (&images[&(true, true)], &images[&(true, false)]);
     for (a, b) in on.iter().zip(off) {
