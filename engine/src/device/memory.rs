@@ -41,6 +41,14 @@ pub fn persistent_weights() -> bool {
         .is_ok_and(|v| v.trim().eq_ignore_ascii_case("persistent"))
 }
 
+/// Weights built by `build` ([`persistent`]), then the pools' free memory released
+/// ([`release_free`]): the temporaries of a load (casts, concatenations) do not stay reserved.
+pub fn loaded<T>(device: &Device, build: impl FnOnce() -> T) -> T {
+    let built = persistent(device, build);
+    release_free(device);
+    built
+}
+
 /// Returns the pools' free memory to the driver (the persistent pool's freed slices too, which
 /// nothing else reuses but a tensor of the very same size).
 pub fn release_free(device: &Device) {

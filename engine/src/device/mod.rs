@@ -15,7 +15,7 @@ use crate::error::{Error, Result};
 use crate::limits::DeviceLimits;
 
 mod memory;
-pub use memory::{persistent, release_free};
+pub use memory::{loaded, persistent, release_free};
 
 /// How long opening a device and compiling its first kernels may take by default.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);

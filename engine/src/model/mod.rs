@@ -152,9 +152,7 @@ impl StableDiffusion {
 
     /// Builds the model from per-component weights (text encoder, UNet, VAE, and SDXL's second
     /// encoder); `prefixes` are the stored-key prefixes unused keys are reported under.
-    ///
-    /// The weights go to their own device buffers ([`crate::device::persistent`]), not to the
-    /// pages the activations use.
+    /// The pool's free memory is released after ([`crate::device::loaded`]).
     pub fn from_weights(
         weights: [Weights; 3],
         prefixes: [&str; 3],
@@ -163,11 +161,9 @@ impl StableDiffusion {
         device: &Device,
         options: LoadOptions,
     ) -> Result<Self> {
-        let model = crate::device::persistent(device, || {
+        crate::device::loaded(device, || {
             Self::build(weights, prefixes, second, config, device, options)
-        });
-        crate::device::release_free(device);
-        model
+        })
     }
 
     fn build(

@@ -27,11 +27,9 @@ impl StableDiffusion {
         precision: Precision,
         text_encoders: TextEncoders,
     ) -> Result<Self> {
-        let model = crate::device::persistent(device, || {
+        crate::device::loaded(device, || {
             Self::build_random(config, device, precision, text_encoders)
-        });
-        crate::device::release_free(device);
-        model
+        })
     }
 
     fn build_random(
