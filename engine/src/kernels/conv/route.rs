@@ -221,7 +221,7 @@ impl Prepared {
                 Route::Mma(mma) if !route.takes(kh, kw, c_out, false) => Use::BurnOnMma(mma),
                 _ if !route.takes(kh, kw, c_out, f32_card) => Use::Burn,
                 Route::Mma(mma) => Use::Stored(mma),
-                // Packed once, kept with the layer: a buffer of its own, as the weights have.
+                // Packed once, kept with the layer, in the weights' pool (`device::persistent`).
                 _ => Use::Packed {
                     weights: Box::new(crate::device::persistent(device, || pack(weight.clone()))),
                     f32_card,
