@@ -61,7 +61,7 @@ pub(super) fn graph_bench(
 }
 
 /// The same step, same process (kernels already tuned), under other rules for the planes
-/// attention kernel (without the prefetch, wider heads, fewer keys), the rules interleaved over
+/// attention kernel (its compilations, the prefetch, wider heads), the rules interleaved over
 /// three rounds so that drift over the run falls on each alike.
 pub(super) fn planes_ab(
     model: &StableDiffusion,
@@ -71,42 +71,34 @@ pub(super) fn planes_ab(
     x: &Tensor<4>,
     ctx: &Tensor<3>,
 ) -> Result<()> {
-    use latent_engine::kernels::attention::{PLANES_MIN_KEYS, WIDEST_PLANES, set_planes_rule};
-    // The same step, same process (kernels already tuned), under other planes rules,
-    // the rules interleaved over rounds so that drift over the run falls on each alike.
+    use latent_engine::kernels::attention::{
+        PLANES_MIN_KEYS, WIDEST_PLANES, set_planes_rule, set_planes_wide,
+    };
+    // (prefetch, widest head, 16-byte loads, name)
     let rules = [
-        (None, WIDEST_PLANES, PLANES_MIN_KEYS, "default rule"),
+        (None, WIDEST_PLANES, None, "default rule"),
         (
             Some(false),
             WIDEST_PLANES,
-            PLANES_MIN_KEYS,
-            "no prefetch of the next key/value tile",
+            Some(true),
+            "16-byte loads, no prefetch",
         ),
         (
-            None,
-            64,
-            PLANES_MIN_KEYS,
-            "planes only up to 64-wide heads (80-wide on the per-row kernel)",
+            Some(false),
+            WIDEST_PLANES,
+            Some(false),
+            "single-element loads, no prefetch (the twenty-fourth session's kernel)",
         ),
-        (
-            None,
-            80,
-            256,
-            "per-row kernel for the 77-token cross-attention (the rule before the twenty-second session)",
-        ),
-        (
-            None,
-            160,
-            PLANES_MIN_KEYS,
-            "planes for self-attention up to 160 wide",
-        ),
+        (None, 160, None, "planes for self-attention up to 160 wide"),
     ];
     let names: Vec<&str> = rules.iter().map(|r| r.3).collect();
     interleaved(precision, "planes rule", &names, 3, |i| {
-        let (prefetch, widest, min_keys, _) = rules[i];
-        set_planes_rule(prefetch, widest, min_keys);
+        let (prefetch, widest, wide, _) = rules[i];
+        set_planes_rule(prefetch, widest, PLANES_MIN_KEYS);
+        set_planes_wide(wide);
         let ms = step_ms(model, device, runs, x, ctx);
         set_planes_rule(None, WIDEST_PLANES, PLANES_MIN_KEYS);
+        set_planes_wide(None);
         ms
     })
 }

@@ -46,6 +46,16 @@ pub const PLANES_MIN_KEYS: usize = 0;
 /// tile, which wastes least.
 const FEW_KEYS: usize = 256;
 
+/// Elements a wide load of the planes kernel moves (16 bytes of f16).
+const WIDE: usize = 8;
+
+/// A `&[Vector<E, vec>]` argument over a contiguous buffer (its length a multiple of `vec`).
+fn vector_arg(t: &burn::backend::wgpu::CubeTensor, vec: usize) -> BufferArg {
+    let len = t.meta.num_elements() / vec;
+    // SAFETY: the buffer holds `len · vec` elements (contiguous: [`resolve`]).
+    unsafe { BufferArg::from_raw_parts(t.handle.clone(), len) }
+}
+
 /// Where one operand's heads sit: `tensor[b, n, column + head · d + i]`.
 #[derive(Debug, Clone, Copy)]
 pub struct Heads<'a> {
@@ -94,10 +104,13 @@ pub fn default_plan(
 fn preferred(all: Vec<Plan>, d: usize, n_k: usize) -> Option<Plan> {
     let cmma = all.iter().any(|p| p.fragment.is_some());
     let (prefetch, widest, min_keys) = planes_rule();
+    let wide = planes_wide();
     if cmma && d <= widest && n_k >= min_keys {
-        let mut planes = all
-            .iter()
-            .filter(|p| p.plane.is_some() && prefetch.is_none_or(|f| p.prefetch == f));
+        let mut planes = all.iter().filter(|p| {
+            p.plane.is_some()
+                && prefetch.is_none_or(|f| p.prefetch == f)
+                && wide.is_none_or(|w| p.wide_loads == w)
+        });
         // Over a few keys (the 77 prompt tokens) the narrowest key tile wastes least.
         let chosen = match n_k < FEW_KEYS {
             true => planes.min_by_key(|p| p.bk),
@@ -132,6 +145,23 @@ pub fn set_planes_rule(prefetch: Option<bool>, widest: usize, min_keys: usize) {
     PLANES_PREFETCH.store(code, Ordering::Relaxed);
     PLANES_WIDEST.store(widest, Ordering::Relaxed);
     PLANES_FEWEST_KEYS.store(min_keys, Ordering::Relaxed);
+}
+
+/// The bench's switch between the planes kernel's loads (0: the preferred, 1: single elements,
+/// 2: 16 bytes).
+static PLANES_WIDE: AtomicU8 = AtomicU8::new(0);
+
+/// Makes [`default_plan`] take the planes kernel with 16-byte loads or single elements (`None`:
+/// [`Plan`]'s order). For measuring only.
+pub fn set_planes_wide(wide: Option<bool>) {
+    PLANES_WIDE.store(wide.map_or(0, |w| 1 + u8::from(w)), Ordering::Relaxed);
+}
+
+fn planes_wide() -> Option<bool> {
+    match PLANES_WIDE.load(Ordering::Relaxed) {
+        0 => None,
+        c => Some(c == 2),
+    }
 }
 
 fn planes_rule() -> (Option<bool>, usize, usize) {
@@ -295,6 +325,15 @@ fn launch(
     let cube = CubeDim::new_1d(lanes as u32);
     let scale = (d as f32).powf(-0.5);
     tracing::trace!(?plan, b, heads, d, n_q, n_k, "flash attention");
+    // 16-byte loads where every operand's rows and heads start on a multiple of 8 elements.
+    let vec = match plan.wide_loads
+        && [d, q.column, k.column, v.column, q_width, k_width, v_width]
+            .iter()
+            .all(|x| x.is_multiple_of(WIDE))
+    {
+        true => WIDE,
+        false => 1,
+    };
     macro_rules! launch {
         ($t:ty) => {
             if let Some(plane) = plan.plane {
@@ -302,10 +341,11 @@ fn launch(
                     &client,
                     count,
                     cube,
-                    buffer_arg(&qc),
-                    buffer_arg(&kc),
-                    buffer_arg(&vc),
-                    buffer_arg(&oc),
+                    vec,
+                    vector_arg(&qc, vec),
+                    vector_arg(&kc, vec),
+                    vector_arg(&vc, vec),
+                    vector_arg(&oc, vec),
                     q.column,
                     q_width,
                     n_q * q_width,
@@ -328,6 +368,7 @@ fn launch(
                     f.n,
                     f.k,
                     plan.prefetch,
+                    vec,
                 )
             } else if plan.per_row {
                 flash_attention_rows::launch::<$t>(

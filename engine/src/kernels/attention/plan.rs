@@ -33,12 +33,14 @@ const PLANE_TILES: [(usize, usize); 7] = [
     (2, 16),
 ];
 
-/// Whether the planes kernel loads the next key/value tile while it multiplies this one, best
-/// first for each tiling. Each op alone the prefetch was faster (H100, thirteenth session, before
-/// the plain variant shared its per-lane staging), but on a whole step the plain variant was
-/// 2 ms faster (47.6 against 49.4–49.8 ms, rounds interleaved in one process; fourteenth
-/// session): the prefetch's registers cost more than its overlap gains there.
-const PLANE_PREFETCH: [bool; 2] = [false, true];
+/// The planes kernel's compilations, `(wide_loads, prefetch)` ([`Plan::wide_loads`],
+/// [`Plan::prefetch`]), best first for each tiling. On SD 1.5 steps replayed on an H200
+/// (BENCHMARKS.md, twenty-fifth session, three interleaved rounds): 16-byte loads with the next
+/// key/value tile prefetched 32.71 ms, without the prefetch 34.23; single elements without it
+/// 33.75 (the kernel until then: with single elements the prefetch's registers cost more than
+/// its overlap, 35.40 ms, as in the fourteenth session).
+const PLANE_VARIANTS: [(bool, bool); 4] =
+    [(true, true), (true, false), (false, false), (false, true)];
 
 /// The same for per-lane products (no cooperative matrices): 16×8 was fastest or within 5 %.
 /// Small tiles also suit small iGPUs, whose workgroup memory is shared by fewer lanes.
@@ -98,6 +100,9 @@ pub struct Plan {
     /// The planes kernel loads the next key/value tile into registers while it multiplies this
     /// one (planes plans only).
     pub prefetch: bool,
+    /// The planes kernel moves q, k, v and its output 8 elements a load where the head width
+    /// and the operands' offsets allow (else one).
+    pub wide_loads: bool,
 }
 
 impl Plan {
@@ -145,6 +150,7 @@ impl Plan {
                 parts,
                 plane: None,
                 prefetch: false,
+                wide_loads: false,
             })
             .collect()
     }
@@ -172,7 +178,7 @@ impl Plan {
         PLANE_TILES
             .iter()
             .flat_map(|&(planes, bk)| {
-                PLANE_PREFETCH.map(|prefetch| Plan {
+                PLANE_VARIANTS.map(|(wide_loads, prefetch)| Plan {
                     bq: planes * f.m,
                     bk,
                     dp,
@@ -181,6 +187,7 @@ impl Plan {
                     parts: 1,
                     plane: Some(plane),
                     prefetch,
+                    wide_loads,
                 })
             })
             .filter(|p| {
@@ -233,6 +240,7 @@ impl Plan {
             parts: 1,
             plane: None,
             prefetch: false,
+            wide_loads: false,
         });
         // On plain lanes the per-row kernel comes first.
         let per_row = match fragment {
@@ -295,9 +303,10 @@ impl std::fmt::Display for Plan {
         match self.fragment {
             Some(m) if self.plane.is_some() => {
                 let prefetch = if self.prefetch { " prefetch" } else { "" };
+                let wide = if self.wide_loads { " wide" } else { "" };
                 write!(
                     f,
-                    "cmma planes{prefetch} {}x{}x{} q{} k{}",
+                    "cmma planes{wide}{prefetch} {}x{}x{} q{} k{}",
                     m.m, m.n, m.k, self.bq, self.bk
                 )
             }
@@ -331,6 +340,21 @@ mod tests {
         };
         let p = first(40).expect("fits");
         assert_eq!((p.bq, p.bk, p.dp, p.plane), (64, 64, 48, Some(32)));
+        // 16-byte loads with the next tile prefetched first, then each backed out.
+        let first_variants: Vec<_> = Plan::on_planes(40, 2, square, 32, 256, 48 * 1024)
+            .iter()
+            .take(4)
+            .map(|p| (p.bq, p.bk, p.wide_loads, p.prefetch))
+            .collect();
+        assert_eq!(
+            first_variants,
+            [
+                (64, 64, true, true),
+                (64, 64, true, false),
+                (64, 64, false, false),
+                (64, 64, false, true)
+            ]
+        );
         assert!(p.shared_bytes(2) <= 48 * 1024);
         // 80 wide: 64 keys would pass 48 KiB; 16 was the faster of the rest.
         assert_eq!(first(80).map(|p| (p.bq, p.bk)), Some((64, 16)));

@@ -17,6 +17,15 @@
 //! scaled row by row and loaded back. After the first few tiles that is rare. The query fragments
 //! are loaded once, the probability fragments once per tile, and with `prefetch` each lane loads
 //! its share of the next key and value tile into registers while the plane multiplies this one.
+//!
+//! q, k, v and the output move `vec` elements a load: 8 (16 bytes of f16, staged as such, so
+//! fragment loads read 16-byte aligned rows) where the head width and every operand's offset
+//! allow, else 1. With 8 and the prefetch, an SD 1.5 step replayed took 32.71 ms on an H200
+//! against 33.75 with single elements and no prefetch, the kernel before (BENCHMARKS.md,
+//! twenty-fifth session); single elements lost with the prefetch (35.40), and two other
+//! changes lost everywhere: reading a tile's scores once (probabilities against the row's
+//! current reference, again where it moved; 35.42 against 32.71 ms) and rows padded by 16
+//! bytes against bank conflicts (34.93; 4 cubes an SM instead of 5 at 47 KiB).
 
 use burn::cubecl;
 use burn::cubecl::prelude::*;
@@ -34,11 +43,11 @@ const RESCALE_MARGIN: f32 = 8.0;
 /// `planes · plane` lanes.
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
-pub(super) fn flash_attention_planes<F: Float>(
-    q: &[F],
-    k: &[F],
-    v: &[F],
-    out: &mut [F],
+pub(super) fn flash_attention_planes<F: Float, N: Size>(
+    q: &[Vector<F, N>],
+    k: &[Vector<F, N>],
+    v: &[Vector<F, N>],
+    out: &mut [Vector<F, N>],
     q_at: usize,
     q_row: usize,
     q_batch: usize,
@@ -61,15 +70,19 @@ pub(super) fn flash_attention_planes<F: Float>(
     #[comptime] fn_: usize,
     #[comptime] fk: usize,
     #[comptime] prefetch: bool,
+    #[comptime] vec: usize,
 ) {
     let lanes = comptime!(planes * plane);
+    // Vectors per staged row, and those that carry the head (the rest pad it to `dp`).
+    let dpv = comptime!(dp / vec);
+    let dv = comptime!(d / vec);
     let bq = comptime!(planes * fm);
     let lpr = comptime!(plane / fm);
     let cols = comptime!(dp / lpr);
     let s_row = comptime!(bk.max(dp) + SCORE_PAD);
     let p_row = comptime!(bk + PROB_PAD);
     // Key/value elements each lane stages per tile.
-    let per_lane = comptime!((bk * dp).div_ceil(planes * plane));
+    let per_lane = comptime!((bk * dpv).div_ceil(planes * plane));
 
     let lane = UNIT_POS as usize;
     let pi = lane / plane;
@@ -81,20 +94,20 @@ pub(super) fn flash_attention_planes<F: Float>(
     let col0 = (bh % heads) * d;
     let row0 = CUBE_POS_X as usize * bq;
 
-    let mut q_s = Shared::<[F]>::new_slice(comptime!(bq * dp));
-    let mut k_s = Shared::<[F]>::new_slice(comptime!(bk * dp));
-    let mut v_s = Shared::<[F]>::new_slice(comptime!(bk * dp));
+    let mut q_s = Shared::<[Vector<F, N>]>::new_slice(comptime!(bq * dpv));
+    let mut k_s = Shared::<[Vector<F, N>]>::new_slice(comptime!(bk * dpv));
+    let mut v_s = Shared::<[Vector<F, N>]>::new_slice(comptime!(bk * dpv));
     let mut s_s = Shared::<[f32]>::new_slice(comptime!(bq * s_row));
     let mut p_s = Shared::<[F]>::new_slice(comptime!(bq * p_row));
 
     let q_base = q_at + batch * q_batch + col0;
     let mut i = lane;
-    while i < bq * dp {
-        let row = row0 + i / dp;
-        let c = i % dp;
-        let mut value = F::from_int(0);
-        if row < n_q && c < d {
-            value = q[q_base + row * q_row + c];
+    while i < comptime!(bq * dpv) {
+        let row = row0 + i / dpv;
+        let c = i % dpv;
+        let mut value = Vector::<F, N>::new(F::new(0.0));
+        if row < n_q && c < dv {
+            value = q[(q_base + row * q_row) / vec + c];
         }
         q_s[i] = value;
         i += lanes;
@@ -111,15 +124,21 @@ pub(super) fn flash_attention_planes<F: Float>(
     let mut qf = Sequence::<cmma::Matrix<F>>::new();
     #[unroll]
     for kk in 0..dp / fk {
-        qf.push(cmma::Matrix::<F>::from_slice(
-            cmma::MatrixIdent::A,
-            fm,
-            fn_,
-            fk,
-            cmma::MatrixLayout::RowMajor,
-            &q_s[q_at_plane + kk * fk..bq * dp],
+        let mut f = unsafe {
+            cmma::Matrix::<F>::uninitialized(
+                cmma::MatrixIdent::A,
+                fm,
+                fn_,
+                fk,
+                cmma::MatrixLayout::RowMajor,
+            )
+        };
+        cmma::load(
+            &mut f,
+            &q_s[(q_at_plane + kk * fk) / vec..comptime!(bq * dpv)],
             dp as u32,
-        ));
+        );
+        qf.push(f);
     }
     // The plane's output rows, resident for the whole walk.
     let mut acc = Sequence::<cmma::Matrix<f32>>::new();
@@ -141,12 +160,12 @@ pub(super) fn flash_attention_planes<F: Float>(
     let v_base = v_at + batch * v_batch + col0;
     let tiles = n_k.div_ceil(bk);
     // This lane's share of a key/value tile, on its way to workgroup memory.
-    let mut kr = Array::<F>::new(per_lane);
-    let mut vr = Array::<F>::new(per_lane);
+    let mut kr = Array::<Vector<F, N>>::new(per_lane);
+    let mut vr = Array::<Vector<F, N>>::new(per_lane);
     if comptime!(prefetch) {
-        load_tile::<F>(
-            k, v, &mut kr, &mut vr, k_base, k_row, v_base, v_row, 0usize, n_k, lane, d, dp, bk,
-            lanes,
+        load_tile::<F, N>(
+            k, v, &mut kr, &mut vr, k_base, k_row, v_base, v_row, 0usize, n_k, lane, dv, dpv, bk,
+            lanes, vec,
         );
     }
     for t in 0..tiles {
@@ -155,15 +174,15 @@ pub(super) fn flash_attention_planes<F: Float>(
         sync_cube();
         // Without prefetch, this tile is loaded now; with it, it was loaded during the last.
         if comptime!(!prefetch) {
-            load_tile::<F>(
-                k, v, &mut kr, &mut vr, k_base, k_row, v_base, v_row, key0, n_k, lane, d, dp, bk,
-                lanes,
+            load_tile::<F, N>(
+                k, v, &mut kr, &mut vr, k_base, k_row, v_base, v_row, key0, n_k, lane, dv, dpv, bk,
+                lanes, vec,
             );
         }
         #[unroll]
         for e in 0..per_lane {
             let i = lane + e * lanes;
-            if i < bk * dp {
+            if i < comptime!(bk * dpv) {
                 k_s[i] = kr[e];
                 v_s[i] = vr[e];
             }
@@ -172,7 +191,7 @@ pub(super) fn flash_attention_planes<F: Float>(
         if comptime!(prefetch) {
             // The next tile's loads are in flight while this one is multiplied.
             if t + 1 < tiles {
-                load_tile::<F>(
+                load_tile::<F, N>(
                     k,
                     v,
                     &mut kr,
@@ -184,10 +203,11 @@ pub(super) fn flash_attention_planes<F: Float>(
                     key0 + bk,
                     n_k,
                     lane,
-                    d,
-                    dp,
+                    dv,
+                    dpv,
                     bk,
                     lanes,
+                    vec,
                 );
             }
         }
@@ -206,13 +226,18 @@ pub(super) fn flash_attention_planes<F: Float>(
             #[unroll]
             for kk in 0..dp / fk {
                 // kᵀ's column j is k's row j: column-major with the row stride.
-                let b = cmma::Matrix::<F>::from_slice(
-                    cmma::MatrixIdent::B,
-                    fm,
-                    fn_,
-                    fk,
-                    cmma::MatrixLayout::ColMajor,
-                    &k_s[fc * fn_ * dp + kk * fk..bk * dp],
+                let mut b = unsafe {
+                    cmma::Matrix::<F>::uninitialized(
+                        cmma::MatrixIdent::B,
+                        fm,
+                        fn_,
+                        fk,
+                        cmma::MatrixLayout::ColMajor,
+                    )
+                };
+                cmma::load(
+                    &mut b,
+                    &k_s[(fc * fn_ * dp + kk * fk) / vec..comptime!(bk * dpv)],
                     dp as u32,
                 );
                 cmma::execute(qf.index(kk), &b, &s, &s);
@@ -326,13 +351,18 @@ pub(super) fn flash_attention_planes<F: Float>(
         for fc in 0..dp / fn_ {
             #[unroll]
             for kk in 0..bk / fk {
-                let b = cmma::Matrix::<F>::from_slice(
-                    cmma::MatrixIdent::B,
-                    fm,
-                    fn_,
-                    fk,
-                    cmma::MatrixLayout::RowMajor,
-                    &v_s[kk * fk * dp + fc * fn_..bk * dp],
+                let mut b = unsafe {
+                    cmma::Matrix::<F>::uninitialized(
+                        cmma::MatrixIdent::B,
+                        fm,
+                        fn_,
+                        fk,
+                        cmma::MatrixLayout::RowMajor,
+                    )
+                };
+                cmma::load(
+                    &mut b,
+                    &v_s[(kk * fk * dp + fc * fn_) / vec..comptime!(bk * dpv)],
                     dp as u32,
                 );
                 cmma::execute(pf.index(kk), &b, acc.index(fc), acc.index(fc));
@@ -354,26 +384,33 @@ pub(super) fn flash_attention_planes<F: Float>(
     sync_plane();
     let row = row0 + pi * fm + r;
     if row < n_q {
-        let o_base = (batch * n_q + row) * heads * d + col0;
+        // The row's head vectors, spread over its lanes.
+        let o_base = ((batch * n_q + row) * heads * d + col0) / vec;
         #[unroll]
-        for c in 0..cols {
-            let col = part + c * lpr;
-            if col < d {
-                out[o_base + col] = F::cast_from(s_s[s_at_row + col] / l);
+        for c in 0..comptime!(dv.div_ceil(lpr)) {
+            let cv = part + c * lpr;
+            if cv < dv {
+                let mut o = Vector::<F, N>::new(F::new(0.0));
+                #[unroll]
+                for e in 0..vec {
+                    o.insert(e, F::cast_from(s_s[s_at_row + cv * vec + e] / l));
+                }
+                out[o_base + cv] = o;
             }
         }
     }
 }
 
 /// This lane's share of the key and value tile from `key0`, zero past the last key and the head
-/// width: element `lane + e · lanes` of the `bk × dp` tile into `kr[e]`, `vr[e]`.
+/// width: vector `lane + e · lanes` of the tile's `bk` rows of `dpv` vectors (`dv` of them the
+/// head's) into `kr[e]`, `vr[e]`. The bases and row strides are in elements, multiples of `vec`.
 #[cube]
 #[allow(clippy::too_many_arguments)]
-fn load_tile<F: Float>(
-    k: &[F],
-    v: &[F],
-    kr: &mut Array<F>,
-    vr: &mut Array<F>,
+fn load_tile<F: Float, N: Size>(
+    k: &[Vector<F, N>],
+    v: &[Vector<F, N>],
+    kr: &mut Array<Vector<F, N>>,
+    vr: &mut Array<Vector<F, N>>,
     k_base: usize,
     k_row: usize,
     v_base: usize,
@@ -381,22 +418,23 @@ fn load_tile<F: Float>(
     key0: usize,
     n_k: usize,
     lane: usize,
-    #[comptime] d: usize,
-    #[comptime] dp: usize,
+    #[comptime] dv: usize,
+    #[comptime] dpv: usize,
     #[comptime] bk: usize,
     #[comptime] lanes: usize,
+    #[comptime] vec: usize,
 ) {
-    let per_lane = comptime!((bk * dp).div_ceil(lanes));
+    let per_lane = comptime!((bk * dpv).div_ceil(lanes));
     #[unroll]
     for e in 0..per_lane {
         let i = lane + e * lanes;
-        let key = key0 + i / dp;
-        let c = i % dp;
-        let mut kv = F::from_int(0);
-        let mut vv = F::from_int(0);
-        if i < bk * dp && key < n_k && c < d {
-            kv = k[k_base + key * k_row + c];
-            vv = v[v_base + key * v_row + c];
+        let key = key0 + i / dpv;
+        let c = i % dpv;
+        let mut kv = Vector::<F, N>::new(F::new(0.0));
+        let mut vv = Vector::<F, N>::new(F::new(0.0));
+        if i < comptime!(bk * dpv) && key < n_k && c < dv {
+            kv = k[(k_base + key * k_row) / vec + c];
+            vv = v[(v_base + key * v_row) / vec + c];
         }
         kr[e] = kv;
         vr[e] = vv;
