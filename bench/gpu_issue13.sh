@@ -83,6 +83,9 @@
 #           burn's), then the default path end to end with the step under each (`--planes-ab`)
 #   PART=av ours only: the UNet step replayed under each compilation of the planes kernel, with
 #           and without the prefetch (`--planes-ab`)
+#   PART=aw PyTorch (fp16 UNet step, VAE decode, 20-step txt2img), then ours: the planes kernel's
+#           default plans against burn's, then the default path end to end with the step's
+#           kernel profile and the planes rules interleaved (`--planes-ab`)
 #   PART=x  PyTorch (fp16 UNet step, VAE decode, 20-step txt2img), then ours: the planes
 #           tilings that the routing rules pick on every SD 1.5 attention shape (their difference
 #           from burn's), then the default path end to end (step both ways, the step under each
@@ -303,6 +306,15 @@ au)
   LATENT_STUDIO_BENCH_PLANS=${PLANS:-16x16x16 q64 k64,16x16x16 q64 k16} timeout ${ATT_TIMEOUT:-90} /tmp/ls bench --device gpu --precision f16 --runs 3 --attention-only 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace\|prefetch" | tee $OUT/ours_attention.txt
   timeout ${OURS_TIMEOUT:-330} /tmp/ls bench --device gpu --precision f16 --runs 7 --steps 20 --no-ops --no-previews --no-profile --no-burn-ops --planes-ab 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_f16.txt
   grep -h "median\|ms" $OUT/torch_au.txt | tail -8
+  ;;
+aw)
+  # The session's final build: PyTorch, then our planes attention's default plans against
+  # burn's, then the default path end to end with the step's kernel profile and the planes
+  # rules (loads, prefetch, tilings) interleaved.
+  PARTS=${TORCH_PARTS:-unet16,vae,e2e} timeout ${TORCH_TIMEOUT:-110} python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_aw.txt
+  LATENT_STUDIO_BENCH_PLANS=${PLANS:-wide prefetch 16x16x16 q64 k64,wide prefetch 16x16x16 q64 k16} timeout ${ATT_TIMEOUT:-60} /tmp/ls bench --device gpu --precision f16 --runs 3 --attention-only 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_attention.txt
+  timeout ${OURS_TIMEOUT:-360} /tmp/ls bench --device gpu --precision f16 --runs 7 --steps 20 --no-ops --no-previews --no-profile --no-burn-ops --kernel-profile 2 --planes-ab 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_f16.txt
+  grep -h "median" $OUT/torch_aw.txt | tail -4
   ;;
 av)
   # The planes kernel's compilations with and without the prefetch, on replayed steps only.

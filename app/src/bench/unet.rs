@@ -72,33 +72,64 @@ pub(super) fn planes_ab(
     ctx: &Tensor<3>,
 ) -> Result<()> {
     use latent_engine::kernels::attention::{
-        PLANES_MIN_KEYS, WIDEST_PLANES, set_planes_rule, set_planes_wide,
+        PLANES_MIN_KEYS, WIDEST_PLANES, set_planes_rule, set_planes_tile, set_planes_wide,
     };
-    // (prefetch, widest head, 16-byte loads, name)
+    // (prefetch, widest head, 16-byte loads, tiling over many keys, name)
     let rules = [
-        (None, WIDEST_PLANES, None, "default rule"),
-        (
-            Some(false),
-            WIDEST_PLANES,
-            Some(true),
-            "16-byte loads, no prefetch",
-        ),
+        (None, WIDEST_PLANES, None, None, "default rule"),
         (
             Some(false),
             WIDEST_PLANES,
             Some(false),
+            None,
             "single-element loads, no prefetch (the twenty-fourth session's kernel)",
         ),
-        (None, 160, None, "planes for self-attention up to 160 wide"),
+        (
+            None,
+            WIDEST_PLANES,
+            None,
+            Some((64, 32)),
+            "64 query rows over 32-key tiles",
+        ),
+        (
+            None,
+            WIDEST_PLANES,
+            None,
+            Some((64, 16)),
+            "64 query rows over 16-key tiles",
+        ),
+        (
+            None,
+            WIDEST_PLANES,
+            None,
+            Some((32, 32)),
+            "32 query rows over 32-key tiles",
+        ),
+        (
+            None,
+            WIDEST_PLANES,
+            None,
+            Some((32, 64)),
+            "32 query rows over 64-key tiles",
+        ),
+        (
+            None,
+            160,
+            None,
+            None,
+            "planes for self-attention up to 160 wide",
+        ),
     ];
-    let names: Vec<&str> = rules.iter().map(|r| r.3).collect();
+    let names: Vec<&str> = rules.iter().map(|r| r.4).collect();
     interleaved(precision, "planes rule", &names, 3, |i| {
-        let (prefetch, widest, wide, _) = rules[i];
+        let (prefetch, widest, wide, tile, _) = rules[i];
         set_planes_rule(prefetch, widest, PLANES_MIN_KEYS);
         set_planes_wide(wide);
+        set_planes_tile(tile);
         let ms = step_ms(model, device, runs, x, ctx);
         set_planes_rule(None, WIDEST_PLANES, PLANES_MIN_KEYS);
         set_planes_wide(None);
+        set_planes_tile(None);
         ms
     })
 }

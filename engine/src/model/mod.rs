@@ -13,6 +13,7 @@ use crate::error::{Error, Result};
 use crate::lora::{self, LoraSet, keys::Net};
 use crate::prompt::ConditioningMemo;
 use crate::unet::UNet2DConditionModel;
+use crate::unet::graph::ParkedSteps;
 use crate::vae::AutoencoderKL;
 use crate::vae_compile::VaeCompiler;
 
@@ -64,6 +65,9 @@ pub struct StableDiffusion {
     parked_bytes: u64,
     /// The last request's conditioning (the pipeline's; a repeated prompt encodes nothing).
     pub(crate) conditioning: ConditioningMemo,
+    /// The UNet step the last generation recorded, kept for the next one of the same shapes
+    /// (the pipeline's).
+    pub(crate) parked_steps: ParkedSteps,
 }
 
 struct Kept {
@@ -240,6 +244,7 @@ impl StableDiffusion {
             parked,
             parked_bytes,
             conditioning: ConditioningMemo::default(),
+            parked_steps: ParkedSteps::default(),
         })
     }
 

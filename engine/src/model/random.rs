@@ -76,6 +76,7 @@ impl StableDiffusion {
             parked,
             parked_bytes: 0,
             conditioning: ConditioningMemo::default(),
+            parked_steps: crate::unet::graph::ParkedSteps::default(),
         })
     }
 }

@@ -206,13 +206,25 @@ pub fn txt2img(
     let mut out = Vec::with_capacity(req.batch_count);
     // Every step of every image has one shape: after a few, the step replays a recorded graph.
     // The hires pass, of another shape, runs launch by launch (one recorded graph at a time).
-    let mut steps = UNetSteps::new(&unet, context.clone());
-    if !first_pass {
-        steps = steps.tuned();
-    }
-    if let Some(added) = &added {
-        steps = steps.with_added(added.clone());
-    }
+    // The model's own UNet (no LoRA) at SD 1.x/2.x sizes keeps its recorded step between
+    // generations: the next one of the same shapes replays from its first step. SDXL's and the
+    // hires fix's are released before their decode, whose peak needs those pages.
+    let keep_steps = req.loras.is_empty() && added.is_none() && req.hires.is_none();
+    let parked = model.parked_steps.take().filter(|_| keep_steps);
+    let resumed = parked.and_then(|r| UNetSteps::resume(&unet, context.clone(), added.clone(), r));
+    let mut steps = match resumed {
+        Some(steps) => steps,
+        None => {
+            let mut steps = UNetSteps::new(&unet, context.clone());
+            if !first_pass {
+                steps = steps.tuned();
+            }
+            if let Some(added) = &added {
+                steps = steps.with_added(added.clone());
+            }
+            steps
+        }
+    };
     let mut second = |x: Tensor<4>, t: f32| {
         let b = x.dims()[0];
         match &hires_added {
@@ -252,9 +264,16 @@ pub fn txt2img(
         let denoised = pass.denoise(&mut first, &plan, latents, &mut rng, req, cancel, observer)?;
         if image + 1 == req.batch_count {
             // The recorded step keeps every page it touched for itself: released before the
-            // last decode, that memory serves the decode (SDXL's peak at 1024²). Earlier images
-            // of a batch keep it, or each would record again.
-            steps.release();
+            // last decode, that memory serves the decode (SDXL's peak at 1024²), or parked for
+            // the next generation. Earlier images of a batch keep it, or each would record again.
+            match keep_steps {
+                true => {
+                    if let Some(recording) = steps.park() {
+                        model.parked_steps.put(recording);
+                    }
+                }
+                false => steps.release(),
+            }
         }
         let Some(mut latents) = denoised else {
             return cancelled(out);

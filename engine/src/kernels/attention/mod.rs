@@ -34,9 +34,12 @@ use planes::flash_attention_planes;
 /// 3.25 and burn's 4.35; at 8×80 over 1024 keys the planes kernel took 0.59 ms alone against 1.18
 /// for the per-row kernel (×5 a step), and on a whole step (fourteenth session, rounds
 /// interleaved) 0.5 ms less in every round: 80-wide heads take the planes kernel too. 160-wide
-/// heads (16×16 maps) stay with burn's: on the planes kernel the step did not move.
+/// heads (16×16 maps) stayed with burn's until the planes kernel's 16-byte loads: with them, the
+/// step replayed with the planes kernel up to 160 wide took 31.83 against 32.21 ms on an H100
+/// and 37.00 against 37.30 on an H200 (BENCHMARKS.md, twenty-fifth session, three interleaved
+/// rounds each). The per-row kernel still stops at 80.
 const WIDEST_OURS_WITH_CMMA: usize = 80;
-pub const WIDEST_PLANES: usize = 80;
+pub const WIDEST_PLANES: usize = 160;
 /// Fewest keys for which the planes kernel runs. The per-row kernel looked faster over the 77
 /// prompt tokens when each op was timed alone (8×40 over 4096 queries: 0.33 against 0.53 ms),
 /// but on whole steps replayed from a captured graph the planes kernel there took 36.27 ms a
@@ -112,9 +115,13 @@ fn preferred(all: Vec<Plan>, d: usize, n_k: usize) -> Option<Plan> {
                 && wide.is_none_or(|w| p.wide_loads == w)
         });
         // Over a few keys (the 77 prompt tokens) the narrowest key tile wastes least.
-        let chosen = match n_k < FEW_KEYS {
-            true => planes.min_by_key(|p| p.bk),
-            false => planes.next(),
+        let chosen = match (n_k < FEW_KEYS, planes_tile()) {
+            (true, _) => planes.min_by_key(|p| p.bk),
+            (false, Some(tile)) => {
+                let first = planes.clone().next();
+                planes.find(|p| (p.bq, p.bk) == tile).or(first)
+            }
+            (false, None) => planes.next(),
         };
         if let Some(planes) = chosen {
             return Some(*planes);
@@ -155,6 +162,23 @@ static PLANES_WIDE: AtomicU8 = AtomicU8::new(0);
 /// [`Plan`]'s order). For measuring only.
 pub fn set_planes_wide(wide: Option<bool>) {
     PLANES_WIDE.store(wide.map_or(0, |w| 1 + u8::from(w)), Ordering::Relaxed);
+}
+
+/// The bench's forced tiling of the planes kernel over many keys, `bq · 4096 + bk` (0: none).
+static PLANES_TILE: AtomicUsize = AtomicUsize::new(0);
+
+/// Makes [`default_plan`] take the planes kernel's `(query rows, keys)` tiling over many keys
+/// where the head width has it (`None`: [`Plan`]'s order). For measuring only.
+pub fn set_planes_tile(tile: Option<(usize, usize)>) {
+    let code = tile.map_or(0, |(q, k)| q * 4096 + k.min(4095));
+    PLANES_TILE.store(code, Ordering::Relaxed);
+}
+
+fn planes_tile() -> Option<(usize, usize)> {
+    match PLANES_TILE.load(Ordering::Relaxed) {
+        0 => None,
+        c => Some((c / 4096, c % 4096)),
+    }
 }
 
 fn planes_wide() -> Option<bool> {

@@ -37,9 +37,18 @@ fn default_plan_rule() {
             (rows, 8, true, parts)
         );
     }
-    // Where the planes kernel fits, it takes heads up to 80 wide over any number of keys
-    // (twenty-second session); under 256 keys (the 77 prompt tokens) its narrowest key tile.
-    for (d, n_k) in [(40, 4096), (40, 77), (64, 256), (80, 1024), (80, 77)] {
+    // Where the planes kernel fits, it takes heads up to 160 wide over any number of keys
+    // (twenty-second and twenty-fifth sessions); under 256 keys (the 77 prompt tokens) its
+    // narrowest key tile.
+    for (d, n_k) in [
+        (40, 4096),
+        (40, 77),
+        (64, 256),
+        (80, 1024),
+        (80, 77),
+        (160, 256),
+        (160, 77),
+    ] {
         let planes = Plan::on_planes(d, 2, fragment, 32, 256, 48 * 1024);
         let narrowest = planes.iter().min_by_key(|p| p.bk).copied();
         let mut all = planes.clone();

@@ -14,6 +14,12 @@
 //! recording); the next step is recorded and replayed, and the rest replay. A capture that fails
 //! costs nothing but the speed: that step runs as usual and so do the rest (one warning). The CPU
 //! backend, and `LATENT_STUDIO_GRAPH=off`, run every step as usual.
+//!
+//! The graph reads the text conditioning from buffers of its own, filled before the recording,
+//! so a recorded step can outlive its generation ([`UNetSteps::park`]): the next generation of
+//! the same shapes on the same thread copies its conditioning in and replays from its first
+//! step ([`UNetSteps::resume`]), skipping the ordinary step and the recording (one launch-by-
+//! launch step and one capture, ~50–60 ms of host time on an H200 for SD 1.5).
 
 use burn::backend::wgpu::CubeTensor;
 use burn::backend::{Backend, Dispatch, DispatchGraph};
@@ -68,9 +74,54 @@ struct Captured {
     x: CubeTensor,
     t: CubeTensor,
     out: CubeTensor,
+    /// The conditioning the graph reads (and SDXL's added conditioning), copied in before it was
+    /// recorded and again by each generation that resumes it.
+    context: CubeTensor,
+    context_dims: [usize; 3],
+    added: Option<(CubeTensor, [usize; 2])>,
+    /// The thread whose stream the graph was recorded on: replays are ordered against the copies
+    /// in and out only there.
+    thread: std::thread::ThreadId,
     // The tensors whose buffers the graph was recorded with: held so that nothing else is ever
     // placed there while the graph lives.
-    _held: (Tensor<4>, Tensor<2>, Tensor<4>),
+    _held: (
+        Tensor<4>,
+        Tensor<2>,
+        Tensor<4>,
+        Tensor<3>,
+        Option<Tensor<2>>,
+    ),
+}
+
+/// A recorded step kept after its generation ([`UNetSteps::park`]), with the pool pages it
+/// recorded with (they serve nothing else meanwhile).
+pub struct Recording(Box<Captured>);
+
+/// Where a model keeps the recorded step of its last generation between generations.
+#[derive(Default)]
+pub struct ParkedSteps(std::sync::Mutex<Option<Recording>>);
+
+impl ParkedSteps {
+    /// The parked recording, if any (it is no longer parked).
+    pub fn take(&self) -> Option<Recording> {
+        match self.0.lock() {
+            Ok(mut slot) => slot.take(),
+            Err(poisoned) => poisoned.into_inner().take(),
+        }
+    }
+
+    /// Parks `recording`, dropping any other.
+    pub fn put(&self, recording: Recording) {
+        match self.0.lock() {
+            Ok(mut slot) => *slot = Some(recording),
+            Err(poisoned) => *poisoned.into_inner() = Some(recording),
+        }
+    }
+
+    /// Drops the parked recording, returning its pages to the pool.
+    pub fn clear(&self) {
+        drop(self.take());
+    }
 }
 
 impl<'a> UNetSteps<'a> {
@@ -115,6 +166,57 @@ impl<'a> UNetSteps<'a> {
             let _ = Dispatch::graph_stop_capture(self.device.as_dispatch());
         }
         self.state = State::Plain;
+    }
+
+    /// Steps of `unet` conditioned on `context` (and SDXL's `added`) replaying `recording`, a
+    /// step recorded by an earlier generation of `unet` at the same shapes on this thread, from
+    /// the first step on. `None` (the recording dropped) where it does not fit them or the
+    /// conditioning cannot be copied in.
+    pub fn resume(
+        unet: &'a UNet2DConditionModel,
+        context: Tensor<3>,
+        added: Option<Tensor<2>>,
+        recording: Recording,
+    ) -> Option<Self> {
+        let captured = recording.0;
+        let same_added = match (&added, &captured.added) {
+            (None, None) => true,
+            (Some(a), Some((_, dims))) => a.dims() == *dims,
+            _ => false,
+        };
+        // (The copies below check the dtypes.)
+        if captured.thread != std::thread::current().id()
+            || context.dims() != captured.context_dims
+            || !same_added
+        {
+            return None;
+        }
+        copy_into(&kernels::resolve(context.clone())?, &captured.context)?;
+        if let (Some(a), Some((buffer, _))) = (&added, &captured.added) {
+            copy_into(&kernels::resolve(a.clone())?, buffer)?;
+        }
+        Some(Self {
+            unet,
+            device: context.device(),
+            context,
+            added,
+            state: State::Ready(captured),
+            warmup: WARMUP_RUNS,
+            retried: false,
+        })
+    }
+
+    /// The recorded step, taken out to outlive this generation ([`Self::resume`]); later steps
+    /// here run launch by launch. `None` (after [`Self::release`]) where nothing was recorded.
+    pub fn park(&mut self) -> Option<Recording> {
+        match std::mem::replace(&mut self.state, State::Plain) {
+            State::Ready(captured) => Some(Recording(captured)),
+            other => {
+                self.state = other;
+                self.release();
+                None
+            }
+        }
     }
 
     /// Whether the steps now replay a recorded graph.
@@ -182,6 +284,24 @@ impl<'a> UNetSteps<'a> {
             (Some(xb), Some(tb)) => (xb, tb),
             _ => return Err("no device buffers".into()),
         };
+        // The conditioning in buffers of the graph's own, so that a later generation can copy
+        // its own in ([`Self::resume`]).
+        let own = |t: Tensor<3>| {
+            let copy = Tensor::<3>::empty(t.dims(), (&self.device, t.dtype()));
+            let buffer = kernels::resolve(copy.clone())?;
+            copy_into(&kernels::resolve(t)?, &buffer)?;
+            Some((copy, buffer))
+        };
+        let (context_in, context_b) = own(self.context.clone()).ok_or("no context buffer")?;
+        let added = match &self.added {
+            Some(a) => {
+                let [b, n] = a.dims();
+                let (copy, buffer) = own(a.clone().reshape([b, 1, n])).ok_or("no added buffer")?;
+                Some((copy.reshape([b, n]), buffer, [b, n]))
+            }
+            None => None,
+        };
+        let added_in = added.as_ref().map(|(t, _, _)| t.clone());
         Dispatch::graph_start_capture(dispatch).map_err(|e| e.to_string())?;
         // The lazy fused ops drain into the recording on `resolve`. A panic inside the window
         // closes it before unwinding on: an open window would refuse every later read.
@@ -189,8 +309,8 @@ impl<'a> UNetSteps<'a> {
             let out = self.unet.forward_projected(
                 x_in.clone(),
                 t_in.clone(),
-                &self.context,
-                self.added.as_ref(),
+                &context_in,
+                added_in.as_ref(),
             );
             let outb = kernels::resolve(out.clone());
             (out, outb)
@@ -209,7 +329,11 @@ impl<'a> UNetSteps<'a> {
             x: xb,
             t: tb,
             out: outb,
-            _held: (x_in, t_in, out),
+            context_dims: context_in.dims(),
+            context: context_b,
+            added: added.map(|(_, buffer, dims)| (buffer, dims)),
+            thread: std::thread::current().id(),
+            _held: (x_in, t_in, out, context_in, added_in),
         })
     }
 
@@ -222,7 +346,12 @@ impl<'a> UNetSteps<'a> {
                 .forward_projected(x, t, &self.context, self.added.as_ref());
         };
         if x.dims() != captured.shape || x.dtype() != captured.dtype {
-            // Another latent shape: this runner's graph does not fit it.
+            // Another latent shape (a resumed recording of another size): recorded afresh.
+            self.state = match Dispatch::graph_prepare(self.device.as_dispatch()) {
+                Ok(_) => State::Warming { runs: 0 },
+                Err(_) => State::Plain,
+            };
+            self.warmup = WARMUP_RUNS;
             return self
                 .unet
                 .forward_projected(x, t, &self.context, self.added.as_ref());
@@ -238,10 +367,10 @@ impl<'a> UNetSteps<'a> {
                 .unet
                 .forward_projected(x, t, &self.context, self.added.as_ref());
         };
-        // SAFETY: every buffer the graph reads or writes is held by `captured` (inputs, output)
-        // or by the model and `self.context` (weights, conditioning), all outliving the replay;
-        // the copies in and out are launched on this thread's stream, the one it was recorded
-        // on, so they are ordered against it; nothing else writes those buffers.
+        // SAFETY: every buffer the graph reads or writes is held by `captured` (inputs, output,
+        // conditioning) or by the model (weights), all outliving the replay; the copies in and
+        // out are launched on this thread's stream, the one it was recorded on (`resume` checks
+        // the thread), so they are ordered against it; nothing else writes those buffers.
         let replayed =
             unsafe { Dispatch::graph_replay(self.device.as_dispatch(), &captured.graph) };
         if let Err(e) = replayed {
@@ -319,7 +448,48 @@ mod tests {
             assert!(relative(&got, &want) <= 1e-5, "tuned step {i}");
         }
         assert!(tuned.is_replaying(), "recorded after one ordinary step");
+        // Parked and resumed by the next generation: its conditioning copied in, every step
+        // replayed from the first; a shape or thread it does not fit records afresh.
+        let recording = tuned.park().expect("recorded");
+        assert!(!tuned.is_replaying());
         drop(tuned);
+        let other = random([2, 77, d]);
+        let mut resumed =
+            UNetSteps::resume(unet, other.clone(), None, recording).expect("same shapes");
+        for i in 0..2 {
+            assert!(resumed.is_replaying(), "resumed step {i}");
+            let x = Tensor::<4>::random([2, 4, 8, 8], Distribution::Normal(0.0, 1.0), &device);
+            let got = read(resumed.forward(x.clone(), 300.0));
+            let want = read(unet.forward(x, &[300.0], &other));
+            assert!(relative(&got, &want) <= 1e-5, "resumed step {i}");
+        }
+        // A resumed recording of another latent size records afresh at the new one.
+        let recording = resumed.park().expect("still recorded");
+        let mut bigger = UNetSteps::resume(unet, context.clone(), None, recording).expect("fits");
+        for i in 0..=WARMUP_RUNS + 1 {
+            let x = Tensor::<4>::random([2, 4, 16, 8], Distribution::Normal(0.0, 1.0), &device);
+            let got = read(bigger.forward(x.clone(), 500.0));
+            let want = read(unet.forward(x, &[500.0], &context));
+            assert!(relative(&got, &want) <= 1e-5, "another size, step {i}");
+        }
+        assert!(bigger.is_replaying(), "recorded again at 16×8");
+        let recording = bigger.park().expect("recorded");
+        let longer = random([2, 154, d]);
+        assert!(UNetSteps::resume(unet, longer, None, recording).is_none());
+        let recording = {
+            let mut s = UNetSteps::new(unet, context.clone()).tuned();
+            for _ in 0..=TUNED_WARMUP_RUNS {
+                let x = Tensor::<4>::random([2, 4, 8, 8], Distribution::Normal(0.0, 1.0), &device);
+                let _ = s.forward(x, 500.0);
+            }
+            s.park().expect("recorded")
+        };
+        let elsewhere = std::thread::scope(|scope| {
+            scope
+                .spawn(|| UNetSteps::resume(unet, context.clone(), None, recording).is_some())
+                .join()
+        });
+        assert!(!elsewhere.expect("thread"), "another thread's stream");
         // Released (before a decode), the steps go on launch by launch, still equal.
         steps.release();
         assert!(!steps.is_replaying());
