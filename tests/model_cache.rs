@@ -182,6 +182,21 @@ fn cache_and_compile_settings_generate_the_same_images() {
         images[&(true, false)] == images[&(false, false)],
         "cache on and off must give bit-identical images"
     );
+    // Two resident models: only the one in use keeps the UNet step its last generation recorded
+    // (the size is tuned by now, so the second of the two steps is recorded).
+    let dir = scratch("parked-steps");
+    let mut cache = ModelCache::new(settings(true, &dir, 3 * one_model, GIB));
+    let (a, _, _) = cache.get(&model_a(), &device, f32_options()).unwrap();
+    generate(&a, 7, false, &mut Notices::default());
+    assert!(
+        a.has_parked_steps(),
+        "A's recorded step waits for its next generation"
+    );
+    let (_b, _, _) = cache.get(&model_b(), &device, f32_options()).unwrap();
+    assert_eq!(cache.resident().len(), 2);
+    assert!(!a.has_parked_steps(), "switching to B released A's");
+    drop(cache);
+    let _ = std::fs::remove_dir_all(&dir);
     // Compile on vs off: the decoded values within 1e-3, the 8-bit images within one level.
     let (on, off) = (&images[&(true, true)], &images[&(true, false)]);
     for (a, b) in on.iter().zip(off) {

@@ -1,6 +1,8 @@
 //! txt2img against diffusers' StableDiffusionPipeline on the tiny model
 //! (tests/fixtures/make_pipeline_fixtures.py): every sampler × schedule, square and non-square,
 //! CFG 1 and > 1, a >77-token prompt (two chunks, A1111's way); per-step latents within 1e-3, images within ±1 per channel.
+//! On wgpu the generations follow one another on one model, as in the studio: the recorded UNet
+//! step one leaves parked is resumed, or recorded afresh, by the next.
 
 use crate::common;
 
@@ -59,6 +61,10 @@ fn run_all(model_path: &std::path::Path, device: &Device, backend: &str) {
         common::assert_steps_match(&what, &rec.latents, &want, |_| 1e-3);
 
         common::assert_image_matches(&what, &expected, &case.name, &out[0].image.pixels);
+        // On wgpu each generation parks its recorded step for the next: case6 (case5's shapes)
+        // replays case5's from its first step with its own conditioning copied in, case7 (another
+        // size) records afresh over it, case8 (two prompt chunks) records its own.
+        assert_eq!(model.has_parked_steps(), backend == "wgpu", "{what}");
     }
 }
 

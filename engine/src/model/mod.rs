@@ -274,6 +274,17 @@ impl StableDiffusion {
         Ok(self.resident_networks(set)?.unet.clone())
     }
 
+    /// Drops the UNet step the last generation recorded and kept for the next one (its pool
+    /// pages go back to the pool).
+    pub fn release_parked_steps(&self) {
+        self.parked_steps.clear();
+    }
+
+    /// Whether a recorded UNet step waits for this model's next generation.
+    pub fn has_parked_steps(&self) -> bool {
+        self.parked_steps.is_parked()
+    }
+
     /// How many prompt conditionings the pipeline has encoded with this model (a request whose
     /// prompts, LoRAs and settings match the previous one's reuses its conditioning).
     pub fn conditioning_encodes(&self) -> usize {

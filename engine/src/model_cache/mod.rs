@@ -179,6 +179,7 @@ impl ModelCache {
             let r = self.resident.remove(i);
             let out = (r.model.clone(), r.checkpoint.clone(), LoadSource::Memory);
             self.resident.push(r);
+            self.keep_steps_of(&out.0);
             return Ok(out);
         }
         let checkpoint = Arc::new(Checkpoint::open(path)?);
@@ -210,7 +211,18 @@ impl ModelCache {
             });
             self.evict_to(self.settings.memory_budget, true);
         }
+        self.keep_steps_of(&model);
         Ok((model, checkpoint, source))
+    }
+
+    /// Releases the recorded UNet steps the other resident models keep between generations
+    /// (the pool pages each holds): only the model in use keeps one.
+    fn keep_steps_of(&self, model: &Arc<StableDiffusion>) {
+        for r in &self.resident {
+            if !Arc::ptr_eq(&r.model, model) {
+                r.model.release_parked_steps();
+            }
+        }
     }
 
     /// A1111's short hash of a checkpoint, from the disk cache's hash index when the cache is on.
