@@ -86,6 +86,8 @@
 #   PART=aw PyTorch (fp16 UNet step, VAE decode, 20-step txt2img), then ours: the planes kernel's
 #           default plans against burn's, then the default path end to end with the step's
 #           kernel profile and the planes rules interleaved (`--planes-ab`)
+#   PART=ax peak memory, one process each: SDXL's 1024² decode alone tiled and whole, then SD 1.5's
+#           20-step 512² txt2img in PyTorch and ours
 #   PART=x  PyTorch (fp16 UNet step, VAE decode, 20-step txt2img), then ours: the planes
 #           tilings that the routing rules pick on every SD 1.5 attention shape (their difference
 #           from burn's), then the default path end to end (step both ways, the step under each
@@ -306,6 +308,19 @@ au)
   LATENT_STUDIO_BENCH_PLANS=${PLANS:-16x16x16 q64 k64,16x16x16 q64 k16} timeout ${ATT_TIMEOUT:-90} /tmp/ls bench --device gpu --precision f16 --runs 3 --attention-only 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace\|prefetch" | tee $OUT/ours_attention.txt
   timeout ${OURS_TIMEOUT:-330} /tmp/ls bench --device gpu --precision f16 --runs 7 --steps 20 --no-ops --no-previews --no-profile --no-burn-ops --planes-ab 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_f16.txt
   grep -h "median\|ms" $OUT/torch_au.txt | tail -8
+  ;;
+ax)
+  # Memory, each in a process of its own under the peak sampler: SDXL's 1024² VAE decode alone,
+  # tiled and whole (after the weights, no UNet step); then SD 1.5's 20-step 512² txt2img,
+  # PyTorch's and ours (ours now keeps its recorded step between generations).
+  for mode in tiled whole; do
+    peak sdxl_decode_$mode timeout 150 /tmp/ls bench --device gpu --precision f16 --runs 3 --sdxl --text-encoders host --sdxl-decode $mode
+    grep "SDXL\|reserved\|pool" $OUT/sdxl_decode_$mode.txt | tail -8
+  done
+  peak torch_mem timeout 90 python3 $OLDPWD/bench/torch_txt2img_mem.py
+  tail -3 $OUT/torch_mem.txt
+  peak ours_mem timeout 200 /tmp/ls bench --device gpu --precision f16 --runs 5 --steps 20 --pipeline-only
+  grep "txt2img\|reserved" $OUT/ours_mem.txt
   ;;
 aw)
   # The session's final build: PyTorch, then our planes attention's default plans against

@@ -147,6 +147,10 @@ pub struct BenchArgs {
     /// slow adapter's memory measurement).
     #[arg(long, default_value_t = 1024)]
     pub(super) sdxl_size: usize,
+    /// With `--sdxl`: only the VAE decode of one image, `tiled` (64-latent tiles) or `whole`,
+    /// after the weights (no UNet step): its own memory, in a process of its own.
+    #[arg(long, value_parser = ["tiled", "whole"])]
+    pub(super) sdxl_decode: Option<String>,
     /// Disk cache folder for `--cache-model` (emptied first).
     #[arg(long)]
     pub(super) cache_dir: Option<std::path::PathBuf>,

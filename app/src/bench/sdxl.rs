@@ -49,6 +49,18 @@ pub(super) fn sdxl_bench(
     }
     let normal = Distribution::Normal(0.0, 1.0);
     let latent = size / model.config.vae.downscale();
+    let decodes = [
+        ("tiled (64-latent tiles)", TilingMode::Always),
+        ("whole", TilingMode::Never),
+    ];
+    let decodes: Vec<_> = match args.sdxl_decode.as_deref() {
+        Some("tiled") => decodes[..1].to_vec(),
+        Some(_) => decodes[1..].to_vec(),
+        None => decodes.to_vec(),
+    };
+    if args.sdxl_decode.is_some() {
+        return decode_runs(device, &model, &decodes, latent, runs);
+    }
     let context = model.config.unet.cross_attention_dim;
     let x = Tensor::<4>::random([2, 4, latent, latent], normal, (device, dtype));
     let ctx = Tensor::<3>::random([2, 77, context], normal, (device, dtype));
@@ -73,24 +85,38 @@ pub(super) fn sdxl_bench(
     drop((x, ctx, pooled, added));
     // The decode alone, tiled first (the pool's pages only grow): how much of the
     // txt2img's peak the whole-image decode is.
+    decode_runs(device, &model, &decodes, latent, runs)?;
+    if !args.no_pipeline {
+        txt2img_runs(device, tokenizer, &model, [steps, runs, size])?;
+    }
+    Ok(())
+}
+
+/// The VAE decode of one `latent`² latent in each of `modes` (a first, then up to three timed),
+/// with the pool's reserved bytes after each.
+fn decode_runs(
+    device: &Device,
+    model: &StableDiffusion,
+    modes: &[(&str, TilingMode)],
+    latent: usize,
+    runs: usize,
+) -> Result<()> {
+    let normal = Distribution::Normal(0.0, 1.0);
+    let size = latent * model.config.vae.downscale();
+    let dtype = model.precision.dtype();
     let z = Tensor::<4>::random([1, 4, latent, latent], normal, (device, dtype));
-    for (name, mode) in [
-        ("tiled (64-latent tiles)", TilingMode::Always),
-        ("whole", TilingMode::Never),
-    ] {
+    for &(name, mode) in modes {
         let options = DecodeOptions {
             tiling: TilingConfig::with_mode(mode),
             compile: true,
         };
-        decode(&model, z.clone(), &options, &mut Quiet)?;
+        decode(model, z.clone(), &options, &mut Quiet)?;
+        memory(device, &format!("after the first {name} decode"));
         let ms = time_ms(device, 0, runs.min(3), || {
-            let _ = decode(&model, z.clone(), &options, &mut Quiet);
+            let _ = decode(model, z.clone(), &options, &mut Quiet);
         })?;
         println!("[SDXL] VAE decode {size}x{size}, {name}: median {ms:.1} ms");
         memory(device, &format!("after the {name} decode"));
-    }
-    if !args.no_pipeline {
-        txt2img_runs(device, tokenizer, &model, [steps, runs, size])?;
     }
     Ok(())
 }
