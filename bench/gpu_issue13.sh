@@ -86,6 +86,7 @@
 #   PART=aw PyTorch (fp16 UNet step, VAE decode, 20-step txt2img), then ours: the planes kernel's
 #           default plans against burn's, then the default path end to end with the step's
 #           kernel profile and the planes rules interleaved (`--planes-ab`)
+#   PART=ay SDXL's 1024² txt2img (decode tiled by auto), encoders parked, peak by phase
 #   PART=ax peak memory, one process each: SDXL's 1024² decode alone tiled and whole, then SD 1.5's
 #           20-step 512² txt2img in PyTorch and ours
 #   PART=x  PyTorch (fp16 UNet step, VAE decode, 20-step txt2img), then ours: the planes
@@ -308,6 +309,13 @@ au)
   LATENT_STUDIO_BENCH_PLANS=${PLANS:-16x16x16 q64 k64,16x16x16 q64 k16} timeout ${ATT_TIMEOUT:-90} /tmp/ls bench --device gpu --precision f16 --runs 3 --attention-only 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace\|prefetch" | tee $OUT/ours_attention.txt
   timeout ${OURS_TIMEOUT:-330} /tmp/ls bench --device gpu --precision f16 --runs 7 --steps 20 --no-ops --no-previews --no-profile --no-burn-ops --planes-ab 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_f16.txt
   grep -h "median\|ms" $OUT/torch_au.txt | tail -8
+  ;;
+ay)
+  # SDXL's 1024² txt2img with the decode tiled by auto (above 768² pixels since the twenty-fifth
+  # session), its encoders parked, under the peak sampler, placed by phase.
+  peak sdxl_host timeout ${SDXL_TIMEOUT:-200} /tmp/ls bench --device gpu --precision f16 --runs 2 --steps 20 --sdxl --pipeline-only --text-encoders host
+  python3 $OLDPWD/bench/mem_phases.py $OUT/sdxl_host.txt /tmp/mem-sdxl_host.txt | tee $OUT/sdxl_phases.txt
+  grep "reserved\|median\|decode" $OUT/sdxl_host.txt | tail -8
   ;;
 ax)
   # Memory, each in a process of its own under the peak sampler: SDXL's 1024² VAE decode alone,

@@ -188,8 +188,9 @@ pub struct GenerateArgs {
     /// first use (on by default: 18 % faster per 512² decode on an H200, see BENCHMARKS.md).
     #[arg(long, value_enum, default_value_t = OnOff::On)]
     pub(super) vae_compile: OnOff,
-    /// Decode in 512-pixel tiles (same image as untiled, smaller GPU buffers): auto (images over
-    /// 1024x1024 pixels, or when a decoder buffer would pass 1 GiB), on, or off.
+    /// Decode in 512-pixel tiles (same image as untiled, less GPU memory, about twice the time):
+    /// auto (images over 768x768 pixels, such as SDXL's, or when a decoder buffer would pass
+    /// 1 GiB), on, or off.
     #[arg(long, default_value = "auto")]
     pub(super) vae_tiling: TilingMode,
 }

@@ -84,7 +84,12 @@ pub struct TilingConfig {
     /// Largest side of a tile's core: 64 latents = 512 pixels in SD, the size the VAE was trained
     /// at. Each tile also computes a halo around its core (see the module docs).
     pub tile_latents: usize,
-    /// `Auto` tiles images with more pixels than this.
+    /// `Auto` tiles images with more pixels than this: 768², so that SDXL's ~1-megapixel sizes
+    /// (1024², 1152×896, …) and 1024² hires passes are tiled. A whole 1024² decode grows the pool
+    /// by 2.93 GiB over the weights, a tiled one by 1.48 GiB at 2.1× the time (H200,
+    /// BENCHMARKS.md twenty-fifth session): whole, SDXL's 1024² txt2img peaked in its decode at
+    /// 8.2 GiB, past the 8 GB cards it is meant to fit, and nothing tells the engine how much
+    /// memory a card has.
     pub auto_max_pixels: usize,
     /// `Auto` also tiles when the decoder's largest buffer would be larger than this many bytes.
     /// 1 GiB sits under the 2–4 GiB storage-binding limits of desktop Vulkan/DX12 drivers; a
@@ -97,7 +102,7 @@ impl Default for TilingConfig {
         Self {
             mode: TilingMode::Auto,
             tile_latents: 64,
-            auto_max_pixels: 1024 * 1024,
+            auto_max_pixels: 768 * 768,
             auto_max_buffer_bytes: 1 << 30,
         }
     }

@@ -172,9 +172,11 @@ fn modes_parse_and_decide() {
     assert!("maybe".parse::<TilingMode>().is_err());
     let vae = VaeConfig::sd15();
     let auto = TilingConfig::default();
-    // 512x512 and 1024x1024 decode whole; 1024x1536 is tiled.
+    // 512x512 and 768x768 decode whole; SDXL's 1024x1024 and 1152x896 and 1024x1536 are tiled.
     assert!(!auto.should_tile(&vae, [1, 4, 64, 64]));
-    assert!(!auto.should_tile(&vae, [1, 4, 128, 128]));
+    assert!(!auto.should_tile(&vae, [1, 4, 96, 96]));
+    assert!(auto.should_tile(&vae, [1, 4, 128, 128]));
+    assert!(auto.should_tile(&vae, [1, 4, 112, 144]));
     assert!(auto.should_tile(&vae, [1, 4, 192, 128]));
     assert_eq!(auto.tile_count([1, 4, 192, 128]), 6);
     // A small buffer limit tiles 768x768 too (its full-resolution activations are 576 MiB).
