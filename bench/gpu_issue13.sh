@@ -78,11 +78,11 @@
 #           profile (4 decodes), the UNet step's (2 steps), the default f16 path end to end, then
 #           SDXL 1024² with its text encoders parked under the peak sampler, its memory trace
 #           kept (the twenty-third session's calls)
-#   PART=au PyTorch (fp16 UNet step, VAE decode, 20-step txt2img), then ours: each compilation of
-#           the planes attention kernel on SD 1.5's attention shapes (time, difference from
-#           burn's), then the default path end to end with the step under each (`--planes-ab`)
-#   PART=av ours only: the UNet step replayed under each compilation of the planes kernel, with
-#           and without the prefetch (`--planes-ab`)
+#   PART=au PyTorch (fp16 UNet step, VAE decode, 20-step txt2img), then ours: the planes attention
+#           kernel's plans on SD 1.5's attention shapes (time, difference from burn's), then the
+#           default path end to end with the step under each planes rule (`--planes-ab`; the
+#           twenty-fifth session's first call compared compilations since removed)
+#   PART=av ours only: the UNet step replayed under each planes rule (`--planes-ab`)
 #   PART=aw PyTorch (fp16 UNet step, VAE decode, 20-step txt2img), then ours: the planes kernel's
 #           default plans against burn's, then the default path end to end with the step's
 #           kernel profile and the planes rules interleaved (`--planes-ab`)
@@ -302,9 +302,8 @@ w)
   timeout ${OURS_TIMEOUT:-260} /tmp/ls bench --device gpu --precision f16 --runs 7 --unet-only --no-ops --no-burn-ops --no-profile --planes-ab 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_spirv.txt
   ;;
 au)
-  # The planes attention kernel's compilations (wide loads, one pass over the scores, padded
-  # rows; twenty-fifth session): each on SD 1.5's attention shapes against burn's, then the
-  # step under each, interleaved, with the rest of the default path end to end.
+  # The planes attention kernel's plans on SD 1.5's attention shapes against burn's, then the
+  # step under each planes rule, interleaved, with the rest of the default path end to end.
   PARTS=${TORCH_PARTS:-unet16,vae,e2e} timeout ${TORCH_TIMEOUT:-110} python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_au.txt
   LATENT_STUDIO_BENCH_PLANS=${PLANS:-16x16x16 q64 k64,16x16x16 q64 k16} timeout ${ATT_TIMEOUT:-90} /tmp/ls bench --device gpu --precision f16 --runs 3 --attention-only 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace\|prefetch" | tee $OUT/ours_attention.txt
   timeout ${OURS_TIMEOUT:-330} /tmp/ls bench --device gpu --precision f16 --runs 7 --steps 20 --no-ops --no-previews --no-profile --no-burn-ops --planes-ab 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_f16.txt
@@ -340,7 +339,7 @@ aw)
   grep -h "median" $OUT/torch_aw.txt | tail -4
   ;;
 av)
-  # The planes kernel's compilations with and without the prefetch, on replayed steps only.
+  # The planes rules (loads, prefetch, tilings, widest head) on replayed steps only.
   timeout ${OURS_TIMEOUT:-400} /tmp/ls bench --device gpu --precision f16 --runs 7 --unet-only --no-ops --no-profile --no-burn-ops --planes-ab 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_f16.txt
   ;;
 x)
