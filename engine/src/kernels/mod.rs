@@ -310,6 +310,14 @@ pub(crate) fn buffer_arg(t: &CubeTensor) -> cubecl::prelude::BufferArg {
     unsafe { cubecl::prelude::BufferArg::from_raw_parts(t.handle.clone(), len) }
 }
 
+/// A `&[Vector<E, width>]` kernel argument over a contiguous tensor's buffer, whose length the
+/// caller has checked is a multiple of `width`.
+pub(crate) fn vector_arg(t: &CubeTensor, width: usize) -> cubecl::prelude::BufferArg {
+    let len = t.meta.num_elements() / width;
+    // SAFETY: the buffer holds `len · width` elements of the tensor's dtype (contiguous).
+    unsafe { cubecl::prelude::BufferArg::from_raw_parts(t.handle.clone(), len) }
+}
+
 /// A 2-D grid of `count` cubes (a dimension holds at most 65 535): `(x, y)` with `x * y >= count`.
 pub(crate) fn grid(count: usize) -> Option<(u32, u32)> {
     let x = count.clamp(1, 65_535);

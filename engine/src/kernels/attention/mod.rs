@@ -22,7 +22,7 @@ use burn::cubecl;
 use burn::cubecl::prelude::*;
 use burn::tensor::Tensor;
 
-use super::{Element, buffer_arg, output, resolve};
+use super::{Element, buffer_arg, output, resolve, vector_arg};
 use kernel::{flash_attention, flash_attention_rows};
 pub use plan::{Fragment, Plan, device_fragment};
 use plan::{LANES, SHARED_BUDGET};
@@ -52,11 +52,14 @@ const FEW_KEYS: usize = 256;
 /// Elements a wide load of the planes kernel moves (16 bytes of f16).
 const WIDE: usize = 8;
 
-/// A `&[Vector<E, vec>]` argument over a contiguous buffer (its length a multiple of `vec`).
-fn vector_arg(t: &burn::backend::wgpu::CubeTensor, vec: usize) -> BufferArg {
-    let len = t.meta.num_elements() / vec;
-    // SAFETY: the buffer holds `len · vec` elements (contiguous: [`resolve`]).
-    unsafe { BufferArg::from_raw_parts(t.handle.clone(), len) }
+/// Elements each load of the planes kernel moves: [`WIDE`] where the plan asks for wide loads
+/// and the head width and every operand's column offset and row width are multiples of it (so
+/// every row and head starts on 16 bytes, and every buffer holds whole vectors), else one.
+fn load_width(wide_loads: bool, d: usize, offsets: [usize; 6]) -> usize {
+    match wide_loads && d.is_multiple_of(WIDE) && offsets.iter().all(|x| x.is_multiple_of(WIDE)) {
+        true => WIDE,
+        false => 1,
+    }
 }
 
 /// Where one operand's heads sit: `tensor[b, n, column + head · d + i]`.
@@ -349,15 +352,11 @@ fn launch(
     let cube = CubeDim::new_1d(lanes as u32);
     let scale = (d as f32).powf(-0.5);
     tracing::trace!(?plan, b, heads, d, n_q, n_k, "flash attention");
-    // 16-byte loads where every operand's rows and heads start on a multiple of 8 elements.
-    let vec = match plan.wide_loads
-        && [d, q.column, k.column, v.column, q_width, k_width, v_width]
-            .iter()
-            .all(|x| x.is_multiple_of(WIDE))
-    {
-        true => WIDE,
-        false => 1,
-    };
+    let vec = load_width(
+        plan.wide_loads,
+        d,
+        [q.column, k.column, v.column, q_width, k_width, v_width],
+    );
     macro_rules! launch {
         ($t:ty) => {
             if let Some(plane) = plan.plane {

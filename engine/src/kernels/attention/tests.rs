@@ -172,3 +172,29 @@ fn flash_attention_matches_burn_attention() {
         }
     }
 }
+
+/// The planes kernel moves 8 elements a load only where the plan asks and every head and row
+/// starts on 16 bytes: an odd head width, column offset or row width falls back to single
+/// elements (the same kernel, compiled for width 1), never a misaligned vector.
+#[test]
+fn wide_loads_only_where_every_operand_is_aligned() {
+    use super::load_width;
+    let sd = [0, 320, 640, 960, 960, 960]; // a fused q/k/v projection, 8 heads of 40
+    assert_eq!(load_width(true, 40, sd), 8);
+    assert_eq!(
+        load_width(false, 40, sd),
+        1,
+        "the plan asks for single elements"
+    );
+    assert_eq!(load_width(true, 36, sd), 1, "a head of 36");
+    assert_eq!(
+        load_width(true, 40, [0, 324, 640, 960, 960, 960]),
+        1,
+        "k at column 324"
+    );
+    assert_eq!(
+        load_width(true, 40, [0, 0, 0, 77, 77, 77]),
+        1,
+        "rows of 77 elements"
+    );
+}

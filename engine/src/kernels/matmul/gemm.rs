@@ -6,7 +6,7 @@ use burn::cubecl::prelude::*;
 use burn::tensor::{DType, Tensor};
 
 use super::super::attention::{Fragment, device_fragment};
-use super::super::{output, resolve};
+use super::super::{output, resolve, vector_arg};
 use super::WeightLayout;
 use super::knobs::{GEMM_STEPS, gemm_knobs, reduction_step};
 use super::mma::{MAX_LANES, VEC, gemm_mma};
@@ -102,13 +102,6 @@ pub fn mma_gemm_on(device: &burn::tensor::Device, dtype: DType) -> Option<MmaGem
         fragment: device_fragment(&probe.client)?,
     };
     gemm.fits().then_some(gemm)
-}
-
-/// A `&[Vector<E, 8>]` argument over a contiguous buffer of `E`.
-fn vector_arg(t: &CubeTensor) -> BufferArg {
-    let len = t.meta.num_elements() / VEC;
-    // SAFETY: the buffer holds `len · VEC` elements (contiguous; callers check the multiple).
-    unsafe { BufferArg::from_raw_parts(t.handle.clone(), len) }
 }
 
 /// What the GEMM's epilogue adds to the product (and bias) before the one cast.
@@ -216,11 +209,11 @@ pub fn gemm_into(
                 CubeCount::Static(nx as u32, ny as u32, batch as u32),
                 CubeDim::new_1d(lanes as u32),
                 VEC,
-                vector_arg(a),
-                vector_arg(b),
+                vector_arg(a, VEC),
+                vector_arg(b, VEC),
                 super::super::buffer_arg(bias_c),
-                vector_arg(residual),
-                vector_arg(out),
+                vector_arg(residual, VEC),
+                vector_arg(out, VEC),
                 m,
                 n,
                 k,

@@ -102,20 +102,21 @@ pub struct Recording(Box<Captured>);
 pub struct ParkedSteps(std::sync::Mutex<Option<Recording>>);
 
 impl ParkedSteps {
+    /// The slot; a panic elsewhere while it was held leaves nothing half-written in it.
+    fn slot(&self) -> std::sync::MutexGuard<'_, Option<Recording>> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     /// The parked recording, if any (it is no longer parked).
     pub fn take(&self) -> Option<Recording> {
-        match self.0.lock() {
-            Ok(mut slot) => slot.take(),
-            Err(poisoned) => poisoned.into_inner().take(),
-        }
+        self.slot().take()
     }
 
     /// Parks `recording`, dropping any other.
     pub fn put(&self, recording: Recording) {
-        match self.0.lock() {
-            Ok(mut slot) => *slot = Some(recording),
-            Err(poisoned) => *poisoned.into_inner() = Some(recording),
-        }
+        *self.slot() = Some(recording);
     }
 
     /// Drops the parked recording, returning its pages to the pool.
@@ -125,10 +126,7 @@ impl ParkedSteps {
 
     /// Whether a recording is parked.
     pub fn is_parked(&self) -> bool {
-        match self.0.lock() {
-            Ok(slot) => slot.is_some(),
-            Err(poisoned) => poisoned.into_inner().is_some(),
-        }
+        self.slot().is_some()
     }
 }
 
