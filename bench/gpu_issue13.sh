@@ -87,6 +87,11 @@
 #           default plans against burn's, then the default path end to end with the step's
 #           kernel profile and the planes rules interleaved (`--planes-ab`)
 #   PART=ay SDXL's 1024² txt2img (decode tiled by auto), encoders parked, peak by phase
+#   PART=az the GEMM's small-grid knobs (prefetch on grids under two cubes an SM, split
+#           reduction) on every SD 1.5 linear shape against burn (`--gemm-only`, difference and
+#           device time), then the UNet step: its kernel profile by kernel and by the op that
+#           launched it, and the step replayed under each knob set interleaved (`--gemm-ab`);
+#           PyTorch's step, VAE and txt2img first unless TORCH=0
 #   PART=ax peak memory, one process each: SDXL's 1024² decode alone tiled and whole, then SD 1.5's
 #           20-step 512² txt2img in PyTorch and ours
 #   PART=x  PyTorch (fp16 UNet step, VAE decode, 20-step txt2img), then ours: the planes
@@ -308,6 +313,15 @@ au)
   LATENT_STUDIO_BENCH_PLANS=${PLANS:-16x16x16 q64 k64,16x16x16 q64 k16} timeout ${ATT_TIMEOUT:-90} /tmp/ls bench --device gpu --precision f16 --runs 3 --attention-only 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace\|prefetch" | tee $OUT/ours_attention.txt
   timeout ${OURS_TIMEOUT:-330} /tmp/ls bench --device gpu --precision f16 --runs 7 --steps 20 --no-ops --no-previews --no-profile --no-burn-ops --planes-ab 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_f16.txt
   grep -h "median\|ms" $OUT/torch_au.txt | tail -8
+  ;;
+az)
+  export LATENT_STUDIO_BENCH_KNOBS=small
+  if [ "${TORCH:-1}" = 1 ]; then
+    PARTS=${TORCH_PARTS:-unet16,vae,e2e} timeout ${TORCH_TIMEOUT:-110} python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_az.txt
+  fi
+  timeout ${GEMM_TIMEOUT:-100} /tmp/ls bench --device gpu --precision f16 --runs 5 --gemm-only 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/gemm.txt
+  timeout ${OURS_TIMEOUT:-380} /tmp/ls bench --device gpu --precision f16 --runs 7 --steps 20 ${EXTRA:---unet-only} --no-ops --no-previews --no-profile --no-burn-ops --kernel-profile 2 --gemm-ab 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_f16.txt
+  grep -h "median" $OUT/torch_az.txt 2>/dev/null | tail -4
   ;;
 ay)
   # SDXL's 1024² txt2img with the decode tiled by auto (above 768² pixels since the twenty-fifth

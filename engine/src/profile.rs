@@ -177,13 +177,53 @@ thread_local! {
     static RECORDED: RefCell<Option<Vec<OpShape>>> = const { RefCell::new(None) };
 }
 
-/// Called by the layers; `shape` is only evaluated while this thread records.
+thread_local! {
+    // The op this thread entered last, while a `Labelling` is alive: the kernel profile names
+    // each launch's op by it (launches are enqueued on the thread that runs the op).
+    static LABELLING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    static CURRENT: std::cell::Cell<Option<OpShape>> = const { std::cell::Cell::new(None) };
+}
+
+/// Called by the layers; `shape` is only evaluated while this thread records or labels.
 pub(crate) fn record(shape: impl FnOnce() -> OpShape) {
+    let labelling = LABELLING.with(|l| l.get());
     RECORDED.with(|r| {
-        if let Some(ops) = r.borrow_mut().as_mut() {
-            ops.push(shape());
+        let mut recorded = r.borrow_mut();
+        if recorded.is_none() && !labelling {
+            return;
+        }
+        let op = shape();
+        if let Some(ops) = recorded.as_mut() {
+            ops.push(op);
+        }
+        if labelling {
+            CURRENT.with(|c| c.set(Some(op)));
         }
     });
+}
+
+/// The op this thread entered last while a [`Labelling`] is alive (launches after it, up to the
+/// next op, are its kernels, give or take burn's deferred fusions).
+pub fn current_op() -> Option<OpShape> {
+    CURRENT.with(|c| c.get())
+}
+
+/// Keeps [`current_op`] up to date on this thread while alive.
+pub struct Labelling(());
+
+impl Labelling {
+    pub fn start() -> Self {
+        LABELLING.with(|l| l.set(true));
+        CURRENT.with(|c| c.set(None));
+        Labelling(())
+    }
+}
+
+impl Drop for Labelling {
+    fn drop(&mut self) {
+        LABELLING.with(|l| l.set(false));
+        CURRENT.with(|c| c.set(None));
+    }
 }
 
 /// Records the op shapes this thread runs while alive.
@@ -402,5 +442,24 @@ mod tests {
         for (op, _) in ops {
             IsolatedOp::new(op, &device, DType::F32).run();
         }
+    }
+
+    /// While labelling, the op entered last is the current one; before and after, none.
+    #[test]
+    fn labelling_follows_the_ops() {
+        let device = Device::flex();
+        let conv = Conv2d::from_tensors(Tensor::<4>::ones([3, 2, 1, 1], &device), None, 1, 0);
+        let x = Tensor::<4>::ones([1, 2, 4, 4], &device);
+        let _ = conv.forward(x.clone());
+        assert_eq!(current_op(), None, "not labelling");
+        let labels = Labelling::start();
+        assert_eq!(current_op(), None);
+        let _ = conv.forward(x.clone());
+        let seen = current_op().map(|op| op.to_string());
+        assert_eq!(seen.as_deref(), Some("conv1x1 2->3 @4x4 b1"));
+        drop(labels);
+        assert_eq!(current_op(), None);
+        let _ = conv.forward(x);
+        assert_eq!(current_op(), None, "labelling ended");
     }
 }

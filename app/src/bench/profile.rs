@@ -21,8 +21,8 @@ use super::sync;
 #[derive(Default)]
 struct Collector {
     step: Mutex<usize>,
-    deferred: Mutex<Vec<(usize, &'static str, ProfileDuration)>>,
-    timed: Mutex<Vec<(usize, &'static str, Duration, TimingMethod)>>,
+    deferred: Mutex<Vec<(usize, Launch, ProfileDuration)>>,
+    timed: Mutex<Vec<(usize, Launch, Duration, TimingMethod)>>,
     launched: Mutex<usize>,
 }
 
@@ -40,7 +40,7 @@ impl LaunchObserver for Collector {
     fn profiled(&self, kernel: &'static str, profile: ProfileDuration) {
         let step = self.step.lock().map(|s| *s).unwrap_or(0);
         if let Ok(mut d) = self.deferred.lock() {
-            d.push((step, kernel, profile));
+            d.push((step, Launch::now(kernel), profile));
         }
     }
 
@@ -49,7 +49,23 @@ impl LaunchObserver for Collector {
     fn timed(&self, kernel: &'static str, duration: Duration, method: TimingMethod) {
         let step = self.step.lock().map(|s| *s).unwrap_or(0);
         if let Ok(mut t) = self.timed.lock() {
-            t.push((step, kernel, duration, method));
+            t.push((step, Launch::now(kernel), duration, method));
+        }
+    }
+}
+
+/// A launch seen: its kernel and the engine's op that launched it (see `profile::Labelling`;
+/// reported on the launching thread).
+struct Launch {
+    kernel: &'static str,
+    op: Option<latent_engine::profile::OpShape>,
+}
+
+impl Launch {
+    fn now(kernel: &'static str) -> Self {
+        Launch {
+            kernel,
+            op: latent_engine::profile::current_op(),
         }
     }
 }
@@ -98,6 +114,8 @@ struct Profile {
     /// time.
     sequential: bool,
     kernels: BTreeMap<String, Sum>,
+    /// The same by kernel and the op that launched it.
+    by_op: BTreeMap<(String, String), Sum>,
     /// Per run: first kernel's start to last kernel's end, ms.
     spans: Vec<f64>,
     /// Per run: wall time with a sync, ms.
@@ -115,6 +133,7 @@ fn profile_launches(device: &Device, runs: usize, mut f: impl FnMut()) -> Result
     // Device timestamps come back on the host's clock (cubecl aligns the two).
     let epoch = burn::cubecl::profile::Instant::now();
     {
+        let _labels = latent_engine::profile::Labelling::start();
         let _watching = LaunchObservation::new(collector.clone());
         for r in 0..runs {
             if let Ok(mut step) = collector.step.lock() {
@@ -137,18 +156,23 @@ fn profile_launches(device: &Device, runs: usize, mut f: impl FnMut()) -> Result
         unresolved: 0,
         sequential: !timed.is_empty(),
         kernels: BTreeMap::new(),
+        by_op: BTreeMap::new(),
         spans: Vec::new(),
         walls,
         kernel_sums: vec![0.0; runs],
     };
     let mut spans = vec![(f64::INFINITY, f64::NEG_INFINITY); runs];
-    let mut record = |name: &str, d: std::time::Duration| {
-        let short = type_name_format(name, TypeNameFormatLevel::Short);
+    let mut record = |launch: &Launch, d: std::time::Duration| {
+        let short = type_name_format(launch.kernel, TypeNameFormatLevel::Short);
+        let op = launch.op.map_or_else(|| "-".to_string(), |o| o.to_string());
+        let e = profile.by_op.entry((short.clone(), op)).or_default();
+        e.launches += 1;
+        e.total += d;
         let e = profile.kernels.entry(short).or_default();
         e.launches += 1;
         e.total += d;
     };
-    for (run, name, measurement) in deferred {
+    for (run, launch, measurement) in deferred {
         if matches!(measurement.timing_method(), TimingMethod::Device) {
             profile.device_timed += 1;
         }
@@ -160,17 +184,17 @@ fn profile_launches(device: &Device, runs: usize, mut f: impl FnMut()) -> Result
                 span.0 = span.0.min(start);
                 span.1 = span.1.max(end);
                 profile.kernel_sums[run.min(runs - 1)] += ticks.duration().as_secs_f64() * 1e3;
-                record(name, ticks.duration());
+                record(&launch, ticks.duration());
             }
             None => profile.unresolved += 1,
         }
     }
-    for (run, name, d, method) in timed {
+    for (run, launch, d, method) in timed {
         if matches!(method, TimingMethod::Device) {
             profile.device_timed += 1;
         }
         profile.kernel_sums[run.min(runs - 1)] += d.as_secs_f64() * 1e3;
-        record(name, d);
+        record(&launch, d);
     }
     profile.spans = spans
         .iter()
@@ -205,6 +229,9 @@ pub(super) fn device_ms(device: &Device, runs: usize, mut f: impl FnMut()) -> Re
     }
     Ok(median(&p.kernel_sums) / BACK_TO_BACK as f64)
 }
+
+/// Lines of the profile's breakdown by kernel and op (the costliest).
+const BY_OP_LINES: usize = 60;
 
 /// Untimed launches of an op before [`device_ms`] times it.
 const WARM_LAUNCHES: usize = 16;
@@ -282,6 +309,17 @@ pub(super) fn kernel_profile_of(
             s.launches / steps,
             per_step(s.total),
             share(s.total)
+        );
+    }
+    let mut by_op: Vec<_> = p.by_op.into_iter().collect();
+    by_op.sort_by_key(|k| std::cmp::Reverse(k.1.total));
+    for ((kernel, op), s) in by_op.into_iter().take(BY_OP_LINES) {
+        println!(
+            "[{tag}]   op {op:<36} {kernel:<40} {:>4} launches/run {:7.3} ms/run {:5.1}% ({:.1} µs each)",
+            s.launches / steps,
+            per_step(s.total),
+            share(s.total),
+            s.total.as_secs_f64() * 1e6 / s.launches.max(1) as f64
         );
     }
     let mut by_kernel: Vec<_> = p.kernels.into_iter().collect();

@@ -8,7 +8,10 @@ use burn::tensor::{DType, Tensor};
 use super::super::attention::{Fragment, device_fragment};
 use super::super::{output, resolve, vector_arg};
 use super::WeightLayout;
-use super::knobs::{GEMM_STEPS, gemm_knobs, reduction_step};
+use super::kernel::{LANES as SUM_LANES, matmul_split_sum};
+use super::knobs::{
+    GEMM_STEPS, TARGET_CUBES, gemm_knobs, reduction_step, small_grid, split_slices,
+};
 use super::mma::{MAX_LANES, VEC, gemm_mma};
 
 /// The tiles the GEMM takes, largest first, `(rows, columns)` of a cube's output.
@@ -16,9 +19,6 @@ pub const MMA_TILES: [(usize, usize); 3] = [(128, 128), (64, 128), (64, 64)];
 
 /// Workgroup memory a cube may use (Vulkan's guaranteed minimum on the GPUs we target).
 const SHARED_BYTES: usize = 48 * 1024;
-
-/// Fewest cubes a launch should have before a smaller tile is taken: two per SM of an H100.
-const TARGET_CUBES: usize = 264;
 
 /// The GEMM's shape on one device: its plane width and f16×f16→f32 fragment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -169,9 +169,14 @@ pub fn gemm_into(
         return None;
     }
     let knobs = gemm_knobs();
-    let [pm, pn] = knobs.planes;
     let tile = tiles.unwrap_or_else(|| gemm.tiles_for(m, n, batch));
-    let (tm, mut tn) = gemm.fragments(tile, knobs.planes)?;
+    let planes = if knobs.small_planes && tile == (64, 64) {
+        [2, 2]
+    } else {
+        knobs.planes
+    };
+    let [pm, pn] = planes;
+    let (tm, mut tn) = gemm.fragments(tile, planes)?;
     if geglu && !tn.is_multiple_of(2) {
         // Values and gates in fragment pairs.
         tn = 2 * tn.div_ceil(2);
@@ -190,6 +195,18 @@ pub fn gemm_into(
     if !(bm * bk / VEC).is_multiple_of(lanes) || !(bn * bk / VEC).is_multiple_of(lanes) {
         return None;
     }
+    // A one-matrix product of few cubes splits its reduction ([`split_slices`]); its slices'
+    // f32 sums are finished by `matmul_split_sum` (which reads a GEGLU's values and gates as
+    // the weight's rows lie, so the GEMM then reads its columns in order).
+    let steps = k.div_ceil(bk);
+    let (slices, per_slice) = if knobs.split_k && batch == 1 && !bias_per_row {
+        split_slices(nx * ny, steps)
+    } else {
+        (1, steps)
+    };
+    let split = slices > 1;
+    let z = if split { slices } else { batch };
+    let prefetch = knobs.prefetch || knobs.prefetch_small && small_grid(nx * ny * z);
     let stages = if knobs.stages > 1 && shared_bytes(bm, bn, bk, pm * pn, 2, b_nk) <= SHARED_BYTES {
         2
     } else {
@@ -202,11 +219,16 @@ pub fn gemm_into(
         GemmEpilogue::Residual(r) => r,
         _ => &placeholder,
     };
+    let (_partial, partial) = if split {
+        output([slices * m * n], DType::F32, device)?
+    } else {
+        output([1], DType::F32, device)?
+    };
     macro_rules! launch {
         ($launch:path) => {
             $launch(
                 &a.client,
-                CubeCount::Static(nx as u32, ny as u32, batch as u32),
+                CubeCount::Static(nx as u32, ny as u32, z as u32),
                 CubeDim::new_1d(lanes as u32),
                 VEC,
                 vector_arg(a, VEC),
@@ -214,12 +236,14 @@ pub fn gemm_into(
                 super::super::buffer_arg(bias_c),
                 vector_arg(residual, VEC),
                 vector_arg(out, VEC),
+                super::super::buffer_arg(&partial),
                 m,
                 n,
                 k,
                 a_batch,
                 b_batch,
                 c_batch,
+                per_slice,
                 tm,
                 tn,
                 f.m,
@@ -230,12 +254,13 @@ pub fn gemm_into(
                 pm,
                 pn,
                 stages,
-                knobs.prefetch,
+                prefetch,
                 b_nk,
-                bias.is_some(),
+                bias.is_some() && !split,
                 bias_per_row,
-                matches!(epilogue, GemmEpilogue::Residual(_)),
-                geglu,
+                matches!(epilogue, GemmEpilogue::Residual(_)) && !split,
+                geglu && !split,
+                split,
             )
         };
     }
@@ -246,6 +271,25 @@ pub fn gemm_into(
         unsafe { launch!(gemm_mma::launch_unchecked::<half::f16>) }
     } else {
         launch!(gemm_mma::launch::<half::f16>)
+    }
+    if split {
+        let (gx, gy) = super::super::grid((m * out_cols).div_ceil(SUM_LANES))?;
+        matmul_split_sum::launch::<half::f16>(
+            &a.client,
+            CubeCount::Static(gx, gy, 1),
+            CubeDim::new_1d(SUM_LANES as u32),
+            super::super::buffer_arg(&partial),
+            super::super::buffer_arg(bias_c),
+            super::super::buffer_arg(residual),
+            super::super::buffer_arg(out),
+            m,
+            n,
+            n / 2,
+            slices,
+            bias.is_some(),
+            matches!(epilogue, GemmEpilogue::Residual(_)),
+            geglu,
+        );
     }
     Some(())
 }

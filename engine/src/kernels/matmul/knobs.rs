@@ -24,6 +24,15 @@ pub struct GemmKnobs {
     /// against 35.25 ms with (three interleaved rounds, BENCHMARKS.md twenty-second session) —
     /// fewer registers a lane, more cubes resident to hide the loads.
     pub prefetch: bool,
+    /// Whether launches of fewer cubes than a GPU holds well ([`small_grid`]) prefetch as
+    /// [`Self::prefetch`] does: with about one cube an SM nothing else hides a step's loads.
+    pub prefetch_small: bool,
+    /// Whether a one-matrix product of too few cubes splits its reduction over more
+    /// ([`split_slices`]), its f32 partial sums finished (bias, GEGLU, residual) by a second pass.
+    pub split_k: bool,
+    /// Whether 64 × 64 tiles stand 4 planes of 32 × 32 (2 × 2 fragments each) instead of
+    /// [`Self::planes`]: each fragment loaded then feeds two products, not one or two.
+    pub small_planes: bool,
 }
 
 /// The plane arrangements the kernel is built for.
@@ -41,7 +50,34 @@ const DEFAULT_KNOBS: GemmKnobs = GemmKnobs {
     planes: [2, 4],
     stages: 1,
     prefetch: false,
+    prefetch_small: false,
+    split_k: false,
+    small_planes: false,
 };
+
+/// Cubes below which a launch counts as small: two per SM of an H100 (132 SMs).
+pub(super) const TARGET_CUBES: usize = 264;
+
+/// Fewest reduction steps a slice of a split product sums.
+const MIN_SLICE_STEPS: usize = 4;
+
+/// Whether a launch of `cubes` cubes leaves the GPU short of work (see [`GemmKnobs`]).
+pub fn small_grid(cubes: usize) -> bool {
+    cubes < TARGET_CUBES
+}
+
+/// The slices a product of `cubes` cubes over `steps` reduction steps splits into: enough to
+/// reach [`TARGET_CUBES`], each summing at least [`MIN_SLICE_STEPS`] steps, and as `(slices,
+/// steps per slice)` with no empty slice; `(1, steps)` where it does not split.
+pub fn split_slices(cubes: usize, steps: usize) -> (usize, usize) {
+    if cubes == 0 || steps == 0 || !small_grid(cubes) {
+        return (1, steps);
+    }
+    let wanted = TARGET_CUBES.div_ceil(cubes);
+    let most = (steps / MIN_SLICE_STEPS).max(1);
+    let per_slice = steps.div_ceil(wanted.min(most));
+    (steps.div_ceil(per_slice), per_slice)
+}
 
 /// Launches of at most this many cubes take the 64-deep step when `b` lies `[k, n]`.
 const SMALL_GRID: usize = 132;
@@ -98,7 +134,27 @@ static MMA_LINEARS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBoo
 
 #[cfg(test)]
 mod tests {
-    use super::{GemmKnobs, reduction_step};
+    use super::{GemmKnobs, reduction_step, split_slices};
+
+    /// Small grids split to about two cubes an SM, never below four steps a slice, with no
+    /// empty slice; full grids and short reductions stay whole.
+    #[test]
+    fn splits_fill_small_grids() {
+        assert_eq!(split_slices(160, 20), (2, 10), "a 16×16 level's 1280-deep product");
+        assert_eq!(split_slices(40, 80), (7, 12), "the 8×8 level's 5120-deep product");
+        assert_eq!(split_slices(40, 20), (5, 4));
+        assert_eq!(split_slices(40, 6), (1, 6), "too short to split");
+        assert_eq!(split_slices(384, 20), (1, 20), "the GPU is full");
+        assert_eq!(split_slices(0, 20), (1, 20));
+        for cubes in 1..300 {
+            for steps in 1..100 {
+                let (slices, per) = split_slices(cubes, steps);
+                assert!(slices >= 1 && per >= 1);
+                assert!((slices - 1) * per < steps, "no empty slice ({cubes}, {steps})");
+                assert!(slices * per >= steps, "every step summed ({cubes}, {steps})");
+            }
+        }
+    }
 
     /// Linears and small grids take the deep step; wide maps' convolutions the short one.
     #[test]
@@ -108,6 +164,7 @@ mod tests {
         assert_eq!(reduction_step(false, 320), 32, "a 64×64 convolution");
         let knobs = GemmKnobs::default();
         assert!(knobs.bk.is_none() && knobs.unchecked && !knobs.prefetch);
+        assert!(!knobs.prefetch_small && !knobs.split_k && !knobs.small_planes);
         assert_eq!((knobs.planes, knobs.stages), ([2, 4], 1));
     }
 }

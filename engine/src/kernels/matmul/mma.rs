@@ -50,12 +50,14 @@ pub(super) fn gemm_mma<F: Float, N: Size>(
     bias: &[F],
     residual: &[Vector<F, N>],
     out: &mut [Vector<F, N>],
+    partial: &mut [f32],
     m: usize,
     cols: usize,
     k: usize,
     a_batch: usize,
     b_batch: usize,
     c_batch: usize,
+    per_slice: usize,
     #[comptime] tm: usize,
     #[comptime] tn: usize,
     #[comptime] fm: usize,
@@ -72,6 +74,7 @@ pub(super) fn gemm_mma<F: Float, N: Size>(
     #[comptime] bias_per_row: bool,
     #[comptime] add_residual: bool,
     #[comptime] geglu: bool,
+    #[comptime] split: bool,
 ) {
     let lanes = comptime!(pm * pn * plane);
     let bm = comptime!(pm * tm * fm);
@@ -89,9 +92,23 @@ pub(super) fn gemm_mma<F: Float, N: Size>(
     let n0 = CUBE_POS_X as usize * bn;
     let m0 = CUBE_POS_Y as usize * bm;
     let z = CUBE_POS_Z as usize;
-    let a_base = z * a_batch;
-    let b_base = z * b_batch;
-    let c_base = z * c_batch;
+    let mut a_base = z * a_batch;
+    let mut b_base = z * b_batch;
+    let mut c_base = z * c_batch;
+    let steps = k.div_ceil(bk);
+    // Split (one matrix): `z` is the slice of `per_slice` steps this cube sums.
+    let mut s0 = 0;
+    let mut s1 = steps;
+    if split {
+        a_base = 0;
+        b_base = 0;
+        c_base = 0;
+        s0 = z * per_slice;
+        let end = s0 + per_slice;
+        if end < steps {
+            s1 = end;
+        }
+    }
 
     // `stages` copies of the staging: with two, a step's stores go to the buffer the previous
     // step did not read, so one barrier a step suffices.
@@ -124,17 +141,16 @@ pub(super) fn gemm_mma<F: Float, N: Size>(
     let b_per = comptime!(bn * bk / VEC / lanes);
     let mut a_reg = Array::<Vector<F, N>>::new(a_per);
     let mut b_reg = Array::<Vector<F, N>>::new(b_per);
-    let steps = k.div_ceil(bk);
     // With `prefetch` the next step's vectors load while this step's products run (their
     // registers live across the products); without, each step loads then stages, and other
     // cubes on the SM hide the wait.
     if prefetch {
         load_step::<F, N>(
-            a, b, &mut a_reg, &mut b_reg, 0, lane, m0, n0, m, cols, k, a_base, b_base, bm, bn, bk,
+            a, b, &mut a_reg, &mut b_reg, s0, lane, m0, n0, m, cols, k, a_base, b_base, bm, bn, bk,
             fn_, lanes, b_nk, geglu,
         );
     }
-    for s in 0..steps {
+    for s in s0..s1 {
         if !prefetch {
             load_step::<F, N>(
                 a, b, &mut a_reg, &mut b_reg, s, lane, m0, n0, m, cols, k, a_base, b_base, bm, bn,
@@ -163,7 +179,7 @@ pub(super) fn gemm_mma<F: Float, N: Size>(
             }
         }
         sync_cube();
-        if prefetch && s + 1 < steps {
+        if prefetch && s + 1 < s1 {
             load_step::<F, N>(
                 a,
                 b,
@@ -332,7 +348,17 @@ pub(super) fn gemm_mma<F: Float, N: Size>(
                     let cv = idx % row_vecs;
                     let row = m0 + wm * comptime!(tm * fm) + i * fm + r;
                     let col = n0 + wn * comptime!(tn * fn_) + j * fn_ + cv * VEC;
-                    if idx < vecs && row < m && col < cols {
+                    let inside = idx < vecs && row < m && col < cols;
+                    if split {
+                        // The slice's f32 sums, as they are: the finishing pass adds the rest.
+                        if inside {
+                            #[unroll]
+                            for t in 0..VEC {
+                                partial[(z * m + row) * cols + col + t] =
+                                    c_s[scratch + r * fn_ + cv * VEC + t];
+                            }
+                        }
+                    } else if inside {
                         let at = (c_base + row * cols + col) / VEC;
                         let mut v = Vector::<F, N>::new(F::new(0.0));
                         let mut res = Vector::<F, N>::new(F::new(0.0));
