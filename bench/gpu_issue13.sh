@@ -87,11 +87,12 @@
 #           default plans against burn's, then the default path end to end with the step's
 #           kernel profile and the planes rules interleaved (`--planes-ab`)
 #   PART=ay SDXL's 1024² txt2img (decode tiled by auto), encoders parked, peak by phase
-#   PART=az the GEMM's small-grid knobs (prefetch on grids under two cubes an SM, split
-#           reduction) on every SD 1.5 linear shape against burn (`--gemm-only`, difference and
-#           device time), then the UNet step: its kernel profile by kernel and by the op that
-#           launched it, and the step replayed under each knob set interleaved (`--gemm-ab`);
-#           PyTorch's step, VAE and txt2img first unless TORCH=0
+#   PART=az the GEMM with and without its split reduction on every SD 1.5 linear shape against
+#           burn (`--gemm-only`, difference and device time; GEMM_TIMEOUT=1 skips it), then the
+#           UNet step: its kernel profile by kernel and by the op that launched it, and the step
+#           replayed under the split and the 8×8 layers' route, interleaved, each compared with
+#           the first rule's output (`--gemm-ab`); EXTRA=" " runs the VAE and txt2img too.
+#           PyTorch's step, VAE and txt2img first unless TORCH=0 (the twenty-sixth session)
 #   PART=ax peak memory, one process each: SDXL's 1024² decode alone tiled and whole, then SD 1.5's
 #           20-step 512² txt2img in PyTorch and ours
 #   PART=x  PyTorch (fp16 UNet step, VAE decode, 20-step txt2img), then ours: the planes

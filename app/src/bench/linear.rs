@@ -167,32 +167,22 @@ pub fn sd15_linear_shapes() -> Vec<(OpShape, usize)> {
 
 /// The GEMM's compilations the reports compare: the default first, then with the next step
 /// prefetched, two stages, four planes of 64 × 64, and each fixed reduction step.
+/// Whether `LATENT_STUDIO_BENCH_KNOBS=small` asks for the small-grid knobs only.
+pub fn small_knobs_only() -> bool {
+    std::env::var("LATENT_STUDIO_BENCH_KNOBS").is_ok_and(|v| v == "small")
+}
+
 /// `LATENT_STUDIO_BENCH_KNOBS=small` keeps the default and the small-grid knobs only.
 pub fn knob_sets() -> Vec<matmul::GemmKnobs> {
     let base = matmul::GemmKnobs::default();
     let small = [
         base,
         matmul::GemmKnobs {
-            prefetch_small: true,
-            ..base
-        },
-        matmul::GemmKnobs {
-            split_k: true,
-            ..base
-        },
-        matmul::GemmKnobs {
-            prefetch_small: true,
-            split_k: true,
-            ..base
-        },
-        matmul::GemmKnobs {
-            prefetch_small: true,
-            split_k: true,
-            small_planes: true,
+            split_k: !base.split_k,
             ..base
         },
     ];
-    if std::env::var("LATENT_STUDIO_BENCH_KNOBS").is_ok_and(|v| v == "small") {
+    if small_knobs_only() {
         return small.to_vec();
     }
     let mut sets = vec![
@@ -219,14 +209,12 @@ pub fn knob_sets() -> Vec<matmul::GemmKnobs> {
 pub fn knob_label(k: &matmul::GemmKnobs) -> String {
     let bk = k.bk.map_or("auto".to_string(), |b| b.to_string());
     format!(
-        "bk {bk} {}x{} s{}{}{}{}{}{}",
+        "bk {bk} {}x{} s{}{}{}{}",
         k.planes[0],
         k.planes[1],
         k.stages,
         if k.prefetch { " prefetch" } else { "" },
-        if k.prefetch_small { " prefetch-small" } else { "" },
         if k.split_k { " split-k" } else { "" },
-        if k.small_planes { " 64x64-in-4" } else { "" },
         if k.unchecked { "" } else { ", checked" }
     )
 }

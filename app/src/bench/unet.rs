@@ -339,25 +339,76 @@ pub(super) fn gemm_ab(
     x: &Tensor<4>,
     ctx: &Tensor<3>,
 ) -> Result<()> {
+    use latent_engine::kernels::conv::{ConvRules, conv_rules, set_conv_rules};
     use latent_engine::kernels::matmul::{
-        gemm_knobs, mma_linears, set_gemm_knobs, set_mma_linears,
+        self as matmul, gemm_knobs, mma_linears, set_gemm_knobs, set_mma_linears,
     };
-    let (knobs0, linears0) = (gemm_knobs(), mma_linears());
-    let mut rules = vec![(knobs0, false, "linears on burn's matmul".to_string())];
-    for k in super::linear::knob_sets() {
-        rules.push((
-            k,
-            true,
-            format!("GEMM {}, linears on it", super::linear::knob_label(&k)),
-        ));
+    let (knobs0, linears0, conv0) = (gemm_knobs(), mma_linears(), conv_rules());
+    let mut rules = Vec::new();
+    if super::linear::small_knobs_only() {
+        // The split reduction with the 8×8 maps' 3×3 layers on our split kernel (the
+        // twenty-fifth session's rules) or on the GEMM over their unrolled input (the default).
+        let rules_for = |split_max_tiles| ConvRules {
+            split_max_tiles,
+            ..conv0
+        };
+        let knobs_for = |split_k| matmul::GemmKnobs { split_k, ..knobs0 };
+        for (split, kernel_at_8, name) in [
+            (
+                false,
+                true,
+                "unsplit GEMM, split kernel at 8x8 (until the twenty-sixth session)",
+            ),
+            (true, true, "split reduction, split kernel at 8x8"),
+            (
+                true,
+                false,
+                "split reduction, 8x8 layers on the GEMM (default)",
+            ),
+            (false, false, "8x8 layers on the GEMM, unsplit"),
+        ] {
+            let conv = rules_for(if kernel_at_8 { 64 } else { 0 });
+            rules.push((knobs_for(split), true, conv, name.to_string()));
+        }
+    } else {
+        rules.push((knobs0, false, conv0, "linears on burn's matmul".to_string()));
+        for k in super::linear::knob_sets() {
+            rules.push((
+                k,
+                true,
+                conv0,
+                format!("GEMM {}, linears on it", super::linear::knob_label(&k)),
+            ));
+        }
     }
-    let names: Vec<&str> = rules.iter().map(|r| r.2.as_str()).collect();
+    // Each rule's step against the first's: a wrong kernel differs by the output's order, not
+    // by f16 rounding.
+    let mut first: Option<Vec<f32>> = None;
+    for (k, linears, c, name) in &rules {
+        set_gemm_knobs(*k);
+        set_mma_linears(*linears);
+        set_conv_rules(*c);
+        let out = super::read_f32(model.unet.forward(x.clone(), &[500.0], ctx))?;
+        match &first {
+            None => first = Some(out),
+            Some(want) => println!(
+                "[{precision:?}] UNet step, GEMM rule: {name}: max relative difference from the first rule {:.2e}",
+                latent_engine::vae_compile::relative_difference(&out, want)
+            ),
+        }
+    }
+    set_gemm_knobs(knobs0);
+    set_mma_linears(linears0);
+    set_conv_rules(conv0);
+    let names: Vec<&str> = rules.iter().map(|r| r.3.as_str()).collect();
     interleaved(precision, "GEMM rule", &names, 3, |i| {
         set_gemm_knobs(rules[i].0);
         set_mma_linears(rules[i].1);
+        set_conv_rules(rules[i].2);
         let ms = step_ms(model, device, runs, x, ctx);
         set_gemm_knobs(knobs0);
         set_mma_linears(linears0);
+        set_conv_rules(conv0);
         ms
     })
 }

@@ -22,7 +22,10 @@ const MIN_OUT_CHANNELS: usize = 32;
 /// 640 channels (70 against 52 TFLOP/s at 64×64). On whole steps replayed from a captured graph
 /// (twenty-second session, five interleaved rounds): the split kernel at 8×8 (≤ 64 tiles) took
 /// 35.76 ms a step against 36.62 with the GEMM there; the GEMM up to 400 tiles (37.29) or on
-/// every layer (37.76) lost to burn's on the wide maps.
+/// every layer (37.76) lost to burn's on the wide maps. Since the GEMM splits the reduction of a
+/// small grid (`matmul::GemmKnobs::split_k`), the 8×8 layers run faster on it than on the split
+/// kernel: 30.84 against 31.95 ms a step (H100, twenty-sixth session), so the split kernel no
+/// longer takes any layer by default on cooperative matrices.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConvRules {
     /// Our split kernel for 3×3 layers of at most this many tiles (when it splits them).
@@ -48,7 +51,7 @@ pub struct ConvRules {
 impl ConvRules {
     /// The rules in force unless the bench sets others.
     pub const DEFAULT: ConvRules = ConvRules {
-        split_max_tiles: 64,
+        split_max_tiles: 0,
         gemm_max_tiles: 160,
         gemm_min_out: 1280,
         gemm_one_by_one: true,

@@ -8,11 +8,8 @@ use burn::tensor::{DType, Tensor};
 use super::super::attention::{Fragment, device_fragment};
 use super::super::{output, resolve, vector_arg};
 use super::WeightLayout;
-use super::kernel::{LANES as SUM_LANES, matmul_split_sum};
-use super::knobs::{
-    GEMM_STEPS, TARGET_CUBES, gemm_knobs, reduction_step, small_grid, split_slices,
-};
-use super::mma::{MAX_LANES, VEC, gemm_mma};
+use super::knobs::{GEMM_STEPS, TARGET_CUBES, gemm_knobs, reduction_step, split_slices};
+use super::mma::{MAX_LANES, VEC, gemm_mma, gemm_split_finish};
 
 /// The tiles the GEMM takes, largest first, `(rows, columns)` of a cube's output.
 pub const MMA_TILES: [(usize, usize); 3] = [(128, 128), (64, 128), (64, 64)];
@@ -170,13 +167,8 @@ pub fn gemm_into(
     }
     let knobs = gemm_knobs();
     let tile = tiles.unwrap_or_else(|| gemm.tiles_for(m, n, batch));
-    let planes = if knobs.small_planes && tile == (64, 64) {
-        [2, 2]
-    } else {
-        knobs.planes
-    };
-    let [pm, pn] = planes;
-    let (tm, mut tn) = gemm.fragments(tile, planes)?;
+    let [pm, pn] = knobs.planes;
+    let (tm, mut tn) = gemm.fragments(tile, knobs.planes)?;
     if geglu && !tn.is_multiple_of(2) {
         // Values and gates in fragment pairs.
         tn = 2 * tn.div_ceil(2);
@@ -199,14 +191,18 @@ pub fn gemm_into(
     // f32 sums are finished by `matmul_split_sum` (which reads a GEGLU's values and gates as
     // the weight's rows lie, so the GEMM then reads its columns in order).
     let steps = k.div_ceil(bk);
-    let (slices, per_slice) = if knobs.split_k && batch == 1 && !bias_per_row {
-        split_slices(nx * ny, steps)
+    // (Each matrix's output must lie whole at `z · c_batch` for the finishing pass.)
+    let (slices, per_slice) = if knobs.split_k && (batch == 1 || c_batch == m * out_cols) {
+        split_slices(nx * ny * batch, steps)
     } else {
         (1, steps)
     };
     let split = slices > 1;
-    let z = if split { slices } else { batch };
-    let prefetch = knobs.prefetch || knobs.prefetch_small && small_grid(nx * ny * z);
+    let z = if split { slices * batch } else { batch };
+    if z > 65_535 {
+        return None;
+    }
+
     let stages = if knobs.stages > 1 && shared_bytes(bm, bn, bk, pm * pn, 2, b_nk) <= SHARED_BYTES {
         2
     } else {
@@ -220,7 +216,7 @@ pub fn gemm_into(
         _ => &placeholder,
     };
     let (_partial, partial) = if split {
-        output([slices * m * n], DType::F32, device)?
+        output([slices * batch * m * n], DType::F32, device)?
     } else {
         output([1], DType::F32, device)?
     };
@@ -243,6 +239,7 @@ pub fn gemm_into(
                 a_batch,
                 b_batch,
                 c_batch,
+                batch,
                 per_slice,
                 tm,
                 tn,
@@ -254,7 +251,7 @@ pub fn gemm_into(
                 pm,
                 pn,
                 stages,
-                prefetch,
+                knobs.prefetch,
                 b_nk,
                 bias.is_some() && !split,
                 bias_per_row,
@@ -273,24 +270,64 @@ pub fn gemm_into(
         launch!(gemm_mma::launch::<half::f16>)
     }
     if split {
-        let (gx, gy) = super::super::grid((m * out_cols).div_ceil(SUM_LANES))?;
-        matmul_split_sum::launch::<half::f16>(
-            &a.client,
-            CubeCount::Static(gx, gy, 1),
-            CubeDim::new_1d(SUM_LANES as u32),
-            super::super::buffer_arg(&partial),
-            super::super::buffer_arg(bias_c),
-            super::super::buffer_arg(residual),
-            super::super::buffer_arg(out),
-            m,
-            n,
-            n / 2,
-            slices,
-            bias.is_some(),
-            matches!(epilogue, GemmEpilogue::Residual(_)),
-            geglu,
-        );
+        finish_split(
+            &partial,
+            bias_c,
+            residual,
+            out,
+            [m, n],
+            [slices, batch],
+            Finish {
+                bias: bias.is_some(),
+                bias_per_row,
+                residual: matches!(epilogue, GemmEpilogue::Residual(_)),
+                geglu,
+            },
+        )?;
     }
+    Some(())
+}
+
+/// What a split product's finishing pass adds to its sums.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Finish {
+    pub bias: bool,
+    pub bias_per_row: bool,
+    pub residual: bool,
+    pub geglu: bool,
+}
+
+/// Launches [`gemm_split_finish`]: `out` `[batch, m, n]` (`[batch, m, n / 2]` for a GEGLU) from
+/// the f16 `partial` sums `[slices, batch, m, n]` (f32), `bias` and `residual` as `finish` says.
+pub(super) fn finish_split(
+    partial: &CubeTensor,
+    bias: &CubeTensor,
+    residual: &CubeTensor,
+    out: &CubeTensor,
+    [m, n]: [usize; 2],
+    [slices, batch]: [usize; 2],
+    finish: Finish,
+) -> Option<()> {
+    let out_cols = if finish.geglu { n / 2 } else { n };
+    let (gx, gy) = super::super::grid((batch * m * out_cols).div_ceil(MAX_LANES))?;
+    gemm_split_finish::launch::<half::f16>(
+        &out.client,
+        CubeCount::Static(gx, gy, 1),
+        CubeDim::new_1d(MAX_LANES as u32),
+        super::super::buffer_arg(partial),
+        super::super::buffer_arg(bias),
+        super::super::buffer_arg(residual),
+        super::super::buffer_arg(out),
+        m,
+        n,
+        n / 2,
+        slices,
+        batch,
+        finish.bias,
+        finish.bias_per_row,
+        finish.residual,
+        finish.geglu,
+    );
     Some(())
 }
 
@@ -379,7 +416,83 @@ pub fn linear_mma<const D: usize>(
 
 #[cfg(test)]
 mod tests {
-    use super::{Fragment, MmaGemm};
+    use super::{Finish, Fragment, MmaGemm};
+    use crate::kernels::testing::{read, relative, tensor, values, wgpu};
+    use crate::kernels::{output, resolve};
+    use burn::tensor::{DType, Device, Tensor};
+
+    /// The split product's finishing pass on any adapter (the GEMM itself needs cooperative
+    /// matrices): the slices summed, the bias per row or per column, a GEGLU's gate and the
+    /// residual, over two matrices, against the same arithmetic in burn ops on the CPU.
+    #[test]
+    fn split_sums_finish_as_the_unsplit_epilogue() {
+        let (device, cpu) = (wgpu(), Device::flex());
+        let (slices, batch, m, n) = (3, 2, 5, 16);
+        let partial_values = values(slices * batch * m * n, 0.3);
+        let partial: Tensor<4> = tensor(
+            partial_values.clone(),
+            [slices, batch, m, n],
+            &device,
+            DType::F32,
+        );
+        let sums = tensor::<4>(partial_values, [slices, batch, m, n], &cpu, DType::F32)
+            .sum_dim(0)
+            .reshape([batch, m, n]);
+        for (per_row, geglu, with_residual) in [
+            (false, false, false),
+            (true, false, true),
+            (false, true, false),
+            (false, true, true),
+        ] {
+            let cols = if geglu { n / 2 } else { n };
+            let bias_len = if per_row { m } else { n };
+            let (bias_values, residual_values) =
+                (values(bias_len, -0.2), values(batch * m * cols, 0.7));
+            let bias_f: Tensor<1> = tensor(bias_values.clone(), [bias_len], &cpu, DType::F32);
+            let biased = if per_row {
+                sums.clone() + bias_f.reshape([1, m, 1])
+            } else {
+                sums.clone() + bias_f.reshape([1, 1, n])
+            };
+            let mut want = if geglu {
+                let value = biased.clone().narrow(2, 0, cols);
+                let gate = biased.narrow(2, cols, cols);
+                value * crate::nn::gelu(gate)
+            } else {
+                biased
+            };
+            if with_residual {
+                want = want + tensor(residual_values.clone(), [batch, m, cols], &cpu, DType::F32);
+            }
+            let bias: Tensor<1> = tensor(bias_values, [bias_len], &device, DType::F16);
+            let residual: Tensor<3> =
+                tensor(residual_values, [batch, m, cols], &device, DType::F16);
+            let (out, oc) = output([batch, m, cols], DType::F16, &device).expect("output");
+            let pc = resolve(partial.clone()).expect("partial");
+            let bc = resolve(bias).expect("bias");
+            let rc = resolve(residual).expect("residual");
+            super::finish_split(
+                &pc,
+                &bc,
+                &rc,
+                &oc,
+                [m, n],
+                [slices, batch],
+                Finish {
+                    bias: true,
+                    bias_per_row: per_row,
+                    residual: with_residual,
+                    geglu,
+                },
+            )
+            .expect("launches");
+            let rel = relative(&read(out), &read(want));
+            assert!(
+                rel < 1e-2,
+                "per row {per_row}, GEGLU {geglu}, residual {with_residual}: {rel}"
+            );
+        }
+    }
 
     fn gemm(plane: usize, m: usize, n: usize, k: usize) -> MmaGemm {
         MmaGemm {

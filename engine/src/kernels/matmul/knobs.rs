@@ -24,15 +24,13 @@ pub struct GemmKnobs {
     /// against 35.25 ms with (three interleaved rounds, BENCHMARKS.md twenty-second session) —
     /// fewer registers a lane, more cubes resident to hide the loads.
     pub prefetch: bool,
-    /// Whether launches of fewer cubes than a GPU holds well ([`small_grid`]) prefetch as
-    /// [`Self::prefetch`] does: with about one cube an SM nothing else hides a step's loads.
-    pub prefetch_small: bool,
-    /// Whether a one-matrix product of too few cubes splits its reduction over more
-    /// ([`split_slices`]), its f32 partial sums finished (bias, GEGLU, residual) by a second pass.
+    /// Whether a product of too few cubes splits its reduction over more ([`split_slices`]), its
+    /// f32 partial sums finished (bias, GEGLU, residual) by a second pass. On by default: with
+    /// the 8×8 maps' 3×3 layers moved onto the GEMM (`conv::ConvRules`), the SD 1.5 step replayed
+    /// took 30.84 ms against 32.08 on an H100 (three interleaved rounds, BENCHMARKS.md,
+    /// twenty-sixth session). Two knobs measured there and removed: prefetching on small grids
+    /// only (+1.5 ms) and 64 × 64 tiles in 4 planes of 32 × 32 (+3.4 ms).
     pub split_k: bool,
-    /// Whether 64 × 64 tiles stand 4 planes of 32 × 32 (2 × 2 fragments each) instead of
-    /// [`Self::planes`]: each fragment loaded then feeds two products, not one or two.
-    pub small_planes: bool,
 }
 
 /// The plane arrangements the kernel is built for.
@@ -50,19 +48,22 @@ const DEFAULT_KNOBS: GemmKnobs = GemmKnobs {
     planes: [2, 4],
     stages: 1,
     prefetch: false,
-    prefetch_small: false,
-    split_k: false,
-    small_planes: false,
+    split_k: true,
 };
 
 /// Cubes below which a launch counts as small: two per SM of an H100 (132 SMs).
 pub(super) const TARGET_CUBES: usize = 264;
 
 /// Fewest reduction steps a slice of a split product sums.
-const MIN_SLICE_STEPS: usize = 4;
+const MIN_SLICE_STEPS: usize = 8;
+
+/// Fewest reduction steps a product must have to split: the linears' 1280-deep products (20
+/// steps) gained nothing split (H100, twenty-sixth session); a 3×3 convolution's unrolled
+/// 11 520-deep one has 180.
+const MIN_SPLIT_STEPS: usize = 32;
 
 /// Whether a launch of `cubes` cubes leaves the GPU short of work (see [`GemmKnobs`]).
-pub fn small_grid(cubes: usize) -> bool {
+fn small_grid(cubes: usize) -> bool {
     cubes < TARGET_CUBES
 }
 
@@ -70,7 +71,7 @@ pub fn small_grid(cubes: usize) -> bool {
 /// reach [`TARGET_CUBES`], each summing at least [`MIN_SLICE_STEPS`] steps, and as `(slices,
 /// steps per slice)` with no empty slice; `(1, steps)` where it does not split.
 pub fn split_slices(cubes: usize, steps: usize) -> (usize, usize) {
-    if cubes == 0 || steps == 0 || !small_grid(cubes) {
+    if cubes == 0 || steps < MIN_SPLIT_STEPS || !small_grid(cubes) {
         return (1, steps);
     }
     let wanted = TARGET_CUBES.div_ceil(cubes);
@@ -140,18 +141,38 @@ mod tests {
     /// empty slice; full grids and short reductions stay whole.
     #[test]
     fn splits_fill_small_grids() {
-        assert_eq!(split_slices(160, 20), (2, 10), "a 16×16 level's 1280-deep product");
-        assert_eq!(split_slices(40, 80), (7, 12), "the 8×8 level's 5120-deep product");
-        assert_eq!(split_slices(40, 20), (5, 4));
-        assert_eq!(split_slices(40, 6), (1, 6), "too short to split");
-        assert_eq!(split_slices(384, 20), (1, 20), "the GPU is full");
+        assert_eq!(
+            split_slices(160, 20),
+            (1, 20),
+            "a 1280-deep linear stays whole"
+        );
+        assert_eq!(
+            split_slices(40, 80),
+            (7, 12),
+            "the 8×8 level's 5120-deep product"
+        );
+        assert_eq!(
+            split_slices(40, 180),
+            (7, 26),
+            "a 3×3 1280→1280 layer at 8×8"
+        );
+        assert_eq!(split_slices(160, 180), (2, 90), "the same at 16×16");
+        assert_eq!(split_slices(200, 40), (2, 20));
+        assert_eq!(split_slices(40, 31), (1, 31), "too short to split");
+        assert_eq!(split_slices(384, 180), (1, 180), "the GPU is full");
         assert_eq!(split_slices(0, 20), (1, 20));
         for cubes in 1..300 {
             for steps in 1..100 {
                 let (slices, per) = split_slices(cubes, steps);
                 assert!(slices >= 1 && per >= 1);
-                assert!((slices - 1) * per < steps, "no empty slice ({cubes}, {steps})");
-                assert!(slices * per >= steps, "every step summed ({cubes}, {steps})");
+                assert!(
+                    (slices - 1) * per < steps,
+                    "no empty slice ({cubes}, {steps})"
+                );
+                assert!(
+                    slices * per >= steps,
+                    "every step summed ({cubes}, {steps})"
+                );
             }
         }
     }
@@ -164,7 +185,7 @@ mod tests {
         assert_eq!(reduction_step(false, 320), 32, "a 64×64 convolution");
         let knobs = GemmKnobs::default();
         assert!(knobs.bk.is_none() && knobs.unchecked && !knobs.prefetch);
-        assert!(!knobs.prefetch_small && !knobs.split_k && !knobs.small_planes);
+        assert!(knobs.split_k);
         assert_eq!((knobs.planes, knobs.stages), ([2, 4], 1));
     }
 }

@@ -57,6 +57,7 @@ pub(super) fn gemm_mma<F: Float, N: Size>(
     a_batch: usize,
     b_batch: usize,
     c_batch: usize,
+    batch: usize,
     per_slice: usize,
     #[comptime] tm: usize,
     #[comptime] tn: usize,
@@ -96,14 +97,16 @@ pub(super) fn gemm_mma<F: Float, N: Size>(
     let mut b_base = z * b_batch;
     let mut c_base = z * c_batch;
     let steps = k.div_ceil(bk);
-    // Split (one matrix): `z` is the slice of `per_slice` steps this cube sums.
+    // Split: `z` is slice `z / batch` (of `per_slice` steps) of matrix `z % batch`; its sums go
+    // to `partial` `[slice, batch, m, cols]`.
     let mut s0 = 0;
     let mut s1 = steps;
     if split {
-        a_base = 0;
-        b_base = 0;
+        let matrix = z % batch;
+        a_base = matrix * a_batch;
+        b_base = matrix * b_batch;
         c_base = 0;
-        s0 = z * per_slice;
+        s0 = (z / batch) * per_slice;
         let end = s0 + per_slice;
         if end < steps {
             s1 = end;
@@ -461,5 +464,66 @@ fn load_step<F: Float, N: Size>(
             }
         }
         b_reg[i] = x;
+    }
+}
+
+/// Finishes a split product: the slices' f32 sums of each output (`partial` `[slices, batch, m,
+/// cols]`), the bias (per output row or column), a GEGLU's `value · gelu(gate)` (`half` values
+/// then their gates, `cols = 2·half`) and the residual, cast once into `out` `[batch, m,
+/// out_cols]`. One lane an output.
+#[cube(launch)]
+#[allow(clippy::too_many_arguments)]
+pub(super) fn gemm_split_finish<F: Float>(
+    partial: &[f32],
+    bias: &[F],
+    residual: &[F],
+    out: &mut [F],
+    m: usize,
+    cols: usize,
+    half: usize,
+    slices: usize,
+    batch: usize,
+    #[comptime] add_bias: bool,
+    #[comptime] bias_per_row: bool,
+    #[comptime] add_residual: bool,
+    #[comptime] geglu: bool,
+) {
+    let o = (CUBE_POS_X as usize + CUBE_POS_Y as usize * CUBE_COUNT_X as usize) * MAX_LANES
+        + UNIT_POS as usize;
+    let mut out_cols = cols;
+    if geglu {
+        out_cols = half;
+    }
+    if o < batch * m * out_cols {
+        let col = o % out_cols;
+        let rows = o / out_cols;
+        let base = rows * cols;
+        let plane = batch * m * cols;
+        let mut sum = 0.0f32;
+        for z in 0..slices {
+            sum += partial[z * plane + base + col];
+        }
+        if add_bias {
+            if bias_per_row {
+                sum += f32::cast_from(bias[rows % m]);
+            } else {
+                sum += f32::cast_from(bias[col]);
+            }
+        }
+        if geglu {
+            let mut g = 0.0f32;
+            for z in 0..slices {
+                g += partial[z * plane + base + half + col];
+            }
+            if add_bias {
+                g += f32::cast_from(bias[half + col]);
+            }
+            // diffusers' GEGLU: value · gelu(gate), gelu with erf.
+            sum *= 0.5 * g * (1.0 + Erf::erf(g * 0.70710677));
+        }
+        if add_residual {
+            sum += f32::cast_from(residual[o]);
+        }
+        out[o] = F::cast_from(sum);
     }
 }
