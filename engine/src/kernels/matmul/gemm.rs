@@ -187,11 +187,11 @@ pub fn gemm_into(
     if !(bm * bk / VEC).is_multiple_of(lanes) || !(bn * bk / VEC).is_multiple_of(lanes) {
         return None;
     }
-    // A one-matrix product of few cubes splits its reduction ([`split_slices`]); its slices'
-    // f32 sums are finished by `matmul_split_sum` (which reads a GEGLU's values and gates as
-    // the weight's rows lie, so the GEMM then reads its columns in order).
+    // A product of few cubes over a long reduction splits it ([`split_slices`]); the slices'
+    // f32 sums are finished by [`finish_split`] (which reads a GEGLU's values and gates as the
+    // weight's rows lie, so the GEMM then reads its columns in order). Each matrix's output
+    // must lie whole at `z · m · n` for the finishing pass.
     let steps = k.div_ceil(bk);
-    // (Each matrix's output must lie whole at `z · c_batch` for the finishing pass.)
     let (slices, per_slice) = if knobs.split_k && (batch == 1 || c_batch == m * out_cols) {
         split_slices(nx * ny * batch, steps)
     } else {

@@ -25,6 +25,10 @@
 //! into its matmul; without them our product lost more in separate elementwise kernels than it
 //! gained (BENCHMARKS.md, eighteenth session).
 //!
+//! With `split`, cube layer `z` sums slice `z / batch` of the reduction for matrix `z % batch`
+//! and writes its f32 sums as they are; [`gemm_split_finish`] then adds the slices, the bias,
+//! a GEGLU's gate and the residual (small grids: `super::split_slices`).
+//!
 //! Requires `k`, `n` and the output's batch stride multiples of 8 and 16-byte aligned buffers
 //! (the launcher checks); any `m`.
 //!

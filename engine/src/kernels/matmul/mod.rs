@@ -32,7 +32,7 @@ pub use gemm::{
 };
 pub use knobs::{
     GEMM_PLANES, GEMM_STEPS, GemmKnobs, gemm_knobs, mma_linears, reduction_step, set_gemm_knobs,
-    set_mma_linears,
+    set_mma_linears, split_slices,
 };
 
 mod gemm;
