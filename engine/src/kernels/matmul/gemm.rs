@@ -8,8 +8,9 @@ use burn::tensor::{DType, Tensor};
 use super::super::attention::{Fragment, device_fragment};
 use super::super::{output, resolve, vector_arg};
 use super::WeightLayout;
+use super::kernel::{LANES as SUM_LANES, matmul_split_sum};
 use super::knobs::{GEMM_STEPS, TARGET_CUBES, gemm_knobs, reduction_step, split_slices};
-use super::mma::{MAX_LANES, VEC, gemm_mma, gemm_split_finish};
+use super::mma::{MAX_LANES, VEC, gemm_mma};
 
 /// The tiles the GEMM takes, largest first, `(rows, columns)` of a cube's output.
 pub const MMA_TILES: [(usize, usize); 3] = [(128, 128), (64, 128), (64, 64)];
@@ -297,7 +298,7 @@ pub(super) struct Finish {
     pub geglu: bool,
 }
 
-/// Launches [`gemm_split_finish`]: `out` `[batch, m, n]` (`[batch, m, n / 2]` for a GEGLU) from
+/// Launches [`matmul_split_sum`] (the SIMT product's, per-row biases included): `out` `[batch, m, n]` (`[batch, m, n / 2]` for a GEGLU) from
 /// the f16 `partial` sums `[slices, batch, m, n]` (f32), `bias` and `residual` as `finish` says.
 pub(super) fn finish_split(
     partial: &CubeTensor,
@@ -309,20 +310,21 @@ pub(super) fn finish_split(
     finish: Finish,
 ) -> Option<()> {
     let out_cols = if finish.geglu { n / 2 } else { n };
-    let (gx, gy) = super::super::grid((batch * m * out_cols).div_ceil(MAX_LANES))?;
-    gemm_split_finish::launch::<half::f16>(
+    let (gx, gy) = super::super::grid((batch * m * out_cols).div_ceil(SUM_LANES))?;
+    // The matrices' rows stacked: `[slices, batch·m, n]`, a per-row bias repeating every `m`.
+    matmul_split_sum::launch::<half::f16>(
         &out.client,
         CubeCount::Static(gx, gy, 1),
-        CubeDim::new_1d(MAX_LANES as u32),
+        CubeDim::new_1d(SUM_LANES as u32),
         super::super::buffer_arg(partial),
         super::super::buffer_arg(bias),
         super::super::buffer_arg(residual),
         super::super::buffer_arg(out),
-        m,
+        batch * m,
         n,
         n / 2,
         slices,
-        batch,
+        m,
         finish.bias,
         finish.bias_per_row,
         finish.residual,

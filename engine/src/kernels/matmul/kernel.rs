@@ -263,7 +263,8 @@ fn load_step<F: Float>(
 }
 
 /// One lane per output value: the sum of `splits` slices of `partial` (`[splits, rows, cols]`)
-/// plus the bias and the epilogue (a GEGLU's output is `half` wide: value column `n`, gate
+/// plus the bias (per column, or with `bias_per_row` per row of each `row_block`-row matrix the
+/// rows stack) and the epilogue (a GEGLU's output is `half` wide: value column `n`, gate
 /// `half + n`). Cube `x + y·CUBE_COUNT_X` takes values `256·cube ..` in output order.
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
@@ -276,7 +277,9 @@ pub(super) fn matmul_split_sum<F: Float>(
     cols: usize,
     half: usize,
     splits: usize,
+    row_block: usize,
     #[comptime] add_bias: bool,
+    #[comptime] bias_per_row: bool,
     #[comptime] add_residual: bool,
     #[comptime] geglu: bool,
 ) {
@@ -295,7 +298,11 @@ pub(super) fn matmul_split_sum<F: Float>(
             sum += partial[z * plane + m * cols + n];
         }
         if add_bias {
-            sum += f32::cast_from(bias[n]);
+            if bias_per_row {
+                sum += f32::cast_from(bias[m % row_block]);
+            } else {
+                sum += f32::cast_from(bias[n]);
+            }
         }
         if geglu {
             let mut g = 0.0f32;

@@ -26,7 +26,7 @@
 //! gained (BENCHMARKS.md, eighteenth session).
 //!
 //! With `split`, cube layer `z` sums slice `z / batch` of the reduction for matrix `z % batch`
-//! and writes its f32 sums as they are; [`gemm_split_finish`] then adds the slices, the bias,
+//! and writes its f32 sums as they are; `super::kernel::matmul_split_sum` then adds the slices, the bias,
 //! a GEGLU's gate and the residual (small grids: `super::split_slices`).
 //!
 //! Requires `k`, `n` and the output's batch stride multiples of 8 and 16-byte aligned buffers
@@ -468,66 +468,5 @@ fn load_step<F: Float, N: Size>(
             }
         }
         b_reg[i] = x;
-    }
-}
-
-/// Finishes a split product: the slices' f32 sums of each output (`partial` `[slices, batch, m,
-/// cols]`), the bias (per output row or column), a GEGLU's `value · gelu(gate)` (`half` values
-/// then their gates, `cols = 2·half`) and the residual, cast once into `out` `[batch, m,
-/// out_cols]`. One lane an output.
-#[cube(launch)]
-#[allow(clippy::too_many_arguments)]
-pub(super) fn gemm_split_finish<F: Float>(
-    partial: &[f32],
-    bias: &[F],
-    residual: &[F],
-    out: &mut [F],
-    m: usize,
-    cols: usize,
-    half: usize,
-    slices: usize,
-    batch: usize,
-    #[comptime] add_bias: bool,
-    #[comptime] bias_per_row: bool,
-    #[comptime] add_residual: bool,
-    #[comptime] geglu: bool,
-) {
-    let o = (CUBE_POS_X as usize + CUBE_POS_Y as usize * CUBE_COUNT_X as usize) * MAX_LANES
-        + UNIT_POS as usize;
-    let mut out_cols = cols;
-    if geglu {
-        out_cols = half;
-    }
-    if o < batch * m * out_cols {
-        let col = o % out_cols;
-        let rows = o / out_cols;
-        let base = rows * cols;
-        let plane = batch * m * cols;
-        let mut sum = 0.0f32;
-        for z in 0..slices {
-            sum += partial[z * plane + base + col];
-        }
-        if add_bias {
-            if bias_per_row {
-                sum += f32::cast_from(bias[rows % m]);
-            } else {
-                sum += f32::cast_from(bias[col]);
-            }
-        }
-        if geglu {
-            let mut g = 0.0f32;
-            for z in 0..slices {
-                g += partial[z * plane + base + half + col];
-            }
-            if add_bias {
-                g += f32::cast_from(bias[half + col]);
-            }
-            // diffusers' GEGLU: value · gelu(gate), gelu with erf.
-            sum *= 0.5 * g * (1.0 + Erf::erf(g * 0.70710677));
-        }
-        if add_residual {
-            sum += f32::cast_from(residual[o]);
-        }
-        out[o] = F::cast_from(sum);
     }
 }

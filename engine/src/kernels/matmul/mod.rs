@@ -217,7 +217,9 @@ pub fn linear<const D: usize>(
                     cols,
                     half,
                     slices,
+                    rows,
                     add_bias,
+                    false,
                     add_residual,
                     geglu,
                 );
