@@ -93,6 +93,12 @@
 #           replayed under the split and the 8×8 layers' route, interleaved, each compared with
 #           the first rule's output (`--gemm-ab`); EXTRA=" " runs the VAE and txt2img too.
 #           PyTorch's step, VAE and txt2img first unless TORCH=0 (the twenty-sixth session)
+#   PART=ba the GEMM reading a convolution's input in place (implicit GEMM) against burn's
+#           convolution and the unrolled input on every SD 1.5 UNet 3×3 shape and every VAE
+#           decoder shape (`--gemm-only`; GEMM_TIMEOUT=1 skips it), then the UNet step replayed
+#           under the convolution rules, the in-place reads among them, interleaved (`--conv-ab`);
+#           EXTRA=" " runs the VAE under those rules (`vae_ab`) and txt2img too. PyTorch's step,
+#           VAE and txt2img first when TORCH=1 (the twenty-seventh session)
 #   PART=ax peak memory, one process each: SDXL's 1024² decode alone tiled and whole, then SD 1.5's
 #           20-step 512² txt2img in PyTorch and ours
 #   PART=x  PyTorch (fp16 UNet step, VAE decode, 20-step txt2img), then ours: the planes
@@ -323,6 +329,15 @@ az)
   timeout ${GEMM_TIMEOUT:-100} /tmp/ls bench --device gpu --precision f16 --runs 5 --gemm-only 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/gemm.txt
   timeout ${OURS_TIMEOUT:-380} /tmp/ls bench --device gpu --precision f16 --runs 7 --steps 20 ${EXTRA:---unet-only} --no-ops --no-previews --no-profile --no-burn-ops --kernel-profile 2 --gemm-ab 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_f16.txt
   grep -h "median" $OUT/torch_az.txt 2>/dev/null | tail -4
+  ;;
+ba)
+  export LATENT_STUDIO_BENCH_KNOBS=small
+  if [ "${TORCH:-0}" = 1 ]; then
+    PARTS=${TORCH_PARTS:-unet16,vae,e2e} timeout ${TORCH_TIMEOUT:-110} python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_ba.txt
+  fi
+  timeout ${GEMM_TIMEOUT:-200} /tmp/ls bench --device gpu --precision f16 --runs 5 --gemm-only 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/gemm.txt
+  timeout ${OURS_TIMEOUT:-330} /tmp/ls bench --device gpu --precision f16 --runs 7 --steps 20 ${EXTRA:---unet-only} --no-ops --no-previews --no-profile --no-burn-ops --conv-ab 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_f16.txt
+  grep -h "median" $OUT/torch_ba.txt 2>/dev/null | tail -4
   ;;
 ay)
   # SDXL's 1024² txt2img with the decode tiled by auto (above 768² pixels since the twenty-fifth

@@ -204,6 +204,7 @@ impl BenchArgs {
                 gemm_max_tiles: usize::MAX,
                 gemm_min_out: 0,
                 gemm_one_by_one: true,
+                implicit_min_tiles: 0,
                 simt_wide: true,
                 simt_one_by_one_f32: true,
             });

@@ -203,7 +203,15 @@ pub fn report(
             let gemm = latent_engine::kernels::matmul::mma_gemm_on(device, dtype);
             let on_gemm = || {
                 gemm.and_then(|g| {
-                    conv::conv2d_unrolled_gemm(x.clone(), weight, geometry, &epilogue, g, None)
+                    conv::conv2d_unrolled_gemm(
+                        x.clone(),
+                        weight,
+                        geometry,
+                        &epilogue,
+                        g,
+                        None,
+                        false,
+                    )
                 })
             };
             let mut timed = Vec::new();
@@ -253,6 +261,7 @@ pub fn gemm_report(
         return Ok(());
     };
     let mut burn_total = 0.0;
+    let mut implicit_total = 0.0;
     let mut ours_total = vec![0.0; super::linear::knob_sets().len()];
     for &(op, count) in ops {
         let OpShape::Conv {
@@ -284,8 +293,9 @@ pub fn gemm_report(
             op.to_string(),
             rate(burn_ms)
         );
-        let ours =
-            || conv::conv2d_unrolled_gemm(x.clone(), weight, geometry, &epilogue, gemm, None);
+        let ours = || {
+            conv::conv2d_unrolled_gemm(x.clone(), weight, geometry, &epilogue, gemm, None, false)
+        };
         super::linear::knob_sweep(
             device,
             runs,
@@ -299,12 +309,104 @@ pub fn gemm_report(
                 let _ = ours();
             },
         )?;
+        // The GEMM reading the input in place (default knobs).
+        let implicit =
+            || conv::conv2d_unrolled_gemm(x.clone(), weight, geometry, &epilogue, gemm, None, true);
+        match implicit().map(read) {
+            Some(Ok(got)) => {
+                let rel = latent_engine::vae_compile::relative_difference(&got, &want);
+                let ms = device_ms(device, runs, || {
+                    let _ = implicit();
+                })?;
+                implicit_total += ms * count as f64;
+                line += &format!(
+                    " | in place {ms:7.3} ms {:6.1} TFLOP/s rel {rel:.0e}",
+                    rate(ms)
+                );
+            }
+            _ => line += " | in place: does not run",
+        }
         burn_total += burn_ms * count as f64;
         println!("{line}");
     }
     println!(
-        "[{precision:?}]   these convolutions a step (device time, summed by count): burn {burn_total:.2} ms, unrolled + our GEMM {}",
+        "[{precision:?}]   these convolutions a step (device time, summed by count): burn {burn_total:.2} ms, unrolled + our GEMM {}, read in place {implicit_total:.2} ms",
         super::linear::knob_totals(&ours_total)
     );
+    Ok(())
+}
+
+/// The 512² VAE decode (compiled, as the pipeline decodes) under the default convolution rules
+/// and with the GEMM reading its inputs in place, on its layers or on every 3×3 and 1×1 layer,
+/// interleaved over five rounds in one process, with each rule's difference from the default's
+/// output.
+pub fn vae_ab(
+    vae: &latent_engine::vae::AutoencoderKL,
+    device: &Device,
+    precision: Precision,
+    runs: usize,
+) -> Result<()> {
+    use conv::{ConvRules, conv_rules, set_conv_rules};
+    use latent_engine::nn::Kernels;
+    let d = conv_rules();
+    let rules = [
+        (d, "default rules"),
+        (
+            ConvRules {
+                gemm_max_tiles: usize::MAX,
+                ..d
+            },
+            "the GEMM on every 3×3 and 1×1 (input unrolled where it fits)",
+        ),
+        (
+            ConvRules {
+                implicit_min_tiles: 0,
+                gemm_max_tiles: usize::MAX,
+                ..d
+            },
+            "the GEMM on every 3×3 and 1×1, reading the input in place",
+        ),
+    ];
+    let z = Tensor::<4>::random(
+        [1, 4, 64, 64],
+        Distribution::Normal(0.0, 1.0),
+        (device, precision.dtype()),
+    );
+    let read = |t: Tensor<4>| t.cast(DType::F32).into_data().try_to_vec::<f32>();
+    let mut want = Vec::new();
+    let mut times = vec![Vec::new(); rules.len()];
+    for round in 0..5 {
+        for (i, (rule, name)) in rules.iter().enumerate() {
+            set_conv_rules(*rule);
+            if round == 0 {
+                let got = read(vae.decode_with(z.clone(), Kernels::Fused))
+                    .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+                if i == 0 {
+                    want = got;
+                } else {
+                    let rel = latent_engine::vae_compile::relative_difference(&got, &want);
+                    println!(
+                        "[{precision:?}] VAE decode, {name}: rel diff {rel:.1e} from the default's"
+                    );
+                }
+            }
+            times[i].push(time_ms(device, 1, runs.min(5), || {
+                let _ = vae.decode_with(z.clone(), Kernels::Fused);
+            })?);
+        }
+    }
+    set_conv_rules(d);
+    for ((_, name), t) in rules.iter().zip(&times) {
+        let mut sorted = t.clone();
+        sorted.sort_by(f64::total_cmp);
+        println!(
+            "[{precision:?}] VAE decode 512x512, {name}: median of rounds {:.2} ms (rounds {})",
+            sorted[sorted.len() / 2],
+            t.iter()
+                .map(|m| format!("{m:.2}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
     Ok(())
 }

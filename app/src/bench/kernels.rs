@@ -346,6 +346,32 @@ pub fn sd15_conv_shapes() -> Vec<(OpShape, usize)> {
     ]
 }
 
+/// The SD VAE decoder's 3×3 convolution shapes at 512² (one image, with bias), with their
+/// counts: each level's resnets (the upsamplers' as plain convolutions of the upsampled size).
+pub fn vae_conv_shapes() -> Vec<(OpShape, usize)> {
+    let conv = |c_in, c_out, side| OpShape::Conv {
+        b: 1,
+        c_in,
+        c_out,
+        h: side,
+        w: side,
+        k: 3,
+        stride: 1,
+        padding: 1,
+        bias: true,
+    };
+    vec![
+        (conv(512, 512, 64), 10),
+        (conv(512, 512, 128), 7),
+        (conv(512, 512, 256), 1),
+        (conv(512, 256, 256), 1),
+        (conv(256, 256, 256), 5),
+        (conv(256, 256, 512), 1),
+        (conv(256, 128, 512), 1),
+        (conv(128, 128, 512), 5),
+    ]
+}
+
 /// Each attention shape of `ops`: burn's attention alone, ours against it, and every tiling of
 /// ours that fits the device, each timed alone.
 pub fn attention_report(

@@ -139,6 +139,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
                 .collect();
             linear::gemm_report(&shapes, &device, precision, args.runs)?;
             conv::gemm_report(&kernels::sd15_conv_shapes(), &device, precision, args.runs)?;
+            conv::gemm_report(&kernels::vae_conv_shapes(), &device, precision, args.runs)?;
             continue;
         }
         if args.linear_only {
@@ -171,6 +172,9 @@ pub fn run(args: BenchArgs) -> Result<()> {
 
         if args.vae_only {
             vae_bench(&model, &device, precision, args.runs, args.kernel_profile)?;
+            if args.conv_ab {
+                conv::vae_ab(&model.vae, &device, precision, args.runs)?;
+            }
             continue;
         }
         if args.pipeline_only {
@@ -299,6 +303,9 @@ pub fn run(args: BenchArgs) -> Result<()> {
         }
 
         vae_bench(&model, &device, precision, args.runs, None)?;
+        if args.conv_ab {
+            conv::vae_ab(&model.vae, &device, precision, args.runs)?;
+        }
         let z = Tensor::<4>::random(
             [1, 4, 64, 64],
             Distribution::Normal(0.0, 1.0),

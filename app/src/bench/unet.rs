@@ -240,6 +240,29 @@ pub(super) fn conv_ab(
             },
             "GEMM for every 3×3 and 1×1",
         ),
+        (
+            ConvRules {
+                implicit_min_tiles: 0,
+                ..d
+            },
+            "default, the GEMM reading its 3×3 inputs in place",
+        ),
+        (
+            ConvRules {
+                implicit_min_tiles: 0,
+                gemm_max_tiles: usize::MAX,
+                ..d
+            },
+            "GEMM for every 3×3 and 1×1, reading the input in place",
+        ),
+        (
+            ConvRules {
+                implicit_min_tiles: 161,
+                gemm_max_tiles: usize::MAX,
+                ..d
+            },
+            "GEMM for every 3×3 and 1×1, reading in place above 160 tiles",
+        ),
     ];
     let names: Vec<&str> = rules.iter().map(|r| r.1).collect();
     interleaved(precision, "convolution rule", &names, 5, |i| {

@@ -51,7 +51,7 @@ use cmma::{BK_MMA, conv2d_gemm_mma};
 use kernel::{BK, BM, LANES, conv2d_gemm, conv2d_split_sum, tile_block, tile_pixels, tile_rows};
 pub use route::{ConvRules, Mma, Prepared, conv_rules, mma_on, runs_for, set_conv_rules};
 #[cfg(test)]
-use unrolled::unroll;
+pub(in crate::kernels) use unrolled::unroll;
 use unrolled::unroll_into;
 pub use unrolled::{conv2d_unrolled_gemm, one_by_one_from_tokens};
 

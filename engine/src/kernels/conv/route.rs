@@ -36,6 +36,14 @@ pub struct ConvRules {
     pub gemm_min_out: usize,
     /// Our GEMM for 1×1 layers (their input read as it lies).
     pub gemm_one_by_one: bool,
+    /// The GEMM reads the input of a 3×3 layer of at least this many tiles in place
+    /// ([`crate::kernels::matmul::ConvInput`]) instead of unrolling it first, where its
+    /// alignment allows (`usize::MAX`: never). Never by default: on an H100 the replayed step
+    /// took 34.1 ms with every GEMM layer reading in place against 31.0 unrolled, and the
+    /// same (30.9 against 31.0) with only the wide maps in place and all 3×3 layers on the
+    /// GEMM; the VAE decode 37.2 against 35.5 ms (BENCHMARKS.md, twenty-seventh session).
+    pub implicit_min_tiles: usize,
+
     /// In f32 on a card (no cooperative matrices, or f16-only ones), the SIMT kernel's 8 × 8 lane
     /// blocks (128 × 128 tiles) for layers of a multiple of 128 channels instead of 4 × 4
     /// ([`super::kernel::tile_block`]): 4 % off an H100's f32 step. Under WGSL in f16 (H200) the
@@ -55,6 +63,7 @@ impl ConvRules {
         gemm_max_tiles: 160,
         gemm_min_out: 1280,
         gemm_one_by_one: true,
+        implicit_min_tiles: usize::MAX,
         simt_wide: true,
         simt_one_by_one_f32: true,
     };
@@ -64,6 +73,7 @@ impl ConvRules {
         gemm_max_tiles: 0,
         gemm_min_out: usize::MAX,
         gemm_one_by_one: false,
+        implicit_min_tiles: usize::MAX,
         simt_wide: true,
         simt_one_by_one_f32: false,
     };
@@ -271,14 +281,22 @@ impl Prepared {
             return None;
         }
         let prepared = self.settle(&device, x.dtype(), weight);
-        let on_gemm = |mma: Mma| {
-            super::conv2d_unrolled_gemm(x.clone(), weight, geometry, epilogue, gemm_of(mma)?, None)
+        let on_gemm = |mma: Mma, implicit: bool| {
+            super::conv2d_unrolled_gemm(
+                x.clone(),
+                weight,
+                geometry,
+                epilogue,
+                gemm_of(mma)?,
+                None,
+                implicit,
+            )
         };
         match prepared {
             Use::Burn => None,
             Use::BurnOnMma(mma) => {
                 (kh == 1 && conv_rules().gemm_one_by_one).then_some(())?;
-                on_gemm(*mma)
+                on_gemm(*mma, false)
             }
             Use::Packed { weights, f32_card } => {
                 let rules = conv_rules();
@@ -309,7 +327,7 @@ impl Prepared {
                         None,
                     )
                 } else if tiles <= rules.gemm_max_tiles || c_out >= rules.gemm_min_out {
-                    on_gemm(*mma)
+                    on_gemm(*mma, tiles >= rules.implicit_min_tiles)
                 } else {
                     None
                 }

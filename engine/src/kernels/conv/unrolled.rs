@@ -46,8 +46,10 @@ const MAX_UNROLLED: usize = 64 << 20;
 /// batch-major on our cooperative-matrix GEMM ([`crate::kernels::matmul::gemm_into`]), one
 /// product per image with the bias added per output channel, the output already `[b, c_out, oh,
 /// ow]`; a 1×1 layer of stride 1 reads its input as it lies, unrolled by definition. The other
-/// epilogue terms are added with burn ops. `None` where it does not run (f16, shapes the GEMM's
-/// alignment refuses, [`MAX_UNROLLED`]).
+/// epilogue terms are added with burn ops. With `implicit` the GEMM reads the input in place
+/// instead where its alignment allows ([`crate::kernels::matmul::conv_gemm_into`]): nothing is
+/// unrolled. `None` where it does not run (f16, shapes the GEMM's alignment refuses,
+/// [`MAX_UNROLLED`] unrolled).
 pub fn conv2d_unrolled_gemm(
     x: Tensor<4>,
     weight: &Tensor<4>,
@@ -55,6 +57,7 @@ pub fn conv2d_unrolled_gemm(
     epilogue: &Epilogue<'_>,
     gemm: crate::kernels::matmul::MmaGemm,
     tiles: Option<(usize, usize)>,
+    implicit: bool,
 ) -> Option<Tensor<4>> {
     let (device, dtype) = (x.device(), x.dtype());
     if !super::super::available(&device) || dtype != DType::F16 || weight.dtype() != dtype {
@@ -67,14 +70,55 @@ pub fn conv2d_unrolled_gemm(
     }
     let [oh, ow] = geometry.output(h, w)?;
     let (k_total, map) = (c_in * kh * kw, oh * ow);
-    if k_total * b * map > MAX_UNROLLED
-        || epilogue
-            .bias
-            .is_some_and(|t| t.dtype() != dtype || t.dims() != [c_out])
+    if epilogue
+        .bias
+        .is_some_and(|t| t.dtype() != dtype || t.dims() != [c_out])
     {
         return None;
     }
     let direct = kh == 1 && geometry.stride == 1 && geometry.padding == 0 && !geometry.upsample;
+    let input = crate::kernels::matmul::ConvInput {
+        channels: c_in,
+        h,
+        w,
+        k: kh,
+        stride: geometry.stride,
+        padding: geometry.padding,
+        upsample: geometry.upsample,
+    };
+    if implicit && !direct && input.fits(8) {
+        let xc = resolve(x)?;
+        let wc = resolve(weight.clone())?;
+        let bias = match epilogue.bias {
+            Some(t) => Some(resolve(t.clone())?),
+            None => None,
+        };
+        let (out, oc) = output([b, c_out, oh, ow], dtype, &device)?;
+        crate::kernels::matmul::conv_gemm_into(
+            gemm,
+            &device,
+            &wc,
+            &xc,
+            bias.as_ref(),
+            &oc,
+            c_out,
+            b,
+            input,
+            tiles,
+        )?;
+        return Some(
+            Epilogue {
+                bias: None,
+                ..*epilogue
+            }
+            .apply(out),
+        );
+    }
+    // (A 1×1 layer unrolls nothing; without `implicit` the VAE's full-size ones stay with burn's,
+    // as measured.)
+    if k_total * b * map > MAX_UNROLLED && !(implicit && direct) {
+        return None;
+    }
     let xc = resolve(x)?;
     let col = if direct {
         None

@@ -8,6 +8,7 @@ use burn::tensor::{DType, Tensor};
 use super::super::attention::{Fragment, device_fragment};
 use super::super::{output, resolve, vector_arg};
 use super::WeightLayout;
+use super::implicit::{ConvGeometryLaunch, ConvInput, ConvTaps};
 use super::kernel::{LANES as SUM_LANES, matmul_split_sum};
 use super::knobs::{GEMM_STEPS, TARGET_CUBES, gemm_knobs, reduction_step, split_slices};
 use super::mma::{MAX_LANES, VEC, gemm_mma};
@@ -128,6 +129,74 @@ pub fn gemm_into(
     b: &CubeTensor,
     bias: Option<&CubeTensor>,
     out: &CubeTensor,
+    mnk: [usize; 3],
+    batch: usize,
+    strides: [usize; 3],
+    b_nk: bool,
+    bias_per_row: bool,
+    tiles: Option<(usize, usize)>,
+    epilogue: GemmEpilogue<'_>,
+) -> Option<()> {
+    launch_gemm(
+        gemm,
+        device,
+        [a, b, out],
+        bias,
+        mnk,
+        batch,
+        strides,
+        b_nk,
+        bias_per_row,
+        tiles,
+        epilogue,
+        None,
+    )
+}
+
+/// A convolution as the GEMM over its input read in place ([`super::implicit`]): `weights`
+/// `[c_out, c·k·k]` as stored times each of `batch` images of `x` (`[batch, c, h, w]`), plus a
+/// per-channel `bias`, into `out` `[batch, c_out, oh, ow]`. `None` where the kernel's alignment
+/// refuses the shapes ([`ConvInput::fits`]) or the grid is too large.
+#[allow(clippy::too_many_arguments)]
+pub fn conv_gemm_into(
+    gemm: MmaGemm,
+    device: &burn::tensor::Device,
+    weights: &CubeTensor,
+    x: &CubeTensor,
+    bias: Option<&CubeTensor>,
+    out: &CubeTensor,
+    c_out: usize,
+    batch: usize,
+    input: ConvInput,
+    tiles: Option<(usize, usize)>,
+) -> Option<()> {
+    if !input.fits(VEC) {
+        return None;
+    }
+    let [oh, ow] = input.output()?;
+    let (map, k_total) = (oh * ow, input.channels * input.k * input.k);
+    launch_gemm(
+        gemm,
+        device,
+        [weights, x, out],
+        bias,
+        [c_out, map, k_total],
+        batch,
+        [0, input.len(), c_out * map],
+        false,
+        true,
+        tiles,
+        GemmEpilogue::Plain,
+        Some(input),
+    )
+}
+
+#[allow(clippy::too_many_arguments)]
+fn launch_gemm(
+    gemm: MmaGemm,
+    device: &burn::tensor::Device,
+    [a, b, out]: [&CubeTensor; 3],
+    bias: Option<&CubeTensor>,
     [m, n, k]: [usize; 3],
     batch: usize,
     [a_batch, b_batch, c_batch]: [usize; 3],
@@ -135,6 +204,7 @@ pub fn gemm_into(
     bias_per_row: bool,
     tiles: Option<(usize, usize)>,
     epilogue: GemmEpilogue<'_>,
+    conv: Option<ConvInput>,
 ) -> Option<()> {
     let aligned = |v: usize| v.is_multiple_of(VEC);
     let geglu = matches!(epilogue, GemmEpilogue::Geglu);
@@ -155,8 +225,10 @@ pub fn gemm_into(
             .is_some_and(|end| end <= t.meta.num_elements())
     };
     let bias_len = if bias_per_row { m } else { n };
+    // An implicit convolution's `b` is the input it reads in place.
+    let b_len = conv.map_or(n * k, |c| c.len());
     if !(holds(a, a_batch, m * k)
-        && holds(b, b_batch, n * k)
+        && holds(b, b_batch, b_len)
         && holds(out, c_batch, m * out_cols)
         && bias.is_none_or(|t| t.meta.num_elements() >= bias_len)
         && match epilogue {
@@ -216,6 +288,10 @@ pub fn gemm_into(
         GemmEpilogue::Residual(r) => r,
         _ => &placeholder,
     };
+    let (geometry, taps) = match conv {
+        Some(c) => c.launch()?,
+        None => (ConvGeometryLaunch::new(0, 0, 0, 0, 0), ConvTaps::default()),
+    };
     let (_partial, partial) = if split {
         output([slices * batch * m * n], DType::F32, device)?
     } else {
@@ -242,6 +318,7 @@ pub fn gemm_into(
                 c_batch,
                 batch,
                 per_slice,
+                geometry,
                 tm,
                 tn,
                 f.m,
@@ -259,6 +336,7 @@ pub fn gemm_into(
                 matches!(epilogue, GemmEpilogue::Residual(_)) && !split,
                 geglu && !split,
                 split,
+                taps,
             )
         };
     }

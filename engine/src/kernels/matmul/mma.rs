@@ -29,6 +29,9 @@
 //! and writes its f32 sums as they are; `super::kernel::matmul_split_sum` then adds the slices, the bias,
 //! a GEGLU's gate and the residual (small grids: `super::split_slices`).
 //!
+//! With `conv` (its taps' side non-zero), `b` is a convolution's input read in place as its
+//! unrolled `[k, n]` operand ([`super::implicit`]); each lane splits its output column once.
+//!
 //! Requires `k`, `n` and the output's batch stride multiples of 8 and 16-byte aligned buffers
 //! (the launcher checks); any `m`.
 //!
@@ -40,6 +43,8 @@
 
 use burn::cubecl;
 use burn::cubecl::prelude::*;
+
+use super::implicit::{ConvGeometry, ConvTaps, conv_b_vector};
 
 /// Most lanes a cube may have (8 planes of 32).
 pub(super) const MAX_LANES: usize = 256;
@@ -63,6 +68,7 @@ pub(super) fn gemm_mma<F: Float, N: Size>(
     c_batch: usize,
     batch: usize,
     per_slice: usize,
+    geometry: ConvGeometry,
     #[comptime] tm: usize,
     #[comptime] tn: usize,
     #[comptime] fm: usize,
@@ -80,6 +86,7 @@ pub(super) fn gemm_mma<F: Float, N: Size>(
     #[comptime] add_residual: bool,
     #[comptime] geglu: bool,
     #[comptime] split: bool,
+    #[comptime] conv: ConvTaps,
 ) {
     let lanes = comptime!(pm * pn * plane);
     let bm = comptime!(pm * tm * fm);
@@ -144,6 +151,15 @@ pub(super) fn gemm_mma<F: Float, N: Size>(
         ));
     }
 
+    // An implicit convolution's output row and first column of the vectors this lane stages
+    // (the same at every step: `lanes` is a multiple of the `bn / VEC` vectors of a row).
+    let mut conv_oy = 0usize;
+    let mut conv_ox = 0usize;
+    if comptime!(conv.k > 0) {
+        let col = n0 + (lane % comptime!(bn / VEC)) * VEC;
+        conv_oy = col / geometry.ow;
+        conv_ox = col % geometry.ow;
+    }
     let a_per = comptime!(bm * bk / VEC / lanes);
     let b_per = comptime!(bn * bk / VEC / lanes);
     let mut a_reg = Array::<Vector<F, N>>::new(a_per);
@@ -153,15 +169,15 @@ pub(super) fn gemm_mma<F: Float, N: Size>(
     // cubes on the SM hide the wait.
     if prefetch {
         load_step::<F, N>(
-            a, b, &mut a_reg, &mut b_reg, s0, lane, m0, n0, m, cols, k, a_base, b_base, bm, bn, bk,
-            fn_, lanes, b_nk, geglu,
+            a, b, &mut a_reg, &mut b_reg, s0, lane, m0, n0, m, cols, k, a_base, b_base, &geometry,
+            conv_oy, conv_ox, bm, bn, bk, fn_, lanes, b_nk, geglu, conv,
         );
     }
     for s in s0..s1 {
         if !prefetch {
             load_step::<F, N>(
-                a, b, &mut a_reg, &mut b_reg, s, lane, m0, n0, m, cols, k, a_base, b_base, bm, bn,
-                bk, fn_, lanes, b_nk, geglu,
+                a, b, &mut a_reg, &mut b_reg, s, lane, m0, n0, m, cols, k, a_base, b_base,
+                &geometry, conv_oy, conv_ox, bm, bn, bk, fn_, lanes, b_nk, geglu, conv,
             );
         }
         let mut a_off = 0;
@@ -201,6 +217,9 @@ pub(super) fn gemm_mma<F: Float, N: Size>(
                 k,
                 a_base,
                 b_base,
+                &geometry,
+                conv_oy,
+                conv_ox,
                 bm,
                 bn,
                 bk,
@@ -208,6 +227,7 @@ pub(super) fn gemm_mma<F: Float, N: Size>(
                 lanes,
                 b_nk,
                 geglu,
+                conv,
             );
         }
         #[unroll]
@@ -424,6 +444,9 @@ fn load_step<F: Float, N: Size>(
     k: usize,
     a_base: usize,
     b_base: usize,
+    geometry: &ConvGeometry,
+    conv_oy: usize,
+    conv_ox: usize,
     #[comptime] bm: usize,
     #[comptime] bn: usize,
     #[comptime] bk: usize,
@@ -431,6 +454,7 @@ fn load_step<F: Float, N: Size>(
     #[comptime] lanes: usize,
     #[comptime] b_nk: bool,
     #[comptime] geglu: bool,
+    #[comptime] conv: ConvTaps,
 ) {
     let k0 = s * bk;
     let per_k = comptime!(bk / VEC);
@@ -464,7 +488,21 @@ fn load_step<F: Float, N: Size>(
             let kk = k0 + v / per_row;
             let col = n0 + (v % per_row) * VEC;
             if col < cols && kk < k {
-                x = b[(b_base + kk * cols + col) / VEC];
+                if comptime!(conv.k > 0) {
+                    x = conv_b_vector::<F, N>(
+                        b,
+                        b_base,
+                        kk,
+                        conv_oy,
+                        conv_ox,
+                        geometry,
+                        conv.k,
+                        conv.upsample,
+                        VEC,
+                    );
+                } else {
+                    x = b[(b_base + kk * cols + col) / VEC];
+                }
             }
         }
         b_reg[i] = x;

@@ -19,6 +19,7 @@
 //! per shape through LLVM (290 of a cold lavapipe parity test's 360 s); on cards by rule.
 //! `LATENT_STUDIO_MATMUL=burn` turns it off everywhere.
 
+mod implicit;
 mod kernel;
 mod mma;
 mod route;
@@ -28,8 +29,10 @@ mod tests;
 pub use route::{Place, ProductRules, product_rules, set_product_rules, wide_fits};
 
 pub use gemm::{
-    GemmEpilogue, LinearEpilogue, MMA_TILES, MmaGemm, gemm_into, linear_mma, mma_gemm_on,
+    GemmEpilogue, LinearEpilogue, MMA_TILES, MmaGemm, conv_gemm_into, gemm_into, linear_mma,
+    mma_gemm_on,
 };
+pub use implicit::ConvInput;
 pub use knobs::{
     GEMM_PLANES, GEMM_STEPS, GemmKnobs, gemm_knobs, mma_linears, reduction_step, set_gemm_knobs,
     set_mma_linears, split_slices,
