@@ -44,7 +44,8 @@
 use burn::cubecl;
 use burn::cubecl::prelude::*;
 
-use super::implicit::{ConvGeometry, ConvTaps, conv_b_vector};
+use super::implicit::{ConvGeometry, ConvTaps};
+use super::staging::{load_step, weight_row};
 
 /// Most lanes a cube may have (8 planes of 32).
 pub(super) const MAX_LANES: usize = 256;
@@ -413,98 +414,5 @@ pub(super) fn gemm_mma<F: Float, N: Size>(
                 sync_plane();
             }
         }
-    }
-}
-
-/// The weight row (and bias entry) behind column `c` of a GEGLU product: the columns alternate
-/// `f`-wide blocks of values (rows `0..half`) and of their gates (rows `half..`), so that each
-/// plane holds a value fragment beside its gate's.
-#[cube]
-fn weight_row(c: usize, half: usize, #[comptime] f: usize) -> usize {
-    let block = c / f;
-    (block % 2) * half + (block / 2) * f + c % f
-}
-
-/// Step `s`'s vectors of this lane into registers (zeros past the edges): `a`'s rows `v / p`,
-/// vector `v % p` of the step (`p = bk / 8`), and `b`'s likewise (`[n, k]`) or row `v / (bn /
-/// 8)` of the step, vector `v % (bn / 8)` (`[k, n]`), for `v = lane + 256·i`.
-#[cube]
-#[allow(clippy::too_many_arguments)]
-fn load_step<F: Float, N: Size>(
-    a: &[Vector<F, N>],
-    b: &[Vector<F, N>],
-    a_reg: &mut Array<Vector<F, N>>,
-    b_reg: &mut Array<Vector<F, N>>,
-    s: usize,
-    lane: usize,
-    m0: usize,
-    n0: usize,
-    m: usize,
-    cols: usize,
-    k: usize,
-    a_base: usize,
-    b_base: usize,
-    geometry: &ConvGeometry,
-    conv_oy: usize,
-    conv_ox: usize,
-    #[comptime] bm: usize,
-    #[comptime] bn: usize,
-    #[comptime] bk: usize,
-    #[comptime] fn_: usize,
-    #[comptime] lanes: usize,
-    #[comptime] b_nk: bool,
-    #[comptime] geglu: bool,
-    #[comptime] conv: ConvTaps,
-) {
-    let k0 = s * bk;
-    let per_k = comptime!(bk / VEC);
-    #[unroll]
-    for i in 0..comptime!(bm * bk / VEC / lanes) {
-        let v = lane + i * lanes;
-        let row = m0 + v / per_k;
-        let kk = k0 + (v % per_k) * VEC;
-        let mut x = Vector::<F, N>::new(F::new(0.0));
-        if row < m && kk < k {
-            x = a[(a_base + row * k + kk) / VEC];
-        }
-        a_reg[i] = x;
-    }
-    #[unroll]
-    for i in 0..comptime!(bn * bk / VEC / lanes) {
-        let v = lane + i * lanes;
-        let mut x = Vector::<F, N>::new(F::new(0.0));
-        if b_nk {
-            let col = n0 + v / per_k;
-            let kk = k0 + (v % per_k) * VEC;
-            if col < cols && kk < k {
-                let mut row = col;
-                if geglu {
-                    row = weight_row(col, cols / 2, fn_);
-                }
-                x = b[(b_base + row * k + kk) / VEC];
-            }
-        } else {
-            let per_row = comptime!(bn / VEC);
-            let kk = k0 + v / per_row;
-            let col = n0 + (v % per_row) * VEC;
-            if col < cols && kk < k {
-                if comptime!(conv.k > 0) {
-                    x = conv_b_vector::<F, N>(
-                        b,
-                        b_base,
-                        kk,
-                        conv_oy,
-                        conv_ox,
-                        geometry,
-                        conv.k,
-                        conv.upsample,
-                        VEC,
-                    );
-                } else {
-                    x = b[(b_base + kk * cols + col) / VEC];
-                }
-            }
-        }
-        b_reg[i] = x;
     }
 }

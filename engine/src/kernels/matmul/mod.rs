@@ -23,6 +23,7 @@ mod implicit;
 mod kernel;
 mod mma;
 mod route;
+mod staging;
 #[cfg(test)]
 mod tests;
 

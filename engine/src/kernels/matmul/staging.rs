@@ -1,0 +1,151 @@
+//! What the cooperative-matrix GEMM ([`super::mma`]) reads from global memory at each reduction
+//! step: one 16-byte vector of `a` or `b` a call, zeros past the edges, `b` as a matrix (either
+//! layout, a GEGLU's columns interleaved) or a convolution's input read in place
+//! ([`super::implicit`]).
+
+use burn::cubecl;
+use burn::cubecl::prelude::*;
+
+use super::implicit::{ConvGeometry, ConvTaps, conv_b_vector};
+use super::mma::VEC;
+
+/// The weight row (and bias entry) behind column `c` of a GEGLU product: the columns alternate
+/// `f`-wide blocks of values (rows `0..half`) and of their gates (rows `half..`), so that each
+/// plane holds a value fragment beside its gate's.
+#[cube]
+pub(super) fn weight_row(c: usize, half: usize, #[comptime] f: usize) -> usize {
+    let block = c / f;
+    (block % 2) * half + (block / 2) * f + c % f
+}
+
+/// Vector `i` of this lane's share of step `s` of `a`: row `v / p`, vector `v % p` of the step
+/// (`p = bk / 8`, `v = lane + lanes·i`).
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn load_a<F: Float, N: Size>(
+    a: &[Vector<F, N>],
+    s: usize,
+    lane: usize,
+    m0: usize,
+    m: usize,
+    k: usize,
+    a_base: usize,
+    #[comptime] i: usize,
+    #[comptime] bk: usize,
+    #[comptime] lanes: usize,
+) -> Vector<F, N> {
+    let per_k = comptime!(bk / VEC);
+    let v = lane + i * lanes;
+    let row = m0 + v / per_k;
+    let kk = s * bk + (v % per_k) * VEC;
+    let mut x = Vector::<F, N>::new(F::new(0.0));
+    if row < m && kk < k {
+        x = a[(a_base + row * k + kk) / VEC];
+    }
+    x
+}
+
+/// Vector `i` of this lane's share of step `s` of `b`: as `[n, k]`, column `v / p`, vector
+/// `v % p` of the step; as `[k, n]`, row `v / (bn / 8)` of the step, vector `v % (bn / 8)`.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn load_b<F: Float, N: Size>(
+    b: &[Vector<F, N>],
+    s: usize,
+    lane: usize,
+    n0: usize,
+    cols: usize,
+    k: usize,
+    b_base: usize,
+    geometry: &ConvGeometry,
+    conv_oy: usize,
+    conv_ox: usize,
+    #[comptime] i: usize,
+    #[comptime] bn: usize,
+    #[comptime] bk: usize,
+    #[comptime] fn_: usize,
+    #[comptime] lanes: usize,
+    #[comptime] b_nk: bool,
+    #[comptime] geglu: bool,
+    #[comptime] conv: ConvTaps,
+) -> Vector<F, N> {
+    let k0 = s * bk;
+    let per_k = comptime!(bk / VEC);
+    let v = lane + i * lanes;
+    let mut x = Vector::<F, N>::new(F::new(0.0));
+    if b_nk {
+        let col = n0 + v / per_k;
+        let kk = k0 + (v % per_k) * VEC;
+        if col < cols && kk < k {
+            let mut row = col;
+            if geglu {
+                row = weight_row(col, cols / 2, fn_);
+            }
+            x = b[(b_base + row * k + kk) / VEC];
+        }
+    } else {
+        let per_row = comptime!(bn / VEC);
+        let kk = k0 + v / per_row;
+        let col = n0 + (v % per_row) * VEC;
+        if col < cols && kk < k {
+            if comptime!(conv.k > 0) {
+                x = conv_b_vector::<F, N>(
+                    b,
+                    b_base,
+                    kk,
+                    conv_oy,
+                    conv_ox,
+                    geometry,
+                    conv.k,
+                    conv.upsample,
+                    VEC,
+                );
+            } else {
+                x = b[(b_base + kk * cols + col) / VEC];
+            }
+        }
+    }
+    x
+}
+
+/// Step `s`'s vectors of this lane into registers ([`load_a`], [`load_b`]).
+#[cube]
+#[allow(clippy::too_many_arguments)]
+pub(super) fn load_step<F: Float, N: Size>(
+    a: &[Vector<F, N>],
+    b: &[Vector<F, N>],
+    a_reg: &mut Array<Vector<F, N>>,
+    b_reg: &mut Array<Vector<F, N>>,
+    s: usize,
+    lane: usize,
+    m0: usize,
+    n0: usize,
+    m: usize,
+    cols: usize,
+    k: usize,
+    a_base: usize,
+    b_base: usize,
+    geometry: &ConvGeometry,
+    conv_oy: usize,
+    conv_ox: usize,
+    #[comptime] bm: usize,
+    #[comptime] bn: usize,
+    #[comptime] bk: usize,
+    #[comptime] fn_: usize,
+    #[comptime] lanes: usize,
+    #[comptime] b_nk: bool,
+    #[comptime] geglu: bool,
+    #[comptime] conv: ConvTaps,
+) {
+    #[unroll]
+    for i in 0..comptime!(bm * bk / VEC / lanes) {
+        a_reg[i] = load_a::<F, N>(a, s, lane, m0, m, k, a_base, i, bk, lanes);
+    }
+    #[unroll]
+    for i in 0..comptime!(bn * bk / VEC / lanes) {
+        b_reg[i] = load_b::<F, N>(
+            b, s, lane, n0, cols, k, b_base, geometry, conv_oy, conv_ox, i, bn, bk, fn_, lanes,
+            b_nk, geglu, conv,
+        );
+    }
+}
