@@ -29,18 +29,17 @@ mod tests;
 
 pub use route::{Place, ProductRules, product_rules, set_product_rules, wide_fits};
 
-pub use gemm::{
-    GemmEpilogue, LinearEpilogue, MMA_TILES, MmaGemm, conv_gemm_into, gemm_into, linear_mma,
-    mma_gemm_on,
-};
+pub use gemm::{GemmEpilogue, MMA_TILES, MmaGemm, conv_gemm_into, gemm_into, mma_gemm_on};
 pub use implicit::ConvInput;
 pub use knobs::{
     GEMM_PLANES, GEMM_STEPS, GemmKnobs, gemm_knobs, mma_linears, reduction_step, set_gemm_knobs,
     set_mma_linears, split_slices,
 };
+pub use linear_mma::{LinearEpilogue, linear_mma};
 
 mod gemm;
 mod knobs;
+mod linear_mma;
 
 use burn::cubecl::prelude::*;
 use burn::tensor::{DType, Tensor};
