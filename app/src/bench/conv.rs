@@ -396,17 +396,7 @@ pub fn vae_ab(
         }
     }
     set_conv_rules(d);
-    for ((_, name), t) in rules.iter().zip(&times) {
-        let mut sorted = t.clone();
-        sorted.sort_by(f64::total_cmp);
-        println!(
-            "[{precision:?}] VAE decode 512x512, {name}: median of rounds {:.2} ms (rounds {})",
-            sorted[sorted.len() / 2],
-            t.iter()
-                .map(|m| format!("{m:.2}"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
-    }
+    let names: Vec<&str> = rules.iter().map(|r| r.1).collect();
+    super::unet::print_rounds(precision, "VAE decode 512x512,", &names, &times);
     Ok(())
 }

@@ -175,19 +175,24 @@ fn interleaved(
             t.push(time(i)?);
         }
     }
-    for (name, t) in names.iter().zip(&times) {
+    print_rounds(precision, &format!("UNet step, {what}:"), names, &times);
+    Ok(())
+}
+
+/// Each rule's median of its rounds and the rounds themselves, one line each after `what`.
+pub(super) fn print_rounds(precision: Precision, what: &str, names: &[&str], times: &[Vec<f64>]) {
+    for (name, t) in names.iter().zip(times) {
         let mut sorted = t.clone();
         sorted.sort_by(f64::total_cmp);
         println!(
-            "[{precision:?}] UNet step, {what}: {name}: median of rounds {:.2} ms (rounds {})",
-            sorted[sorted.len() / 2],
+            "[{precision:?}] {what} {name}: median of rounds {:.2} ms (rounds {})",
+            sorted.get(sorted.len() / 2).copied().unwrap_or(f64::NAN),
             t.iter()
                 .map(|m| format!("{m:.2}"))
                 .collect::<Vec<_>>()
                 .join(", ")
         );
     }
-    Ok(())
 }
 
 /// The same step, same process (kernels already tuned), under other convolution rules

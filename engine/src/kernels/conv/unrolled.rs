@@ -86,14 +86,20 @@ pub fn conv2d_unrolled_gemm(
         padding: geometry.padding,
         upsample: geometry.upsample,
     };
-    if implicit && !direct && input.fits(8) {
-        let xc = resolve(x)?;
-        let wc = resolve(weight.clone())?;
-        let bias = match epilogue.bias {
-            Some(t) => Some(resolve(t.clone())?),
-            None => None,
-        };
-        let (out, oc) = output([b, c_out, oh, ow], dtype, &device)?;
+    let in_place = implicit && !direct && input.fits(8);
+    // (A 1×1 layer unrolls nothing; without `implicit` the VAE's full-size ones stay with burn's,
+    // as measured.)
+    if !in_place && k_total * b * map > MAX_UNROLLED && !(implicit && direct) {
+        return None;
+    }
+    let xc = resolve(x)?;
+    let wc = resolve(weight.clone())?;
+    let bias = match epilogue.bias {
+        Some(t) => Some(resolve(t.clone())?),
+        None => None,
+    };
+    let (out, oc) = output([b, c_out, oh, ow], dtype, &device)?;
+    if in_place {
         crate::kernels::matmul::conv_gemm_into(
             gemm,
             &device,
@@ -106,49 +112,31 @@ pub fn conv2d_unrolled_gemm(
             input,
             tiles,
         )?;
-        return Some(
-            Epilogue {
-                bias: None,
-                ..*epilogue
-            }
-            .apply(out),
-        );
-    }
-    // (A 1×1 layer unrolls nothing; without `implicit` the VAE's full-size ones stay with burn's,
-    // as measured.)
-    if k_total * b * map > MAX_UNROLLED && !(implicit && direct) {
-        return None;
-    }
-    let xc = resolve(x)?;
-    let col = if direct {
-        None
     } else {
-        let (t, c) = output([b, k_total, map], dtype, &device)?;
-        launch_im2col(&xc, &c, element_f16(), dims, geometry, true)?;
-        Some((t, c))
-    };
-    let input = col.as_ref().map_or(&xc, |(_, c)| c);
-    let wc = resolve(weight.clone())?;
-    let bias = match epilogue.bias {
-        Some(t) => Some(resolve(t.clone())?),
-        None => None,
-    };
-    let (out, oc) = output([b, c_out, oh, ow], dtype, &device)?;
-    crate::kernels::matmul::gemm_into(
-        gemm,
-        &device,
-        &wc,
-        input,
-        bias.as_ref(),
-        &oc,
-        [c_out, map, k_total],
-        b,
-        [0, k_total * map, c_out * map],
-        false,
-        true,
-        tiles,
-        crate::kernels::matmul::GemmEpilogue::Plain,
-    )?;
+        let col = if direct {
+            None
+        } else {
+            let (t, c) = output([b, k_total, map], dtype, &device)?;
+            launch_im2col(&xc, &c, element_f16(), dims, geometry, true)?;
+            Some((t, c))
+        };
+        let operand = col.as_ref().map_or(&xc, |(_, c)| c);
+        crate::kernels::matmul::gemm_into(
+            gemm,
+            &device,
+            &wc,
+            operand,
+            bias.as_ref(),
+            &oc,
+            [c_out, map, k_total],
+            b,
+            [0, k_total * map, c_out * map],
+            false,
+            true,
+            tiles,
+            crate::kernels::matmul::GemmEpilogue::Plain,
+        )?;
+    }
     Some(
         Epilogue {
             bias: None,
