@@ -182,7 +182,7 @@ pub fn conv_gemm_into(
         bias,
         [c_out, map, k_total],
         batch,
-        [0, input.len(), c_out * map],
+        [0, input.image_len(), c_out * map],
         false,
         true,
         tiles,
@@ -226,7 +226,7 @@ fn launch_gemm(
     };
     let bias_len = if bias_per_row { m } else { n };
     // An implicit convolution's `b` is the input it reads in place.
-    let b_len = conv.map_or(n * k, |c| c.len());
+    let b_len = conv.map_or(n * k, |c| c.image_len());
     if !(holds(a, a_batch, m * k)
         && holds(b, b_batch, b_len)
         && holds(out, c_batch, m * out_cols)

@@ -60,7 +60,7 @@ impl ConvInput {
     }
 
     /// Elements of one image.
-    pub fn len(&self) -> usize {
+    pub fn image_len(&self) -> usize {
         self.channels * self.h * self.w
     }
 }
@@ -305,7 +305,7 @@ mod tests {
                             vector_arg(&oc, vec),
                             k_total,
                             map,
-                            input.len(),
+                            input.image_len(),
                             geometry,
                             taps.k,
                             taps.upsample,
