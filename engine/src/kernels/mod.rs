@@ -318,6 +318,34 @@ pub(crate) fn vector_arg(t: &CubeTensor, width: usize) -> cubecl::prelude::Buffe
     unsafe { cubecl::prelude::BufferArg::from_raw_parts(t.handle.clone(), len) }
 }
 
+/// A square-kernel convolution's geometry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Geometry {
+    /// Kernel side.
+    pub k: usize,
+    pub stride: usize,
+    /// Zero padding on every side.
+    pub padding: usize,
+    /// Whether the input is first upsampled ×2 by nearest neighbour (read in place, never
+    /// materialised: the UNet's and VAE's upsamplers).
+    pub upsample: bool,
+}
+
+impl Geometry {
+    /// The output's `[h, w]` for an input map of `[h, w]`, `None` where the kernel does not fit.
+    pub fn output(&self, h: usize, w: usize) -> Option<[usize; 2]> {
+        let up = if self.upsample { 2 } else { 1 };
+        let (h, w) = (h * up + 2 * self.padding, w * up + 2 * self.padding);
+        if self.k == 0 || self.stride == 0 || h < self.k || w < self.k {
+            return None;
+        }
+        Some([
+            (h - self.k) / self.stride + 1,
+            (w - self.k) / self.stride + 1,
+        ])
+    }
+}
+
 /// A 2-D grid of `count` cubes (a dimension holds at most 65 535): `(x, y)` with `x * y >= count`.
 pub(crate) fn grid(count: usize) -> Option<(u32, u32)> {
     let x = count.clamp(1, 65_535);

@@ -46,6 +46,7 @@ mod unrolled;
 use burn::cubecl::prelude::*;
 use burn::tensor::{DType, Tensor};
 
+pub use super::Geometry;
 use super::{Element, buffer_arg, grid, output, resolve};
 use cmma::{BK_MMA, conv2d_gemm_mma};
 use kernel::{BK, BM, LANES, conv2d_gemm, conv2d_split_sum, tile_block, tile_pixels, tile_rows};
@@ -75,34 +76,6 @@ pub fn splits(tiles: usize, steps: usize) -> usize {
     let n = wanted.min(most);
     // Equal slices, none empty.
     steps.div_ceil(steps.div_ceil(n).max(1)).max(1)
-}
-
-/// A square-kernel convolution's geometry.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Geometry {
-    /// Kernel side.
-    pub k: usize,
-    pub stride: usize,
-    /// Zero padding on every side.
-    pub padding: usize,
-    /// Whether the input is first upsampled ×2 by nearest neighbour (read in place, never
-    /// materialised: the UNet's and VAE's upsamplers).
-    pub upsample: bool,
-}
-
-impl Geometry {
-    /// The output's `[h, w]` for an input map of `[h, w]`, `None` where the kernel does not fit.
-    pub fn output(&self, h: usize, w: usize) -> Option<[usize; 2]> {
-        let up = if self.upsample { 2 } else { 1 };
-        let (h, w) = (h * up + 2 * self.padding, w * up + 2 * self.padding);
-        if self.k == 0 || self.stride == 0 || h < self.k || w < self.k {
-            return None;
-        }
-        Some([
-            (h - self.k) / self.stride + 1,
-            (w - self.k) / self.stride + 1,
-        ])
-    }
 }
 
 /// What a convolution adds to its result before the cast (all in the output's dtype).

@@ -43,7 +43,6 @@ pub struct ConvRules {
     /// same (30.9 against 31.0) with only the wide maps in place and all 3×3 layers on the
     /// GEMM; the VAE decode 37.2 against 35.5 ms (BENCHMARKS.md, twenty-seventh session).
     pub implicit_min_tiles: usize,
-
     /// In f32 on a card (no cooperative matrices, or f16-only ones), the SIMT kernel's 8 × 8 lane
     /// blocks (128 × 128 tiles) for layers of a multiple of 128 channels instead of 4 × 4
     /// ([`super::kernel::tile_block`]): 4 % off an H100's f32 step. Under WGSL in f16 (H200) the

@@ -81,10 +81,7 @@ pub fn conv2d_unrolled_gemm(
         channels: c_in,
         h,
         w,
-        k: kh,
-        stride: geometry.stride,
-        padding: geometry.padding,
-        upsample: geometry.upsample,
+        geometry,
     };
     let in_place = implicit && !direct && input.fits(8);
     // (A 1×1 layer unrolls nothing; without `implicit` the VAE's full-size ones stay with burn's,

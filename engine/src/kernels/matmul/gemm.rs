@@ -174,7 +174,8 @@ pub fn conv_gemm_into(
         return None;
     }
     let [oh, ow] = input.output()?;
-    let (map, k_total) = (oh * ow, input.channels * input.k * input.k);
+    let k = input.geometry.k;
+    let (map, k_total) = (oh * ow, input.channels * k * k);
     launch_gemm(
         gemm,
         device,
@@ -376,8 +377,9 @@ pub(super) struct Finish {
     pub geglu: bool,
 }
 
-/// Launches [`matmul_split_sum`] (the SIMT product's, per-row biases included): `out` `[batch, m, n]` (`[batch, m, n / 2]` for a GEGLU) from
-/// the f16 `partial` sums `[slices, batch, m, n]` (f32), `bias` and `residual` as `finish` says.
+/// Launches [`matmul_split_sum`] (the SIMT product's, per-row biases included): `out`
+/// `[batch, m, n]` (`[batch, m, n / 2]` for a GEGLU, f16) from the f32 `partial` sums
+/// `[slices, batch, m, n]`, `bias` and `residual` as `finish` says.
 pub(super) fn finish_split(
     partial: &CubeTensor,
     bias: &CubeTensor,

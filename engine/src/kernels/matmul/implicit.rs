@@ -15,6 +15,8 @@
 use burn::cubecl;
 use burn::cubecl::prelude::*;
 
+use super::super::Geometry;
+
 /// The input's geometry as [`conv_b_vector`] reads it (host side).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConvInput {
@@ -22,29 +24,13 @@ pub struct ConvInput {
     pub channels: usize,
     pub h: usize,
     pub w: usize,
-    /// Kernel side, stride, zero padding on every side.
-    pub k: usize,
-    pub stride: usize,
-    pub padding: usize,
-    /// Whether the input is upsampled ×2 (nearest) before the convolution.
-    pub upsample: bool,
+    pub geometry: Geometry,
 }
 
 impl ConvInput {
     /// The output map `[oh, ow]`, `None` where the kernel does not fit.
     pub fn output(&self) -> Option<[usize; 2]> {
-        let up = if self.upsample { 2 } else { 1 };
-        let (h, w) = (
-            self.h * up + 2 * self.padding,
-            self.w * up + 2 * self.padding,
-        );
-        if self.k == 0 || self.stride == 0 || h < self.k || w < self.k {
-            return None;
-        }
-        Some([
-            (h - self.k) / self.stride + 1,
-            (w - self.k) / self.stride + 1,
-        ])
+        self.geometry.output(self.h, self.w)
     }
 
     /// Whether [`conv_b_vector`] reads it with vectors of `vec`: rows and output rows whole
@@ -54,8 +40,8 @@ impl ConvInput {
             oh > 0
                 && ow.is_multiple_of(vec)
                 && self.w.is_multiple_of(vec)
-                && (1..=2).contains(&self.stride)
-                && (self.channels * self.k * self.k).is_multiple_of(vec)
+                && (1..=2).contains(&self.geometry.stride)
+                && (self.channels * self.geometry.k * self.geometry.k).is_multiple_of(vec)
         })
     }
 
@@ -86,11 +72,12 @@ impl ConvInput {
     /// The kernel's run-time arguments and its compilation's.
     pub(super) fn launch(&self) -> Option<(ConvGeometryLaunch, ConvTaps)> {
         let [_, ow] = self.output()?;
+        let g = self.geometry;
         Some((
-            ConvGeometryLaunch::new(self.h, self.w, ow, self.stride, self.padding),
+            ConvGeometryLaunch::new(self.h, self.w, ow, g.stride, g.padding),
             ConvTaps {
-                k: self.k,
-                upsample: self.upsample,
+                k: g.k,
+                upsample: g.upsample,
             },
         ))
     }
@@ -247,7 +234,8 @@ mod tests {
     use burn::cubecl::prelude::*;
     use burn::tensor::{DType, Tensor};
 
-    use super::super::super::conv::{Geometry, unroll};
+    use super::super::super::Geometry;
+    use super::super::super::conv::unroll;
     use super::super::super::testing::{read, tensor, values, wgpu};
     use super::super::super::{output, resolve, vector_arg};
     use super::{ConvInput, unroll_implicit};
@@ -269,30 +257,27 @@ mod tests {
             (1, 8, 4, 8, 1, 1, 0, false),
         ];
         for (b, c, h, w, k, stride, padding, upsample) in cases {
-            let input = ConvInput {
-                channels: c,
-                h,
-                w,
+            let geometry = Geometry {
                 k,
                 stride,
                 padding,
                 upsample,
+            };
+            let input = ConvInput {
+                channels: c,
+                h,
+                w,
+                geometry,
             };
             assert!(input.fits(vec), "case {c} {h}x{w} k{k} s{stride}");
             let [oh, ow] = input.output().expect("fits");
             let (k_total, map) = (c * k * k, oh * ow);
             for dtype in [DType::F32, DType::F16] {
                 let x: Tensor<4> = tensor(values(b * c * h * w, 0.3), [b, c, h, w], &device, dtype);
-                let geometry = Geometry {
-                    k,
-                    stride,
-                    padding,
-                    upsample,
-                };
                 let want = read(unroll(x.clone(), geometry, true).expect("runs on wgpu"));
                 let xc = resolve(x).expect("wgpu");
                 let (got, oc) = output([b, k_total, map], dtype, &device).expect("wgpu");
-                let (geometry, taps) = input.launch().expect("fits");
+                let (launch_geometry, taps) = input.launch().expect("fits");
                 let vectors = k_total * map / vec;
                 macro_rules! launch {
                     ($t:ty) => {
@@ -306,7 +291,7 @@ mod tests {
                             k_total,
                             map,
                             input.image_len(),
-                            geometry,
+                            launch_geometry,
                             taps.k,
                             taps.upsample,
                             vec,
@@ -328,36 +313,44 @@ mod tests {
     /// Maps whose rows or output rows are not whole vectors, and stride 3, are refused.
     #[test]
     fn refuses_what_it_cannot_read_in_vectors() {
-        let base = ConvInput {
-            channels: 8,
-            h: 8,
-            w: 8,
+        let g = Geometry {
             k: 3,
             stride: 1,
             padding: 1,
             upsample: false,
         };
+        let base = ConvInput {
+            channels: 8,
+            h: 8,
+            w: 8,
+            geometry: g,
+        };
+        let with = |geometry| ConvInput { geometry, ..base };
         assert!(base.fits(8));
         assert!(!ConvInput { w: 12, ..base }.fits(8));
         assert!(
-            !ConvInput { padding: 0, ..base }.fits(8),
+            !with(Geometry { padding: 0, ..g }).fits(8),
             "6 output columns"
         );
-        assert!(!ConvInput { stride: 3, ..base }.fits(8));
+        assert!(!with(Geometry { stride: 3, ..g }).fits(8));
+        let one_by_one = Geometry {
+            k: 1,
+            padding: 0,
+            ..g
+        };
         assert!(
             !ConvInput {
                 channels: 4,
-                k: 1,
-                padding: 0,
+                geometry: one_by_one,
                 ..base
             }
             .fits(8)
         );
         assert!(
-            ConvInput {
+            with(Geometry {
                 upsample: true,
-                ..base
-            }
+                ..g
+            })
             .fits(8)
         );
     }
