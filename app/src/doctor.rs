@@ -10,7 +10,7 @@ use latent_engine::Precision;
 use latent_engine::device::DeviceChoice;
 use latent_engine::selfcheck::self_check;
 
-use latent_studio::studio::demo;
+use latent_studio::demo;
 
 #[derive(Args, Debug)]
 pub struct DoctorArgs {

@@ -285,7 +285,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
             disk_dir: Some(
                 args.cache_dir
                     .clone()
-                    .unwrap_or_else(latent_studio::studio::Settings::default_cache_dir),
+                    .unwrap_or_else(latent_studio::paths::weights_cache),
             ),
             disk_limit: (args.cache_limit_gib * (1u64 << 30) as f64) as u64,
         }

@@ -2,7 +2,6 @@
 //! ([`worker`]); the window only talks to it through channels.
 
 mod app;
-pub mod demo;
 mod events;
 mod form;
 mod models;

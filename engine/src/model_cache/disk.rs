@@ -36,6 +36,36 @@ pub(super) struct HashRecord {
     sha256: String,
 }
 
+/// What tells a file's content changed without reading it: its canonical path, size and
+/// modification time (the hash index's key and check).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct FileStamp {
+    pub(super) key: String,
+    pub(super) size: u64,
+    pub(super) modified_ns: u128,
+}
+
+impl FileStamp {
+    pub(super) fn of(path: &Path) -> Result<Self> {
+        let meta = fs::metadata(path).map_err(io("checkpoint", path))?;
+        let modified_ns = meta
+            .modified()
+            .ok()
+            .and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok())
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        let key = fs::canonicalize(path)
+            .unwrap_or_else(|_| path.to_path_buf())
+            .to_string_lossy()
+            .into_owned();
+        Ok(Self {
+            key,
+            size: meta.len(),
+            modified_ns,
+        })
+    }
+}
+
 /// The on-disk cache of converted weights.
 #[derive(Debug, Clone)]
 pub struct DiskCache {
@@ -105,24 +135,18 @@ impl DiskCache {
     /// SHA-256 of a file, remembered by path, size and modification time so a checkpoint is hashed
     /// once, not at every launch.
     pub fn file_hash(&self, path: &Path) -> Result<String> {
-        let meta = fs::metadata(path).map_err(io("checkpoint", path))?;
-        let modified_ns = meta
-            .modified()
-            .ok()
-            .and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok())
-            .map(|d| d.as_nanos())
-            .unwrap_or(0);
-        let key = fs::canonicalize(path)
-            .unwrap_or_else(|_| path.to_path_buf())
-            .to_string_lossy()
-            .into_owned();
+        let FileStamp {
+            key,
+            size,
+            modified_ns,
+        } = FileStamp::of(path)?;
         let index_path = self.dir.join(HASH_INDEX);
         let mut index: HashIndex = fs::read(&index_path)
             .ok()
             .and_then(|b| serde_json::from_slice(&b).ok())
             .unwrap_or_default();
         if let Some(r) = index.files.get(&key)
-            && r.size == meta.len()
+            && r.size == size
             && r.modified_ns == modified_ns
         {
             return Ok(r.sha256.clone());
@@ -131,7 +155,7 @@ impl DiskCache {
         index.files.insert(
             key,
             HashRecord {
-                size: meta.len(),
+                size,
                 modified_ns,
                 sha256: sha256.clone(),
             },

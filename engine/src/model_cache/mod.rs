@@ -33,8 +33,8 @@ use crate::model::{
 mod disk;
 mod writer;
 
-use disk::EntryMeta;
 pub use disk::{DiskCache, DiskEntry};
+use disk::{EntryMeta, FileStamp};
 pub use writer::load_through_disk;
 
 /// Bumped whenever what a cache entry holds changes meaning (names, layout, conversions).
@@ -92,6 +92,9 @@ pub struct ModelCache {
     settings: CacheSettings,
     /// Least recently used first.
     resident: Vec<Resident>,
+    /// Checkpoint hashes of this process, by file stamp, for when there is no disk cache to keep
+    /// them: a multi-GB checkpoint is read once, not at every generation.
+    hashes: std::sync::Mutex<Vec<(FileStamp, String)>>,
 }
 
 impl ModelCache {
@@ -99,6 +102,7 @@ impl ModelCache {
         Self {
             settings,
             resident: Vec::new(),
+            hashes: Default::default(),
         }
     }
 
@@ -232,7 +236,54 @@ impl ModelCache {
                 .file_hash(checkpoint.unet_file())
                 .ok()
                 .map(|h| h[..10].to_string()),
-            None => checkpoint.short_hash().ok(),
+            None => self
+                .remembered_hash(checkpoint.unet_file())
+                .ok()
+                .map(|h| h[..10].to_string()),
         }
+    }
+
+    /// SHA-256 of `path`, read once per content (stamp) in this process.
+    fn remembered_hash(&self, path: &Path) -> Result<String> {
+        let stamp = FileStamp::of(path)?;
+        let mut hashes = self.hashes.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((_, hash)) = hashes.iter().find(|(s, _)| *s == stamp) {
+            return Ok(hash.clone());
+        }
+        let hash = sha256_file(path)?;
+        // A rewritten file's old hash goes; the list stays one entry per file.
+        hashes.retain(|(s, _)| s.key != stamp.key);
+        hashes.push((stamp, hash.clone()));
+        Ok(hash)
+    }
+
+    /// How many files' hashes this process remembers (tests).
+    #[cfg(test)]
+    fn remembered(&self) -> usize {
+        self.hashes.lock().map_or(0, |h| h.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{CacheSettings, ModelCache};
+
+    /// Without a disk cache the hash is read once per file content, and again after a rewrite.
+    #[test]
+    fn hashes_are_remembered_until_the_file_changes() {
+        let dir = std::env::temp_dir().join(format!("latent-hash-memo-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let file = dir.join("model.safetensors");
+        std::fs::write(&file, b"first").expect("write");
+        let cache = ModelCache::new(CacheSettings::off());
+        let first = cache.remembered_hash(&file).expect("hash");
+        assert_eq!(first, crate::checkpoint::sha256_file(&file).expect("hash"));
+        assert_eq!(cache.remembered_hash(&file).expect("hash"), first);
+        assert_eq!(cache.remembered(), 1);
+        std::fs::write(&file, b"second, longer").expect("write");
+        let second = cache.remembered_hash(&file).expect("hash");
+        assert_ne!(second, first, "a rewritten file is hashed again");
+        assert_eq!(cache.remembered(), 1, "its old hash is forgotten");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -119,7 +119,7 @@ impl Worker {
         self.emit(Event::Status(
             "verifying the device against the CPU backend…".into(),
         ));
-        let path = super::super::demo::demo_model_path().context("unpacking the demo model")?;
+        let path = crate::demo::demo_model_path().context("unpacking the demo model")?;
         let report = latent_engine::selfcheck::self_check(&path, &device, precision)
             .context("running the device check")?;
         let mut lines: Vec<String> = report.components.iter().map(|c| c.to_string()).collect();

@@ -3,7 +3,7 @@
 //! (bounded channel, never full in practice), reads events, and reads preview frames from the
 //! engine's [`FrameStore`].
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
@@ -13,23 +13,27 @@ use anyhow::{Context, Result, anyhow};
 use crossbeam_channel::{Receiver, Sender, TrySendError, bounded};
 
 use super::events::{EVENT_QUEUE, EventSender};
-use crate::run::{Destination, RunEvents, SaveEach};
+use crate::run::{Destination, SaveEach};
 use latent_engine::checkpoint::Checkpoint;
 use latent_engine::device::DeviceChoice;
 use latent_engine::image_io::RgbImage;
-use latent_engine::model_cache::{CacheSettings, LoadSource, ModelCache};
+use latent_engine::model_cache::{CacheSettings, ModelCache};
 use latent_engine::parameters::Parameters;
-use latent_engine::pipeline::{Notice, StepState, Txt2ImgRequest, txt2img};
-use latent_engine::preview::{FrameStore, PreviewMethod, PreviewSettings, Previewer};
+use latent_engine::pipeline::{Txt2ImgRequest, txt2img};
+use latent_engine::preview::{FrameStore, PreviewSettings, Previewer};
 use latent_engine::taesd::TaesdDecoder;
 use latent_engine::tokenizer::ClipTokenizer;
-use latent_engine::{LoadOptions, Precision, StableDiffusion, TextEncoders};
+use latent_engine::{Precision, StableDiffusion, TextEncoders};
 
 // The protocol, the window's handle and the device live beside this file; they reach the
 // worker's fields as child modules.
 mod device;
+mod forward;
 mod handle;
+mod load;
 mod protocol;
+
+use forward::Forward;
 
 pub use device::{SharedDevice, open_for_window};
 pub use handle::EngineHandle;
@@ -61,58 +65,6 @@ struct Worker {
     embedding_notes: std::collections::HashSet<String>,
     /// The LoRA folder; opened LoRAs stay parsed and hashed between generations.
     loras: latent_engine::lora::LoraLibrary,
-}
-
-/// The studio's side of a run (`crate::run::SaveEach` saves the images): progress, status and
-/// each saved image as events to the window.
-struct Forward<'a> {
-    events: &'a EventSender,
-    images: usize,
-}
-
-impl RunEvents for Forward<'_> {
-    fn notice(&mut self, notice: &Notice) {
-        tracing::warn!("{notice}");
-        self.events.send(Event::Notice(notice.to_string()));
-    }
-
-    fn step(&mut self, s: &StepState<'_>) {
-        self.events.send(Event::Progress {
-            image: s.image,
-            images: self.images,
-            step: s.step,
-            total: s.total,
-            elapsed: s.elapsed,
-        });
-    }
-
-    fn decoding(&mut self, tiles: usize) {
-        let what = if tiles > 1 {
-            format!("decoding in {tiles} tiles…")
-        } else {
-            "decoding…".into()
-        };
-        self.events.send(Event::Status(what));
-    }
-
-    fn tuning(&mut self, width: usize, height: usize) {
-        self.events.send(Event::Status(format!(
-            "first run at {width}×{height} since launch: compiling and tuning kernels…"
-        )));
-    }
-
-    fn saved(
-        &mut self,
-        generated: &latent_engine::pipeline::Generated,
-        parameters: Parameters,
-        path: PathBuf,
-    ) {
-        self.events.send(Event::Finished(Finished {
-            image: Arc::new(generated.image.clone()),
-            parameters,
-            path,
-        }));
-    }
 }
 
 impl Worker {
@@ -282,148 +234,6 @@ impl Worker {
             resident: self.cache.resident(),
             disk,
         }));
-    }
-
-    fn load_model(&mut self, path: &Path) -> Result<()> {
-        let device = self.device()?;
-        let name = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_else(|| path.display().to_string());
-        self.emit(Event::Status(format!("loading {name}…")));
-        let t = Instant::now();
-        self.model = None;
-        // A failed or cancelled load keeps the previous choice (reloaded when next needed).
-        let previous = self.selected.replace(path.to_path_buf());
-        let options = LoadOptions {
-            precision: self.precision(&device),
-            // Always: img2img must not need a reload (SD 1.5's encoder is 34 M parameters).
-            vae_encoder: true,
-            text_encoders: self.config.text_encoders,
-        };
-        // Progress in bytes uploaded, at most ten times a second; Cancel stops within a tensor.
-        let events = self.events.clone();
-        let (mut so_far, mut shown) = (0u64, Instant::now());
-        let label = name.clone();
-        let progress = move |bytes: u64| {
-            so_far += bytes;
-            if shown.elapsed() >= Duration::from_millis(100) {
-                shown = Instant::now();
-                events.send(Event::Status(format!(
-                    "loading {label}… {}",
-                    human_bytes(so_far)
-                )));
-            }
-        };
-        let cache = &mut self.cache;
-        let loaded = latent_engine::checkpoint::controlled(self.cancel.clone(), progress, || {
-            cache.get(path, &device, options)
-        })
-        .with_context(|| format!("loading {name}"));
-        let (model, checkpoint, source) = match loaded {
-            Ok(l) => l,
-            Err(e) => {
-                self.selected = previous;
-                return Err(e);
-            }
-        };
-        let loaded = LoadedModel {
-            name: name.clone(),
-            path: path.to_path_buf(),
-            kind: format!(
-                "{}, {}",
-                checkpoint.model_name(),
-                model.config.scheduler.prediction
-            ),
-            native: model.config.native_size(),
-            few_step: checkpoint
-                .few_step
-                .map(|f| (f, f.preset(checkpoint.family))),
-        };
-        self.model = Some(Loaded { model, checkpoint });
-        let from = match source {
-            LoadSource::Memory => "from the model cache",
-            LoadSource::DiskCache => "from the disk cache",
-            LoadSource::Checkpoint => "from the checkpoint",
-        };
-        self.emit(Event::Status(format!(
-            "{name} loaded {from} in {:.1} s",
-            t.elapsed().as_secs_f64()
-        )));
-        self.emit(Event::ModelLoaded(loaded));
-        self.report_cache();
-        // For the window's token counter: embeddings take as many positions as they have vectors.
-        if self.config.embeddings.is_some() {
-            self.embeddings();
-        }
-        Ok(())
-    }
-
-    /// The embeddings folder's library for the loaded model's text encoder, also sent to the
-    /// window (its token counter counts their vectors); skipped files are told once each.
-    fn embeddings(&mut self) -> Option<Arc<latent_engine::prompt::Embeddings>> {
-        let dir = self.config.embeddings.clone()?;
-        let config = &self.model.as_ref()?.model.config;
-        let width = config.text_encoder.hidden_size;
-        let second = config.text_encoder_2.as_ref().map(|c| c.hidden_size);
-        if self.tokenizer.is_none() {
-            self.tokenizer = ClipTokenizer::new().ok();
-        }
-        let tokenizer = self.tokenizer.as_ref()?;
-        match latent_engine::prompt::Embeddings::load_dir(&dir, tokenizer, width, second) {
-            Ok((library, notes)) => {
-                for note in notes {
-                    if self.embedding_notes.insert(note.clone()) {
-                        self.emit(Event::Notice(note));
-                    }
-                }
-                let library = Arc::new(library);
-                self.emit(Event::Embeddings(Some(library.clone())));
-                Some(library)
-            }
-            Err(e) => {
-                self.emit(Event::Notice(format!("embeddings not read: {e}")));
-                self.emit(Event::Embeddings(None));
-                None
-            }
-        }
-    }
-
-    /// The TAESD decoder when previews want it; a missing or broken file is a notice, not an error.
-    fn ensure_taesd(&mut self, device: &burn::tensor::Device, precision: Precision) {
-        if !matches!(
-            self.preview.method(),
-            PreviewMethod::Taesd | PreviewMethod::Auto
-        ) {
-            return;
-        }
-        // SDXL's latents need TAESDXL; SD 1.x/2.x's the TAESD decoder.
-        let sdxl = self
-            .model
-            .as_ref()
-            .is_some_and(|m| m.model.text_encoder_2.is_some());
-        let chosen = if sdxl {
-            &self.config.taesdxl
-        } else {
-            &self.config.taesd
-        };
-        let Some(path) = chosen.clone() else {
-            self.taesd = None;
-            return;
-        };
-        if self.taesd.as_ref().is_some_and(|(p, _)| *p == path) {
-            return;
-        }
-        match TaesdDecoder::open(&path, device, precision.dtype()) {
-            Ok(t) => self.taesd = Some((path, t)),
-            Err(e) => {
-                self.taesd = None;
-                self.emit(Event::Notice(format!(
-                    "TAESD decoder {} not loaded ({e}); previews use latent2rgb",
-                    path.display()
-                )));
-            }
-        }
     }
 
     fn generate(&mut self, request: &Txt2ImgRequest) -> Result<()> {

@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use latent_engine::image_io::save_atomic;
 
-const WEIGHTS: &[u8] = include_bytes!("../../../assets/demo/latent-studio-demo.safetensors");
-const SIDECAR: &[u8] = include_bytes!("../../../assets/demo/latent-studio-demo.json");
+const WEIGHTS: &[u8] = include_bytes!("../../assets/demo/latent-studio-demo.safetensors");
+const SIDECAR: &[u8] = include_bytes!("../../assets/demo/latent-studio-demo.json");
 const NAME: &str = "latent-studio-demo";
 
 fn demo_dir() -> PathBuf {
