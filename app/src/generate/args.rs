@@ -49,7 +49,7 @@ pub struct GenerateArgs {
     pub(super) init_image: Option<PathBuf>,
     /// img2img: how much of the image is redrawn, in (0, 1]: of --steps, the last
     /// ⌊steps × strength⌋ run (A1111's denoising strength).
-    #[arg(long, default_value_t = 0.75)]
+    #[arg(long, default_value_t = latent_engine::pipeline::DEFAULT_STRENGTH)]
     pub(super) denoising_strength: f64,
     /// img2img, when the image is not at --width × --height: just-resize, crop-and-resize or
     /// resize-and-fill (A1111's resize modes; Lanczos resampling).
@@ -62,7 +62,7 @@ pub struct GenerateArgs {
     /// Inpainting: after the decode, the original is put back outside the mask, feathered by a
     /// Gaussian blur of the mask of this many pixels (A1111's mask blur and overlay); a negative
     /// value keeps the decoded image as it is (diffusers' output).
-    #[arg(long, default_value_t = 4.0, allow_negative_numbers = true)]
+    #[arg(long, default_value_t = latent_engine::pipeline::DEFAULT_MASK_BLUR, allow_negative_numbers = true)]
     pub(super) mask_blur: f32,
     /// Inpainting: what the masked area starts from: fill, original, latent-noise or latent-nothing
     /// (A1111's masked content).

@@ -64,9 +64,6 @@ pub struct InitSource {
     pub image: Arc<RgbImage>,
 }
 
-/// A1111's default denoising strength.
-pub const DEFAULT_STRENGTH: f64 = 0.75;
-
 impl Default for Form {
     fn default() -> Self {
         // The engine's request defaults, the command line's too.
@@ -87,10 +84,10 @@ impl Default for Form {
             emphasis: request.emphasis,
             init: None,
             mask: None,
-            mask_blur: 4.0,
+            mask_blur: latent_engine::pipeline::DEFAULT_MASK_BLUR,
             masked_content: MaskedContent::default(),
             inpaint_area: Default::default(),
-            strength: DEFAULT_STRENGTH,
+            strength: latent_engine::pipeline::DEFAULT_STRENGTH,
             resize_mode: ResizeMode::default(),
             hires_on: false,
             hires: HiresFix::default(),

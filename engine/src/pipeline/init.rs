@@ -16,6 +16,11 @@ use crate::schedulers::Plan;
 use super::inpaint_area::{self, InpaintArea, Region};
 use super::inpaint_model::{self, Distribution, pixels};
 
+/// A1111's default denoising strength, the studio's and the command line's.
+pub const DEFAULT_STRENGTH: f64 = 0.75;
+/// A1111's default mask blur (pixels), the studio's and the command line's.
+pub const DEFAULT_MASK_BLUR: f32 = 4.0;
+
 /// An image to start from (img2img), of any size: the run fits it to the request's width and
 /// height as `resize` says ([`crate::image_io::resize`]), on the engine's thread.
 #[derive(Debug, Clone, PartialEq)]

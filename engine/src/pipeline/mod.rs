@@ -24,7 +24,7 @@ mod tuning;
 pub use check::{check_request, request_plan};
 pub use decode::{all_finite, decode, to_rgb8};
 pub use hires::{HiresFix, HiresUpscaler};
-pub use init::{InitImage, MaskedContent};
+pub use init::{DEFAULT_MASK_BLUR, DEFAULT_STRENGTH, InitImage, MaskedContent};
 pub use inpaint_area::InpaintArea;
 pub use observer::{Generated, Notice, Observer, Quiet, StepState};
 pub use sdxl::SizeConditioning;
