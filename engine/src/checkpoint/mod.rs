@@ -427,14 +427,6 @@ fn read_json<T: DeserializeOwned>(path: &Path) -> Result<T> {
 }
 
 impl Checkpoint {
-    /// A1111's short model hash: the first 10 hex digits of the SHA-256 of the weights file (the
-    /// UNet file for diffusers folders).
-    pub fn short_hash(&self) -> Result<String> {
-        let mut hash = sha256_file(self.unet.path())?;
-        hash.truncate(10);
-        Ok(hash)
-    }
-
     /// The distinct weight files this checkpoint reads (one for a single file, up to four for a
     /// diffusers folder).
     pub fn files(&self) -> Vec<&Path> {

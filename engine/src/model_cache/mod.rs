@@ -229,18 +229,19 @@ impl ModelCache {
         }
     }
 
-    /// A1111's short hash of a checkpoint, from the disk cache's hash index when the cache is on.
+    /// A1111's short model hash: the first 10 hex digits of the SHA-256 of the weights file (the
+    /// UNet file for diffusers folders), from the disk cache's hash index when the cache is on,
+    /// else remembered for this process ([`Self::remembered_hash`]).
     pub fn short_hash(&self, checkpoint: &Checkpoint) -> Option<String> {
-        match self.disk() {
-            Some(disk) => disk
-                .file_hash(checkpoint.unet_file())
-                .ok()
-                .map(|h| h[..10].to_string()),
-            None => self
-                .remembered_hash(checkpoint.unet_file())
-                .ok()
-                .map(|h| h[..10].to_string()),
-        }
+        let path = checkpoint.unet_file();
+        let hash = match self.disk() {
+            Some(disk) => disk.file_hash(path),
+            None => self.remembered_hash(path),
+        };
+        hash.ok().map(|mut h| {
+            h.truncate(10);
+            h
+        })
     }
 
     /// SHA-256 of `path`, read once per content (stamp) in this process.
