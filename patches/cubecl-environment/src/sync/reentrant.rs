@@ -1,0 +1,1 @@
+pub use parking_lot::{ReentrantMutex, ReentrantMutexGuard};

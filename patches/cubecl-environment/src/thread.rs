@@ -1,0 +1,2 @@
+#[cfg(multi_threading)]
+pub use std::thread::{JoinHandle, spawn};
