@@ -99,6 +99,10 @@
 #           under the convolution rules, the in-place reads among them, interleaved (`--conv-ab`);
 #           EXTRA=" " runs the VAE under those rules (`vae_ab`) and txt2img too. PyTorch's step,
 #           VAE and txt2img first when TORCH=1 (the twenty-seventh session)
+#   PART=bb kernel tuning kept across launches (`device::tuning`): SD 1.5's 20-step 512² txt2img
+#           in two processes sharing a tuning folder (the first tunes, the second restores), then
+#           SDXL's 1024² txt2img likewise under the peak-memory sampler (the first run's tuning
+#           is what lifted its peak past 8 GiB); PyTorch's SD 1.5 txt2img first when TORCH=1
 #   PART=ax peak memory, one process each: SDXL's 1024² decode alone tiled and whole, then SD 1.5's
 #           20-step 512² txt2img in PyTorch and ours
 #   PART=x  PyTorch (fp16 UNet step, VAE decode, 20-step txt2img), then ours: the planes
@@ -427,6 +431,20 @@ ai)
   timeout ${GEMM_TIMEOUT:-120} /tmp/ls bench --device gpu --precision f16 --runs 5 --gemm-only 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/gemm.txt
   PARTS=${TORCH_PARTS:-unet16,e2e} timeout 90 python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_ai.txt
   timeout ${OURS_TIMEOUT:-330} /tmp/ls bench --device gpu --precision f16 --runs 7 --steps 20 --no-ops --no-previews --no-profile --no-burn-ops --kernel-profile 3 --profile-linears --gemm-ab $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_spirv.txt
+  ;;
+bb)
+  if [ "${TORCH:-0}" = 1 ]; then
+    PARTS=${TORCH_PARTS:-e2e} timeout ${TORCH_TIMEOUT:-100} python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_bb.txt
+  fi
+  export LATENT_STUDIO_TUNING_CACHE=/tmp/tuning
+  for launch in 1 2; do
+    peak sd15_launch$launch timeout ${SD15_TIMEOUT:-240} /tmp/ls bench --device gpu --precision f16 --runs 3 --steps 20 --pipeline-only
+  done
+  for launch in 1 2; do
+    peak sdxl_launch$launch timeout ${SDXL_TIMEOUT:-200} /tmp/ls bench --device gpu --precision f16 --runs 2 --steps 20 --sdxl --pipeline-only --text-encoders host
+    python3 $OLDPWD/bench/mem_phases.py $OUT/sdxl_launch$launch.txt /tmp/mem-sdxl_launch$launch.txt | tee $OUT/sdxl_phases$launch.txt
+  done
+  ls -la /tmp/tuning | tee $OUT/tuning_files.txt
   ;;
 aj)
   PARTS=${TORCH_PARTS:-sdxl,sdxl_e2e} timeout ${TORCH_TIMEOUT:-200} python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_aj.txt

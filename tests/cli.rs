@@ -78,12 +78,15 @@ const CASE0: &[&str] = &[
 /// `generate` writes diffusers' case0 image with A1111 parameters, on the CPU backend and on the
 /// GPU. The GPU run (the software adapter in CI, picked by part of its name in another case:
 /// "llvmpipe (LLVM 15…)" → `--device LLVMPIPE`) also has VAE compilation forced to fail (test
-/// hook): exactly one warning line and the image still right. One lavapipe process for all of it:
-/// each compiles and tunes every kernel from scratch (tens of seconds on two cores).
+/// hook): exactly one warning line and the image still right. The GPU run keeps its kernel
+/// tuning in a folder; a second GPU process restores it, tunes nothing (the file is not
+/// rewritten) and does not announce tuning.
 #[test]
 fn generate_writes_diffusers_image_with_parameters() {
     let dir = scratch("ok");
     let out = dir.join("fox.png");
+    let tuning_dir = dir.join("tuning");
+    let tuning_s = tuning_dir.display().to_string();
     let word = software_adapter().map(|soft| {
         soft.name
             .split_whitespace()
@@ -92,7 +95,10 @@ fn generate_writes_diffusers_image_with_parameters() {
             .to_uppercase()
     });
     let gpu = word.as_deref().unwrap_or("auto");
-    let forced = [(latent_studio::test_seam::FAIL_VAE_COMPILE, "1")];
+    let forced = [
+        (latent_studio::test_seam::FAIL_VAE_COMPILE, "1"),
+        ("LATENT_STUDIO_TUNING_CACHE", tuning_s.as_str()),
+    ];
     for (device, envs) in [("cpu", &[][..]), (gpu, &forced[..])] {
         let extra = ["--device", device, "--vae-compile", "on"];
         let o = generate_with(&extra, &out, envs);
@@ -131,6 +137,34 @@ fn generate_writes_diffusers_image_with_parameters() {
         assert_eq!(p.model.as_deref(), Some("tiny-sd"));
         assert_eq!(p.model_hash.as_ref().map(String::len), Some(10));
     }
+    if latent_engine::adapters::enumerate().is_empty() {
+        return;
+    }
+    // The tuning the GPU run saved: one file, with results.
+    let files: Vec<PathBuf> = std::fs::read_dir(&tuning_dir)
+        .expect("a tuning folder")
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    let saved = std::fs::read(&files[0]).unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&saved).unwrap();
+    let results = json["entries"].as_array().map_or(0, Vec::len);
+    assert!(results > 0, "no tuning results saved: {json}");
+    // A new process restores it all, tunes nothing new and says no tuning is coming.
+    let o = generate_with(&["--device", gpu, "--vae-compile", "on"], &out, &forced);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!("kernel tuning restored: {results} results")),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("tuning kernels for"), "{stderr}");
+    assert_eq!(
+        std::fs::read(&files[0]).unwrap(),
+        saved,
+        "the second run tuned something again"
+    );
+    assert!(worst_vs_case0(&decode_png(&std::fs::read(&out).unwrap()).unwrap().0) <= 1);
 }
 
 /// An inpainting checkpoint (the tiny single file with a 9-channel `conv_in`): `inspect` says so,
@@ -461,6 +495,8 @@ fn generate_with(extra: &[&str], out: &Path, envs: &[(&str, &str)]) -> Output {
     args.extend_from_slice(extra);
     Command::new(env!("CARGO_BIN_EXE_latent-studio"))
         .args(&args)
+        // Kernel tuning stays in memory unless a case names a folder (after this, so it wins).
+        .env("LATENT_STUDIO_TUNING_CACHE", "off")
         .envs(envs.iter().copied())
         .output()
         .expect("run latent-studio")

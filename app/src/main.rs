@@ -82,6 +82,17 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // Commands that generate keep their kernel tuning across launches (the others tune nothing
+    // worth keeping, and a probe must not touch the artist's files). `bench` only when asked
+    // (LATENT_STUDIO_TUNING_CACHE): its kernel report names kernels by the tuning it watches.
+    let keeps_tuning = match &cli.command {
+        None | Some(Command::Generate(_) | Command::Screenshot { .. }) => true,
+        Some(Command::Bench(_)) => std::env::var_os("LATENT_STUDIO_TUNING_CACHE").is_some(),
+        _ => false,
+    };
+    if keeps_tuning {
+        latent_engine::device::tuning::set_folder(latent_studio::paths::tuning_cache());
+    }
     let result = match cli.command {
         Some(Command::Generate(args)) => generate::run(args),
         Some(Command::Bench(args)) => bench::run(args),

@@ -46,6 +46,20 @@ pub fn weights_cache() -> PathBuf {
     }
 }
 
+/// Where kernel tuning is kept across launches (`latent_engine::device::tuning`):
+/// `LATENT_STUDIO_TUNING_CACHE` names a folder, or `off` keeps it in memory; else `tuning/` in
+/// `LATENT_STUDIO_CACHE` when that is set, else in the platform's cache folder.
+pub fn tuning_cache() -> Option<PathBuf> {
+    match std::env::var_os("LATENT_STUDIO_TUNING_CACHE") {
+        Some(v) if v == "off" => None,
+        Some(dir) => Some(PathBuf::from(dir)),
+        None => Some(match std::env::var_os("LATENT_STUDIO_CACHE") {
+            Some(dir) => PathBuf::from(dir).join("tuning"),
+            None => cache_subdir("tuning"),
+        }),
+    }
+}
+
 /// The TAESD decoder to use when none was chosen: the first of `file` ([`taesd_file`]) and
 /// `vae_approx/<file>` (ComfyUI's folder) in each of `folders`, in order.
 pub fn find_taesd(folders: &[&Path], file: &str) -> Option<PathBuf> {

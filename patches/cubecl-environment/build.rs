@@ -9,9 +9,11 @@ fn main() {
         // Filesystem and environment access for config loading and caching.
         std_io: { all(feature = "std", any(target_os = "windows", target_os = "linux", target_os = "macos", target_os = "android")) },
         // Native durable persistence and bundle tooling.
-        native_cache: { all(feature = "persistence", std_io) },
+        // Latent Studio: the Turso backends are never compiled (the `turso` implicit feature is never
+        // enabled), so persistent stores live in process memory and the application saves them.
+        native_cache: { all(feature = "persistence", std_io, feature = "turso") },
         // Browser durable persistence.
-        browser_cache: { all(target_family = "wasm", feature = "persistence") },
+        browser_cache: { all(target_family = "wasm", feature = "persistence", feature = "turso") },
         // Tokio runtime support (never on wasm).
         tokio_rt: { all(feature = "tokio", not(target_family = "wasm")) },
         // TODO: We can't yet activate it for everything because of how error handling is done in matmul.

@@ -118,7 +118,7 @@ impl RunEvents for Cli {
     fn tuning(&mut self, width: usize, height: usize) {
         eprintln!(
             "tuning kernels for {width}x{height} on this GPU (first run at this size; the first \
-             step may take minutes)"
+             step may take minutes; kept for later runs)"
         );
         self.beat();
     }
@@ -261,6 +261,13 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     );
     let device =
         latent_engine::device::create_watched(&choice, timeout).context("opening the device")?;
+    let restored = latent_engine::device::tuning::restored();
+    if restored.entries > 0 {
+        eprintln!(
+            "kernel tuning restored: {} results from earlier runs",
+            restored.entries
+        );
+    }
     let precision = args
         .precision
         .unwrap_or_else(|| latent_engine::device::preferred_precision(&device));

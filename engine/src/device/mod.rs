@@ -15,6 +15,7 @@ use crate::error::{Error, Result};
 use crate::limits::DeviceLimits;
 
 mod memory;
+pub mod tuning;
 pub use memory::{loaded, persistent, release_free};
 
 /// How long opening a device and compiling its first kernels may take by default.
@@ -115,11 +116,32 @@ pub fn resolve(choice: &DeviceChoice, all: &[AdapterSummary]) -> Result<Target> 
 pub fn open(target: &Target, all: &[AdapterSummary]) -> Device {
     use burn::tensor::DeviceKind;
     crate::compiler::install();
+    restore_tuning(target);
     match target {
         Target::Cpu => Device::flex(),
         Target::DefaultGpu => Device::wgpu(DeviceKind::DefaultDevice),
         Target::Adapter(a) => Device::wgpu(a.device_kind(all)),
     }
+}
+
+/// Puts back the kernel tuning a previous launch saved for `target` ([`tuning`]), before its
+/// first kernel runs.
+fn restore_tuning(target: &Target) {
+    let identity = match target {
+        Target::Cpu => return,
+        Target::DefaultGpu => format!(
+            "default-gpu|{:?}",
+            crate::compiler::CompilerOverride::from_env()
+        ),
+        Target::Adapter(a) => format!(
+            "{}|{}|{}|{}",
+            a.name,
+            a.backend,
+            a.driver,
+            crate::compiler::for_adapter(a)
+        ),
+    };
+    tuning::restore(&identity);
 }
 
 /// Opens `adapter` as a wgpu device whose buffer and storage-binding limits are lowered to
@@ -394,6 +416,7 @@ pub fn open_shared(choice: &DeviceChoice, timeout: Duration) -> Result<Option<Sh
                 std::thread::park();
             }
         }
+        restore_tuning(&target);
         let (device, setup) = Device::wgpu_options()
             .device_kind(kind)
             .init_with_setup()

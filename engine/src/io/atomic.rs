@@ -18,7 +18,7 @@ pub fn save_atomic(path: &Path, bytes: &[u8], overwrite: bool) -> Result<()> {
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let tmp = dir.join(format!(".{name}.{}-{n}.tmp", std::process::id()));
-    let io = |e| Error::io("output file", path, e);
+    let io = |e| Error::write("output file", path, e);
     let result = (|| {
         let mut f = std::fs::File::create(&tmp).map_err(io)?;
         f.write_all(bytes).map_err(io)?;

@@ -135,6 +135,21 @@ pub fn txt2img(
     cancel: &AtomicBool,
     observer: &mut dyn Observer,
 ) -> Result<Vec<Generated>> {
+    let result = generate(model, tokenizer, req, cancel, observer);
+    // Whatever this run tuned (a cancelled or failed one too) serves the next launch.
+    if !crate::device::is_cpu(&model.device) {
+        crate::device::tuning::save_quietly();
+    }
+    result
+}
+
+fn generate(
+    model: &StableDiffusion,
+    tokenizer: &ClipTokenizer,
+    req: &Txt2ImgRequest,
+    cancel: &AtomicBool,
+    observer: &mut dyn Observer,
+) -> Result<Vec<Generated>> {
     // 1. Check inputs.
     check_request(model, req)?;
     let plan = request_plan(req, &model.config.scheduler)?;
@@ -189,7 +204,7 @@ pub fn txt2img(
         height,
     };
     let first_pass = tuning::first_run(pass_shape(req.width, req.height));
-    if first_pass {
+    if first_pass && tuning::announce(pass_shape(req.width, req.height)) {
         observer.tuning(req.width, req.height);
     }
     // img2img encodes its image once; each seed then samples and noises it.
@@ -287,6 +302,7 @@ pub fn txt2img(
             let start = hires.start(model, latents, &req.decode, &mut rng, observer)?;
             if let Some((w, h)) = hires_size
                 && tuning::first_run(pass_shape(w, h))
+                && tuning::announce(pass_shape(w, h))
             {
                 observer.tuning(w, h);
             }

@@ -2,13 +2,10 @@
 //! kernels' autotune times its candidates before the first step (minutes for SD 1.5 on a fresh
 //! H100), and the artist should be told rather than left looking at a silent wait.
 //!
-//! cubecl keeps tuning results in memory only here: its persistent cache needs its `persistence`
-//! feature, which pulls in `turso` (an SQLite engine in Rust, 390 000 lines) and took 11.7
-//! minutes to compile on a two-core machine like CI's (sharing it with another build). So
-//! "first" means first since launch.
+//! "First" means first since launch: the recorded step waits longer before recording there. Whether
+//! the artist is told depends on [`crate::device::tuning`], which keeps tuning across launches.
 
 use std::collections::HashSet;
-use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Mutex;
 
 use burn::tensor::{DType, Device};
@@ -27,18 +24,35 @@ pub(super) struct PassShape<'a> {
 }
 
 impl PassShape<'_> {
-    fn key(&self) -> u64 {
-        let mut h = DefaultHasher::new();
-        format!("{:?}|{:?}|{:?}", self.device, self.dtype, self.unet).hash(&mut h);
-        (self.batch, self.width, self.height).hash(&mut h);
-        h.finish()
+    /// Stable across launches (a tuning file names shapes by it): a hash of what decides the
+    /// kernels' shapes.
+    fn key(&self) -> String {
+        use sha2::{Digest, Sha256};
+        let text = format!(
+            "{:?}|{:?}|{:?}|{}x{}x{}",
+            self.device, self.dtype, self.unet, self.batch, self.width, self.height
+        );
+        Sha256::digest(text.as_bytes())[..12]
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
     }
+}
+
+/// Whether the artist should be told that a pass first in this process ([`first_run`]) waits for
+/// tuning: not when a previous launch saved this shape's tuning ([`crate::device::tuning`]).
+/// Notes the shape for the next save either way.
+pub(super) fn announce(shape: PassShape<'_>) -> bool {
+    let key = shape.key();
+    let tuned = crate::device::tuning::shape_is_tuned(&key);
+    crate::device::tuning::shape_tuned(&key);
+    !tuned
 }
 
 /// Claims `shape` for this process: true the first time it is asked on a GPU (the CPU backend
 /// tunes nothing), false after.
 pub(super) fn first_run(shape: PassShape<'_>) -> bool {
-    static SEEN: Mutex<Option<HashSet<u64>>> = Mutex::new(None);
+    static SEEN: Mutex<Option<HashSet<String>>> = Mutex::new(None);
     if crate::device::is_cpu(shape.device) {
         return false;
     }

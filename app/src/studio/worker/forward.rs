@@ -44,7 +44,7 @@ impl RunEvents for Forward<'_> {
 
     fn tuning(&mut self, width: usize, height: usize) {
         self.events.send(Event::Status(format!(
-            "first run at {width}×{height} since launch: compiling and tuning kernels…"
+            "first run at {width}×{height} on this GPU: tuning kernels (kept for next time)…"
         )));
     }
 
