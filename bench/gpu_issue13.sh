@@ -438,10 +438,10 @@ bb)
   fi
   export LATENT_STUDIO_TUNING_CACHE=/tmp/tuning
   for launch in 1 2; do
-    peak sd15_launch$launch timeout ${SD15_TIMEOUT:-240} /tmp/ls bench --device gpu --precision f16 --runs 3 --steps 20 --pipeline-only
+    peak sd15_launch$launch timeout $((launch == 1 ? ${SD15_TIMEOUT:-170} : 90)) /tmp/ls bench --device gpu --precision f16 --runs 3 --steps 20 --pipeline-only
   done
   for launch in 1 2; do
-    peak sdxl_launch$launch timeout ${SDXL_TIMEOUT:-200} /tmp/ls bench --device gpu --precision f16 --runs 2 --steps 20 --sdxl --pipeline-only --text-encoders host
+    peak sdxl_launch$launch timeout $((launch == 1 ? ${SDXL_TIMEOUT:-180} : 130)) /tmp/ls bench --device gpu --precision f16 --runs 2 --steps 20 --sdxl --pipeline-only --text-encoders host
     python3 $OLDPWD/bench/mem_phases.py $OUT/sdxl_launch$launch.txt /tmp/mem-sdxl_launch$launch.txt | tee $OUT/sdxl_phases$launch.txt
   done
   ls -la /tmp/tuning | tee $OUT/tuning_files.txt

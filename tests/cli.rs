@@ -284,7 +284,10 @@ fn generate_runs_sdxl_like_diffusers() {
         crop_top_left: [16, 0],
         target: [96, 64],
     };
-    assert_eq!(p.size_conditioning(), Some(Ok(conditioning)));
+    assert_eq!(
+        p.size_conditioning().map(Result::ok),
+        Some(Some(conditioning))
+    );
     assert_eq!(p.model.as_deref(), Some("tiny-sdxl"));
 }
 

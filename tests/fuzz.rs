@@ -482,7 +482,13 @@ fn check_parameters(text: &str) -> Result<(), TestCaseError> {
     if let Ok(p) = Parameters::parse_a1111(text) {
         let printed = p.to_a1111();
         let again = Parameters::parse_a1111(&printed);
-        prop_assert!(again.is_ok(), "{:?} -> {:?}: {:?}", text, printed, again);
+        prop_assert!(
+            again.is_ok(),
+            "{:?} -> {:?}: {:?}",
+            text,
+            printed,
+            again.err()
+        );
         prop_assert_eq!(again.expect("checked").to_a1111(), printed);
     }
     Ok(())
@@ -495,7 +501,7 @@ proptest! {
     fn parameters_round_trip(p in parameters()) {
         let text = p.to_a1111();
         let parsed = Parameters::parse_a1111(&text);
-        prop_assert!(parsed.is_ok(), "{:?}: {:?}", text, parsed);
+        prop_assert!(parsed.is_ok(), "{:?}: {:?}", text, parsed.as_ref().err());
         prop_assert_eq!(parsed.expect("checked"), p, "{:?}", text);
     }
 

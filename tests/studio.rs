@@ -832,6 +832,94 @@ fn an_engine_panic_is_reported_and_the_next_generate_works() {
     });
 }
 
+/// A window that stops drawing (minimised) during a 20-image batch: the engine waits for room for
+/// each finished image instead of dropping it (the event queue has 8 slots here, so it fills
+/// after a few images), and once the window draws again every image reaches the gallery and
+/// `busy` clears.
+#[test]
+fn a_window_that_stops_drawing_during_a_batch_gets_every_image() {
+    let _serial = serial();
+    let dir = scratch("paused");
+    // SAFETY: the studio tests run one at a time (serial()); no other thread reads the
+    // environment while it changes. The engine reads it once, when the app spawns it.
+    unsafe { std::env::set_var(latent_studio::test_seam::EVENT_QUEUE, "8") };
+    let mut h = studio(&dir, "none");
+    unsafe { std::env::remove_var(latent_studio::test_seam::EVENT_QUEUE) };
+    load_demo(&mut h);
+    quick_form(&mut h, 2);
+    h.state_mut().form.batch_count = 20;
+    h.get_by_label("Generate").click();
+    h.run_steps(2);
+    // The window draws nothing now. The engine writes each image, then hands it over: count the
+    // files until they stop coming (the engine waits) or all 20 are there (it did not).
+    let outputs = dir.join("outputs");
+    let written = || {
+        std::fs::read_dir(&outputs).map_or(0, |d| {
+            d.flatten()
+                .filter(|e| e.path().extension().is_some_and(|x| x == "png"))
+                .count()
+        })
+    };
+    let start = Instant::now();
+    let (mut seen, mut since) = (written(), Instant::now());
+    while seen < 20 && since.elapsed() < Duration::from_secs(5) {
+        assert!(start.elapsed() < Duration::from_secs(180), "{seen} images");
+        std::thread::sleep(Duration::from_millis(100));
+        let now = written();
+        if now != seen {
+            (seen, since) = (now, Instant::now());
+        }
+    }
+    assert!(
+        seen < 20,
+        "all 20 images were handed to a window that read none of them: events were dropped"
+    );
+    run_until(&mut h, "every image of the batch", |a| {
+        !a.is_busy() && a.gallery_paths().len() == 20
+    });
+    assert_eq!(written(), 20);
+}
+
+/// The engine thread ending (a panic it could not recover from) closes its channel: the window
+/// says so, keeps the finished image, and its Restart button brings up an engine that generates.
+#[test]
+fn an_ended_engine_is_reported_and_restarted_from_the_window() {
+    let _serial = serial();
+    let dir = scratch("ended");
+    let mut h = studio(&dir, "latent2rgb");
+    load_demo(&mut h);
+    quick_form(&mut h, 3);
+    h.state_mut().form.batch_count = 2;
+    // SAFETY: the studio tests run one at a time (serial()); no other thread reads the
+    // environment while it changes.
+    unsafe { std::env::set_var(latent_studio::test_seam::STALL_AT, "end:2:2") };
+    h.get_by_label("Generate").click();
+    h.run_steps(2);
+    run_until(&mut h, "the engine's end", |a| a.engine_ended());
+    unsafe { std::env::remove_var(latent_studio::test_seam::STALL_AT) };
+    let error = h.state().last_error().unwrap_or_default().to_string();
+    assert!(error.contains("The engine stopped unexpectedly"), "{error}");
+    assert!(!h.state().is_busy());
+    assert_eq!(
+        h.state().gallery_paths().len(),
+        1,
+        "the first image is kept"
+    );
+
+    h.get_by_label("Restart the engine").click();
+    h.run_steps(2);
+    assert!(!h.state().engine_ended());
+    run_until(&mut h, "the model in the new engine", |a| {
+        a.model_name().is_some() && !a.is_busy()
+    });
+    h.state_mut().form.batch_count = 1;
+    h.get_by_label("Generate").click();
+    h.run_steps(2);
+    run_until(&mut h, "an image from the new engine", |a| {
+        !a.is_busy() && a.gallery_paths().len() == 2
+    });
+}
+
 /// 200 frames of changing a setting during a generation, then a dropped PNG: the UI passes stay
 /// within a frame (the saves and the PNG read happen off the UI thread), the generation ends,
 /// and the next Generate is accepted and finishes (the settings did not crowd it out).

@@ -30,9 +30,13 @@ pub fn run(args: DoctorArgs) -> Result<()> {
         Some(m) => m,
         None => demo::demo_model_path().context("unpacking the demo model")?,
     };
-    let device =
-        latent_engine::device::create_watched(&args.device, latent_engine::device::DEFAULT_TIMEOUT)
-            .context("opening the device")?;
+    let (_, device) = latent_studio::probe::open_device(
+        &args.device,
+        false,
+        latent_engine::device::DEFAULT_TIMEOUT,
+        &mut latent_studio::probe::print_note,
+    )
+    .context("opening the device")?;
     println!(
         "checking --device {} ({}, {:?}) against the CPU backend (f32)",
         args.device,

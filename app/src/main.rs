@@ -130,12 +130,7 @@ fn devices() -> anyhow::Result<()> {
         eprintln!("warning: {d}");
     }
     // `--device auto` skips adapters whose remembered probe was not ok; so does the mark.
-    let trusted: Vec<_> = all
-        .iter()
-        .filter(|a| verdicts.get(a).is_none_or(|v| v.outcome.usable()))
-        .cloned()
-        .collect();
-    let auto = latent_engine::adapters::choose_auto(&trusted).map(|a| a.index);
+    let auto = latent_studio::probe::auto_adapter(&all, &path);
     for a in &all {
         let mark = if Some(a.index) == auto { "*" } else { " " };
         let probed = match verdicts.get(a) {

@@ -141,6 +141,38 @@ pub fn select_device(
     )
 }
 
+/// The one way the command line opens a device: `choice` resolved by [`select_device`], then
+/// opened with its first kernels compiled under the engine's watchdog. Returns what it resolved
+/// to (never `Auto` unless the usual choice stood) with the device.
+pub fn open_device(
+    choice: &DeviceChoice,
+    probe: bool,
+    timeout: Duration,
+    note: &mut dyn FnMut(ResolveNote),
+) -> latent_engine::error::Result<(DeviceChoice, burn::tensor::Device)> {
+    let resolved = select_device(choice, probe, timeout, note);
+    let device = latent_engine::device::create_watched(&resolved, timeout)?;
+    Ok((resolved, device))
+}
+
+/// Prints resolution notes on stderr, as the command line shows them.
+pub fn print_note(note: ResolveNote) {
+    match note {
+        ResolveNote::Status(s) => eprintln!("{s}"),
+        ResolveNote::Notice(s) => eprintln!("warning: {s}"),
+    }
+}
+
+/// The adapter `--device auto` would take now without probing anything new: remembered verdicts
+/// skip adapters as [`resolve_auto`] skips them (what `latent-studio devices` marks).
+pub fn auto_adapter(all: &[AdapterSummary], verdicts: &Path) -> Option<usize> {
+    match resolve_auto(&DeviceChoice::Auto, None, verdicts, &mut |_| {}) {
+        DeviceChoice::Gpu(Some(n)) => Some(n),
+        DeviceChoice::Auto => latent_engine::adapters::choose_auto(all).map(|a| a.index),
+        _ => None,
+    }
+}
+
 /// `--device auto` with memory: the adapters in preference order, skipping any whose remembered
 /// probe was not ok, probing unknown ones first when `probe` is given (the exe and a timeout).
 /// Returns `Auto` when the usual choice stands, else the adapter (`gpu:N`) or `Cpu`. Explicit

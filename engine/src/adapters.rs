@@ -221,7 +221,6 @@ pub fn choose_named<'a>(
 /// GL), in wgpu's enumeration order.
 pub fn enumerate() -> Vec<AdapterSummary> {
     use burn::backend::wgpu::wgpu;
-    crate::compiler::install();
     for backend in [
         wgpu::Backends::VULKAN,
         wgpu::Backends::METAL,

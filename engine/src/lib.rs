@@ -25,8 +25,8 @@ pub mod profile;
 pub mod prompt;
 pub mod schedulers;
 pub mod selfcheck;
-pub mod shaders;
 pub mod tokenizer;
+pub mod weights;
 
 // The models' modules at the crate root too: their paths predate the `models` folder.
 pub use models::vae::{compile as vae_compile, tiling as vae_tiling};

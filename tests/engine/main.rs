@@ -23,6 +23,8 @@ mod hires;
 mod img2img;
 #[path = "../inpaint_model.rs"]
 mod inpaint_model;
+#[path = "../layout.rs"]
+mod layout;
 #[path = "../lora.rs"]
 mod lora;
 #[path = "../model_cache.rs"]

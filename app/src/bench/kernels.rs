@@ -6,7 +6,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 use burn::tensor::{DType, Device, Distribution, Tensor};
-use latent_engine::profile::{IsolatedOp, OpShape, Recording};
+use latent_engine::nn::isolated::IsolatedOp;
+use latent_engine::profile::{OpShape, Recording};
 use latent_engine::{Precision, StableDiffusion};
 use serde_json::Value;
 

@@ -90,9 +90,13 @@ pub fn run(args: BenchArgs) -> Result<()> {
     if decisions.is_none() {
         eprintln!("warning: autotune decisions are not logged; kernels will not be named");
     }
-    let device =
-        latent_engine::device::create_watched(&args.device, latent_engine::device::DEFAULT_TIMEOUT)
-            .context("opening the device")?;
+    let (_, device) = latent_studio::probe::open_device(
+        &args.device,
+        false,
+        latent_engine::device::DEFAULT_TIMEOUT,
+        &mut latent_studio::probe::print_note,
+    )
+    .context("opening the device")?;
     println!("device: {device:?}");
     match latent_engine::compiler::of_device(&device) {
         Some(c) => println!("shader compiler: {c} (runtime {})", c.runtime),
@@ -182,12 +186,12 @@ pub fn run(args: BenchArgs) -> Result<()> {
             let cancel = AtomicBool::new(false);
             // The process's first: its kernels tune here, unless an earlier launch's tuning was
             // restored (`device::tuning`).
+            let restored = latent_engine::device::tuning::restored().entries;
             let t = Instant::now();
             txt2img(&model, &tokenizer, &req, &cancel, &mut Quiet)?;
             sync(&device)?;
             println!(
-                "[{precision:?}] first txt2img in this process ({} tuning results restored): {:.0} ms",
-                latent_engine::device::tuning::restored().entries,
+                "[{precision:?}] first txt2img in this process ({restored} tuning results restored): {:.0} ms",
                 t.elapsed().as_secs_f64() * 1e3
             );
             let total = time_ms(&device, 0, args.runs, || {

@@ -209,11 +209,11 @@ fn parse_emphasis(name: &str) -> std::result::Result<Emphasis, String> {
 }
 
 fn sdxl_size(s: &str) -> Result<[usize; 2], String> {
-    latent_engine::pipeline::sdxl::parse_wxh(s, false)
+    latent_engine::pipeline::sdxl::parse_wxh(s, false).map_err(|e| e.to_string())
 }
 
 fn sdxl_crop(s: &str) -> Result<[usize; 2], String> {
-    latent_engine::pipeline::sdxl::parse_wxh(s, true)
+    latent_engine::pipeline::sdxl::parse_wxh(s, true).map_err(|e| e.to_string())
 }
 
 /// SDXL's size and crop conditioning where any of its flags is given, the rest the image's own.

@@ -250,17 +250,13 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         bail!("--device-timeout must be a number of seconds > 0");
     }
     let timeout = std::time::Duration::from_secs_f64(args.device_timeout.min(1e9));
-    let choice = latent_studio::probe::select_device(
+    let (choice, device) = latent_studio::probe::open_device(
         &args.device,
         args.probe == OnOff::On,
         timeout,
-        &mut |note| match note {
-            latent_studio::probe::ResolveNote::Status(s) => eprintln!("{s}"),
-            latent_studio::probe::ResolveNote::Notice(s) => eprintln!("warning: {s}"),
-        },
-    );
-    let device =
-        latent_engine::device::create_watched(&choice, timeout).context("opening the device")?;
+        &mut latent_studio::probe::print_note,
+    )
+    .context("opening the device")?;
     let restored = latent_engine::device::tuning::restored();
     if restored.entries > 0 {
         eprintln!(

@@ -199,12 +199,12 @@ impl Form {
         }
         match p.size_conditioning() {
             Some(Ok(c)) => self.size_conditioning = Some(c),
-            Some(Err(what)) => skipped.push(what),
+            Some(Err(e)) => skipped.push(unusable(e)),
             None => self.size_conditioning = None,
         }
         match p.hires() {
             Some(Ok(h)) => (self.hires_on, self.hires) = (true, h),
-            Some(Err(what)) => skipped.push(what),
+            Some(Err(e)) => skipped.push(unusable(e)),
             None => {
                 self.hires_on = false;
                 // The image is not in the parameters: the strength waits for one.
@@ -220,6 +220,14 @@ impl Form {
             skipped.push(format!("size {}x{}", p.width, p.height));
         }
         skipped
+    }
+}
+
+/// What a parameter the engine could not use says, without the error's category.
+fn unusable(e: latent_engine::error::Error) -> String {
+    match e {
+        latent_engine::error::Error::InvalidInput(what) => what,
+        other => other.to_string(),
     }
 }
 

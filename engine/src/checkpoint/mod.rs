@@ -4,10 +4,7 @@
 mod config;
 pub mod family;
 pub mod few_step;
-pub mod kept;
 pub mod ldm;
-pub mod safetensors;
-pub mod weights;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -22,8 +19,10 @@ use crate::unet::UNetConfig;
 pub use config::ModelConfig;
 pub use family::Family;
 pub use few_step::{FewStep, Preset};
-pub use safetensors::SafetensorsFile;
-pub use weights::{KeyMap, LoadReport, Weights, controlled};
+// The tensors a checkpoint holds, and reading them, live in `crate::weights` (the models read
+// them too, and the models' configs are what a checkpoint detects): re-exported for callers.
+pub use crate::weights::{KeyMap, LoadReport, SafetensorsFile, Weights, controlled, sha256_file};
+pub use crate::weights::{kept, safetensors};
 
 /// How a checkpoint is laid out on disk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -480,27 +479,4 @@ impl Checkpoint {
         name.map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_else(|| "model".into())
     }
-}
-
-/// The SHA-256 of a weights file, as lowercase hex (read in 1 MiB pieces).
-pub fn sha256_file(path: &Path) -> Result<String> {
-    use sha2::{Digest, Sha256};
-    use std::io::Read;
-    let mut file = std::fs::File::open(path).map_err(|e| Error::io("checkpoint", path, e))?;
-    let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let n = file
-            .read(&mut buf)
-            .map_err(|e| Error::io("checkpoint", path, e))?;
-        if n == 0 {
-            break;
-        }
-        hasher.update(&buf[..n]);
-    }
-    Ok(hasher
-        .finalize()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect())
 }

@@ -51,6 +51,8 @@ struct State {
     /// The open adapter's file, once [`restore`] ran.
     file: Option<PathBuf>,
     adapter: String,
+    /// What the restore put back (reported as is, whatever was saved since).
+    restored: Restored,
     /// Entries and shapes the file holds (restored or last saved).
     saved_entries: usize,
     shapes: BTreeSet<String>,
@@ -87,10 +89,7 @@ pub(crate) fn restore(identity: &str) -> Restored {
             return Restored::default();
         };
         if s.file.is_some() {
-            return Restored {
-                entries: s.saved_entries,
-                shapes: s.saved_shapes,
-            };
+            return s.restored;
         }
         let path = folder.join(file_name(identity));
         s.file = Some(path.clone());
@@ -107,27 +106,22 @@ pub(crate) fn restore(identity: &str) -> Restored {
         s.saved_entries = entries;
         s.saved_shapes = file.shapes.len();
         s.shapes = file.shapes;
+        s.restored = Restored {
+            entries,
+            shapes: s.saved_shapes,
+        };
         tracing::info!(
             "kernel tuning restored from {}: {entries} results, {} pass shapes",
             path.display(),
             s.saved_shapes
         );
-        Restored {
-            entries,
-            shapes: s.saved_shapes,
-        }
+        s.restored
     })
 }
 
-/// What the open adapter's restore found (zeros before one, or without a folder).
+/// What the open adapter's restore put back (zeros before one, or without a folder).
 pub fn restored() -> Restored {
-    with_state(|s| match s.file {
-        Some(_) => Restored {
-            entries: s.saved_entries,
-            shapes: s.saved_shapes,
-        },
-        None => Restored::default(),
-    })
+    with_state(|s| s.restored)
 }
 
 /// Whether a pass of this shape ran, and so tuned its kernels, in a launch whose tuning was saved.

@@ -30,7 +30,7 @@ pub struct Parameters {
 }
 
 /// A1111 prints `7` for 7.0 and `7.5` for 7.5.
-fn fmt_number(v: f32) -> String {
+pub(crate) fn fmt_number(v: f32) -> String {
     if v.fract() == 0.0 && v.abs() < 1e7 {
         format!("{}", v as i64)
     } else {
@@ -49,80 +49,7 @@ fn quote(v: &str) -> String {
     }
 }
 
-/// The request's settings A1111 writes only when they are not their defaults.
-fn request_extras(request: &crate::pipeline::Txt2ImgRequest) -> Vec<(String, String)> {
-    let mut extra = Vec::new();
-    if request.clip_skip > 1 {
-        extra.push(("Clip skip".to_string(), request.clip_skip.to_string()));
-    }
-    if request.emphasis != crate::prompt::Emphasis::Original {
-        extra.push(("Emphasis".to_string(), request.emphasis.name().to_string()));
-    }
-    if let Some(init) = &request.init {
-        extra.push(("Denoising strength".to_string(), init.strength.to_string()));
-        if let (Some(_), Some(blur)) = (&init.mask, init.mask_blur) {
-            extra.push(("Mask blur".to_string(), fmt_number(blur)));
-        }
-        if let (Some(_), crate::pipeline::InpaintArea::OnlyMasked { padding }) =
-            (&init.mask, init.area)
-        {
-            extra.push(("Inpaint area".to_string(), "Only masked".to_string()));
-            extra.push(("Masked area padding".to_string(), padding.to_string()));
-        }
-    }
-    // A1111's order: the strength, then the hires keys (steps only when set).
-    if let Some(h) = &request.hires {
-        extra.push(("Denoising strength".to_string(), h.strength.to_string()));
-        extra.push(("Hires upscale".to_string(), h.scale.to_string()));
-        if h.steps > 0 {
-            extra.push(("Hires steps".to_string(), h.steps.to_string()));
-        }
-        extra.push((
-            "Hires upscaler".to_string(),
-            h.upscaler.a1111_name().to_string(),
-        ));
-    }
-    if !request.loras.is_empty() {
-        extra.push(("Lora hashes".to_string(), request.loras.a1111_hashes()));
-    }
-    if let Some(c) = &request.size_conditioning {
-        extra.extend(c.parameters(request.width, request.height));
-    }
-    extra
-}
-
 impl Parameters {
-    /// What one image of `request` was made with (`seed` is that image's seed in a batch count).
-    pub fn for_request(
-        request: &crate::pipeline::Txt2ImgRequest,
-        seed: u64,
-        model_hash: Option<String>,
-        model: Option<String>,
-    ) -> Self {
-        Self {
-            prompt: request.prompt.clone(),
-            negative_prompt: request.negative_prompt.clone(),
-            steps: request.steps,
-            sampler: request.sampler.a1111_name().to_string(),
-            schedule: request.schedule.a1111_name().to_string(),
-            cfg_scale: request.cfg_scale,
-            seed,
-            width: request.width,
-            height: request.height,
-            model_hash,
-            model,
-            extra: request_extras(request),
-        }
-    }
-
-    /// The emphasis mode a parameters text names (A1111 writes it only when not "Original").
-    pub fn emphasis(&self) -> Option<crate::prompt::Emphasis> {
-        match self.extra.iter().find(|(k, _)| k == "Emphasis") {
-            Some((_, v)) => crate::prompt::Emphasis::from_name(v),
-            None => Some(crate::prompt::Emphasis::Original),
-        }
-    }
-
     /// The denoising strength of an img2img image (A1111 writes it for img2img and hires fix).
     pub fn denoising_strength(&self) -> Option<f64> {
         self.extra
@@ -130,45 +57,6 @@ impl Parameters {
             .find(|(k, _)| k == "Denoising strength")
             .and_then(|(_, v)| v.trim().parse().ok())
             .filter(|s: &f64| *s > 0.0 && *s <= 1.0)
-    }
-
-    /// The hires fix a parameters text names (`Hires upscale` present), or why it cannot be
-    /// used (an upscaler other than Latent or Lanczos, a bad number).
-    pub fn hires(&self) -> Option<Result<crate::pipeline::HiresFix, String>> {
-        let get = |key: &str| {
-            self.extra
-                .iter()
-                .find(|(k, _)| k == key)
-                .map(|(_, v)| v.trim())
-        };
-        let scale = get("Hires upscale")?;
-        let parse = || -> Result<crate::pipeline::HiresFix, String> {
-            let mut fix = crate::pipeline::HiresFix {
-                scale: scale
-                    .parse()
-                    .map_err(|_| format!("hires upscale `{scale}`"))?,
-                ..Default::default()
-            };
-            if let Some(steps) = get("Hires steps") {
-                fix.steps = steps
-                    .parse()
-                    .map_err(|_| format!("hires steps `{steps}`"))?;
-            }
-            if let Some(s) = self.denoising_strength() {
-                fix.strength = s;
-            }
-            if let Some(u) = get("Hires upscaler") {
-                fix.upscaler = u.parse().map_err(|_| format!("hires upscaler `{u}`"))?;
-            }
-            Ok(fix)
-        };
-        Some(parse())
-    }
-
-    /// SDXL's size and crop conditioning a parameters text names (`None` where it names none:
-    /// the image's own size, no crop), or why it cannot be used.
-    pub fn size_conditioning(&self) -> Option<Result<crate::pipeline::SizeConditioning, String>> {
-        crate::pipeline::SizeConditioning::from_parameters(&self.extra, self.width, self.height)
     }
 
     /// The clip skip a parameters text names (1 when absent, as A1111 writes it only past 1).
@@ -211,7 +99,11 @@ impl Parameters {
     }
 
     /// Parses A1111's format (also what ComfyUI-A1111 exporters and SD.Next write).
-    pub fn parse_a1111(text: &str) -> Result<Self, String> {
+    pub fn parse_a1111(text: &str) -> crate::error::Result<Self> {
+        Self::parse(text).map_err(crate::error::Error::InvalidParameters)
+    }
+
+    fn parse(text: &str) -> Result<Self, String> {
         let text = text.trim_end();
         let (body, settings) = match text.rfind('\n') {
             Some(i) if text[i + 1..].trim_start().starts_with("Steps:") => {

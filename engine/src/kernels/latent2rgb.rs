@@ -1,7 +1,7 @@
 //! latent2rgb for live previews: one lane per pixel turns the first batch item's latent channels
 //! into RGB with the family's factors and bias and packs it as an RGBA8 word, so the preview
-//! readback moves 4 bytes per pixel. The twin is [`crate::preview::latent2rgb`] packed by
-//! [`crate::shaders::pack_rgb`]; the host reference is [`crate::shaders::latent2rgb_reference_rgba8`].
+//! readback moves 4 bytes per pixel. Its twins live with the previews (`preview/packed.rs`):
+//! the same with burn ops, and the host reference both are tested against.
 
 use burn::cubecl;
 use burn::cubecl::client::Client;
@@ -10,7 +10,6 @@ use burn::cubecl::server::Handle;
 use burn::tensor::{DType, Tensor};
 
 use super::{buffer_arg, grid, resolve};
-use crate::preview::Factors;
 
 const LANES: usize = 256;
 
@@ -56,13 +55,19 @@ fn latent2rgb_pixels(
 }
 
 /// The packed preview of `x0`'s first item: the client and the buffer of `h·w` RGBA8 words.
-/// `None` where the kernel does not run (then the caller packs with burn ops).
-pub fn latent2rgb(x0: &Tensor<4>, factors: &Factors) -> Option<(Client, Handle)> {
+/// `factors[channel]` maps a latent channel to `[r, g, b]`, then `bias` is added (the preview's
+/// factors, passed as numbers so the kernels do not depend on the preview). `None` where the
+/// kernel does not run (then the caller packs with burn ops).
+pub fn latent2rgb(
+    x0: &Tensor<4>,
+    factors: &[[f32; 3]],
+    bias: [f32; 3],
+) -> Option<(Client, Handle)> {
     if !super::available(&x0.device()) {
         return None;
     }
     let [_, c, h, w] = x0.dims();
-    let c = c.min(factors.factors.len());
+    let c = c.min(factors.len());
     let pixels = h * w;
     if c == 0 || pixels == 0 {
         return None;
@@ -70,8 +75,8 @@ pub fn latent2rgb(x0: &Tensor<4>, factors: &Factors) -> Option<(Client, Handle)>
     let (gx, gy) = grid(pixels.div_ceil(LANES))?;
     let x = resolve(x0.clone().slice([0..1, 0..c]).cast(DType::F32))?;
     let client = x.client.clone();
-    let mut coeffs: Vec<f32> = factors.factors[..c].iter().flatten().copied().collect();
-    coeffs.extend(factors.bias);
+    let mut coeffs: Vec<f32> = factors[..c].iter().flatten().copied().collect();
+    coeffs.extend(bias);
     let bytes: Vec<u8> = coeffs.iter().flat_map(|v| v.to_le_bytes()).collect();
     let coeffs = client.create_from_slice(&bytes);
     let out = client.empty(pixels * 4);

@@ -8,9 +8,9 @@ use burn::tensor::{DType, Device, Tensor, TensorData};
 
 use super::keys::{Name, Net, flatten};
 use super::{Layer, Lora, LoraUse};
-use crate::checkpoint::kept::{Kept, TensorMap};
 use crate::error::{Error, Result};
 use crate::kernels::matmul::{self, WeightLayout};
+use crate::weights::kept::{Kept, TensorMap};
 
 /// The LoRAs a model's networks are built with, in the order they were asked for.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -64,7 +64,7 @@ impl Resolver {
     }
 }
 
-/// The weights of `net` that `set` changes, merged, by name: what [`crate::checkpoint::Weights::kept`]
+/// The weights of `net` that `set` changes, merged, by name: what [`crate::weights::Weights::kept`]
 /// serves in place of `base`'s. `alias` gives a module's other spelling (LDM names), if any.
 pub fn patches(
     net: Net,

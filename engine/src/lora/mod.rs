@@ -2,7 +2,7 @@
 //! diffusers / PEFT files; LoCon's convolution layers too). They are merged into the weights on
 //! the device (`W + strength · alpha/rank · up · down`), which costs nothing per step; the
 //! checkpoint is not read again: the model keeps the tensors it was built from
-//! ([`crate::checkpoint::kept`]) and builds the patched layers from them
+//! ([`crate::weights::kept`]) and builds the patched layers from them
 //! ([`crate::StableDiffusion::networks`]).
 //!
 //! `keys.rs`: what a key names. `merge.rs`: the patches. `tags.rs`: `<lora:name:w>` in prompts.
@@ -21,8 +21,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::checkpoint::SafetensorsFile;
 use crate::error::{Error, Result};
+use crate::weights::SafetensorsFile;
 use keys::{Name, Net, Part, Refusal};
 
 /// One layer's update: the keys of its two factors and its alpha.
@@ -172,7 +172,7 @@ impl Lora {
             name: self.name.clone(),
             reason: format!("`{key}` is missing"),
         })?;
-        crate::checkpoint::safetensors::to_f32(key, factor.dtype, &factor.bytes)
+        crate::weights::safetensors::to_f32(key, factor.dtype, &factor.bytes)
     }
 
     /// Whether any layer belongs to `net`.

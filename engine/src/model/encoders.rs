@@ -6,11 +6,11 @@ use std::time::Instant;
 use burn::tensor::Device;
 
 use super::StableDiffusion;
-use crate::checkpoint::kept::TensorMap;
 use crate::checkpoint::{ModelConfig, Weights};
 use crate::clip::ClipTextModel;
 use crate::error::{Error, Result};
 use crate::lora::{self, LoraSet, keys::Net};
+use crate::weights::kept::TensorMap;
 
 /// Where a model's text encoders wait between prompts. Parked on the host, they come to the
 /// device only to encode a prompt the model has not just encoded ([`StableDiffusion::networks`])

@@ -5,8 +5,6 @@ use std::time::Instant;
 
 use burn::tensor::{DType, Device};
 
-use crate::checkpoint::kept::TensorMap;
-use crate::checkpoint::weights::Recorder;
 use crate::checkpoint::{Checkpoint, Component, LoadReport, ModelConfig, Weights, ldm};
 use crate::clip::ClipTextModel;
 use crate::error::{Error, Result};
@@ -16,6 +14,8 @@ use crate::unet::UNet2DConditionModel;
 use crate::unet::graph::ParkedSteps;
 use crate::vae::AutoencoderKL;
 use crate::vae_compile::VaeCompiler;
+use crate::weights::Recorder;
+use crate::weights::kept::TensorMap;
 
 pub use crate::precision::Precision;
 

@@ -21,12 +21,12 @@ use std::time::{Instant, SystemTime};
 use burn::tensor::{DType, Device};
 use serde::{Deserialize, Serialize};
 
-use crate::checkpoint::weights::Recorder;
 use crate::checkpoint::{Checkpoint, KeyMap, SafetensorsFile, Weights, sha256_file};
 use crate::error::{Error, Result};
 use crate::model::{
     CACHE_PREFIX_TE2, CACHE_PREFIXES, LoadOptions, Precision, StableDiffusion, TextEncoders,
 };
+use crate::weights::Recorder;
 
 // The disk cache (entries, their checks, the hash index) and the writer that fills it live beside
 // this file.

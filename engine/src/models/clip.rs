@@ -5,9 +5,9 @@
 use burn::tensor::{DType, Tensor, TensorData};
 use serde::{Deserialize, Serialize};
 
-use crate::checkpoint::Weights;
 use crate::error::{Error, Result};
 use crate::nn::{Embedding, LayerNorm, Linear, gelu, multi_head_attention, quick_gelu};
+use crate::weights::Weights;
 
 /// Mirrors the fields of transformers' `CLIPTextConfig` that SD uses.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

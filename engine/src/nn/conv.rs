@@ -4,9 +4,9 @@ use burn::tensor::module::conv2d;
 use burn::tensor::ops::ConvOptions;
 use burn::tensor::{DType, Tensor};
 
-use crate::checkpoint::Weights;
 use crate::error::Result;
 use crate::kernels::conv::{Columns, Epilogue, Geometry};
+use crate::weights::Weights;
 
 /// `nn.Conv2d` with square kernel, equal stride and symmetric padding.
 #[derive(Debug, Clone)]

@@ -5,9 +5,9 @@ use std::sync::{Arc, OnceLock};
 use burn::tensor::module::linear;
 use burn::tensor::{DType, Tensor};
 
-use crate::checkpoint::Weights;
 use crate::error::Result;
 use crate::kernels::matmul::{self, LinearEpilogue, WeightLayout};
+use crate::weights::Weights;
 
 /// `nn.Linear`; the weight is kept as `[in, out]`.
 #[derive(Debug, Clone)]
@@ -198,7 +198,7 @@ mod tests {
     use burn::tensor::{DType, Device, Tensor};
 
     use super::Linear;
-    use crate::checkpoint::Weights;
+    use crate::weights::Weights;
 
     /// A fused layer's parts, kept as slices of its weight, keep the values and shapes they were
     /// loaded with (each part's own rows), so a LoRA set merges from the same numbers. (That the

@@ -6,10 +6,11 @@ use burn::tensor::activation;
 use burn::tensor::module::{embedding, layer_norm};
 use burn::tensor::{DType, Int, Tensor, TensorData};
 
-use crate::checkpoint::Weights;
 use crate::error::{Error, Result};
+use crate::weights::Weights;
 
 mod conv;
+pub mod isolated;
 mod linear;
 
 pub use crate::attention::{MAX_SCORE_BYTES, multi_head_attention, wide_head_attention};

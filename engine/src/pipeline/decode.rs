@@ -72,7 +72,9 @@ fn decode_with(
     let too_large = crate::vae_tiling::largest_decoder_buffer_bytes(vae.config(), dims) > limit;
     let kernels = model
         .vae_compile
-        .kernels(options.compile, vae, &latents, &mut |n| observer.notice(&n));
+        .kernels(options.compile, vae, &latents, &mut |reason| {
+            observer.notice(&Notice::VaeCompileFallback { reason })
+        });
     if tiling.should_tile(vae.config(), dims) || too_large {
         tracing::debug!(?dims, ?tiling, "tiled VAE decode");
         observer.decoding(tiling.tile_count(dims));

@@ -18,6 +18,7 @@ mod init;
 pub mod inpaint_area;
 mod inpaint_model;
 mod observer;
+mod parameters;
 pub mod sdxl;
 mod tuning;
 

@@ -49,7 +49,7 @@ impl SizeConditioning {
         extra: &[(String, String)],
         width: usize,
         height: usize,
-    ) -> Option<std::result::Result<Self, String>> {
+    ) -> Option<crate::error::Result<Self>> {
         let get = |key: &str| extra.iter().find(|(k, _)| k == key).map(|(_, v)| v.trim());
         if [ORIGINAL_KEY, CROP_KEY, TARGET_KEY]
             .iter()
@@ -58,9 +58,10 @@ impl SizeConditioning {
             return None;
         }
         let read = |key: &str, value: &str, zero: bool| {
-            parse_wxh(value, zero).map_err(|e| format!("`{key}: {value}`: {e}"))
+            wxh_values(value, zero)
+                .map_err(|e| crate::error::Error::InvalidInput(format!("`{key}: {value}`: {e}")))
         };
-        let parse = || -> std::result::Result<Self, String> {
+        let parse = || -> crate::error::Result<Self> {
             let mut c = Self::of_image(width, height);
             if let Some(v) = get(ORIGINAL_KEY) {
                 c.original = read(ORIGINAL_KEY, v, false)?;
@@ -96,7 +97,11 @@ pub const MAX_VALUE: usize = 16384;
 
 /// `WxH` (or, for a crop, `LEFTxTOP`) as `[second, first]`: `[height, width]` or `[top,
 /// left]`, the order diffusers' time ids take. Zero is allowed only where `zero` (a crop).
-pub fn parse_wxh(s: &str, zero: bool) -> std::result::Result<[usize; 2], String> {
+pub fn parse_wxh(s: &str, zero: bool) -> crate::error::Result<[usize; 2]> {
+    wxh_values(s, zero).map_err(crate::error::Error::InvalidInput)
+}
+
+fn wxh_values(s: &str, zero: bool) -> std::result::Result<[usize; 2], String> {
     let (a, b) = s
         .trim()
         .split_once(['x', 'X'])
@@ -143,13 +148,13 @@ mod tests {
 
     #[test]
     fn sizes_read_as_width_by_height() {
-        assert_eq!(parse_wxh("2048x1536", false), Ok([1536, 2048]));
+        assert_eq!(parse_wxh("2048x1536", false).ok(), Some([1536, 2048]));
         assert_eq!(
-            parse_wxh(" 64 X 32 ", true),
-            Ok([32, 64]),
+            parse_wxh(" 64 X 32 ", true).ok(),
+            Some([32, 64]),
             "a crop: left x top"
         );
-        assert_eq!(parse_wxh("0x0", true), Ok([0, 0]));
+        assert_eq!(parse_wxh("0x0", true).ok(), Some([0, 0]));
         for bad in [
             "0x1024",
             "1024",
@@ -191,17 +196,20 @@ mod tests {
             ),
             "{t}"
         );
-        assert_eq!(read(&t).size_conditioning(), Some(Ok(c)));
+        assert_eq!(read(&t).size_conditioning().map(Result::ok), Some(Some(c)));
         // A key left out takes the image's own value.
         let partial = t.replace(", SDXL crop: 64x32", "");
         let expected = SizeConditioning {
             crop_top_left: [0, 0],
             ..c
         };
-        assert_eq!(read(&partial).size_conditioning(), Some(Ok(expected)));
+        assert_eq!(
+            read(&partial).size_conditioning().map(Result::ok),
+            Some(Some(expected))
+        );
         let bad = t.replace("4096x2048", "4096");
         assert!(
-            matches!(read(&bad).size_conditioning(), Some(Err(e)) if e.contains("SDXL original size"))
+            matches!(read(&bad).size_conditioning(), Some(Err(e)) if e.to_string().contains("SDXL original size"))
         );
     }
 }

@@ -16,10 +16,11 @@ use crossbeam_channel::{Receiver, Sender, TrySendError};
 use crate::error::{Error, Result};
 use crate::model::StableDiffusion;
 use crate::pipeline::{Notice, Observer, StepState};
-use crate::shaders::{PackedImage, latent2rgb_packed, pack_rgb};
 use crate::taesd::TaesdDecoder;
+use packed::{PackedImage, latent2rgb_packed, pack_rgb};
 
 mod latent2rgb;
+pub mod packed;
 pub use latent2rgb::{Factors, latent2rgb, latent2rgb_reference};
 
 /// How previews are made.

@@ -7,9 +7,9 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::checkpoint::SafetensorsFile;
 use crate::error::{Error, Result};
 use crate::tokenizer::{ClipTokenizer, MAX_PROMPT_TOKENS};
+use crate::weights::SafetensorsFile;
 
 /// One embedding: `vectors` rows of the text encoder's width.
 #[derive(Debug)]
@@ -121,7 +121,7 @@ fn load_one(
     let file = SafetensorsFile::open(path).map_err(|e| e.to_string())?;
     let keys: Vec<&String> = file.entries().keys().collect();
     let sdxl_file = keys.iter().any(|k| *k == "clip_g") && keys.iter().any(|k| *k == "clip_l");
-    let hash = || crate::checkpoint::sha256_file(path).map_err(|e| e.to_string());
+    let hash = || crate::weights::sha256_file(path).map_err(|e| e.to_string());
     let one = |key: &str, width: usize, hash: String| -> std::result::Result<Embedding, String> {
         let (data, vectors) = read_vectors(&file, key, width)?;
         Ok(Embedding {

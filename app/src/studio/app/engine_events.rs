@@ -15,13 +15,14 @@ impl StudioApp {
                 Err(crossbeam_channel::TryRecvError::Empty) => break,
                 Err(crossbeam_channel::TryRecvError::Disconnected) => {
                     // The engine thread is gone (a panic outside a command): say so once.
-                    if !self.activity.idle() || self.error.is_none() {
+                    if !self.engine_ended {
                         self.error = Some(
                             "The engine stopped unexpectedly. Finished images are kept; \
-                             restart the studio to generate again."
+                             restart it to generate again."
                                 .into(),
                         );
                     }
+                    self.engine_ended = true;
                     self.activity = Activity::Idle;
                     self.job_running = false;
                     break;

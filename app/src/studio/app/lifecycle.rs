@@ -102,6 +102,7 @@ impl StudioApp {
             next_job: 0,
             job_running: false,
             queue_held: false,
+            engine_ended: false,
         };
         let slot = app.adapters.clone();
         let _ = std::thread::Builder::new()
@@ -124,6 +125,33 @@ impl StudioApp {
     pub fn restart_engine_on_cpu(&mut self) {
         self.settings.device = DeviceChoice::Cpu;
         self.saver.save(&self.settings);
+        if self.restart_engine() {
+            self.notices.push(
+                "the engine was restarted on the CPU backend; the stuck device is left alone \
+                 until the studio closes"
+                    .into(),
+            );
+            self.status = "engine restarted on the CPU".into();
+        }
+    }
+
+    /// Starts a new engine with the current settings in place of one that ended (its thread is
+    /// gone), reloading the current model. Finished images stay in the gallery.
+    pub fn restart_ended_engine(&mut self) {
+        if self.restart_engine() {
+            self.error = None;
+            self.status = "engine restarted".into();
+        }
+    }
+
+    /// Whether the engine thread is gone and only [`Self::restart_ended_engine`] helps.
+    pub fn engine_ended(&self) -> bool {
+        self.engine_ended
+    }
+
+    /// A new engine in place of the current one (abandoned: a stuck one cannot be joined),
+    /// reloading the current model; false, with the error shown, when it cannot start.
+    fn restart_engine(&mut self) -> bool {
         let engine = match EngineHandle::spawn(
             engine_config(&self.settings),
             self.engine.preview.clone(),
@@ -133,23 +161,19 @@ impl StudioApp {
             Ok(e) => e,
             Err(e) => {
                 self.error = Some(format!("the engine could not restart: {e:#}"));
-                return;
+                return false;
             }
         };
         std::mem::replace(&mut self.engine, engine).abandon();
         self.activity = Activity::Idle;
         // The stuck job is abandoned with its engine; the queue goes on with the new one.
         self.job_running = false;
+        self.engine_ended = false;
         (self.engine_device, self.window_shares_device) = (None, false);
         self.last_event = Instant::now();
-        self.notices.push(
-            "the engine was restarted on the CPU backend; the stuck device is left alone until \
-             the studio closes"
-                .into(),
-        );
-        self.status = "engine restarted on the CPU".into();
         if let Some(loaded) = self.model.take() {
             self.load_model(loaded.path);
         }
+        true
     }
 }

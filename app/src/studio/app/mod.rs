@@ -195,6 +195,8 @@ pub struct StudioApp {
     job_running: bool,
     /// The last queued job could not be sent: the queue waits for the next Generate.
     queue_held: bool,
+    /// The engine thread is gone (its events channel closed): only a restart helps.
+    engine_ended: bool,
 }
 
 impl StudioApp {

@@ -164,6 +164,9 @@ impl StudioApp {
             )));
         }
         self.queue_ui(ui);
+        if self.engine_ended && ui.button("Restart the engine").clicked() {
+            self.restart_ended_engine();
+        }
         if let Some(silent) = self.stalled() {
             ui.colored_label(
                 ui.visuals().warn_fg_color,

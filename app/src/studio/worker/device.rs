@@ -82,21 +82,16 @@ impl Worker {
         }
         // Probing is on by default here: a driver crash on first use must cost a child process,
         // not the artist's window.
-        let choice =
-            crate::probe::select_device(
-                &self.config.device,
-                true,
-                timeout,
-                &mut |note| match note {
-                    crate::probe::ResolveNote::Status(s) => self.emit(Event::Status(s)),
-                    crate::probe::ResolveNote::Notice(s) => self.emit(Event::Notice(s)),
-                },
-            );
+        let requested = self.config.device.clone();
         self.emit(Event::Status(format!(
-            "opening device {choice} and compiling kernels…"
+            "opening device {requested} and compiling kernels…"
         )));
-        let device = latent_engine::device::create_watched(&choice, timeout)
-            .with_context(|| format!("opening device {choice}"))?;
+        let (choice, device) =
+            crate::probe::open_device(&requested, true, timeout, &mut |note| match note {
+                crate::probe::ResolveNote::Status(s) => self.emit(Event::Status(s)),
+                crate::probe::ResolveNote::Notice(s) => self.emit(Event::Notice(s)),
+            })
+            .with_context(|| format!("opening device {requested}"))?;
         self.device = Some(device.clone());
         self.emit(Event::DeviceReady {
             label: choice.to_string(),

@@ -26,7 +26,8 @@ impl EngineHandle {
         shared: Option<SharedDevice>,
     ) -> Result<Self> {
         let (tx, commands) = bounded::<Command>(64);
-        let (events_tx, events) = bounded::<Event>(EVENT_QUEUE);
+        let slots = crate::test_seam::event_queue_slots().unwrap_or(EVENT_QUEUE);
+        let (events_tx, events) = bounded::<Event>(slots);
         let cancel = Arc::new(AtomicBool::new(false));
         let closing = Arc::new(AtomicBool::new(false));
         let pending_config = Arc::new(std::sync::Mutex::new(None));

@@ -2,10 +2,10 @@
 
 use burn::tensor::Tensor;
 
-use crate::checkpoint::Weights;
 use crate::error::Result;
 use crate::kernels::conv::Columns;
 use crate::nn::{Conv2d, GroupNorm, Kernels, Linear, silu};
+use crate::weights::Weights;
 
 #[derive(Debug, Clone)]
 pub struct ResnetBlock2D {

@@ -4,9 +4,9 @@ use burn::tensor::Tensor;
 use burn::tensor::module::interpolate;
 use burn::tensor::ops::{InterpolateMode, InterpolateOptions};
 
-use crate::checkpoint::Weights;
 use crate::error::Result;
 use crate::nn::Conv2d;
+use crate::weights::Weights;
 
 /// `Downsample2D`: a stride-2 3x3 convolution.
 #[derive(Debug, Clone)]

@@ -35,9 +35,9 @@ use burn::tensor::ops::{InterpolateMode, InterpolateOptions};
 use burn::tensor::{DType, Device, Tensor};
 use serde::Deserialize;
 
-use crate::checkpoint::{KeyMap, SafetensorsFile, Weights};
 use crate::error::{Error, Result};
 use crate::nn::Conv2d;
+use crate::weights::{KeyMap, SafetensorsFile, Weights};
 
 /// Shapes of a TAESD decoder (diffusers' `AutoencoderTiny` config, decoder half).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -4,9 +4,9 @@
 use burn::tensor::Tensor;
 
 use crate::attention::{Heads, heads_attention};
-use crate::checkpoint::Weights;
 use crate::error::Result;
 use crate::nn::{Conv2d, GroupNorm, Kernels, LayerNorm, Linear};
+use crate::weights::Weights;
 
 /// diffusers `Attention` as used in the UNet: q has no bias, the output projection has one. The
 /// projections that read the same input are fused at load into one matmul (q, k and v for

@@ -3,10 +3,10 @@
 use burn::tensor::Tensor;
 
 use super::attention::{Transformer2D, TransformerSpec};
-use crate::checkpoint::Weights;
 use crate::error::Result;
 use crate::models::blocks::{Downsample, Upsample};
 use crate::models::blocks::{ResnetBlock2D, ResnetSpec};
+use crate::weights::Weights;
 
 /// `CrossAttnDownBlock2D` (with attentions) or `DownBlock2D` (without).
 #[derive(Debug, Clone)]

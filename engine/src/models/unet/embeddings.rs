@@ -2,9 +2,9 @@
 
 use burn::tensor::{DType, Device, Tensor, TensorData};
 
-use crate::checkpoint::Weights;
 use crate::error::{Error, Result};
 use crate::nn::{Linear, silu};
+use crate::weights::Weights;
 
 /// Sinusoidal projection of (possibly fractional) timesteps, computed in f32 as diffusers does.
 ///

@@ -8,9 +8,9 @@ pub mod graph;
 
 use burn::tensor::Tensor;
 
-use crate::checkpoint::Weights;
 use crate::error::{Error, Result};
 use crate::nn::{Conv2d, GroupNorm, Kernels, Linear, silu};
+use crate::weights::Weights;
 use blocks::{BlockSpec, DownBlock, MidBlock, UpBlock, UpChannels};
 pub use config::{PerBlock, UNetConfig};
 use embeddings::{AddEmbedding, TimestepEmbedding, timestep_projection};

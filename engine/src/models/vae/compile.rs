@@ -12,7 +12,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use burn::tensor::{DType, Tensor};
 
 use crate::nn::Kernels;
-use crate::pipeline::Notice;
 use crate::vae::AutoencoderKL;
 
 /// Side of the latent crop the check decodes (16 latents = 128 pixels in SD).
@@ -73,13 +72,14 @@ impl VaeCompiler {
     /// Which kernels a decode of `latents` uses: `Fused` when compilation is `on`, available and
     /// verified for this shape and dtype (verifying it now if it was not), else `Plain` (off: no
     /// compile or check work at all). The tiled decode runs its whole-latent layers through these
-    /// (`crate::vae_tiling`).
+    /// (`crate::vae_tiling`). `abandoned` hears the reason once, when a check turns compilation
+    /// off for this model (the pipeline makes it its one warning).
     pub fn kernels(
         &self,
         on: bool,
         vae: &AutoencoderKL,
         latents: &Tensor<4>,
-        notice: &mut dyn FnMut(Notice),
+        abandoned: &mut dyn FnMut(String),
     ) -> Kernels {
         if !on || !crate::kernels::available(&latents.device()) {
             return Kernels::Plain;
@@ -109,7 +109,7 @@ impl VaeCompiler {
                     tracing::debug!("VAE compilation disabled: {reason}");
                     state.disabled = Some(reason.clone());
                     drop(state);
-                    notice(Notice::VaeCompileFallback { reason });
+                    abandoned(reason);
                 }
                 Kernels::Plain
             }

@@ -6,10 +6,10 @@ pub mod tiling;
 use burn::tensor::{DType, Tensor};
 use serde::{Deserialize, Serialize};
 
-use crate::checkpoint::Weights;
 use crate::error::{Error, Result};
 use crate::models::blocks::{Downsample, ResnetBlock2D, ResnetSpec, Upsample};
 use crate::nn::{Conv2d, GroupNorm, Kernels, Linear, silu, wide_head_attention};
+use crate::weights::Weights;
 
 /// Mirrors diffusers' `AutoencoderKL` config.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -11,11 +11,38 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use burn::tensor::{DType, Device, Distribution, Tensor, TensorData};
 
-use super::kept::{Kept, TensorMap};
-use super::safetensors::{SafetensorsFile, to_f32};
+pub mod kept;
+pub mod safetensors;
+
+use self::kept::{Kept, TensorMap};
+pub use self::safetensors::SafetensorsFile;
+use self::safetensors::to_f32;
 use crate::error::{Error, Result};
 use crate::limits::DeviceLimits;
-use safetensors::Dtype;
+use ::safetensors::Dtype;
+
+/// The SHA-256 of a weights file, as lowercase hex (read in 1 MiB pieces).
+pub fn sha256_file(path: &std::path::Path) -> Result<String> {
+    use sha2::{Digest, Sha256};
+    use std::io::Read;
+    let mut file = std::fs::File::open(path).map_err(|e| Error::io("checkpoint", path, e))?;
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = file
+            .read(&mut buf)
+            .map_err(|e| Error::io("checkpoint", path, e))?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+    }
+    Ok(hasher
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect())
+}
 
 /// Cancel and progress for the loads this thread runs (see [`controlled`]).
 struct LoadControl {

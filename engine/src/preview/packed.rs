@@ -6,8 +6,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use burn::tensor::{DType, Int, Tensor, TensorData};
 
+use super::Factors;
 use crate::error::{Error, Result};
-use crate::preview::Factors;
 
 /// Set after our latent2rgb kernel failed once; burn ops are used from then on.
 static LATENT2RGB_KERNEL_FAILED: AtomicBool = AtomicBool::new(false);
@@ -111,7 +111,8 @@ pub fn pack_rgb(rgb: Tensor<3>) -> PackedImage {
 /// wgpu device, burn ops elsewhere. Both round after `clamp((x0ᵀ·F + bias + 1) / 2, 0, 1) · 255`.
 pub fn latent2rgb_packed(x0: &Tensor<4>, factors: &Factors) -> PackedImage {
     if !LATENT2RGB_KERNEL_FAILED.load(Ordering::Relaxed)
-        && let Some((client, handle)) = crate::kernels::latent2rgb::latent2rgb(x0, factors)
+        && let Some((client, handle)) =
+            crate::kernels::latent2rgb::latent2rgb(x0, &factors.factors, factors.bias)
     {
         return PackedImage {
             width: x0.dims()[3],
@@ -119,10 +120,7 @@ pub fn latent2rgb_packed(x0: &Tensor<4>, factors: &Factors) -> PackedImage {
             pixels: Pixels::Buffer { client, handle },
         };
     }
-    pack_rgb(crate::preview::latent2rgb(
-        x0.clone().narrow(0, 0, 1),
-        factors,
-    ))
+    pack_rgb(super::latent2rgb(x0.clone().narrow(0, 0, 1), factors))
 }
 
 /// The host reference of [`latent2rgb_packed`]: `x0` is one `[c, h, w]` latent, row-major.
@@ -134,7 +132,7 @@ pub fn latent2rgb_reference_rgba8(
     w: usize,
     factors: &Factors,
 ) -> Vec<u8> {
-    crate::preview::latent2rgb_reference(x0, c, h, w, factors)
+    super::latent2rgb_reference(x0, c, h, w, factors)
         .chunks_exact(3)
         .flat_map(|p| {
             let byte = |v: f32| v.round_ties_even() as u8;

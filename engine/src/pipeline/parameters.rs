@@ -1,0 +1,117 @@
+//! A request as A1111's parameters text records it, and the pipeline's settings read back from one:
+//! the text format itself is `crate::io::parameters`, which knows nothing of requests.
+
+use crate::io::parameters::{Parameters, fmt_number};
+use crate::pipeline::{HiresFix, InpaintArea, SizeConditioning, Txt2ImgRequest};
+
+/// The request's settings A1111 writes only when they are not their defaults.
+fn request_extras(request: &Txt2ImgRequest) -> Vec<(String, String)> {
+    let mut extra = Vec::new();
+    if request.clip_skip > 1 {
+        extra.push(("Clip skip".to_string(), request.clip_skip.to_string()));
+    }
+    if request.emphasis != crate::prompt::Emphasis::Original {
+        extra.push(("Emphasis".to_string(), request.emphasis.name().to_string()));
+    }
+    if let Some(init) = &request.init {
+        extra.push(("Denoising strength".to_string(), init.strength.to_string()));
+        if let (Some(_), Some(blur)) = (&init.mask, init.mask_blur) {
+            extra.push(("Mask blur".to_string(), fmt_number(blur)));
+        }
+        if let (Some(_), InpaintArea::OnlyMasked { padding }) = (&init.mask, init.area) {
+            extra.push(("Inpaint area".to_string(), "Only masked".to_string()));
+            extra.push(("Masked area padding".to_string(), padding.to_string()));
+        }
+    }
+    // A1111's order: the strength, then the hires keys (steps only when set).
+    if let Some(h) = &request.hires {
+        extra.push(("Denoising strength".to_string(), h.strength.to_string()));
+        extra.push(("Hires upscale".to_string(), h.scale.to_string()));
+        if h.steps > 0 {
+            extra.push(("Hires steps".to_string(), h.steps.to_string()));
+        }
+        extra.push((
+            "Hires upscaler".to_string(),
+            h.upscaler.a1111_name().to_string(),
+        ));
+    }
+    if !request.loras.is_empty() {
+        extra.push(("Lora hashes".to_string(), request.loras.a1111_hashes()));
+    }
+    if let Some(c) = &request.size_conditioning {
+        extra.extend(c.parameters(request.width, request.height));
+    }
+    extra
+}
+
+impl Parameters {
+    /// What one image of `request` was made with (`seed` is that image's seed in a batch count).
+    pub fn for_request(
+        request: &Txt2ImgRequest,
+        seed: u64,
+        model_hash: Option<String>,
+        model: Option<String>,
+    ) -> Self {
+        Self {
+            prompt: request.prompt.clone(),
+            negative_prompt: request.negative_prompt.clone(),
+            steps: request.steps,
+            sampler: request.sampler.a1111_name().to_string(),
+            schedule: request.schedule.a1111_name().to_string(),
+            cfg_scale: request.cfg_scale,
+            seed,
+            width: request.width,
+            height: request.height,
+            model_hash,
+            model,
+            extra: request_extras(request),
+        }
+    }
+
+    /// The hires fix a parameters text names (`Hires upscale` present), or why it cannot be
+    /// used (an upscaler other than Latent or Lanczos, a bad number).
+    pub fn hires(&self) -> Option<crate::error::Result<HiresFix>> {
+        let get = |key: &str| {
+            self.extra
+                .iter()
+                .find(|(k, _)| k == key)
+                .map(|(_, v)| v.trim())
+        };
+        let scale = get("Hires upscale")?;
+        let parse = || -> Result<HiresFix, String> {
+            let mut fix = HiresFix {
+                scale: scale
+                    .parse()
+                    .map_err(|_| format!("hires upscale `{scale}`"))?,
+                ..Default::default()
+            };
+            if let Some(steps) = get("Hires steps") {
+                fix.steps = steps
+                    .parse()
+                    .map_err(|_| format!("hires steps `{steps}`"))?;
+            }
+            if let Some(s) = self.denoising_strength() {
+                fix.strength = s;
+            }
+            if let Some(u) = get("Hires upscaler") {
+                fix.upscaler = u.parse().map_err(|_| format!("hires upscaler `{u}`"))?;
+            }
+            Ok(fix)
+        };
+        Some(parse().map_err(crate::error::Error::InvalidInput))
+    }
+
+    /// SDXL's size and crop conditioning a parameters text names (`None` where it names none:
+    /// the image's own size, no crop), or why it cannot be used.
+    pub fn size_conditioning(&self) -> Option<crate::error::Result<SizeConditioning>> {
+        SizeConditioning::from_parameters(&self.extra, self.width, self.height)
+    }
+
+    /// The emphasis mode a parameters text names (A1111 writes it only when not "Original").
+    pub fn emphasis(&self) -> Option<crate::prompt::Emphasis> {
+        match self.extra.iter().find(|(k, _)| k == "Emphasis") {
+            Some((_, v)) => crate::prompt::Emphasis::from_name(v),
+            None => Some(crate::prompt::Emphasis::Original),
+        }
+    }
+}
