@@ -437,14 +437,18 @@ bb)
     PARTS=${TORCH_PARTS:-e2e} timeout ${TORCH_TIMEOUT:-100} python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_bb.txt
   fi
   export LATENT_STUDIO_TUNING_CACHE=/tmp/tuning
-  for launch in 1 2; do
-    peak sd15_launch$launch timeout $((launch == 1 ? ${SD15_TIMEOUT:-170} : 90)) /tmp/ls bench --device gpu --precision f16 --runs 3 --steps 20 --pipeline-only
+  # SD 1.5: launch 1 tunes and generates SPIR-V; launch 2 restores the tuning only
+  # (LATENT_STUDIO_KEEP_SPIRV=0); launch 3 restores both.
+  for launch in 1 2 3; do
+    export LATENT_STUDIO_KEEP_SPIRV=$([ $launch = 2 ] && echo 0 || echo 1)
+    peak sd15_launch$launch timeout $((launch == 1 ? ${SD15_TIMEOUT:-140} : 80)) /tmp/ls bench --device gpu --precision f16 --runs 3 --steps 20 --pipeline-only
   done
+  unset LATENT_STUDIO_KEEP_SPIRV
   for launch in 1 2; do
-    peak sdxl_launch$launch timeout $((launch == 1 ? ${SDXL_TIMEOUT:-180} : 130)) /tmp/ls bench --device gpu --precision f16 --runs 2 --steps 20 --sdxl --pipeline-only --text-encoders host
-    python3 $OLDPWD/bench/mem_phases.py $OUT/sdxl_launch$launch.txt /tmp/mem-sdxl_launch$launch.txt | tee $OUT/sdxl_phases$launch.txt
+    peak sdxl_launch$launch timeout $((launch == 1 ? ${SDXL_TIMEOUT:-150} : 120)) /tmp/ls bench --device gpu --precision f16 --runs 2 --steps 20 --sdxl --pipeline-only --text-encoders host
+    python3 $OLDPWD/bench/mem_phases.py $OUT/sdxl_launch$launch.txt /tmp/mem-sdxl_launch$launch.txt | sed "s/^/sdxl launch $launch /" | tee -a $OUT/memory.txt
   done
-  ls -la /tmp/tuning | tee $OUT/tuning_files.txt
+  ls -la /tmp/tuning | tee -a $OUT/memory.txt
   ;;
 aj)
   PARTS=${TORCH_PARTS:-sdxl,sdxl_e2e} timeout ${TORCH_TIMEOUT:-200} python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_aj.txt

@@ -9,6 +9,11 @@
 //! restored result against its current candidate list (a checksum) and tunes again on mismatch,
 //! so a file from another build is harmless.
 //!
+//! With a folder set, cubecl also keeps the SPIR-V it generates for each kernel in such a store
+//! (its `compilation.cache` setting; keyed by the kernel and the binary's build id, so another
+//! build never reuses it), and the file carries it too: a launch then skips generating SPIR-V
+//! for every kernel an earlier one compiled. WGSL is compiled by the driver and not kept.
+//!
 //! The file also names the pass shapes (model, size, batch, precision) already tuned, so the front
 //! ends only announce "tuning kernels" when it will happen. Nothing here can fail a generation: a
 //! missing or corrupt file is an empty one (with a warning), and a failed save is logged.
@@ -69,7 +74,22 @@ fn with_state<T>(f: impl FnOnce(&mut State) -> T) -> T {
 /// Where tuning files live; `None` keeps tuning in memory only. Front ends call this before
 /// opening a device; the engine's tests leave it unset.
 pub fn set_folder(folder: Option<PathBuf>) {
+    // `LATENT_STUDIO_KEEP_SPIRV=0` keeps the tuning only (to measure what the SPIR-V saves).
+    if folder.is_some() && std::env::var("LATENT_STUDIO_KEEP_SPIRV").as_deref() != Ok("0") {
+        keep_generated_spirv();
+    }
     with_state(|s| s.folder = folder);
+}
+
+/// Turns on cubecl's SPIR-V store (`compilation.cache`), keeping the rest of its configuration
+/// as its files and environment give it. Only before cubecl first reads its configuration.
+fn keep_generated_spirv() {
+    use cubecl_runtime::config::{CubeClRuntimeConfig, RuntimeConfig};
+    let mut config = CubeClRuntimeConfig::from_current_dir().override_from_env();
+    config.compilation.cache = true;
+    if !CubeClRuntimeConfig::try_set(config) {
+        tracing::debug!("cubecl's configuration was already read: generated SPIR-V is not kept");
+    }
 }
 
 /// What a restore found.
