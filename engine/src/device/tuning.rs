@@ -163,10 +163,12 @@ pub fn save() -> Result<Option<usize>> {
         let Some(path) = s.file.clone() else {
             return Ok(None);
         };
-        let entries = collect();
-        if entries.len() <= s.saved_entries && s.shapes.len() <= s.saved_shapes {
+        // Counted before anything is encoded: most generations add nothing, and the file's
+        // SPIR-V runs to megabytes.
+        if count() <= s.saved_entries && s.shapes.len() <= s.saved_shapes {
             return Ok(None);
         }
+        let entries = collect();
         let file = TuningFile {
             format: FORMAT,
             adapter: s.adapter.clone(),
@@ -224,6 +226,14 @@ fn read(path: &Path) -> Result<Option<TuningFile>> {
         ))
     })?;
     Ok((file.format == FORMAT).then_some(file))
+}
+
+/// How many entries cubecl's stores hold in this process.
+fn count() -> usize {
+    MemoryStorage::namespaces()
+        .iter()
+        .map(|s| s.entries as usize)
+        .sum()
 }
 
 /// Every entry of every store cubecl holds in this process, sorted (a stable file).
@@ -310,6 +320,7 @@ mod tests {
             .filter(|e| e.namespace.starts_with("autotune/latent-test/"))
             .collect();
         assert_eq!(back, entries);
+        assert_eq!(count(), collect().len());
     }
 
     #[test]
