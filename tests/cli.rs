@@ -291,6 +291,91 @@ fn generate_runs_sdxl_like_diffusers() {
     assert_eq!(p.model.as_deref(), Some("tiny-sdxl"));
 }
 
+/// `--refiner` hands the tiny SDXL's run over to the tiny refiner as diffusers' two pipelines do
+/// (tests/fixtures/sdxl_refiner_cases.json case1: Euler a, switch 0.8, within ±1), and the
+/// parameters name it as A1111 does; a refiner as the model, or behind an SD 1.x model, is one
+/// clear line and no file.
+#[test]
+fn generate_hands_over_to_the_sdxl_refiner() {
+    let dir = scratch("refiner");
+    let out = dir.join("refined.png");
+    let path = |name: &str| fixtures().join(name).display().to_string();
+    let (base, refiner, out_s) = (
+        path("tiny-sdxl"),
+        path("tiny-sdxl-refiner"),
+        out.display().to_string(),
+    );
+    let run = |model: &str, extra: &[&str]| {
+        let mut args = vec![
+            "generate",
+            "--model",
+            model,
+            "--refiner",
+            &refiner,
+            "--device",
+            "cpu",
+            "--out",
+            &out_s,
+            "--overwrite",
+            "--prompt",
+            "a red bicycle",
+            "--seed",
+            "7",
+            "--steps",
+            "10",
+            "--cfg",
+            "5",
+            "--sampler",
+            "euler_a",
+            "--schedule",
+            "normal",
+            "--width",
+            "128",
+            "--height",
+            "64",
+            "--precision",
+            "f32",
+        ];
+        args.extend_from_slice(extra);
+        studio(&args)
+    };
+    let o = run(&base, &["--refiner-switch-at", "0.8"]);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{stderr}");
+    let (image, text) = decode_png(&std::fs::read(&out).unwrap()).unwrap();
+    let worst = worst_vs(&image, "sdxl-refiner-expected.safetensors", "case1.image");
+    assert!(worst <= 1, "pixels differ by {worst}");
+    let text = text.expect("parameters chunk");
+    assert!(text.contains("Refiner: tiny-sdxl-refiner ["), "{text}");
+    let p = Parameters::parse_a1111(&text).unwrap();
+    let switch = p.refiner().expect("a refiner").expect("valid");
+    assert_eq!(switch.switch_at, 0.8);
+
+    std::fs::remove_file(&out).unwrap();
+    for (model, extra, says) in [
+        (refiner.as_str(), &[][..], "pick this one as its refiner"),
+        (&path("tiny-sd"), &[][..], "SDXL model"),
+        (&base, &["--refiner-switch-at", "0"][..], "(0, 1]"),
+    ] {
+        let o = run(model, extra);
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            !o.status.success() && stderr.contains(says),
+            "{model}: {stderr}"
+        );
+        assert_eq!(
+            stderr
+                .trim()
+                .lines()
+                .filter(|l| l.starts_with("error"))
+                .count(),
+            1,
+            "{stderr}"
+        );
+        assert!(!out.exists(), "{model}");
+    }
+}
+
 #[test]
 fn never_overwrites_and_numbers_outputs() {
     let dir = scratch("numbered");

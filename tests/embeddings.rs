@@ -137,8 +137,14 @@ fn sdxl_embeddings_give_each_encoder_its_vectors() {
         Some(&Arc::new(library)),
     );
     let second = model.text_encoder_2.as_ref().unwrap();
-    let got =
-        prompt::encode_sdxl(&model.text_encoder, second, &chunks, 1, Emphasis::Original).unwrap();
+    let got = prompt::encode_sdxl(
+        Some(&model.text_encoder),
+        second,
+        &chunks,
+        1,
+        Emphasis::Original,
+    )
+    .unwrap();
     let expected =
         SafetensorsFile::open(&fixtures().join("sdxl-embedding-expected.safetensors")).unwrap();
     for (name, got) in [

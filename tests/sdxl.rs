@@ -48,7 +48,9 @@ fn encoder(layout: &str, second: bool, device: &Device, precision: Precision) ->
             .expect("a second encoder");
         (w, ckpt.config.text_encoder_2.clone().expect("its config"))
     } else {
-        let w = ckpt.text_encoder_weights(device, dtype);
+        let w = ckpt
+            .text_encoder_weights(device, dtype)
+            .expect("a first encoder");
         (w, ckpt.config.text_encoder.clone())
     };
     let model = ClipTextModel::load(&w, &config).unwrap_or_else(|e| panic!("{layout}: {e}"));
@@ -335,7 +337,8 @@ fn prompts_encode_as_diffusers_encode_prompt() {
         let second = encoder(LAYOUTS[0], true, &device, Precision::F32);
         let encode = |text: &str| {
             let chunks = Chunks::new(&tokenizer, text, Emphasis::Original);
-            prompt::encode_sdxl(&first, &second, &chunks, 1, Emphasis::Original).expect("encodes")
+            prompt::encode_sdxl(Some(&first), &second, &chunks, 1, Emphasis::Original)
+                .expect("encodes")
         };
         for case in cases["encode"].as_array().expect("encode cases") {
             let name = case["name"].as_str().expect("name");

@@ -624,6 +624,84 @@ fn snapshots_of_the_empty_studio_and_the_settings_window() {
     h.snapshot_options("studio_settings", &options);
 }
 
+/// SDXL's refiner from the model panel: an SDXL model offers it, the chosen file is named, the
+/// Refiner box turns it on, and the image (the tiny base handing over to the tiny refiner, on the
+/// CPU) is diffusers' within ±1 and records the refiner; the choice is remembered. A file that is
+/// not a refiner is refused in words and the choice stays.
+#[test]
+fn the_refiner_takes_over_an_sdxl_run_from_the_model_panel() {
+    let _serial = serial();
+    let dir = scratch("refiner");
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures");
+    let mut h = studio(&dir, "none");
+    h.run_steps(2);
+    h.state_mut().load_model(fixtures.join("tiny-sdxl"));
+    h.run_steps(2);
+    run_until(&mut h, "the SDXL model", |a| {
+        a.model_name().is_some() && !a.is_busy()
+    });
+    h.run_steps(2);
+    assert!(h.query_by_label("Refiner").is_some(), "offered for SDXL");
+    h.state_mut()
+        .choose_refiner(Some(fixtures.join("tiny-sdxl-refiner")));
+    run_until(&mut h, "the refiner chosen", |a| a.refiner_name().is_some());
+    h.run_steps(2);
+    let name = h.state().refiner_name().unwrap_or_default().to_string();
+    assert!(name.starts_with("tiny-sdxl-refiner ["), "{name}");
+    assert!(h.query_by_label(&name).is_some(), "the panel names it");
+    h.get_by_label("Refiner").click();
+    h.run_steps(2);
+    assert!(h.state().form.refiner_on);
+    // diffusers' case1 of tests/fixtures/sdxl_refiner_cases.json.
+    {
+        let form = &mut h.state_mut().form;
+        form.prompt = "a red bicycle".into();
+        form.negative = String::new();
+        (form.width, form.height, form.steps, form.cfg) = (128, 64, 10, 5.0);
+        (form.seed, form.seed_locked) = (7, true);
+        form.sampler = latent_engine::schedulers::SamplerKind::EulerAncestral;
+        form.refiner_switch_at = 0.8;
+    }
+    h.state_mut().generate();
+    h.run_steps(2);
+    run_until(&mut h, "the refined image", |a| {
+        !a.is_busy() && !a.gallery_paths().is_empty()
+    });
+    let path = h.state().gallery_paths()[0].clone();
+    let (image, text) = decode_png(&std::fs::read(&path).unwrap()).unwrap();
+    let text = text.expect("parameters");
+    assert!(
+        text.contains(&format!("Refiner: {name}, Refiner switch at: 0.8")),
+        "{text}"
+    );
+    let expected = latent_engine::checkpoint::SafetensorsFile::open(
+        &fixtures.join("sdxl-refiner-expected.safetensors"),
+    )
+    .unwrap();
+    let want = expected
+        .bytes(expected.entry("case1.image").unwrap())
+        .to_vec();
+    let worst = image
+        .pixels
+        .iter()
+        .zip(&want)
+        .map(|(a, b)| a.abs_diff(*b))
+        .max();
+    assert!(worst.unwrap_or(0) <= 1, "pixels differ by up to {worst:?}");
+    assert_eq!(
+        h.state().settings().refiner.as_deref(),
+        Some(fixtures.join("tiny-sdxl-refiner").as_path())
+    );
+
+    // A base model is not a refiner: said, and the choice stays.
+    h.state_mut()
+        .choose_refiner(Some(fixtures.join("tiny-sdxl")));
+    run_until(&mut h, "the refusal", |a| a.last_error().is_some());
+    let error = h.state().last_error().unwrap_or_default().to_string();
+    assert!(error.contains("not an SDXL refiner"), "{error}");
+    assert_eq!(h.state().refiner_name(), Some(name.as_str()));
+}
+
 /// The SDXL conditioning row: ticking "custom size and crop" conditions on the image's own size (then
 /// editable), unticking returns to the default, where the request carries none.
 #[test]

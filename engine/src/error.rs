@@ -25,6 +25,10 @@ pub enum Error {
         "unsupported model family: {found}. Latent Studio generates with Stable Diffusion 1.x, 2.x and XL for now ({path})"
     )]
     UnsupportedFamily { found: String, path: PathBuf },
+    #[error(
+        "not an SDXL refiner: {found}. A refiner is SDXL's second-stage model (sd_xl_refiner_1.0 and its fine-tunes) ({path})"
+    )]
+    NotARefiner { found: String, path: PathBuf },
     #[error("missing tensor `{name}` required by the {component}")]
     MissingTensor {
         component: &'static str,

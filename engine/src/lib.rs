@@ -35,4 +35,4 @@ pub use models::{clip, taesd, unet, vae};
 pub use error::{Error, Result};
 // The paths these had before `io/`.
 pub use io::{image as image_io, parameters};
-pub use model::{LoadOptions, Precision, StableDiffusion, TextEncoders};
+pub use model::{LoadOptions, Precision, Refiner, StableDiffusion, TextEncoders};

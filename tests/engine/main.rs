@@ -41,6 +41,8 @@ mod preview;
 mod sd2;
 #[path = "../sdxl.rs"]
 mod sdxl;
+#[path = "../sdxl_refiner.rs"]
+mod sdxl_refiner;
 #[path = "../taesd.rs"]
 mod taesd;
 #[path = "../vae_tiling.rs"]

@@ -6,7 +6,7 @@ use clap::Args;
 use latent_engine::device::DeviceChoice;
 use latent_engine::image_io::ResizeMode;
 use latent_engine::pipeline::{
-    HiresFix, HiresUpscaler, MaskedContent, SizeConditioning, Txt2ImgRequest,
+    HiresFix, HiresUpscaler, MaskedContent, RefinerSwitch, SizeConditioning, Txt2ImgRequest,
 };
 use latent_engine::preview::PreviewMethod;
 use latent_engine::prompt::Emphasis;
@@ -108,6 +108,14 @@ pub struct GenerateArgs {
     /// Hires fix: Latent (bilinear, no decode between the passes) or Lanczos (the image).
     #[arg(long, default_value = "Latent")]
     pub(super) hires_upscaler: HiresUpscaler,
+    /// SDXL: a refiner (single file or diffusers folder) that takes over the last steps
+    /// (A1111's Refiner, diffusers' ensemble of experts).
+    #[arg(long, value_name = "PATH")]
+    pub(super) refiner: Option<PathBuf>,
+    /// SDXL: the fraction of the steps' noise the model removes before the refiner takes over
+    /// (A1111's "Refiner switch at", diffusers' `denoising_end`).
+    #[arg(long, default_value_t = RefinerSwitch::DEFAULT_SWITCH_AT)]
+    pub(super) refiner_switch_at: f64,
     /// SDXL: the size the model is told the source image had (diffusers' `original_size`,
     /// ComfyUI's width/height on CLIPTextEncodeSDXL). Default: --width x --height.
     #[arg(long, value_name = "WxH", value_parser = sdxl_size)]

@@ -9,8 +9,8 @@ use latent_engine::image_io::{RgbImage, encode_png, load_image, save_atomic};
 use latent_engine::model_cache::{CacheSettings, LoadSource, ModelCache};
 use latent_engine::parameters::Parameters;
 use latent_engine::pipeline::{
-    DecodeOptions, Generated, HiresFix, HiresUpscaler, InitImage, Notice, StepState,
-    Txt2ImgRequest, txt2img,
+    DecodeOptions, Generated, HiresFix, HiresUpscaler, InitImage, Notice, RefinerSwitch, StepState,
+    Txt2ImgRequest, txt2img_refined,
 };
 use latent_engine::preview::{
     Frame, FrameSink, FrameStore, PreviewMethod, PreviewSettings, Previewer,
@@ -209,6 +209,8 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         loras: Default::default(),
         // SDXL: the image's own size and no crop (diffusers' and ComfyUI's defaults) unless set.
         size_conditioning: size_conditioning(&args, width, height),
+        // Named once the refiner is open (its name and hash go into the parameters text).
+        refiner: None,
     };
     for tag in &args.lora {
         request.prompt = format!("{} <lora:{tag}>", request.prompt.trim_end());
@@ -332,6 +334,33 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         let side = model.config.native_size();
         (request.width, request.height) = (side, side);
     }
+    let refiner = match &args.refiner {
+        Some(_) if model.text_encoder_2.is_none() => bail!(
+            "--refiner takes over an SDXL model's last steps; {} is loaded",
+            checkpoint.model_name()
+        ),
+        Some(path) => {
+            let switch = RefinerSwitch {
+                switch_at: args.refiner_switch_at,
+                name: String::new(),
+            };
+            switch.check().context("--refiner-switch-at")?;
+            let started = Instant::now();
+            let checkpoint = latent_engine::checkpoint::Checkpoint::open_refiner(path)
+                .with_context(|| format!("opening the refiner {}", path.display()))?;
+            let refiner = latent_engine::Refiner::load(&checkpoint, &device, precision)
+                .with_context(|| format!("loading the refiner {}", path.display()))?;
+            eprintln!("refiner loaded in {:.2} s", started.elapsed().as_secs_f64());
+            // A1111's `Refiner` value: the checkpoint's short title, `name [hash]`.
+            let name = match cache.short_hash(&checkpoint) {
+                Some(hash) => format!("{} [{hash}]", checkpoint.display_name()),
+                None => checkpoint.display_name(),
+            };
+            request.refiner = Some(RefinerSwitch { name, ..switch });
+            Some(refiner)
+        }
+        None => None,
+    };
     latent_engine::pipeline::check_request(&model, &request)?;
     let tokenizer = ClipTokenizer::new()?;
     if let Some(dir) = &args.embeddings {
@@ -411,7 +440,14 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         sink,
         &mut progress,
     )?;
-    let result = txt2img(&model, &tokenizer, &request, &cancel, &mut previewer);
+    let result = txt2img_refined(
+        &model,
+        refiner.as_ref(),
+        &tokenizer,
+        &request,
+        &cancel,
+        &mut previewer,
+    );
     previewer.finish();
     if let Some(e) = progress.error.take() {
         return Err(e);

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use latent_engine::image_io::{ResizeMode, RgbImage};
 use latent_engine::parameters::Parameters;
 use latent_engine::pipeline::{
-    HiresFix, InitImage, MaskedContent, SizeConditioning, Txt2ImgRequest,
+    HiresFix, InitImage, MaskedContent, RefinerSwitch, SizeConditioning, Txt2ImgRequest,
 };
 use latent_engine::prompt::Emphasis;
 use latent_engine::schedulers::{SamplerKind, Schedule};
@@ -55,6 +55,10 @@ pub struct Form {
     /// SDXL's size and crop conditioning; `None`: the image's own size, no crop (diffusers' and
     /// ComfyUI's defaults). Other families ignore it.
     pub size_conditioning: Option<SizeConditioning>,
+    /// SDXL: the chosen refiner takes over the last steps, past this fraction of the noise
+    /// (A1111's "Refiner switch at"). Other families ignore it.
+    pub refiner_on: bool,
+    pub refiner_switch_at: f64,
 }
 
 /// An init image and where it came from (a file's name, or "gallery").
@@ -92,6 +96,8 @@ impl Default for Form {
             hires_on: false,
             hires: HiresFix::default(),
             size_conditioning: None,
+            refiner_on: false,
+            refiner_switch_at: RefinerSwitch::DEFAULT_SWITCH_AT,
         }
     }
 }
@@ -128,6 +134,11 @@ impl Form {
             // The engine reads the prompt's `<lora:…>` tags with the LoRA folder's library.
             loras: Default::default(),
             size_conditioning: self.size_conditioning,
+            // The engine names the refiner it has chosen.
+            refiner: self.refiner_on.then(|| RefinerSwitch {
+                switch_at: self.refiner_switch_at,
+                name: String::new(),
+            }),
         }
     }
 
@@ -201,6 +212,12 @@ impl Form {
             Some(Ok(c)) => self.size_conditioning = Some(c),
             Some(Err(e)) => skipped.push(unusable(e)),
             None => self.size_conditioning = None,
+        }
+        // The refiner's switch comes back; which refiner is the panel's choice.
+        match p.refiner() {
+            Some(Ok(r)) => (self.refiner_on, self.refiner_switch_at) = (true, r.switch_at),
+            Some(Err(e)) => skipped.push(unusable(e)),
+            None => self.refiner_on = false,
         }
         match p.hires() {
             Some(Ok(h)) => (self.hires_on, self.hires) = (true, h),
@@ -412,6 +429,30 @@ mod tests {
         let esrgan = text.replace("Hires upscaler: Latent", "Hires upscaler: R-ESRGAN 4x+");
         let skipped = restored.apply(&Parameters::parse_a1111(&esrgan).unwrap());
         assert_eq!(skipped, ["hires upscaler `R-ESRGAN 4x+`"]);
+    }
+
+    /// The refiner's switch reaches the request (the engine names the refiner) and returns from
+    /// a PNG that names one; a PNG without one turns it off.
+    #[test]
+    fn the_refiner_switch_reaches_the_request_and_returns_from_the_png() {
+        let form = Form {
+            refiner_on: true,
+            refiner_switch_at: 0.7,
+            ..Form::default()
+        };
+        let mut req = form.request();
+        assert_eq!(req.refiner.as_ref().map(|r| r.switch_at), Some(0.7));
+        if let Some(r) = &mut req.refiner {
+            r.name = "sd_xl_refiner_1.0 [7440042bbd]".into();
+        }
+        let (_, mut restored) = through_png(&req);
+        assert_eq!(
+            (restored.refiner_on, restored.refiner_switch_at),
+            (true, 0.7)
+        );
+        restore_plain(&mut restored);
+        assert!(!restored.refiner_on);
+        assert!(Form::default().request().refiner.is_none());
     }
 
     #[test]

@@ -51,6 +51,8 @@ pub struct Settings {
     pub loras_dir: Option<PathBuf>,
     /// Reopened at start.
     pub last_model: Option<PathBuf>,
+    /// SDXL's refiner, chosen again at start.
+    pub refiner: Option<PathBuf>,
 }
 
 impl Default for Settings {
@@ -76,6 +78,7 @@ impl Default for Settings {
             embeddings_dir: None,
             loras_dir: None,
             last_model: None,
+            refiner: None,
         }
     }
 }

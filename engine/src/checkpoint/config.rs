@@ -61,6 +61,16 @@ impl ModelConfig {
         }
     }
 
+    /// The SDXL refiner 1.0: OpenCLIP ViT-bigG alone (as `text_encoder_2`; the refiner has no
+    /// first encoder and `text_encoder` is not read), the four-level UNet with aesthetic-score
+    /// conditioning, SDXL's VAE and schedule.
+    pub fn sdxl_refiner() -> Self {
+        Self {
+            unet: UNetConfig::sdxl_refiner(),
+            ..Self::sdxl()
+        }
+    }
+
     /// The size the model was trained at, in pixels (each side): 512 for SD 1.x and 2.x base,
     /// 768 for SD 2.x v.
     pub fn native_size(&self) -> usize {

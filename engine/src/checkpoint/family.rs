@@ -3,7 +3,8 @@
 use super::ldm::{CLIP_PREFIX, UNET_PREFIX};
 use super::safetensors::SafetensorsFile;
 
-/// The families a checkpoint can be recognised as; `Sd1`, `Sd2` and `Sdxl` are supported.
+/// The families a checkpoint can be recognised as; `Sd1`, `Sd2` and `Sdxl` are supported as
+/// models, `SdxlRefiner` as an SDXL model's refiner ([`super::Checkpoint::open_refiner`]).
 /// Inpainting checkpoints (a 9-channel UNet) are their base family: the UNet's config says
 /// ([`crate::unet::UNetConfig::is_inpainting`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,8 +30,8 @@ impl Family {
             Family::Sd2 => "Stable Diffusion 2.x (OpenCLIP ViT-H text encoder)",
             Family::Sdxl => "Stable Diffusion XL",
             Family::SdxlRefiner => {
-                "the SDXL refiner (one text encoder, aesthetic-score conditioning; not supported \
-                 yet: load an SDXL base model)"
+                "the SDXL refiner (a second-stage model: load an SDXL base model and pick this \
+                 one as its refiner)"
             }
             Family::Sd3 => "Stable Diffusion 3 (MMDiT)",
             Family::Flux => "Flux",
@@ -51,6 +52,7 @@ impl Family {
             Family::Sd1 => "SD 1.x",
             Family::Sd2 => "SD 2.x",
             Family::Sdxl => "SDXL",
+            Family::SdxlRefiner => "SDXL refiner",
             _ => self.describe(),
         }
     }

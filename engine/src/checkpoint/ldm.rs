@@ -13,6 +13,8 @@ pub const OPENCLIP_PREFIX: &str = "cond_stage_model.model.";
 pub const SDXL_CLIP_PREFIX: &str = "conditioner.embedders.0.transformer.";
 /// … and OpenCLIP ViT-bigG under this, in OpenCLIP's names, its projection as `text_projection`.
 pub const SDXL_OPENCLIP_PREFIX: &str = "conditioner.embedders.1.model.";
+/// The SDXL refiner's files hold bigG alone, as the first (and only) embedder.
+pub const SDXL_REFINER_OPENCLIP_PREFIX: &str = "conditioner.embedders.0.model.";
 
 /// Splits `a.b.rest` into (`a`, `b`, `rest`).
 fn split3(name: &str) -> Option<(&str, &str, &str)> {

@@ -40,7 +40,8 @@ pub struct Checkpoint {
     pub config: ModelConfig,
     /// A few-step distillation recognised from the files ([`few_step::recognise`]).
     pub few_step: Option<FewStep>,
-    text_encoder: Arc<SafetensorsFile>,
+    /// The first text encoder (none in SDXL's refiner).
+    text_encoder: Option<Arc<SafetensorsFile>>,
     /// SDXL's second text encoder (the same file as the others in a single file).
     text_encoder_2: Option<Arc<SafetensorsFile>>,
     unet: Arc<SafetensorsFile>,
@@ -51,12 +52,23 @@ pub struct Checkpoint {
 }
 
 impl Checkpoint {
-    /// Opens a single `.safetensors` file or a diffusers folder.
+    /// Opens a single `.safetensors` file or a diffusers folder of a family a model can be
+    /// (SD 1.x, 2.x, SDXL).
     pub fn open(path: &Path) -> Result<Self> {
+        Self::open_as(path, false)
+    }
+
+    /// Opens SDXL's refiner (a single file or a diffusers folder), the second stage of an SDXL
+    /// run ([`crate::model::Refiner`]); any other family is refused in words.
+    pub fn open_refiner(path: &Path) -> Result<Self> {
+        Self::open_as(path, true)
+    }
+
+    fn open_as(path: &Path, refiner: bool) -> Result<Self> {
         if path.is_dir() {
-            Self::open_diffusers(path)
+            Self::open_diffusers(path, refiner)
         } else {
-            Self::open_single_file(path)
+            Self::open_single_file(path, refiner)
         }
     }
 
@@ -69,15 +81,10 @@ impl Checkpoint {
         }
     }
 
-    fn open_single_file(path: &Path) -> Result<Self> {
+    fn open_single_file(path: &Path, refiner: bool) -> Result<Self> {
         let mut file = SafetensorsFile::open(path)?;
         let family = family::detect_single_file(&file);
-        if !family.is_supported() {
-            return Err(Error::UnsupportedFamily {
-                found: family.describe().to_string(),
-                path: path.to_path_buf(),
-            });
-        }
+        admit(family, refiner, || family.describe().to_string(), path)?;
         // A file has no config: the family's standard one, with what a `<name>.json` beside it
         // sets (the role A1111's same-name `.yaml` plays).
         let sidecar_path = path.with_extension("json");
@@ -90,6 +97,10 @@ impl Checkpoint {
             Family::Sdxl => {
                 ldm::split_openclip_under(&mut file, ldm::SDXL_OPENCLIP_PREFIX)?;
                 ModelConfig::sdxl().overridden(&sidecar, &sidecar_path)?
+            }
+            Family::SdxlRefiner => {
+                ldm::split_openclip_under(&mut file, ldm::SDXL_REFINER_OPENCLIP_PREFIX)?;
+                ModelConfig::sdxl_refiner().overridden(&sidecar, &sidecar_path)?
             }
             Family::Sd2 => {
                 ldm::split_openclip(&mut file)?;
@@ -128,14 +139,15 @@ impl Checkpoint {
         };
         let clip_flat = is_flat_clip(&file, clip_prefix);
         let file = Arc::new(file);
-        let text_encoder_2 = (family == Family::Sdxl).then(|| file.clone());
+        let text_encoder_2 =
+            matches!(family, Family::Sdxl | Family::SdxlRefiner).then(|| file.clone());
         Ok(Self {
             path: path.to_path_buf(),
             layout: Layout::SingleFile,
             family,
             config,
             few_step,
-            text_encoder: file.clone(),
+            text_encoder: (family != Family::SdxlRefiner).then(|| file.clone()),
             text_encoder_2,
             unet: file.clone(),
             vae: file,
@@ -144,7 +156,7 @@ impl Checkpoint {
         })
     }
 
-    fn open_diffusers(dir: &Path) -> Result<Self> {
+    fn open_diffusers(dir: &Path, refiner: bool) -> Result<Self> {
         let index = dir.join("model_index.json");
         if !index.is_file() {
             return Err(Error::InvalidConfig {
@@ -173,19 +185,19 @@ impl Checkpoint {
             text_config.hidden_act == crate::clip::Activation::Gelu,
             has_text_encoder,
         );
-        if !family.is_supported() {
-            return Err(Error::UnsupportedFamily {
-                found: format!("{} ({class})", family.describe()),
-                path: dir.to_path_buf(),
-            });
-        }
+        admit(
+            family,
+            refiner,
+            || format!("{} ({class})", family.describe()),
+            dir,
+        )?;
         text_config.pad_token = match family {
             Family::Sd2 => ClipConfig::sd2().pad_token,
             _ => ClipConfig::sd15().pad_token,
         };
         // SDXL's second encoder, with its projection; the folder's empty-negative rule (diffusers'
         // SDXL pipelines default to zeros where model_index.json does not say).
-        let (text_config_2, force_zeros) = if family == Family::Sdxl {
+        let (text_config_2, force_zeros) = if matches!(family, Family::Sdxl | Family::SdxlRefiner) {
             let mut config: ClipConfig = read_json(&dir.join("text_encoder_2/config.json"))?;
             config.pad_token = ClipConfig::sdxl_g().pad_token;
             config.with_projection = true;
@@ -231,10 +243,15 @@ impl Checkpoint {
             force_zeros_for_empty_prompt: force_zeros,
         }
         .checked(dir)?;
-        let text_encoder = open_component(dir, "text_encoder", "model")?;
-        let clip_flat = is_flat_clip(&text_encoder, "");
+        let text_encoder = match has_text_encoder {
+            true => Some(open_component(dir, "text_encoder", "model")?),
+            false => None,
+        };
+        let clip_flat = text_encoder.as_ref().is_some_and(|te| is_flat_clip(te, ""));
         let text_encoder_2 = match family {
-            Family::Sdxl => Some(Arc::new(open_component(dir, "text_encoder_2", "model")?)),
+            Family::Sdxl | Family::SdxlRefiner => {
+                Some(Arc::new(open_component(dir, "text_encoder_2", "model")?))
+            }
             _ => None,
         };
         Ok(Self {
@@ -243,7 +260,7 @@ impl Checkpoint {
             family,
             config,
             few_step,
-            text_encoder: Arc::new(text_encoder),
+            text_encoder: text_encoder.map(Arc::new),
             text_encoder_2,
             unet: Arc::new(open_component(dir, "unet", "diffusion_pytorch_model")?),
             vae: Arc::new(open_component(dir, "vae", "diffusion_pytorch_model")?),
@@ -252,8 +269,16 @@ impl Checkpoint {
         })
     }
 
-    /// Weights of the text encoder, named as transformers' `CLIPTextModel`.
-    pub fn text_encoder_weights(&self, device: &Device, dtype: DType) -> Weights {
+    /// Weights of the text encoder, named as transformers' `CLIPTextModel`; an error for SDXL's
+    /// refiner, which has none.
+    pub fn text_encoder_weights(&self, device: &Device, dtype: DType) -> Result<Weights> {
+        let file = self
+            .text_encoder
+            .clone()
+            .ok_or_else(|| Error::UnsupportedFamily {
+                found: self.family.describe().to_string(),
+                path: self.path.clone(),
+            })?;
         let prefix = self.clip_prefix;
         let map: KeyMap = if prefix == ldm::OPENCLIP_PREFIX {
             Arc::new(ldm::openclip_key)
@@ -264,13 +289,7 @@ impl Checkpoint {
         } else {
             Arc::new(move |n: &str| format!("{prefix}{n}"))
         };
-        Weights::from_file(
-            "text encoder",
-            self.text_encoder.clone(),
-            map,
-            device,
-            dtype,
-        )
+        Ok(Weights::from_file("text encoder", file, map, device, dtype))
     }
 
     /// Weights of SDXL's second text encoder, named as transformers'
@@ -279,7 +298,8 @@ impl Checkpoint {
         let file = self.text_encoder_2.clone()?;
         let map: KeyMap = match self.layout {
             Layout::SingleFile => {
-                Arc::new(|n: &str| ldm::openclip_key_under(ldm::SDXL_OPENCLIP_PREFIX, n))
+                let prefix = self.stored_prefix(Component::TextEncoder2).to_string();
+                Arc::new(move |n: &str| ldm::openclip_key_under(&prefix, n))
             }
             // transformers 5 saves a `CLIPTextModel` without its `text_model.` prefix (and some
             // exporters a `CLIPTextModelWithProjection` too).
@@ -324,7 +344,10 @@ impl Checkpoint {
         match (self.layout, component) {
             (Layout::Diffusers, _) => "",
             (Layout::SingleFile, Component::TextEncoder) => self.clip_prefix,
-            (Layout::SingleFile, Component::TextEncoder2) => ldm::SDXL_OPENCLIP_PREFIX,
+            (Layout::SingleFile, Component::TextEncoder2) => match self.family {
+                Family::SdxlRefiner => ldm::SDXL_REFINER_OPENCLIP_PREFIX,
+                _ => ldm::SDXL_OPENCLIP_PREFIX,
+            },
             (Layout::SingleFile, Component::Unet) => ldm::UNET_PREFIX,
             (Layout::SingleFile, Component::Vae) => ldm::VAE_PREFIX,
         }
@@ -337,6 +360,27 @@ pub enum Component {
     TextEncoder2,
     Unet,
     Vae,
+}
+
+/// Whether `family` may be opened as what is asked: a model (SD 1.x, 2.x, XL) or SDXL's refiner.
+fn admit(family: Family, refiner: bool, found: impl FnOnce() -> String, path: &Path) -> Result<()> {
+    let fits = match refiner {
+        true => family == Family::SdxlRefiner,
+        false => family.is_supported(),
+    };
+    if fits {
+        return Ok(());
+    }
+    match refiner {
+        true => Err(Error::NotARefiner {
+            found: found(),
+            path: path.to_path_buf(),
+        }),
+        false => Err(Error::UnsupportedFamily {
+            found: found(),
+            path: path.to_path_buf(),
+        }),
+    }
 }
 
 /// Whether an SD 2.x single file predicts velocity (the 768-v models) rather than noise: a
@@ -440,8 +484,8 @@ impl Checkpoint {
 
     /// Every component's file, in order (a single file's more than once).
     fn weight_files(&self) -> impl Iterator<Item = &Arc<SafetensorsFile>> {
-        [&self.text_encoder]
-            .into_iter()
+        self.text_encoder
+            .iter()
             .chain(&self.text_encoder_2)
             .chain([&self.unet, &self.vae])
     }

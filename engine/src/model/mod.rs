@@ -21,7 +21,9 @@ pub use crate::precision::Precision;
 
 mod encoders;
 mod random;
+mod refiner;
 pub use encoders::TextEncoders;
+pub use refiner::{AESTHETIC_SCORE, NEGATIVE_AESTHETIC_SCORE, Refiner};
 
 /// Name prefixes of each component's tensors in a disk-cache file (text encoder, UNet, VAE).
 pub const CACHE_PREFIXES: [&str; 3] = ["text_encoder.", "unet.", "vae."];
@@ -125,7 +127,7 @@ impl StableDiffusion {
         let te_device = options.text_encoders.device_for(&checkpoint.config, device);
         let weights = [
             record(
-                checkpoint.text_encoder_weights(&te_device, dtype),
+                checkpoint.text_encoder_weights(&te_device, dtype)?,
                 CACHE_PREFIXES[0],
             ),
             record(checkpoint.unet_weights(device, dtype), CACHE_PREFIXES[1]),

@@ -8,7 +8,7 @@ use burn::tensor::Tensor;
 
 use super::{Notice, Observer, Txt2ImgRequest, sdxl};
 use crate::error::Result;
-use crate::model::StableDiffusion;
+use crate::model::{Refiner, StableDiffusion};
 use crate::prompt::{self, Chunks, Conditioning, ConditioningKey};
 use crate::tokenizer::ClipTokenizer;
 
@@ -21,6 +21,76 @@ pub(super) fn encode(
     guided: bool,
     observer: &mut dyn Observer,
 ) -> Result<(Conditioning, Vec<(String, String)>)> {
+    let zeroed_negative = guided && sdxl::zero_negative(&model.config, &req.negative_prompt);
+    let (key, ti_hashes) = key_of(tokenizer, req, guided, zeroed_negative, observer);
+    if let Some(known) = model.conditioning.get(&key) {
+        tracing::debug!("the prompts are the last request's: its conditioning is reused");
+        return Ok((known, ti_hashes));
+    }
+    // The networks of the request's LoRA set; a parked model's text encoders come to the device
+    // for this and leave when it returns.
+    let networks = model.networks(&req.loras)?;
+    // SDXL: both encoders side by side, and bigG's pooled state for the added conditioning.
+    let conditioning = assemble(&key, |chunks| match &networks.text_encoder_2 {
+        Some(second) => {
+            let c = prompt::encode_sdxl(
+                Some(&networks.text_encoder),
+                second,
+                chunks,
+                key.clip_skip,
+                key.emphasis,
+            )?;
+            Ok((c.context, Some(c.pooled)))
+        }
+        None => Ok((
+            prompt::encode(&networks.text_encoder, chunks, key.clip_skip, key.emphasis)?,
+            None,
+        )),
+    })?;
+    model.conditioning.set(key, conditioning.clone());
+    Ok((conditioning, ti_hashes))
+}
+
+/// The request's conditioning for SDXL's refiner: bigG's states alone and its pooled state,
+/// the negative zeroed by the refiner's own rule (a refiner folder says false: the empty string
+/// is encoded). The refiner runs without the request's LoRAs (they are the base model's).
+pub(super) fn encode_refiner(
+    refiner: &Refiner,
+    tokenizer: &ClipTokenizer,
+    req: &Txt2ImgRequest,
+    guided: bool,
+) -> Result<Conditioning> {
+    let zeroed_negative = guided && sdxl::zero_negative(&refiner.config, &req.negative_prompt);
+    // The base's encode said what there was to say about the prompts (truncation).
+    let (mut key, _) = key_of(tokenizer, req, guided, zeroed_negative, &mut super::Quiet);
+    key.loras = Default::default();
+    if let Some(known) = refiner.conditioning.get(&key) {
+        return Ok(known);
+    }
+    let conditioning = assemble(&key, |chunks| {
+        let c = prompt::encode_sdxl(
+            None,
+            &refiner.text_encoder,
+            chunks,
+            key.clip_skip,
+            key.emphasis,
+        )?;
+        Ok((c.context, Some(c.pooled)))
+    })?;
+    refiner.conditioning.set(key, conditioning.clone());
+    Ok(conditioning)
+}
+
+/// What the request's conditioning depends on (its prompts as chunks, with their emphasis,
+/// embeddings and LoRA set), and the embeddings used, `(name, short hash)`; a prompt cut short
+/// is said to `observer`.
+fn key_of(
+    tokenizer: &ClipTokenizer,
+    req: &Txt2ImgRequest,
+    guided: bool,
+    zeroed_negative: bool,
+    observer: &mut dyn Observer,
+) -> (ConditioningKey, Vec<(String, String)>) {
     let mut ti_hashes: Vec<(String, String)> = Vec::new();
     let mut chunks_of = |text: &str, which: &'static str, observer: &mut dyn Observer| {
         // Extra-network tags are read by the front end, not by the text encoder.
@@ -43,7 +113,6 @@ pub(super) fn encode(
         }
         chunks
     };
-    let zeroed_negative = guided && sdxl::zero_negative(model, &req.negative_prompt);
     let prompt = chunks_of(&req.prompt, "prompt", observer);
     let negative = (guided && !zeroed_negative)
         .then(|| chunks_of(&req.negative_prompt, "negative prompt", observer));
@@ -62,42 +131,15 @@ pub(super) fn encode(
         emphasis: req.emphasis,
         loras: req.loras.clone(),
     };
-    if let Some(known) = model.conditioning.get(&key) {
-        tracing::debug!("the prompts are the last request's: its conditioning is reused");
-        return Ok((known, ti_hashes));
-    }
-    let conditioning = encode_key(model, req, &key)?;
-    model.conditioning.set(key, conditioning.clone());
-    Ok((conditioning, ti_hashes))
+    (key, ti_hashes)
 }
 
-/// Encodes `key`'s chunks with the networks of the request's LoRA set; a parked model's text
-/// encoders come to the device for this and leave when it returns.
-fn encode_key(
-    model: &StableDiffusion,
-    req: &Txt2ImgRequest,
+/// `key`'s chunks through `encode` (a prompt's context and, for SDXL, its pooled state): the
+/// prompt's, and the negative's or its zeros where guided, `[2, 77·k, d]` unconditional first.
+fn assemble(
     key: &ConditioningKey,
+    encode: impl Fn(&Chunks) -> Result<(Tensor<3>, Option<Tensor<2>>)>,
 ) -> Result<Conditioning> {
-    let networks = model.networks(&req.loras)?;
-    // SDXL: both encoders side by side, and bigG's pooled state for the added conditioning.
-    let encode = |chunks: &Chunks| -> Result<(Tensor<3>, Option<Tensor<2>>)> {
-        match &networks.text_encoder_2 {
-            Some(second) => {
-                let c = prompt::encode_sdxl(
-                    &networks.text_encoder,
-                    second,
-                    chunks,
-                    key.clip_skip,
-                    key.emphasis,
-                )?;
-                Ok((c.context, Some(c.pooled)))
-            }
-            None => Ok((
-                prompt::encode(&networks.text_encoder, chunks, key.clip_skip, key.emphasis)?,
-                None,
-            )),
-        }
-    };
     let (cond, cond_pooled) = encode(&key.prompt)?;
     let (uncond, uncond_pooled) = match (&key.negative, key.zeroed_negative) {
         (Some(negative), _) => encode(negative)?,

@@ -9,6 +9,7 @@
 //! second encoder, empty negative and size conditioning. `check.rs`: a request checked against a
 //! model before any work. `observer.rs`: what a run reports (steps, notices, finished images).
 //! `tuning.rs`: whether a pass is the first at its shapes (its kernels tune first).
+//! `refiner.rs`: SDXL's refiner taking over a run's last steps.
 
 mod check;
 mod conditioning;
@@ -19,6 +20,7 @@ pub mod inpaint_area;
 mod inpaint_model;
 mod observer;
 mod parameters;
+pub mod refiner;
 pub mod sdxl;
 mod tuning;
 
@@ -28,6 +30,7 @@ pub use hires::{HiresFix, HiresUpscaler};
 pub use init::{DEFAULT_MASK_BLUR, DEFAULT_STRENGTH, InitImage, MaskedContent};
 pub use inpaint_area::InpaintArea;
 pub use observer::{Generated, Notice, Observer, Quiet, StepState};
+pub use refiner::RefinerSwitch;
 pub use sdxl::SizeConditioning;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -36,7 +39,7 @@ use std::time::Instant;
 use burn::tensor::{DType, Tensor, TensorData};
 
 use crate::error::{Error, Result};
-use crate::model::StableDiffusion;
+use crate::model::{Refiner, StableDiffusion};
 use crate::noise::TorchRng;
 use crate::prompt::{self, Conditioning};
 use crate::schedulers::{self, SamplerKind, Schedule};
@@ -96,6 +99,8 @@ pub struct Txt2ImgRequest {
     pub loras: crate::lora::LoraSet,
     /// SDXL's size and crop conditioning; `None`: the image's own size, no crop.
     pub size_conditioning: Option<SizeConditioning>,
+    /// SDXL: the refiner takes over the last steps ([`txt2img_refined`] brings the model).
+    pub refiner: Option<RefinerSwitch>,
 }
 
 impl Default for Txt2ImgRequest {
@@ -119,6 +124,7 @@ impl Default for Txt2ImgRequest {
             embeddings: None,
             loras: crate::lora::LoraSet::default(),
             size_conditioning: None,
+            refiner: None,
         }
     }
 }
@@ -136,7 +142,20 @@ pub fn txt2img(
     cancel: &AtomicBool,
     observer: &mut dyn Observer,
 ) -> Result<Vec<Generated>> {
-    let result = generate(model, tokenizer, req, cancel, observer);
+    txt2img_refined(model, None, tokenizer, req, cancel, observer)
+}
+
+/// [`txt2img`] with SDXL's refiner for a request that names one ([`Txt2ImgRequest::refiner`]);
+/// a request that names one without a refiner loaded is refused.
+pub fn txt2img_refined(
+    model: &StableDiffusion,
+    refiner: Option<&Refiner>,
+    tokenizer: &ClipTokenizer,
+    req: &Txt2ImgRequest,
+    cancel: &AtomicBool,
+    observer: &mut dyn Observer,
+) -> Result<Vec<Generated>> {
+    let result = generate(model, refiner, tokenizer, req, cancel, observer);
     // Whatever this run tuned (a cancelled or failed one too) serves the next launch.
     if !crate::device::is_cpu(&model.device) {
         crate::device::tuning::save_quietly();
@@ -146,6 +165,7 @@ pub fn txt2img(
 
 fn generate(
     model: &StableDiffusion,
+    refiner: Option<&Refiner>,
     tokenizer: &ClipTokenizer,
     req: &Txt2ImgRequest,
     cancel: &AtomicBool,
@@ -159,6 +179,17 @@ fn generate(
     let guided = req.cfg_scale > 1.0;
     let (Conditioning { context, pooled }, ti_hashes) =
         conditioning::encode(model, tokenizer, req, guided, observer)?;
+    let refiner = match (&req.refiner, refiner) {
+        (Some(switch), Some(r)) => Some(refiner::Stage::prepare(
+            model, r, switch, tokenizer, req, guided,
+        )?),
+        (Some(_), None) => {
+            return Err(Error::InvalidInput(
+                "the request names a refiner, but none is loaded".into(),
+            ));
+        }
+        (None, _) => None,
+    };
     let unet = model.unet_for(&req.loras)?;
     let size = req
         .size_conditioning
@@ -276,7 +307,11 @@ fn generate(
             blend,
             unet_input: unet_input.map(|t| t.cast(dtype)),
         };
-        let mut first = |x: Tensor<4>, t: f32| steps.forward(x, t);
+        // The refiner, where there is one, takes the steps past its switch.
+        let mut first = |x: Tensor<4>, t: f32| match &refiner {
+            Some(stage) if stage.takes(t) => stage.forward(x, t),
+            _ => steps.forward(x, t),
+        };
         let denoised = pass.denoise(&mut first, &plan, latents, &mut rng, req, cancel, observer)?;
         if image + 1 == req.batch_count {
             // The recorded step keeps every page it touched for itself: released before the

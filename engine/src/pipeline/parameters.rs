@@ -2,7 +2,11 @@
 //! the text format itself is `crate::io::parameters`, which knows nothing of requests.
 
 use crate::io::parameters::{Parameters, fmt_number};
-use crate::pipeline::{HiresFix, InpaintArea, SizeConditioning, Txt2ImgRequest};
+use crate::pipeline::{HiresFix, InpaintArea, RefinerSwitch, SizeConditioning, Txt2ImgRequest};
+
+/// A1111's keys for the refiner: `Refiner: name [hash]`, `Refiner switch at: 0.8`.
+const REFINER_KEY: &str = "Refiner";
+const REFINER_SWITCH_KEY: &str = "Refiner switch at";
 
 /// The request's settings A1111 writes only when they are not their defaults.
 fn request_extras(request: &Txt2ImgRequest) -> Vec<(String, String)> {
@@ -34,6 +38,10 @@ fn request_extras(request: &Txt2ImgRequest) -> Vec<(String, String)> {
             "Hires upscaler".to_string(),
             h.upscaler.a1111_name().to_string(),
         ));
+    }
+    if let Some(r) = &request.refiner {
+        extra.push((REFINER_KEY.to_string(), r.name.clone()));
+        extra.push((REFINER_SWITCH_KEY.to_string(), r.switch_at.to_string()));
     }
     if !request.loras.is_empty() {
         extra.push(("Lora hashes".to_string(), request.loras.a1111_hashes()));
@@ -105,6 +113,29 @@ impl Parameters {
     /// the image's own size, no crop), or why it cannot be used.
     pub fn size_conditioning(&self) -> Option<crate::error::Result<SizeConditioning>> {
         SizeConditioning::from_parameters(&self.extra, self.width, self.height)
+    }
+
+    /// The refiner a parameters text names (`Refiner`, with A1111's default switch where
+    /// `Refiner switch at` is missing), or why its switch cannot be used.
+    pub fn refiner(&self) -> Option<crate::error::Result<RefinerSwitch>> {
+        let get = |key: &str| {
+            self.extra
+                .iter()
+                .find(|(k, _)| k == key)
+                .map(|(_, v)| v.trim())
+        };
+        let name = get(REFINER_KEY)?.to_string();
+        let switch_at = match get(REFINER_SWITCH_KEY) {
+            None => Ok(RefinerSwitch::DEFAULT_SWITCH_AT),
+            Some(v) => v
+                .parse::<f64>()
+                .map_err(|_| crate::error::Error::InvalidInput(format!("refiner switch at `{v}`"))),
+        };
+        Some(switch_at.and_then(|switch_at| {
+            let r = RefinerSwitch { switch_at, name };
+            r.check()?;
+            Ok(r)
+        }))
     }
 
     /// The emphasis mode a parameters text names (A1111 writes it only when not "Original").

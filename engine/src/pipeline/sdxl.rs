@@ -3,8 +3,8 @@
 
 use burn::tensor::Tensor;
 
+use crate::checkpoint::ModelConfig;
 use crate::error::Result;
-use crate::model::StableDiffusion;
 use crate::unet::UNet2DConditionModel;
 
 /// diffusers' `original_size`, `crops_coords_top_left` and `target_size` for SDXL, in pixels:
@@ -120,12 +120,12 @@ fn wxh_values(s: &str, zero: bool) -> std::result::Result<[usize; 2], String> {
     Ok([num(b)?, num(a)?])
 }
 
-/// Whether the negative prompt conditions on zeros: an SDXL model whose folder says
+/// Whether the negative prompt conditions on zeros: an SDXL model (or refiner) whose folder says
 /// `force_zeros_for_empty_prompt` and a negative with nothing to encode (diffusers' `None`: the
 /// studio's empty field is the artist leaving it out).
-pub fn zero_negative(model: &StableDiffusion, negative: &str) -> bool {
-    model.text_encoder_2.is_some()
-        && model.config.force_zeros_for_empty_prompt
+pub fn zero_negative(config: &ModelConfig, negative: &str) -> bool {
+    config.text_encoder_2.is_some()
+        && config.force_zeros_for_empty_prompt
         && crate::lora::tags::strip(negative).trim().is_empty()
 }
 

@@ -57,12 +57,13 @@ pub fn encode(
 /// ComfyUI use them (each one's layer `clip_skip` before the last, 2 by default, without the
 /// final norm; [`ClipTextModel::encode_sdxl`]), each weighted as `emphasis` says, side by side
 /// along the features; the pooled conditioning is the second encoder's projected end token of
-/// the first chunk (as A1111 and ComfyUI take it for a long prompt).
+/// the first chunk (as A1111 and ComfyUI take it for a long prompt). The refiner has no `first`:
+/// its context is bigG's states alone.
 ///
 /// # Shapes
 /// -> context `[1, 77 · chunks, hidden₁ + hidden₂]`, pooled `[1, projection]`
 pub fn encode_sdxl(
-    first: &ClipTextModel,
+    first: Option<&ClipTextModel>,
     second: &ClipTextModel,
     chunks: &Chunks,
     clip_skip: usize,
@@ -72,13 +73,17 @@ pub fn encode_sdxl(
     // the penultimate one, which SDXL always starts from: 1 (the request's default) and 2 both
     // mean the penultimate.
     let extra_skip = clip_skip.max(2) - 2;
-    let a = encode_rows(
-        chunks,
-        emphasis,
-        first.config().pad_token,
-        false,
-        |ids, fixes| first.encode_sdxl(ids, extra_skip, fixes).map(|e| e.hidden),
-    )?;
+    let a = first
+        .map(|first| {
+            encode_rows(
+                chunks,
+                emphasis,
+                first.config().pad_token,
+                false,
+                |ids, fixes| first.encode_sdxl(ids, extra_skip, fixes).map(|e| e.hidden),
+            )
+        })
+        .transpose()?;
     let mut pooled = None;
     let b = encode_rows(
         chunks,
@@ -98,7 +103,10 @@ pub fn encode_sdxl(
         crate::Error::InvalidInput("SDXL's second text encoder has no projection".into())
     })?;
     Ok(SdxlConditioning {
-        context: Tensor::cat(vec![a, b], 2),
+        context: match a {
+            Some(a) => Tensor::cat(vec![a, b], 2),
+            None => b,
+        },
         pooled,
     })
 }

@@ -46,6 +46,14 @@ impl StudioApp {
                         self.saver.save(&self.settings);
                     }
                 }
+                Event::Refiner(chosen) => {
+                    let path = chosen.as_ref().map(|(p, _)| p.clone());
+                    self.refiner = chosen;
+                    if self.settings.refiner != path {
+                        self.settings.refiner = path;
+                        self.saver.save(&self.settings);
+                    }
+                }
                 Event::Progress {
                     image,
                     images,
@@ -104,6 +112,7 @@ impl StudioApp {
         while let Ok(result) = self.dialogs.1.try_recv() {
             match result {
                 DialogResult::Model(p) => self.load_model(p),
+                DialogResult::Refiner(p) => self.choose_refiner(Some(p)),
                 DialogResult::ModelsDir(p) => {
                     self.models = scan_models(&p);
                     self.settings.models_dir = Some(p);

@@ -103,6 +103,7 @@ impl StudioApp {
             job_running: false,
             queue_held: false,
             engine_ended: false,
+            refiner: None,
         };
         let slot = app.adapters.clone();
         let _ = std::thread::Builder::new()
@@ -115,6 +116,9 @@ impl StudioApp {
             });
         if let Some(last) = app.settings.last_model.clone().filter(|p| p.exists()) {
             app.load_model(last);
+        }
+        if let Some(refiner) = app.settings.refiner.clone().filter(|p| p.exists()) {
+            app.choose_refiner(Some(refiner));
         }
         Ok(app)
     }
@@ -173,6 +177,9 @@ impl StudioApp {
         self.last_event = Instant::now();
         if let Some(loaded) = self.model.take() {
             self.load_model(loaded.path);
+        }
+        if let Some((path, _)) = self.refiner.take() {
+            self.choose_refiner(Some(path));
         }
         true
     }

@@ -68,6 +68,7 @@ const DIALOG_SLOTS: usize = 16;
 /// on them.
 enum DialogResult {
     Model(PathBuf),
+    Refiner(PathBuf),
     ModelsDir(PathBuf),
     OutputsDir(PathBuf),
     Taesd(PathBuf),
@@ -197,6 +198,8 @@ pub struct StudioApp {
     queue_held: bool,
     /// The engine thread is gone (its events channel closed): only a restart helps.
     engine_ended: bool,
+    /// SDXL's refiner as the engine chose it: its path and name (`name [hash]`).
+    refiner: Option<(PathBuf, String)>,
 }
 
 impl StudioApp {
@@ -279,6 +282,19 @@ impl StudioApp {
         self.error = None;
         self.status = status;
         self.last_event = Instant::now();
+    }
+
+    /// Chooses SDXL's refiner (`None`: none); the engine checks the file now and loads it at the
+    /// first generation with the refiner on.
+    pub fn choose_refiner(&mut self, path: Option<PathBuf>) {
+        if let Err(e) = self.engine.send(Command::ChooseRefiner(path)) {
+            self.error = Some(format!("refiner not chosen: {e}"));
+        }
+    }
+
+    /// The refiner the engine has chosen, by name (`name [hash]`).
+    pub fn refiner_name(&self) -> Option<&str> {
+        self.refiner.as_ref().map(|(_, name)| name.as_str())
     }
 
     /// Unpacks the demo model off the UI thread (it compares megabytes with the copy on disk),

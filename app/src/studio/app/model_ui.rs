@@ -43,6 +43,9 @@ impl StudioApp {
         if let Some(p) = preset {
             self.form.apply_preset(&p);
         }
+        if self.model.as_ref().is_some_and(|m| m.refinable) {
+            self.refiner_ui(ui);
+        }
         if self.activity.loading() {
             ui.horizontal(|ui| {
                 ui.spinner();
@@ -87,6 +90,63 @@ impl StudioApp {
             if let Some(p) = chosen {
                 self.load_model(p);
             }
+        }
+    }
+
+    /// SDXL's refiner: on or off, which one, and where it takes over.
+    fn refiner_ui(&mut self, ui: &mut egui::Ui) {
+        let mut choose: Option<Option<PathBuf>> = None;
+        ui.separator();
+        ui.horizontal_wrapped(|ui| {
+            ui.checkbox(&mut self.form.refiner_on, "Refiner")
+                .on_hover_text("SDXL's refiner takes over the last steps (A1111's Refiner, diffusers' ensemble of experts).");
+            match &self.refiner {
+                Some((_, name)) => {
+                    ui.label(name);
+                    if ui.small_button("Clear").on_hover_text("No refiner").clicked() {
+                        choose = Some(None);
+                    }
+                }
+                None => {
+                    ui.weak("none chosen");
+                }
+            }
+            if ui.button("Open refiner…").clicked() {
+                self.pick(|| {
+                    rfd::FileDialog::new()
+                        .add_filter("safetensors", &["safetensors"])
+                        .pick_file()
+                        .map(DialogResult::Refiner)
+                });
+            }
+        });
+        if !self.models.is_empty() {
+            egui::ComboBox::from_label("Refiner from the models folder")
+                .selected_text(self.refiner_name().unwrap_or("choose…").to_string())
+                .show_ui(ui, |ui| {
+                    for path in &self.models {
+                        let name = path
+                            .file_name()
+                            .map(|n| n.to_string_lossy().into_owned())
+                            .unwrap_or_default();
+                        if ui.selectable_label(false, name).clicked() {
+                            choose = Some(Some(path.clone()));
+                        }
+                    }
+                });
+        }
+        if self.form.refiner_on {
+            ui.add(
+                egui::Slider::new(&mut self.form.refiner_switch_at, 0.5..=1.0)
+                    .step_by(0.05)
+                    .text("Switch at"),
+            )
+            .on_hover_text(
+                "The fraction of the steps the model runs before the refiner takes over.",
+            );
+        }
+        if let Some(path) = choose {
+            self.choose_refiner(path);
         }
     }
 }

@@ -45,6 +45,7 @@ impl EngineHandle {
             shared,
             model: None,
             selected: None,
+            refiner: None,
             taesd: None,
             tokenizer: None,
             embedding_notes: Default::default(),

@@ -67,6 +67,7 @@ impl Worker {
                 model.config.scheduler.prediction
             ),
             native: model.config.native_size(),
+            refinable: model.text_encoder_2.is_some() && !model.config.unet.is_inpainting(),
             few_step: checkpoint
                 .few_step
                 .map(|f| (f, f.preset(checkpoint.family))),

@@ -19,7 +19,7 @@ use latent_engine::device::DeviceChoice;
 use latent_engine::image_io::RgbImage;
 use latent_engine::model_cache::{CacheSettings, ModelCache};
 use latent_engine::parameters::Parameters;
-use latent_engine::pipeline::{Txt2ImgRequest, txt2img};
+use latent_engine::pipeline::{Txt2ImgRequest, txt2img_refined};
 use latent_engine::preview::{FrameStore, PreviewSettings, Previewer};
 use latent_engine::taesd::TaesdDecoder;
 use latent_engine::tokenizer::ClipTokenizer;
@@ -32,6 +32,7 @@ mod forward;
 mod handle;
 mod load;
 mod protocol;
+mod refiner;
 
 use forward::Forward;
 
@@ -59,6 +60,8 @@ struct Worker {
     model: Option<Loaded>,
     /// The model the artist chose, reloaded when it was released.
     selected: Option<PathBuf>,
+    /// SDXL's refiner, where one is chosen (loaded at the first generation that uses it).
+    refiner: Option<refiner::ChosenRefiner>,
     taesd: Option<(PathBuf, TaesdDecoder)>,
     tokenizer: Option<ClipTokenizer>,
     /// The embeddings folder's skipped files, each told once.
@@ -112,6 +115,7 @@ impl Worker {
             // A new device or dtype: everything is reloaded.
             self.device = None;
             self.model = None;
+            self.release_refiner();
             self.cache.release_all();
             match self.selected.clone() {
                 Some(path) => {
@@ -162,6 +166,7 @@ impl Worker {
     fn recover(&mut self, message: String) {
         tracing::error!("the engine panicked: {message}");
         self.model = None;
+        self.release_refiner();
         self.taesd = None;
         self.device = None;
         self.cache.release_all();
@@ -215,11 +220,17 @@ impl Worker {
                 self.emit(Event::Idle);
                 r
             }
+            Command::ChooseRefiner(path) => {
+                let r = self.choose_refiner(path);
+                self.emit(Event::Idle);
+                r
+            }
             Command::Generate(request) => {
                 let r = self.generate(&request);
                 if !self.config.cache.enabled {
                     // Cache off: nothing stays resident between generations.
                     self.model = None;
+                    self.release_refiner();
                     self.taesd = None;
                 }
                 self.report_cache();
@@ -261,7 +272,7 @@ impl Worker {
         }
         // Read at each start, so files added to the folder count from the next Generate.
         let embeddings = self.embeddings();
-        let (Some(loaded), Some(tokenizer)) = (&self.model, &self.tokenizer) else {
+        let Some(loaded) = &self.model else {
             return Err(anyhow!("no model is loaded"));
         };
         let mut request = request.clone();
@@ -269,6 +280,7 @@ impl Worker {
         // other families: they generate as they always do.
         if loaded.model.text_encoder_2.is_none() {
             request.size_conditioning = None;
+            request.refiner = None;
         }
         latent_engine::pipeline::check_request(&loaded.model, &request)?;
         request.embeddings = embeddings;
@@ -287,6 +299,18 @@ impl Worker {
             )));
         }
         request.loras = loras;
+        // The refiner (SDXL), loaded on first use; the parameters text names it.
+        let refiner = match &mut request.refiner {
+            Some(switch) => {
+                let (refiner, name) = self.refiner_for_run()?;
+                switch.name = name;
+                Some(refiner)
+            }
+            None => None,
+        };
+        let (Some(loaded), Some(tokenizer)) = (&self.model, &self.tokenizer) else {
+            return Err(anyhow!("no model is loaded"));
+        };
         let request = &request;
         if crate::test_seam::vae_compile_fails() {
             loaded.model.vae_compile.force_failure(true);
@@ -310,8 +334,9 @@ impl Worker {
             None,
             &mut forward,
         )?;
-        let result = txt2img(
+        let result = txt2img_refined(
             &loaded.model,
+            refiner.as_deref(),
             tokenizer,
             request,
             &self.cancel,

@@ -31,6 +31,9 @@ pub struct EngineConfig {
 #[derive(Debug)]
 pub enum Command {
     LoadModel(PathBuf),
+    /// SDXL's refiner for the generations that turn it on (`None`: none); checked now, loaded
+    /// when first used.
+    ChooseRefiner(Option<PathBuf>),
     Generate(Box<Txt2ImgRequest>),
     /// New settings; [`EngineHandle::send`] keeps only the latest until the worker reads it.
     Configure(EngineConfig),
@@ -69,6 +72,8 @@ pub struct LoadedModel {
     pub kind: String,
     /// The size it was trained at (each side, pixels): the form's default for it.
     pub native: usize,
+    /// SDXL (not inpainting): a refiner can take over its runs.
+    pub refinable: bool,
     /// A few-step model (Turbo, LCM) and the settings the model panel offers for it.
     pub few_step: Option<(
         latent_engine::checkpoint::FewStep,
@@ -81,6 +86,8 @@ pub struct LoadedModel {
 pub enum Event {
     Status(String),
     ModelLoaded(LoadedModel),
+    /// The refiner now chosen: its path and name (`name [hash]`), or none.
+    Refiner(Option<(PathBuf, String)>),
     Progress {
         image: usize,
         images: usize,

@@ -145,6 +145,43 @@ impl UNetConfig {
         }
     }
 
+    /// diffusers: stable-diffusion-xl-refiner-1.0/unet/config.json: four levels, attention on the
+    /// middle two (and the mid block), four transformer layers each, bigG's 1280-wide context,
+    /// five added values (sizes, crop, aesthetic score) beside the 1280-wide pooled embedding.
+    pub fn sdxl_refiner() -> Self {
+        let down = [
+            "DownBlock2D",
+            "CrossAttnDownBlock2D",
+            "CrossAttnDownBlock2D",
+            "DownBlock2D",
+        ];
+        let up = [
+            "UpBlock2D",
+            "CrossAttnUpBlock2D",
+            "CrossAttnUpBlock2D",
+            "UpBlock2D",
+        ];
+        Self {
+            block_out_channels: vec![384, 768, 1536, 1536],
+            attention_head_dim: PerBlock::Each(vec![6, 12, 24, 24]),
+            cross_attention_dim: 1280,
+            down_block_types: down.map(String::from).to_vec(),
+            up_block_types: up.map(String::from).to_vec(),
+            transformer_layers_per_block: PerBlock::One(4),
+            projection_class_embeddings_input_dim: Some(2560),
+            ..Self::sdxl()
+        }
+    }
+
+    /// How many size (and score) values the added conditioning takes beside the pooled
+    /// embedding of `pooled` width: 6 for SDXL base (sizes, crop, target size), 5 for the
+    /// refiner (sizes, crop, aesthetic score).
+    pub fn added_values(&self, pooled: usize) -> Option<usize> {
+        let (time_dim, input) = self.added_conditioning()?;
+        let rest = input.checked_sub(pooled)?;
+        (time_dim > 0 && rest % time_dim == 0).then_some(rest / time_dim)
+    }
+
     /// Heads of block `i` (diffusers: `num_attention_heads or attention_head_dim`).
     pub fn heads(&self, block: usize) -> Option<usize> {
         self.num_attention_heads

@@ -70,7 +70,8 @@ impl TimestepEmbedding {
 }
 
 /// SDXL's added conditioning (diffusers' `addition_embed_type = "text_time"`): each of the six
-/// size and crop values through the UNet's sinusoid (`add_time_proj`), beside the pooled text
+/// size and crop values (the refiner's five: sizes, crop and an aesthetic score) through the
+/// UNet's sinusoid (`add_time_proj`), beside the pooled text
 /// embedding, through `add_embedding` (a [`TimestepEmbedding`]); the result is added to the time
 /// embedding of every step.
 #[derive(Debug, Clone)]
@@ -78,30 +79,33 @@ pub struct AddEmbedding {
     pub(super) embedding: TimestepEmbedding,
     /// Sinusoid width of each value.
     pub(super) time_dim: usize,
-    /// The embedding's input width: pooled + 6 × `time_dim`.
+    /// The embedding's input width: pooled + (6 or 5) × `time_dim`.
     pub(super) input: usize,
 }
 
 impl AddEmbedding {
     /// # Shapes
-    /// text_embeds `[b, pooled]`, `b` rows of time ids -> `[b, 4·c0]`
+    /// text_embeds `[b, pooled]`, `b` rows of `n` time ids -> `[b, 4·c0]`
     pub fn forward(
         &self,
         text_embeds: &Tensor<2>,
-        time_ids: &[[f32; 6]],
+        time_ids: &[impl AsRef<[f32]>],
         config: &super::UNetConfig,
     ) -> Result<Tensor<2>> {
         let [b, pooled] = text_embeds.dims();
-        if time_ids.len() != b || pooled + 6 * self.time_dim != self.input {
+        let n = time_ids.first().map_or(0, |r| r.as_ref().len());
+        let ragged = time_ids.iter().any(|r| r.as_ref().len() != n);
+        if time_ids.len() != b || ragged || pooled + n * self.time_dim != self.input {
             return Err(Error::InvalidInput(format!(
-                "added conditioning: {} rows of size values for {b} pooled embeddings of width \
-                 {pooled}; the UNet takes {} = pooled + 6 × {}",
+                "added conditioning: {} rows of {n} size values for {b} pooled embeddings of \
+                 width {pooled}; the UNet takes {} = pooled + {} × {}",
                 time_ids.len(),
                 self.input,
+                self.input.saturating_sub(pooled) / self.time_dim.max(1),
                 self.time_dim
             )));
         }
-        let flat: Vec<f32> = time_ids.iter().flatten().copied().collect();
+        let flat: Vec<f32> = time_ids.iter().flat_map(|r| r.as_ref()).copied().collect();
         let device = text_embeds.device();
         let times = timestep_projection(
             &flat,
@@ -110,7 +114,7 @@ impl AddEmbedding {
             config.freq_shift,
             &device,
         )
-        .reshape([b, 6 * self.time_dim]);
+        .reshape([b, n * self.time_dim]);
         let dtype = text_embeds.dtype();
         // As diffusers: the sinusoids in f32, cast with the pooled embedding to the model's dtype.
         let input = Tensor::cat(vec![text_embeds.clone(), times.cast(dtype)], 1);

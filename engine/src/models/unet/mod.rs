@@ -179,12 +179,13 @@ impl UNet2DConditionModel {
 
     /// SDXL's added conditioning for each batch row: its pooled text embedding `[b, pooled]` and
     /// its six size and crop values (original height and width, crop top and left, target height
-    /// and width, in pixels), through `add_embedding`: `[b, 4·c0]`, the same for every step. An
+    /// and width, in pixels; the refiner's five end with an aesthetic score instead of the target
+    /// size), through `add_embedding`: `[b, 4·c0]`, the same for every step. An
     /// error where the UNet has none or the widths disagree.
     pub fn added_conditioning(
         &self,
         text_embeds: &Tensor<2>,
-        time_ids: &[[f32; 6]],
+        time_ids: &[impl AsRef<[f32]>],
     ) -> Result<Tensor<2>> {
         let add = self.add_embedding.as_ref().ok_or_else(|| {
             Error::InvalidInput("this UNet takes no added conditioning (not SDXL)".into())
