@@ -12,7 +12,9 @@
 //! With a folder set, cubecl also keeps the SPIR-V it generates for each kernel in such a store
 //! (its `compilation.cache` setting; keyed by the kernel and the binary's build id, so another
 //! build never reuses it), and the file carries it too: a launch then skips generating SPIR-V
-//! for every kernel an earlier one compiled. WGSL is compiled by the driver and not kept.
+//! for every kernel an earlier one compiled. Each such entry is saved with its build id and only
+//! the running build's are restored, so the next save drops another build's (a new version's
+//! first launch sheds the old one's megabytes). WGSL is compiled by the driver and not kept.
 //!
 //! The file also names the pass shapes (model, size, batch, precision) already tuned, so the front
 //! ends only announce "tuning kernels" when it will happen. Nothing here can fail a generation: a
@@ -48,6 +50,21 @@ struct Entry {
     namespace: String,
     key: String,
     value: String,
+    /// A compiled kernel's build ([`build_id`]); none for a tuning result, which cubecl checks
+    /// itself (a checksum of the candidates).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    build: Option<String>,
+}
+
+/// Whether `namespace` is one of cubecl's tuning stores (`autotune/…`), not a store of compiled
+/// kernels (`vulkan/…/spirv_…`).
+fn is_tuning(namespace: &str) -> bool {
+    namespace.starts_with("autotune/")
+}
+
+/// The running binary's build, as cubecl keys the kernels it compiles.
+fn build_id() -> String {
+    format!("{:032x}", cubecl_server::compiler::build_id_hash())
 }
 
 #[derive(Debug, Default)]
@@ -60,6 +77,8 @@ struct State {
     restored: Restored,
     /// Entries and shapes the file holds (restored or last saved).
     saved_entries: usize,
+    /// Compiled kernels of other builds the file holds, not restored: the next save drops them.
+    stale: usize,
     shapes: BTreeSet<String>,
     saved_shapes: usize,
 }
@@ -122,8 +141,12 @@ pub(crate) fn restore(identity: &str) -> Restored {
                 return Restored::default();
             }
         };
-        let entries = import(&file.entries);
+        let (entries, stale) = import(&file.entries, &build_id());
+        if stale > 0 {
+            tracing::info!("{stale} kernels compiled by another build are dropped from the file");
+        }
         s.saved_entries = entries;
+        s.stale = stale;
         s.saved_shapes = file.shapes.len();
         s.shapes = file.shapes;
         s.restored = Restored {
@@ -165,10 +188,10 @@ pub fn save() -> Result<Option<usize>> {
         };
         // Counted before anything is encoded: most generations add nothing, and the file's
         // SPIR-V runs to megabytes.
-        if count() <= s.saved_entries && s.shapes.len() <= s.saved_shapes {
+        if count() <= s.saved_entries && s.shapes.len() <= s.saved_shapes && s.stale == 0 {
             return Ok(None);
         }
-        let entries = collect();
+        let entries = collect(&build_id());
         let file = TuningFile {
             format: FORMAT,
             adapter: s.adapter.clone(),
@@ -183,6 +206,7 @@ pub fn save() -> Result<Option<usize>> {
         crate::io::atomic::save_atomic(&path, &json, true)?;
         s.saved_entries = file.entries.len();
         s.saved_shapes = file.shapes.len();
+        s.stale = 0;
         Ok(Some(s.saved_entries))
     })
 }
@@ -236,16 +260,19 @@ fn count() -> usize {
         .sum()
 }
 
-/// Every entry of every store cubecl holds in this process, sorted (a stable file).
-fn collect() -> Vec<Entry> {
+/// Every entry of every store cubecl holds in this process, sorted (a stable file); compiled
+/// kernels are `build`'s (only the running build's are ever restored).
+fn collect(build: &str) -> Vec<Entry> {
     let mut entries = Vec::new();
     for summary in MemoryStorage::namespaces() {
         let storage = open(&summary.namespace);
+        let build = (!is_tuning(&summary.namespace)).then(|| build.to_string());
         storage.scan(&mut |key, value| {
             entries.push(Entry {
                 namespace: summary.namespace.clone(),
                 key: hex(key),
                 value: hex(value),
+                build: build.clone(),
             })
         });
     }
@@ -254,10 +281,16 @@ fn collect() -> Vec<Entry> {
 }
 
 /// Puts `entries` into cubecl's stores as imported: a result this process measures replaces one.
-/// Returns how many were stored (a malformed one is skipped).
-fn import(entries: &[Entry]) -> usize {
+/// Compiled kernels of a build other than `build` are left out (cubecl would never read them).
+/// Returns how many were stored (a malformed one is skipped) and how many were another build's.
+fn import(entries: &[Entry], build: &str) -> (usize, usize) {
     let mut stored = 0;
+    let mut stale = 0;
     for e in entries {
+        if !is_tuning(&e.namespace) && e.build.as_deref() != Some(build) {
+            stale += 1;
+            continue;
+        }
         let (Some(key), Some(value)) = (unhex(&e.key), unhex(&e.value)) else {
             continue;
         };
@@ -268,7 +301,7 @@ fn import(entries: &[Entry]) -> usize {
             stored += 1;
         }
     }
-    stored
+    (stored, stale)
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -299,28 +332,35 @@ mod tests {
     }
 
     /// Entries go into cubecl's stores and come back out of them: what `save` writes is what
-    /// `restore` puts back, in the namespaces cubecl's tuners open.
+    /// `restore` puts back, in the namespaces cubecl's tuners open. A compiled kernel comes back
+    /// with its build; another build's is not restored (and so not written again).
     #[test]
     fn entries_survive_a_round_trip_through_the_stores() {
-        let entries = vec![
-            Entry {
-                namespace: "autotune/latent-test/a".into(),
-                key: hex(b"key-1"),
-                value: hex(b"value-1"),
-            },
-            Entry {
-                namespace: "autotune/latent-test/b".into(),
-                key: hex(b"key-2"),
-                value: hex(b"value-2"),
-            },
+        let entry = |namespace: &str, key: &[u8], build: Option<&str>| Entry {
+            namespace: namespace.into(),
+            key: hex(key),
+            value: hex(b"value"),
+            build: build.map(str::to_string),
+        };
+        let ours = build_id();
+        let kept = vec![
+            entry("autotune/latent-test/a", b"key-1", None),
+            entry("autotune/latent-test/b", b"key-2", None),
+            entry("vulkan/latent-test/spirv_1_2", b"kernel-1", Some(&ours)),
         ];
-        assert_eq!(import(&entries), 2);
-        let back: Vec<Entry> = collect()
+        let stale = [
+            entry("vulkan/latent-test/spirv_1_2", b"kernel-2", Some("0123")),
+            entry("vulkan/latent-test/spirv_1_2", b"kernel-3", None),
+        ];
+        let all: Vec<Entry> = kept.iter().chain(&stale).cloned().collect();
+        assert_eq!(import(&all, &ours), (3, 2));
+        let back: Vec<Entry> = collect(&ours)
             .into_iter()
-            .filter(|e| e.namespace.starts_with("autotune/latent-test/"))
+            .filter(|e| e.namespace.contains("latent-test"))
             .collect();
-        assert_eq!(back, entries);
-        assert_eq!(count(), collect().len());
+        assert_eq!(back, kept);
+        assert_eq!(count(), collect(&ours).len());
+        assert!(is_tuning("autotune/0.11.3/x") && !is_tuning("vulkan/0.11.3/spirv_4318_9"));
     }
 
     #[test]
