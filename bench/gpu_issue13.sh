@@ -103,6 +103,9 @@
 #           in two processes sharing a tuning folder (the first tunes, the second restores), then
 #           SDXL's 1024² txt2img likewise under the peak-memory sampler (the first run's tuning
 #           is what lifted its peak past 8 GiB); PyTorch's SD 1.5 txt2img first when TORCH=1
+#   PART=bc SDXL's refiner (issue 15): PyTorch's SDXL step and 1024² txt2img, then its refiner's
+#           step and the txt2img with the refiner taking over at 0.8 (diffusers' ensemble), then
+#           ours (`bench --sdxl --refiner`): the same under the peak-memory sampler
 #   PART=ax peak memory, one process each: SDXL's 1024² decode alone tiled and whole, then SD 1.5's
 #           20-step 512² txt2img in PyTorch and ours
 #   PART=x  PyTorch (fp16 UNet step, VAE decode, 20-step txt2img), then ours: the planes
@@ -449,6 +452,11 @@ bb)
     python3 $OLDPWD/bench/mem_phases.py $OUT/sdxl_launch$launch.txt /tmp/mem-sdxl_launch$launch.txt | sed "s/^/sdxl launch $launch /" | tee -a $OUT/memory.txt
   done
   ls -la /tmp/tuning | tee -a $OUT/memory.txt
+  ;;
+bc)
+  PARTS=${TORCH_PARTS:-sdxl,sdxl_e2e,sdxl_refiner} timeout ${TORCH_TIMEOUT:-240} python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_bc.txt
+  peak sdxl_refiner_ours timeout ${OURS_TIMEOUT:-320} /tmp/ls bench --device gpu --precision f16 --runs 3 --steps 20 --sdxl --refiner $EXTRA
+  python3 $OLDPWD/bench/mem_phases.py $OUT/sdxl_refiner_ours.txt /tmp/mem-sdxl_refiner_ours.txt | tee -a $OUT/memory.txt
   ;;
 aj)
   PARTS=${TORCH_PARTS:-sdxl,sdxl_e2e} timeout ${TORCH_TIMEOUT:-200} python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_aj.txt

@@ -12,7 +12,8 @@ from diffusers import UNet2DConditionModel, AutoencoderKL, AutoencoderTiny
 from transformers import CLIPTextConfig, CLIPTextModel
 
 # PARTS (comma separated) picks sections; unset runs them all: unet16, euler20, vae, taesd, clip,
-# e2e, unet32, compile, sdxl, sdxl_e2e. (Latent Studio's copy: the shared script plus this switch.)
+# e2e, unet32, compile, sdxl, sdxl_e2e, sdxl_refiner. (Latent Studio's copy: the shared script plus
+# this switch and the refiner.)
 PARTS = set(p for p in os.environ.get("PARTS", "").split(",") if p)
 
 
@@ -137,7 +138,7 @@ def main():
     del unet
     torch.cuda.empty_cache()
 
-    if want("sdxl") or want("sdxl_e2e"):
+    if want("sdxl") or want("sdxl_e2e") or want("sdxl_refiner"):
         sdxl(t)
 
     out = os.environ.get("OUT", ".")
@@ -160,7 +161,7 @@ def sdxl(t):
     add = {"text_embeds": torch.randn(2, 1280, device=dev, dtype=dt), "time_ids": torch.randn(2, 6, device=dev, dtype=dt)}
     if want("sdxl"):
         bench("sdxl_unet_b2_128x128_fp16", lambda: xl(xx, t, cx, added_cond_kwargs=add).sample, iters=20)
-    if not want("sdxl_e2e"):
+    if not (want("sdxl_e2e") or want("sdxl_refiner")):
         return
     # The whole 20-step 1024^2 txt2img as StableDiffusionXLPipeline runs it (tokenizing aside):
     # both encoders' penultimate states side by side and bigG's projected pooled output, Euler
@@ -194,7 +195,50 @@ def sdxl(t):
             lat = sched.step(u + 7.5 * (c - u), ts, lat).prev_sample
         img = vae.decode(lat / 0.13025).sample
         return (img / 2 + 0.5).clamp(0, 1).mul(255).round().to(torch.uint8).cpu()
-    bench("sdxl_txt2img_1024_20steps_e2e_fp16", txt2img20, iters=3, warm=1)
+    if want("sdxl_e2e"):
+        bench("sdxl_txt2img_1024_20steps_e2e_fp16", txt2img20, iters=3, warm=1)
+    if not want("sdxl_refiner"):
+        return
+    # The refiner (stabilityai/stable-diffusion-xl-refiner-1.0's UNet config, its own bigG) taking
+    # over at 0.8, as diffusers' ensemble of experts runs it (base denoising_end=0.8, refiner
+    # denoising_start=0.8, one Euler schedule): the base for timesteps >= 200, the refiner below,
+    # its negative with the low aesthetic score and no crop.
+    ref = UNet2DConditionModel(sample_size=128, block_out_channels=(384, 768, 1536, 1536),
+                               down_block_types=("DownBlock2D", "CrossAttnDownBlock2D", "CrossAttnDownBlock2D",
+                                                 "DownBlock2D"),
+                               up_block_types=("UpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D", "UpBlock2D"),
+                               transformer_layers_per_block=4, attention_head_dim=(6, 12, 24, 24),
+                               cross_attention_dim=1280, addition_embed_type="text_time", addition_time_embed_dim=256,
+                               projection_class_embeddings_input_dim=2560, use_linear_projection=True,
+                               layers_per_block=2).to(dev, dt).eval()
+    print("sdxl refiner unet params", sum(p.numel() for p in ref.parameters()) / 1e6, flush=True)
+    te2r = CLIPTextModelWithProjection(CLIPTextConfig(hidden_size=1280, intermediate_size=5120, num_hidden_layers=32,
+                                                      num_attention_heads=20, projection_dim=1280,
+                                                      hidden_act="gelu")).to(dev, dt).eval()
+    cr = torch.randn(2, 77, 1280, device=dev, dtype=dt)
+    rids = torch.tensor([[1024, 1024, 0, 0, 2.5], [1024, 1024, 0, 0, 6.0]], device=dev, dtype=dt)
+    radd = {"text_embeds": torch.randn(2, 1280, device=dev, dtype=dt), "time_ids": rids}
+    bench("sdxl_refiner_unet_b2_128x128_fp16", lambda: ref(xx, t, cr, added_cond_kwargs=radd).sample, iters=20)
+
+    def refined20():
+        h1 = te1(ids, output_hidden_states=True).hidden_states[-2]
+        o2 = te2(ids, output_hidden_states=True)
+        emb = torch.cat([h1, o2.hidden_states[-2]], dim=-1)
+        cond = {"text_embeds": o2.text_embeds, "time_ids": time_ids}
+        r2 = te2r(ids, output_hidden_states=True)
+        rcond = {"text_embeds": r2.text_embeds, "time_ids": rids}
+        sched.set_timesteps(20, device=dev)
+        lat = torch.randn(1, 4, 128, 128, device=dev, dtype=dt) * sched.init_noise_sigma
+        for ts in sched.timesteps:
+            inp = sched.scale_model_input(torch.cat([lat, lat]), ts)
+            if ts >= 200:
+                u, c = xl(inp, ts, emb, added_cond_kwargs=cond).sample.chunk(2)
+            else:
+                u, c = ref(inp, ts, r2.hidden_states[-2], added_cond_kwargs=rcond).sample.chunk(2)
+            lat = sched.step(u + 7.5 * (c - u), ts, lat).prev_sample
+        img = vae.decode(lat / 0.13025).sample
+        return (img / 2 + 0.5).clamp(0, 1).mul(255).round().to(torch.uint8).cpu()
+    bench("sdxl_refined_txt2img_1024_20steps_e2e_fp16", refined20, iters=3, warm=1)
 
 
 if __name__ == "__main__":

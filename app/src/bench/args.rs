@@ -139,6 +139,10 @@ pub struct BenchArgs {
     /// reserved bytes and each phase's wall-clock time.
     #[arg(long)]
     pub(super) sdxl: bool,
+    /// With `--sdxl`: also a full-size refiner (random weights): its UNet step, and the 1024²
+    /// txt2img again with it taking over at 0.8 (A1111's default switch).
+    #[arg(long)]
+    pub(super) refiner: bool,
     /// With `--sdxl`: where the text encoders wait between prompts (auto parks SDXL's in host
     /// memory). The pool keeps pages, so compare two processes.
     #[arg(long, default_value_t = latent_engine::TextEncoders::Auto)]

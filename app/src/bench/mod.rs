@@ -27,6 +27,7 @@ mod linear;
 mod lora;
 mod pipeline;
 mod profile;
+mod refiner;
 mod sdxl;
 mod unet;
 

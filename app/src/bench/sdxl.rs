@@ -89,6 +89,9 @@ pub(super) fn sdxl_bench(
     if !args.no_pipeline {
         txt2img_runs(device, tokenizer, &model, [steps, runs, size])?;
     }
+    if args.refiner {
+        super::refiner::refiner_runs(device, tokenizer, &model, [steps, runs, size])?;
+    }
     Ok(())
 }
 
@@ -160,7 +163,7 @@ fn txt2img_runs(
 /// Prints the wall-clock time (UTC, to the millisecond) at each phase of a txt2img, so that a
 /// device-memory trace sampled beside the process (nvidia-smi's `timestamp`) can be read phase by
 /// phase: the encoders and first step, the last step, the decode.
-struct Phases(&'static str);
+pub(super) struct Phases(pub(super) &'static str);
 
 impl Phases {
     fn mark(&self, what: &str) {
@@ -193,7 +196,7 @@ impl latent_engine::pipeline::Observer for Phases {
 /// The memory pool's bytes in use and reserved at `when`: pages of its pools are kept a while,
 /// but buffers of their own (large tensors) are released when dropped, so this is no high-water
 /// mark; the process's peak is what nvidia-smi samples beside it.
-fn memory(device: &Device, when: &str) {
+pub(super) fn memory(device: &Device, when: &str) {
     if let Some(usage) = device.memory_pool_usage() {
         let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
         println!(

@@ -81,6 +81,30 @@ impl Refiner {
         Ok(refiner)
     }
 
+    /// A full-size refiner of `config` with random weights, for benchmarks.
+    pub fn random(config: &ModelConfig, device: &Device, precision: Precision) -> Result<Self> {
+        let te_config = config.text_encoder_2.clone().ok_or_else(|| {
+            Error::Config("the SDXL refiner's text_encoder_2 config is missing".into())
+        })?;
+        let dtype = precision.dtype();
+        let (text_encoder, unet) = crate::device::loaded(device, || -> Result<_> {
+            let te = crate::weights::Weights::random("refiner text encoder", device, dtype);
+            let uw = crate::weights::Weights::random("refiner UNet", device, dtype);
+            Ok((
+                ClipTextModel::load(&te, &te_config)?,
+                UNet2DConditionModel::load(&uw, &config.unet)?,
+            ))
+        })?;
+        Ok(Self {
+            text_encoder,
+            unet,
+            config: config.clone(),
+            device: device.clone(),
+            precision,
+            conditioning: ConditioningMemo::default(),
+        })
+    }
+
     /// The added conditioning's values beside the pooled embedding: the refiner's five (sizes,
     /// crop, aesthetic score); an error for a UNet that takes another count.
     pub fn added_values(&self) -> Result<usize> {
