@@ -2,7 +2,9 @@
 //! and files) of the engine and of the app import one another without a cycle, so each concept
 //! can be read, and changed, from the bottom up. Imports are read as `crate::name` paths outside
 //! test code (a file's `#[cfg(test)]` part and `tests` files are skipped); the engine's
-//! re-exports at its root (`crate::unet`, `crate::Error`, …) count as their folders.
+//! re-exports at its root (`crate::unet`, `crate::Error`, …) count as their folders. And the
+//! studio's drawing functions (`*_ui.rs`) only ask: they send nothing, start no thread and load
+//! nothing themselves (`studio/app/action.rs` carries their requests out after drawing).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -22,6 +24,7 @@ const ENGINE_ALIASES: &[(&str, &str)] = &[
     ("LoadOptions", "model"),
     ("Precision", "model"),
     ("StableDiffusion", "model"),
+    ("Refiner", "model"),
     ("TextEncoders", "model"),
 ];
 
@@ -146,5 +149,58 @@ fn a_cycle_is_found() {
     assert_eq!(
         find_cycle(&graph),
         Some(vec!["a".into(), "b".into(), "c".into(), "a".into()])
+    );
+}
+
+/// No studio panel acts while it draws: what a click asks for is recorded as an `Action` and
+/// carried out after the frame (`app/src/studio/app/action.rs`).
+#[test]
+fn drawing_functions_only_ask() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../app/src/studio/app");
+    let acting = [
+        ".send(",
+        "self.pick(",
+        "thread::",
+        "self.load_model(",
+        "self.load_demo(",
+        "self.choose_refiner(",
+        "self.generate(",
+        "self.cancel(",
+        "self.settings_changed(",
+        "self.set_preview_method(",
+        "self.use_as_init(",
+        "self.extend_init(",
+        "self.restart_",
+        "self.move_job(",
+        "self.remove_job(",
+        "self.queue.clear(",
+    ];
+    let mut panels = 0;
+    for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if !name.ends_with("_ui.rs") {
+            continue;
+        }
+        panels += 1;
+        let text = std::fs::read_to_string(entry.path()).unwrap();
+        let code = text.split("#[cfg(test)]").next().unwrap_or_default();
+        for (n, line) in code.lines().enumerate() {
+            let line = line.trim_start();
+            if line.starts_with("//") {
+                continue;
+            }
+            for act in acting {
+                assert!(
+                    !line.contains(act),
+                    "{name}:{}: a panel acts while drawing (`{act}`); ask for it instead: {line}",
+                    n + 1
+                );
+            }
+        }
+    }
+    assert!(
+        panels >= 9,
+        "only {panels} panels found in {}",
+        dir.display()
     );
 }

@@ -234,7 +234,9 @@ fn generate_while_generating_queues_jobs_that_run_in_order() {
         3,
         "three jobs wait behind the running one"
     );
-    // The list: "third" moves up, "fourth" is removed.
+    // The list (drawn a frame after the click that queued the last job): "third" moves up,
+    // "fourth" is removed.
+    h.run_steps(1);
     let ups = h.query_all_by_label("up").count();
     assert_eq!(ups, 3);
     h.state_mut().move_job(1, 0);

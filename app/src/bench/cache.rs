@@ -64,12 +64,7 @@ pub(super) fn cache_bench(
         .cache_dir
         .clone()
         .unwrap_or_else(|| std::env::temp_dir().join("latent-studio-bench-cache"));
-    let on = CacheSettings {
-        enabled: true,
-        memory_budget: 64 << 30,
-        disk_dir: Some(dir.clone()),
-        disk_limit: 64 << 30,
-    };
+    let on = CacheSettings::sized(true, Some(64.0), dir.clone(), 64.0);
     for &precision in &args.precision {
         DiskCache::new(&dir, 0).clear()?;
         let options = LoadOptions {

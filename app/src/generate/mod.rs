@@ -284,16 +284,15 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         if !(args.cache_limit_gib.is_finite() && args.cache_limit_gib >= 0.0) {
             bail!("--cache-limit-gib must be a number ≥ 0");
         }
-        CacheSettings {
-            enabled: true,
-            memory_budget: u64::MAX,
-            disk_dir: Some(
-                args.cache_dir
-                    .clone()
-                    .unwrap_or_else(latent_studio::paths::weights_cache),
-            ),
-            disk_limit: (args.cache_limit_gib * (1u64 << 30) as f64) as u64,
-        }
+        // One model per run: no memory limit.
+        CacheSettings::sized(
+            true,
+            None,
+            args.cache_dir
+                .clone()
+                .unwrap_or_else(latent_studio::paths::weights_cache),
+            args.cache_limit_gib,
+        )
     } else {
         CacheSettings::off()
     };

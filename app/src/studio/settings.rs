@@ -155,17 +155,14 @@ impl Settings {
     }
 
     pub fn cache_settings(&self) -> CacheSettings {
-        const GIB: f64 = (1u64 << 30) as f64;
-        CacheSettings {
-            enabled: self.model_cache,
-            memory_budget: (self.cache_memory_gib * GIB) as u64,
-            disk_dir: Some(
-                self.cache_dir
-                    .clone()
-                    .unwrap_or_else(Self::default_cache_dir),
-            ),
-            disk_limit: (self.disk_cache_gib * GIB) as u64,
-        }
+        CacheSettings::sized(
+            self.model_cache,
+            Some(self.cache_memory_gib),
+            self.cache_dir
+                .clone()
+                .unwrap_or_else(Self::default_cache_dir),
+            self.disk_cache_gib,
+        )
     }
 
     /// The TAESD decoder for SD 1.x/2.x: the chosen one, else one found in the models folder

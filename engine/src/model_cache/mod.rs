@@ -64,6 +64,25 @@ impl CacheSettings {
             disk_limit: 0,
         }
     }
+
+    /// Cache on (`enabled` false keeps the sizes for when it is turned on): resident models up
+    /// to `memory_gib` (`None`: no limit) and converted weights in `disk_dir` up to `disk_gib`,
+    /// in GiB as the front ends take them (a negative or NaN size is 0).
+    pub fn sized(enabled: bool, memory_gib: Option<f64>, disk_dir: PathBuf, disk_gib: f64) -> Self {
+        /// GiB to bytes, saturating.
+        fn bytes(gib: f64) -> u64 {
+            match gib.is_nan() {
+                true => 0,
+                false => (gib.max(0.0) * (1u64 << 30) as f64) as u64,
+            }
+        }
+        Self {
+            enabled,
+            memory_budget: memory_gib.map_or(u64::MAX, bytes),
+            disk_dir: Some(disk_dir),
+            disk_limit: bytes(disk_gib),
+        }
+    }
 }
 
 /// Where a model came from.
@@ -268,6 +287,24 @@ impl ModelCache {
 #[cfg(test)]
 mod tests {
     use super::{CacheSettings, ModelCache};
+
+    /// Sizes in GiB become bytes; no memory limit is the largest; a bad size is none.
+    #[test]
+    fn sizes_are_read_in_gib() {
+        let dir = std::path::PathBuf::from("cache");
+        let s = CacheSettings::sized(true, Some(1.5), dir.clone(), 20.0);
+        assert_eq!((s.memory_budget, s.disk_limit), (3 << 29, 20 << 30));
+        assert_eq!(s.disk_dir.as_deref(), Some(dir.as_path()));
+        let s = CacheSettings::sized(false, None, dir.clone(), f64::NAN);
+        assert_eq!(
+            (s.enabled, s.memory_budget, s.disk_limit),
+            (false, u64::MAX, 0)
+        );
+        assert_eq!(
+            CacheSettings::sized(true, Some(-3.0), dir, 1e30).memory_budget,
+            0
+        );
+    }
 
     /// Without a disk cache the hash is read once per file content, and again after a rewrite.
     #[test]

@@ -24,7 +24,7 @@ impl StudioApp {
                     }
                     self.engine_ended = true;
                     self.activity = Activity::Idle;
-                    self.job_running = false;
+                    self.jobs.running = false;
                     break;
                 }
             };
@@ -48,7 +48,7 @@ impl StudioApp {
                 }
                 Event::Refiner(chosen) => {
                     let path = chosen.as_ref().map(|(p, _)| p.clone());
-                    self.refiner = chosen;
+                    self.reports.refiner = chosen;
                     if self.settings.refiner != path {
                         self.settings.refiner = path;
                         self.saver.save(&self.settings);
@@ -78,10 +78,10 @@ impl StudioApp {
                         TextureOptions::LINEAR,
                     );
                     self.status = format!("saved {}", finished.path.display());
-                    self.gallery.push(GalleryItem { finished, texture });
-                    self.selected = Some(self.gallery.len() - 1);
+                    self.view.gallery.push(GalleryItem { finished, texture });
+                    self.view.selected = Some(self.view.gallery.len() - 1);
                 }
-                Event::GenerateDone => self.job_running = false,
+                Event::GenerateDone => self.jobs.running = false,
                 Event::Idle => self.activity = Activity::Idle,
                 Event::Cancelled => self.status = "cancelled".into(),
                 Event::Failed(message) => {
@@ -90,7 +90,7 @@ impl StudioApp {
                 }
                 Event::Crashed(message) => {
                     // The crashed command says no more; a restarted engine takes the next job.
-                    self.job_running = false;
+                    self.jobs.running = false;
                     self.activity = match self.activity {
                         Activity::Working(_) => Activity::Working(None),
                         _ => Activity::Idle,
@@ -101,11 +101,15 @@ impl StudioApp {
                     ));
                 }
                 Event::Notice(n) => self.notices.push(n),
-                Event::Cache(report) => self.cache_report = report,
-                Event::Loras(names) => self.lora_names = names,
-                Event::Embeddings(library) => self.embeddings = library,
-                Event::DeviceCheck { passed, lines } => self.device_check = Some((passed, lines)),
-                Event::DeviceReady { label, shared } => self.engine_device = Some((label, shared)),
+                Event::Cache(report) => self.reports.cache = report,
+                Event::Loras(names) => self.reports.lora_names = names,
+                Event::Embeddings(library) => self.reports.embeddings = library,
+                Event::DeviceCheck { passed, lines } => {
+                    self.reports.device_check = Some((passed, lines))
+                }
+                Event::DeviceReady { label, shared } => {
+                    self.reports.engine_device = Some((label, shared))
+                }
             }
         }
         // Dialog answers.

@@ -6,7 +6,7 @@ impl StudioApp {
     pub(super) fn gallery_ui(&mut self, ui: &mut egui::Ui) {
         ui.horizontal(|ui| {
             ui.heading("Gallery");
-            if let Some(item) = self.selected.and_then(|i| self.gallery.get(i)) {
+            if let Some(item) = self.view.selected.and_then(|i| self.view.gallery.get(i)) {
                 if ui.button("Save as…").clicked() {
                     let source = item.finished.path.clone();
                     let name = source
@@ -14,7 +14,7 @@ impl StudioApp {
                         .map(|n| n.to_string_lossy().into_owned())
                         .unwrap_or_else(|| "image.png".into());
                     // The copy runs on the dialog's thread too.
-                    self.pick(move || {
+                    self.ask_dialog(move || {
                         let path = rfd::FileDialog::new()
                             .set_file_name(name)
                             .add_filter("PNG", &["png"])
@@ -38,22 +38,22 @@ impl StudioApp {
                     .button("Use as init image")
                     .on_hover_text("image to image from this picture")
                     .clicked()
-                    && let Some(i) = self.selected
+                    && let Some(i) = self.view.selected
                 {
-                    self.use_as_init(i);
+                    self.ask(Action::UseAsInit(i));
                 }
             }
         });
         egui::ScrollArea::horizontal().show(ui, |ui| {
             ui.horizontal(|ui| {
-                for (i, item) in self.gallery.iter().enumerate() {
+                for (i, item) in self.view.gallery.iter().enumerate() {
                     let thumb =
                         egui::Image::new(&item.texture).fit_to_exact_size(egui::vec2(96.0, 96.0));
                     let r = ui
-                        .add(egui::Button::image(thumb).selected(self.selected == Some(i)))
+                        .add(egui::Button::image(thumb).selected(self.view.selected == Some(i)))
                         .on_hover_text(item.finished.path.display().to_string());
                     if r.clicked() {
-                        self.selected = Some(i);
+                        self.view.selected = Some(i);
                     }
                 }
             });

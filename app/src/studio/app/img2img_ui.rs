@@ -165,7 +165,7 @@ impl StudioApp {
 
     /// A file dialog for the init image or the mask, the file decoded on the dialog's thread.
     fn open_picture(&self, role: Picture) {
-        self.pick(move || {
+        self.ask_dialog(move || {
             let path = rfd::FileDialog::new()
                 .add_filter("Images", &["png", "jpg", "jpeg", "webp"])
                 .pick_file()?;
@@ -177,7 +177,7 @@ impl StudioApp {
     /// The clipboard's image as the init image, read off the UI thread (a clipboard owner that
     /// is slow to answer must not stall the window).
     fn paste_picture(&self) {
-        self.pick(|| {
+        self.ask_dialog(|| {
             Some(DialogResult::Picture {
                 role: Picture::Init,
                 path: PathBuf::from("clipboard"),
@@ -235,12 +235,13 @@ impl StudioApp {
         ui.horizontal(|ui| {
             ui.label("Outpaint");
             ui.add(
-                egui::DragValue::new(&mut self.outpaint.0)
+                egui::DragValue::new(&mut self.view.outpaint.0)
                     .range(8..=1024)
                     .speed(8)
                     .suffix(" px"),
             );
             for (on, side) in self
+                .view
                 .outpaint
                 .1
                 .iter_mut()
@@ -248,7 +249,7 @@ impl StudioApp {
             {
                 ui.checkbox(on, side);
             }
-            let any = self.outpaint.1.iter().any(|&on| on);
+            let any = self.view.outpaint.1.iter().any(|&on| on);
             let extend = ui
                 .add_enabled(any, egui::Button::new("Extend"))
                 .on_hover_text(
@@ -257,13 +258,13 @@ impl StudioApp {
                      paints them",
                 );
             if extend.clicked() {
-                self.extend_init(source);
+                self.ask(Action::ExtendInit(source.clone()));
             }
         });
     }
 
-    fn extend_init(&mut self, source: &InitSource) {
-        let (n, [left, right, up, down]) = self.outpaint;
+    pub(super) fn extend_init(&mut self, source: &InitSource) {
+        let (n, [left, right, up, down]) = self.view.outpaint;
         let pick = |on: bool| if on { n } else { 0 };
         let sides = latent_engine::image_io::Sides {
             left: pick(left),
@@ -296,13 +297,13 @@ impl StudioApp {
 
     /// The init image's thumbnail texture, uploaded once per image.
     fn init_texture(&mut self, ctx: &egui::Context, source: &InitSource) -> TextureHandle {
-        match &self.init_texture {
+        match &self.view.init_texture {
             Some((image, texture)) if Arc::ptr_eq(image, &source.image) => texture.clone(),
             _ => {
                 let shown = display_copy(&source.image);
                 let texture =
                     ctx.load_texture("init-image", color_image(&shown), TextureOptions::LINEAR);
-                self.init_texture = Some((source.image.clone(), texture.clone()));
+                self.view.init_texture = Some((source.image.clone(), texture.clone()));
                 texture
             }
         }
@@ -310,7 +311,7 @@ impl StudioApp {
 
     /// A gallery image becomes the init image (shared, not copied).
     pub(super) fn use_as_init(&mut self, item: usize) {
-        if let Some(item) = self.gallery.get(item) {
+        if let Some(item) = self.view.gallery.get(item) {
             let name = item.finished.path.file_name().map_or_else(
                 || "gallery image".into(),
                 |n| n.to_string_lossy().into_owned(),

@@ -9,14 +9,13 @@ use crossbeam_channel::bounded;
 use eframe::egui;
 use latent_engine::device::DeviceChoice;
 use latent_engine::preview::PreviewSettings;
-use latent_engine::prompt::Emphasis;
 use latent_engine::tokenizer::ClipTokenizer;
 
 use super::super::form::Form;
 use super::super::models::scan_models;
 use super::super::saver::SettingsSaver;
 use super::super::settings::Settings;
-use super::super::worker::{CacheReport, EngineHandle, SharedDevice};
+use super::super::worker::{EngineHandle, SharedDevice};
 use super::{Activity, DIALOG_SLOTS, StudioApp, engine_config};
 
 impl StudioApp {
@@ -73,39 +72,27 @@ impl StudioApp {
             settings,
             saver: SettingsSaver::new(settings_path),
             engine,
-            tokenizer: ClipTokenizer::new().ok(),
-            token_count: ((String::new(), Emphasis::Original, 0), (0, 1, false)),
-            model: None,
             activity: Activity::Idle,
+            last_event: Instant::now(),
+            engine_ended: false,
+            wake,
+            reports: super::state::Reports {
+                window_shares_device,
+                ..Default::default()
+            },
+            jobs: Default::default(),
+            model: None,
+            tokenizer: ClipTokenizer::new().ok(),
+            view: Default::default(),
+            painter: Default::default(),
             status: "Choose a checkpoint, or try the demo model.".into(),
             error: None,
             notices,
-            engine_device: None,
-            window_shares_device,
-            last_event: Instant::now(),
-            wake,
-            preview: None,
-            gallery: Vec::new(),
-            selected: None,
             show_settings: false,
             dialogs: bounded(DIALOG_SLOTS),
-            frame_times: Vec::new(),
-            adapters: Arc::new(std::sync::Mutex::new(None)),
-            cache_report: CacheReport::default(),
-            lora_names: Vec::new(),
-            outpaint: (64, [false, true, false, false]),
-            embeddings: None,
-            device_check: None,
-            init_texture: None,
-            painter: Default::default(),
-            queue: Vec::new(),
-            next_job: 0,
-            job_running: false,
-            queue_held: false,
-            engine_ended: false,
-            refiner: None,
+            actions: Default::default(),
         };
-        let slot = app.adapters.clone();
+        let slot = app.reports.adapters.clone();
         let _ = std::thread::Builder::new()
             .name("adapters".into())
             .spawn(move || {
@@ -171,14 +158,17 @@ impl StudioApp {
         std::mem::replace(&mut self.engine, engine).abandon();
         self.activity = Activity::Idle;
         // The stuck job is abandoned with its engine; the queue goes on with the new one.
-        self.job_running = false;
+        self.jobs.running = false;
         self.engine_ended = false;
-        (self.engine_device, self.window_shares_device) = (None, false);
+        (
+            self.reports.engine_device,
+            self.reports.window_shares_device,
+        ) = (None, false);
         self.last_event = Instant::now();
         if let Some(loaded) = self.model.take() {
             self.load_model(loaded.path);
         }
-        if let Some((path, _)) = self.refiner.take() {
+        if let Some((path, _)) = self.reports.refiner.take() {
             self.choose_refiner(Some(path));
         }
         true

@@ -53,11 +53,12 @@ impl StudioApp {
                     }
                 });
                 let available: Vec<&String> = self
+                    .reports
                     .lora_names
                     .iter()
                     .filter(|n| !active.iter().any(|t| &t.name == *n))
                     .collect();
-                if self.lora_names.is_empty() {
+                if self.reports.lora_names.is_empty() {
                     ui.weak("Choose a LoRA folder in Settings, or type <lora:name:0.8>.");
                 } else {
                     ui.menu_button("Add LoRA…", |ui| {

@@ -28,9 +28,11 @@ use super::worker::{
     CacheReport, Command, EngineConfig, EngineHandle, Event, Finished, LoadedModel, human_bytes,
 };
 use crate::demo;
+use action::Action;
 
 // Drawing (`*_ui`) and event handling live beside this file; they reach the app's fields as
-// child modules.
+// child modules. What drawing asks for waits in `action` until the frame is drawn.
+mod action;
 mod engine_events;
 mod gallery_ui;
 mod img2img_ui;
@@ -43,6 +45,7 @@ mod preview_ui;
 mod prompt_ui;
 mod queue_ui;
 mod settings_ui;
+mod state;
 
 /// How long the UI may spend draining engine events in one frame.
 const EVENT_BUDGET: Duration = Duration::from_millis(4);
@@ -146,75 +149,51 @@ pub struct StudioApp {
     /// Writes the settings (to the path they were read from) off the UI thread, debounced.
     saver: SettingsSaver,
     engine: EngineHandle,
-    tokenizer: Option<ClipTokenizer>,
-    /// The prompt and emphasis last counted, and their tokens, chunks and truncation.
-    /// The prompt, emphasis and embeddings library last counted (the library by identity), and
-    /// the count.
-    token_count: ((String, Emphasis, usize), (usize, usize, bool)),
-    model: Option<LoadedModel>,
-    models: Vec<PathBuf>,
+    /// What the engine is doing for the window.
     activity: Activity,
-    status: String,
-    error: Option<String>,
-    notices: Vec<String>,
-    preview: Option<(Arc<Frame>, TextureHandle)>,
-    gallery: Vec<GalleryItem>,
-    selected: Option<usize>,
-    pub show_settings: bool,
-    dialogs: (Sender<DialogResult>, Receiver<DialogResult>),
-    /// Duration of the last UI passes (for the responsiveness test and the status bar).
-    frame_times: Vec<Duration>,
-    /// The engine's adapter list, filled by a background thread (enumeration can take a moment).
-    adapters: Arc<std::sync::Mutex<Option<Vec<AdapterSummary>>>>,
-    /// What the model cache holds, as the engine last reported it.
-    cache_report: CacheReport,
-    /// The LoRA folder's names (the engine lists them).
-    lora_names: Vec<String>,
-    /// Outpainting: pixels to add, and on which sides (left, right, up, down).
-    outpaint: (usize, [bool; 4]),
-    /// The embeddings folder's library (the engine reads it), for the token counter.
-    embeddings: Option<Arc<latent_engine::prompt::Embeddings>>,
-    /// The last "Verify device" result: all agree, and one line per component.
-    device_check: Option<(bool, Vec<String>)>,
-    /// The engine's open device: its name, and whether it is the one shared with the window.
-    engine_device: Option<(String, bool)>,
-    /// The window renders with the device handed to the engine.
-    window_shares_device: bool,
     /// When the engine last said anything (or was given work): a busy engine silent for longer
     /// than the device timeout may be stuck in the driver (see [`crate::stall`]).
     last_event: Instant,
-    /// Repaints the window; handed to every engine this studio starts.
-    wake: Arc<dyn Fn() + Send + Sync>,
-    /// The init image's thumbnail, and the image it shows.
-    init_texture: Option<(Arc<RgbImage>, TextureHandle)>,
-    /// The inpainting mask's brush and overlay.
-    painter: mask_ui::MaskPainter,
-    /// Generations waiting for the engine, first to run first; the last job id given.
-    queue: Vec<queue_ui::Job>,
-    next_job: u64,
-    /// A Generate was sent and its `GenerateDone` has not come: the queue waits for it.
-    job_running: bool,
-    /// The last queued job could not be sent: the queue waits for the next Generate.
-    queue_held: bool,
     /// The engine thread is gone (its events channel closed): only a restart helps.
     engine_ended: bool,
-    /// SDXL's refiner as the engine chose it: its path and name (`name [hash]`).
-    refiner: Option<(PathBuf, String)>,
+    /// Repaints the window; handed to every engine this studio starts.
+    wake: Arc<dyn Fn() + Send + Sync>,
+    /// What the engine reported: the model cache, LoRA names, embeddings, devices, the refiner.
+    reports: state::Reports,
+    /// Generations waiting for the engine.
+    jobs: state::Jobs,
+    /// The loaded model, and the models folder's checkpoints.
+    model: Option<LoadedModel>,
+    models: Vec<PathBuf>,
+    tokenizer: Option<ClipTokenizer>,
+    /// The preview, the gallery and the other things shown.
+    view: state::View,
+    /// The inpainting mask's brush and overlay.
+    painter: mask_ui::MaskPainter,
+    status: String,
+    error: Option<String>,
+    notices: Vec<String>,
+    pub show_settings: bool,
+    dialogs: (Sender<DialogResult>, Receiver<DialogResult>),
+    /// What the panels asked for while drawing this frame ([`action`]).
+    actions: std::cell::RefCell<Vec<Action>>,
 }
 
 impl StudioApp {
     /// The last "Verify device" result: whether all components agreed, and the report lines.
     pub fn device_check(&self) -> Option<(bool, &[String])> {
-        self.device_check
+        self.reports
+            .device_check
             .as_ref()
             .map(|(passed, lines)| (*passed, lines.as_slice()))
     }
 
     /// The engine's device once open, and whether the window renders with that same wgpu device.
     pub fn engine_device(&self) -> Option<(&str, bool)> {
-        self.engine_device
+        self.reports
+            .engine_device
             .as_ref()
-            .map(|(label, shared)| (label.as_str(), *shared && self.window_shares_device))
+            .map(|(label, shared)| (label.as_str(), *shared && self.reports.window_shares_device))
     }
 
     /// How long a busy engine has been silent, once that is longer than the device timeout.
@@ -231,11 +210,11 @@ impl StudioApp {
 
     /// Durations of the recent UI passes (at most the last 240).
     pub fn frame_times(&self) -> &[Duration] {
-        &self.frame_times
+        &self.view.frame_times
     }
 
     pub fn reset_frame_times(&mut self) {
-        self.frame_times.clear();
+        self.view.frame_times.clear();
     }
 
     pub fn is_busy(&self) -> bool {
@@ -247,7 +226,8 @@ impl StudioApp {
     }
 
     pub fn gallery_paths(&self) -> Vec<PathBuf> {
-        self.gallery
+        self.view
+            .gallery
             .iter()
             .map(|g| g.finished.path.clone())
             .collect()
@@ -255,7 +235,7 @@ impl StudioApp {
 
     /// The LoRA folder's names, as the engine listed them.
     pub fn lora_names(&self) -> &[String] {
-        &self.lora_names
+        &self.reports.lora_names
     }
 
     pub fn last_error(&self) -> Option<&str> {
@@ -263,7 +243,7 @@ impl StudioApp {
     }
 
     pub fn preview_frame(&self) -> Option<Arc<Frame>> {
-        self.preview.as_ref().map(|(f, _)| f.clone())
+        self.view.preview.as_ref().map(|(f, _)| f.clone())
     }
 
     pub fn settings(&self) -> &Settings {
@@ -294,7 +274,7 @@ impl StudioApp {
 
     /// The refiner the engine has chosen, by name (`name [hash]`).
     pub fn refiner_name(&self) -> Option<&str> {
-        self.refiner.as_ref().map(|(_, name)| name.as_str())
+        self.reports.refiner.as_ref().map(|(_, name)| name.as_str())
     }
 
     /// Unpacks the demo model off the UI thread (it compares megabytes with the copy on disk),
@@ -319,8 +299,8 @@ impl StudioApp {
         }
         let mut request = self.form.request();
         request.decode.compile = self.settings.vae_compile;
-        self.queue_held = false;
-        if !self.activity.idle() || self.job_running || !self.queue.is_empty() {
+        self.jobs.held = false;
+        if !self.activity.idle() || self.jobs.running || !self.jobs.queue.is_empty() {
             self.enqueue(request);
             return;
         }
@@ -336,7 +316,7 @@ impl StudioApp {
             return false;
         }
         // A queued job's start leaves the last job's error showing.
-        self.job_running = true;
+        self.jobs.running = true;
         self.activity = Activity::Working(None);
         self.last_event = Instant::now();
         true
@@ -435,11 +415,13 @@ impl eframe::App for StudioApp {
             .show(ui, |ui| self.gallery_ui(ui));
         egui::CentralPanel::default().show(ui, |ui| self.preview_ui(ui));
         self.settings_ui(&ctx);
+        // What the panels asked for, now that nothing is drawing.
+        self.apply_actions(&ctx);
 
-        if self.frame_times.len() == 240 {
-            self.frame_times.remove(0);
+        if self.view.frame_times.len() == 240 {
+            self.view.frame_times.remove(0);
         }
-        self.frame_times.push(started.elapsed());
+        self.view.frame_times.push(started.elapsed());
     }
 }
 

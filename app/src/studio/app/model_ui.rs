@@ -54,7 +54,7 @@ impl StudioApp {
         }
         ui.horizontal_wrapped(|ui| {
             if ui.button("Open checkpoint…").clicked() {
-                self.pick(|| {
+                self.ask_dialog(|| {
                     rfd::FileDialog::new()
                         .add_filter("safetensors", &["safetensors"])
                         .pick_file()
@@ -62,14 +62,14 @@ impl StudioApp {
                 });
             }
             if ui.button("Open diffusers folder…").clicked() {
-                self.pick(|| rfd::FileDialog::new().pick_folder().map(DialogResult::Model));
+                self.ask_dialog(|| rfd::FileDialog::new().pick_folder().map(DialogResult::Model));
             }
             if ui
                 .button("Demo model")
                 .on_hover_text("A tiny random-weight model of the real architecture: it makes abstract images, but runs the whole loop.")
                 .clicked()
             {
-                self.load_demo();
+                self.ask(Action::LoadDemo);
             }
         });
         if !self.models.is_empty() {
@@ -88,7 +88,7 @@ impl StudioApp {
                     }
                 });
             if let Some(p) = chosen {
-                self.load_model(p);
+                self.ask(Action::LoadModel(p));
             }
         }
     }
@@ -100,7 +100,7 @@ impl StudioApp {
         ui.horizontal_wrapped(|ui| {
             ui.checkbox(&mut self.form.refiner_on, "Refiner")
                 .on_hover_text("SDXL's refiner takes over the last steps (A1111's Refiner, diffusers' ensemble of experts).");
-            match &self.refiner {
+            match &self.reports.refiner {
                 Some((_, name)) => {
                     ui.label(name);
                     if ui.small_button("Clear").on_hover_text("No refiner").clicked() {
@@ -112,7 +112,7 @@ impl StudioApp {
                 }
             }
             if ui.button("Open refiner…").clicked() {
-                self.pick(|| {
+                self.ask_dialog(|| {
                     rfd::FileDialog::new()
                         .add_filter("safetensors", &["safetensors"])
                         .pick_file()
@@ -146,7 +146,7 @@ impl StudioApp {
             );
         }
         if let Some(path) = choose {
-            self.choose_refiner(path);
+            self.ask(Action::ChooseRefiner(path));
         }
     }
 }

@@ -9,7 +9,7 @@ impl StudioApp {
             let current = self.engine.preview.method();
             for (method, label) in PREVIEW_CHOICES {
                 if ui.selectable_label(current == method, label).clicked() {
-                    self.set_preview_method(method);
+                    self.ask(Action::SetPreviewMethod(method));
                 }
             }
         });
@@ -20,8 +20,12 @@ impl StudioApp {
             .min(1.5);
         let size = target * scale.max(0.05);
         // The final image while idle (or the selected one), else the newest preview frame.
-        let texture = match (self.activity.working(), self.selected, &self.preview) {
-            (false, Some(i), _) => self.gallery.get(i).map(|g| g.texture.clone()),
+        let texture = match (
+            self.activity.working(),
+            self.view.selected,
+            &self.view.preview,
+        ) {
+            (false, Some(i), _) => self.view.gallery.get(i).map(|g| g.texture.clone()),
             (true, _, Some((_, t))) => Some(t.clone()),
             (_, None, Some((_, t))) => Some(t.clone()),
             _ => None,
@@ -38,7 +42,7 @@ impl StudioApp {
                 });
             }
         }
-        if let Some(frame) = self.preview.as_ref().map(|(f, _)| f.clone())
+        if let Some(frame) = self.view.preview.as_ref().map(|(f, _)| f.clone())
             && self.activity.working()
         {
             ui.weak(format!(
@@ -56,7 +60,7 @@ impl StudioApp {
         if frame.width == 0 || frame.rgba.len() != frame.width * frame.height * 4 {
             return;
         }
-        if let Some((shown, texture)) = &mut self.preview {
+        if let Some((shown, texture)) = &mut self.view.preview {
             if Arc::ptr_eq(shown, &frame) {
                 return;
             }
@@ -71,7 +75,7 @@ impl StudioApp {
                 ColorImage::from_rgba_unmultiplied([frame.width, frame.height], &frame.rgba),
                 TextureOptions::LINEAR,
             );
-            self.preview = Some((frame, texture));
+            self.view.preview = Some((frame, texture));
         }
     }
 }

@@ -140,14 +140,14 @@ impl StudioApp {
                 false => "Ctrl+Enter; while the engine works, queues these settings",
             };
             if ui.button("Generate").on_hover_text(hint).clicked() {
-                self.generate();
+                self.ask(Action::Generate);
             }
             if ui
                 .add_enabled(!self.activity.idle(), egui::Button::new("Cancel"))
                 .on_hover_text("Esc")
                 .clicked()
             {
-                self.cancel();
+                self.ask(Action::Cancel);
             }
         });
         if let Activity::Working(Some(p)) = &self.activity {
@@ -165,7 +165,7 @@ impl StudioApp {
         }
         self.queue_ui(ui);
         if self.engine_ended && ui.button("Restart the engine").clicked() {
-            self.restart_ended_engine();
+            self.ask(Action::RestartEndedEngine);
         }
         if let Some(silent) = self.stalled() {
             ui.colored_label(
@@ -177,10 +177,10 @@ impl StudioApp {
             );
             ui.horizontal(|ui| {
                 if ui.button("Keep waiting").clicked() {
-                    self.last_event = Instant::now();
+                    self.ask(Action::KeepWaiting);
                 }
                 if ui.button("Restart on the CPU").clicked() {
-                    self.restart_engine_on_cpu();
+                    self.ask(Action::RestartEngineOnCpu);
                 }
             });
         }
@@ -191,11 +191,12 @@ impl StudioApp {
     /// library changes.
     fn token_count(&mut self) -> (usize, usize, bool) {
         let library = self
+            .reports
             .embeddings
             .as_ref()
             .map_or(0, |e| Arc::as_ptr(e) as usize);
         let key = (self.form.prompt.clone(), self.form.emphasis, library);
-        if self.token_count.0 != key {
+        if self.view.token_count.0 != key {
             let counted = self
                 .tokenizer
                 .as_ref()
@@ -206,15 +207,15 @@ impl StudioApp {
                         t,
                         &text,
                         self.form.emphasis,
-                        self.embeddings.as_deref(),
+                        self.reports.embeddings.as_deref(),
                     )
                 })
                 .map_or((0, 1, false), |c| {
                     (c.token_count, c.chunks.len(), c.truncated)
                 });
-            self.token_count = (key, counted);
+            self.view.token_count = (key, counted);
         }
-        self.token_count.1
+        self.view.token_count.1
     }
 
     /// SDXL's size and crop conditioning: off is the image's own size and no crop; on shows the

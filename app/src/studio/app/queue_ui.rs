@@ -34,62 +34,62 @@ impl Job {
 impl StudioApp {
     /// Queues `request` behind the running work.
     pub(super) fn enqueue(&mut self, request: Txt2ImgRequest) {
-        self.next_job += 1;
-        self.queue.push(Job {
-            id: self.next_job,
+        self.jobs.next_id += 1;
+        self.jobs.queue.push(Job {
+            id: self.jobs.next_id,
             request: Box::new(request),
         });
-        self.status = format!("queued ({} waiting)", self.queue.len());
+        self.status = format!("queued ({} waiting)", self.jobs.queue.len());
     }
 
     /// Sends the first waiting job once the last one is done and the engine idle (called after
     /// each frame's events).
     pub(super) fn run_queue(&mut self) {
-        let ready = self.activity.idle() && !self.job_running && !self.queue_held;
-        if ready && !self.queue.is_empty() && self.model.is_some() {
-            let job = self.queue.remove(0);
+        let ready = self.activity.idle() && !self.jobs.running && !self.jobs.held;
+        if ready && !self.jobs.queue.is_empty() && self.model.is_some() {
+            let job = self.jobs.queue.remove(0);
             let request = job.request.clone();
             if !self.dispatch(*request) {
                 // Not accepted (the error is shown): the job stays first, and the queue waits
                 // for the next Generate instead of retrying every frame.
-                self.queue.insert(0, job);
-                self.queue_held = true;
+                self.jobs.queue.insert(0, job);
+                self.jobs.held = true;
             }
         }
     }
 
     /// Jobs waiting behind the running one.
     pub fn queued(&self) -> usize {
-        self.queue.len()
+        self.jobs.queue.len()
     }
 
     /// Moves waiting job `from` to position `to` (both in `0..queued()`).
     pub fn move_job(&mut self, from: usize, to: usize) {
-        if from < self.queue.len() && to < self.queue.len() {
-            let job = self.queue.remove(from);
-            self.queue.insert(to, job);
+        if from < self.jobs.queue.len() && to < self.jobs.queue.len() {
+            let job = self.jobs.queue.remove(from);
+            self.jobs.queue.insert(to, job);
         }
     }
 
     /// Removes waiting job `index`.
     pub fn remove_job(&mut self, index: usize) {
-        if index < self.queue.len() {
-            self.queue.remove(index);
+        if index < self.jobs.queue.len() {
+            self.jobs.queue.remove(index);
         }
     }
 
     pub(super) fn queue_ui(&mut self, ui: &mut egui::Ui) {
-        if self.queue.is_empty() {
+        if self.jobs.queue.is_empty() {
             return;
         }
         ui.horizontal(|ui| {
-            ui.label(format!("Queue ({})", self.queue.len()));
+            ui.label(format!("Queue ({})", self.jobs.queue.len()));
             if ui.small_button("Clear queue").clicked() {
-                self.queue.clear();
+                self.ask(Action::ClearQueue);
             }
         });
         let (mut up, mut remove) = (None, None);
-        for (i, job) in self.queue.iter().enumerate() {
+        for (i, job) in self.jobs.queue.iter().enumerate() {
             ui.horizontal(|ui| {
                 if ui
                     .add_enabled(i > 0, egui::Button::new("up").small())
@@ -110,10 +110,10 @@ impl StudioApp {
             });
         }
         if let Some(i) = up {
-            self.move_job(i, i - 1);
+            self.ask(Action::MoveJob { from: i, to: i - 1 });
         }
         if let Some(i) = remove {
-            self.remove_job(i);
+            self.ask(Action::RemoveJob(i));
         }
     }
 }

@@ -23,9 +23,7 @@ impl StudioApp {
                         .response
                         .labelled_by(label.id);
                     if method != self.settings.preview_method {
-                        self.engine.preview.set_method(method);
-                        self.settings.preview_method = method;
-                        changed = true;
+                        self.ask(Action::SetPreviewMethod(method));
                     }
                     ui.end_row();
                     let label = ui.label("Preview every N steps");
@@ -68,7 +66,7 @@ impl StudioApp {
                     ui.end_row();
                     ui.label("Cached now");
                     ui.vertical(|ui| {
-                        let r = &self.cache_report;
+                        let r = &self.reports.cache;
                         let resident: Vec<String> = r
                             .resident
                             .iter()
@@ -85,10 +83,8 @@ impl StudioApp {
                             r.disk.len(),
                             human_bytes(disk)
                         ));
-                        if ui.button("Clear disk cache").clicked()
-                            && let Err(e) = self.engine.send(Command::ClearDiskCache)
-                        {
-                            self.error = Some(format!("disk cache not cleared: {e}"));
+                        if ui.button("Clear disk cache").clicked() {
+                            self.ask(Action::ClearDiskCache);
                         }
                     });
                     ui.end_row();
@@ -111,7 +107,7 @@ impl StudioApp {
                         ),
                         (DeviceChoice::Cpu, "cpu (burn's CPU backend)".to_string()),
                     ];
-                    if let Some(list) = self.adapters.lock().ok().and_then(|l| l.clone()) {
+                    if let Some(list) = self.reports.adapters.lock().ok().and_then(|l| l.clone()) {
                         choices.extend(list.iter().map(|a| {
                             (
                                 DeviceChoice::Gpu(Some(a.index)),
@@ -137,8 +133,8 @@ impl StudioApp {
                         .labelled_by(label.id);
                     ui.end_row();
                     ui.label("Device in use");
-                    ui.label(match &self.engine_device {
-                        Some((label, true)) if self.window_shares_device => {
+                    ui.label(match &self.reports.engine_device {
+                        Some((label, true)) if self.reports.window_shares_device => {
                             format!("{label}, shared with this window")
                         }
                         Some((label, _)) => label.clone(),
@@ -167,16 +163,9 @@ impl StudioApp {
                             )
                             .clicked()
                         {
-                            self.device_check = None;
-                            match self.engine.send(Command::VerifyDevice) {
-                                Ok(()) => {
-                                    self.activity = Activity::Working(None);
-                                    self.last_event = Instant::now();
-                                }
-                                Err(e) => self.error = Some(format!("not verified: {e}")),
-                            }
+                            self.ask(Action::VerifyDevice);
                         }
-                        if let Some((passed, lines)) = &self.device_check {
+                        if let Some((passed, lines)) = &self.reports.device_check {
                             let color = if *passed {
                                 ui.visuals().text_color()
                             } else {
@@ -245,7 +234,7 @@ impl StudioApp {
                                 .unwrap_or_else(|| "none (previews use latent2rgb)".into()),
                         );
                         if ui.button("Choose…").clicked() {
-                            self.pick(|| {
+                            self.ask_dialog(|| {
                                 rfd::FileDialog::new()
                                     .add_filter("safetensors", &["safetensors"])
                                     .pick_file()
@@ -280,7 +269,7 @@ impl StudioApp {
             });
         self.show_settings = open;
         if changed {
-            self.settings_changed();
+            self.ask(Action::SettingsChanged);
         }
     }
 }
@@ -302,7 +291,7 @@ impl StudioApp {
                 current.on_hover_text(hover);
             }
             if ui.button("Choose…").clicked() {
-                self.pick(move || rfd::FileDialog::new().pick_folder().map(result));
+                self.ask_dialog(move || rfd::FileDialog::new().pick_folder().map(result));
             }
         });
         ui.end_row();
