@@ -51,6 +51,14 @@ fn quote(v: &str) -> String {
 
 impl Parameters {
     /// The denoising strength of an img2img image (A1111 writes it for img2img and hires fix).
+    /// The value of an extra key (`Hires upscale: 2` → `2`), trimmed; `None` where absent.
+    pub fn extra_value(&self, key: &str) -> Option<&str> {
+        self.extra
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.trim())
+    }
+
     pub fn denoising_strength(&self) -> Option<f64> {
         self.extra
             .iter()

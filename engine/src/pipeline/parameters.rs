@@ -79,12 +79,7 @@ impl Parameters {
     /// The hires fix a parameters text names (`Hires upscale` present), or why it cannot be
     /// used (an upscaler other than Latent or Lanczos, a bad number).
     pub fn hires(&self) -> Option<crate::error::Result<HiresFix>> {
-        let get = |key: &str| {
-            self.extra
-                .iter()
-                .find(|(k, _)| k == key)
-                .map(|(_, v)| v.trim())
-        };
+        let get = |key: &str| self.extra_value(key);
         let scale = get("Hires upscale")?;
         let parse = || -> Result<HiresFix, String> {
             let mut fix = HiresFix {
@@ -118,12 +113,7 @@ impl Parameters {
     /// The refiner a parameters text names (`Refiner`, with A1111's default switch where
     /// `Refiner switch at` is missing), or why its switch cannot be used.
     pub fn refiner(&self) -> Option<crate::error::Result<RefinerSwitch>> {
-        let get = |key: &str| {
-            self.extra
-                .iter()
-                .find(|(k, _)| k == key)
-                .map(|(_, v)| v.trim())
-        };
+        let get = |key: &str| self.extra_value(key);
         let name = get(REFINER_KEY)?.to_string();
         let switch_at = match get(REFINER_SWITCH_KEY) {
             None => Ok(RefinerSwitch::DEFAULT_SWITCH_AT),

@@ -72,25 +72,33 @@ impl StudioApp {
                 self.ask(Action::LoadDemo);
             }
         });
-        if !self.models.is_empty() {
-            let mut chosen = None;
-            egui::ComboBox::from_label("Models folder")
-                .selected_text(self.model_name().unwrap_or("choose…").to_string())
-                .show_ui(ui, |ui| {
-                    for path in &self.models {
-                        let name = path
-                            .file_name()
-                            .map(|n| n.to_string_lossy().into_owned())
-                            .unwrap_or_default();
-                        if ui.selectable_label(false, name).clicked() {
-                            chosen = Some(path.clone());
-                        }
-                    }
-                });
-            if let Some(p) = chosen {
-                self.ask(Action::LoadModel(p));
-            }
+        let shown = self.model_name().unwrap_or("choose…").to_string();
+        if let Some(p) = self.models_folder_ui(ui, "Models folder", shown) {
+            self.ask(Action::LoadModel(p));
         }
+    }
+
+    /// The models folder's checkpoints as a list labelled `label` showing `shown`: the one
+    /// picked, if any (nothing when the folder lists none).
+    fn models_folder_ui(&self, ui: &mut egui::Ui, label: &str, shown: String) -> Option<PathBuf> {
+        if self.models.is_empty() {
+            return None;
+        }
+        let mut chosen = None;
+        egui::ComboBox::from_label(label)
+            .selected_text(shown)
+            .show_ui(ui, |ui| {
+                for path in &self.models {
+                    let name = path
+                        .file_name()
+                        .map(|n| n.to_string_lossy().into_owned())
+                        .unwrap_or_default();
+                    if ui.selectable_label(false, name).clicked() {
+                        chosen = Some(path.clone());
+                    }
+                }
+            });
+        chosen
     }
 
     /// SDXL's refiner: on or off, which one, and where it takes over.
@@ -120,20 +128,9 @@ impl StudioApp {
                 });
             }
         });
-        if !self.models.is_empty() {
-            egui::ComboBox::from_label("Refiner from the models folder")
-                .selected_text(self.refiner_name().unwrap_or("choose…").to_string())
-                .show_ui(ui, |ui| {
-                    for path in &self.models {
-                        let name = path
-                            .file_name()
-                            .map(|n| n.to_string_lossy().into_owned())
-                            .unwrap_or_default();
-                        if ui.selectable_label(false, name).clicked() {
-                            choose = Some(Some(path.clone()));
-                        }
-                    }
-                });
+        let shown = self.refiner_name().unwrap_or("choose…").to_string();
+        if let Some(p) = self.models_folder_ui(ui, "Refiner from the models folder", shown) {
+            choose = Some(Some(p));
         }
         if self.form.refiner_on {
             ui.add(
