@@ -106,6 +106,8 @@
 #   PART=bc SDXL's refiner (issue 15): PyTorch's SDXL step and 1024² txt2img, then its refiner's
 #           step and the txt2img with the refiner taking over at 0.8 (diffusers' ensemble), then
 #           ours (`bench --sdxl --refiner`): the same under the peak-memory sampler
+#   PART=bd SDXL's UNet step at 1024² with the linears on our GEMM, then on burn's matmul
+#           (LATENT_STUDIO_MATMUL=burn), one process each (`bench --sdxl --no-pipeline`)
 #   PART=ax peak memory, one process each: SDXL's 1024² decode alone tiled and whole, then SD 1.5's
 #           20-step 512² txt2img in PyTorch and ours
 #   PART=x  PyTorch (fp16 UNet step, VAE decode, 20-step txt2img), then ours: the planes
@@ -457,6 +459,13 @@ bc)
   PARTS=${TORCH_PARTS:-sdxl,sdxl_e2e,sdxl_refiner} timeout ${TORCH_TIMEOUT:-240} python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_bc.txt
   peak sdxl_refiner_ours timeout ${OURS_TIMEOUT:-320} /tmp/ls bench --device gpu --precision f16 --runs 3 --steps 20 --sdxl --refiner $EXTRA
   python3 $OLDPWD/bench/mem_phases.py $OUT/sdxl_refiner_ours.txt /tmp/mem-sdxl_refiner_ours.txt | tee -a $OUT/memory.txt
+  ;;
+bd)
+  for m in ours burn; do
+    if [ $m = burn ]; then export LATENT_STUDIO_MATMUL=burn; else unset LATENT_STUDIO_MATMUL; fi
+    timeout ${OURS_TIMEOUT:-270} /tmp/ls bench --device gpu --precision f16 --runs 7 --sdxl --no-pipeline $EXTRA 2>&1 | grep -v " at [0-9:.]* UTC$" | sed "s/^/$m /" | tee -a $OUT/sdxl_linears.txt
+  done
+  unset LATENT_STUDIO_MATMUL
   ;;
 aj)
   PARTS=${TORCH_PARTS:-sdxl,sdxl_e2e} timeout ${TORCH_TIMEOUT:-200} python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_aj.txt
