@@ -302,7 +302,14 @@ impl Worker {
         // The refiner (SDXL), loaded on first use; the parameters text names it.
         let refiner = match &mut request.refiner {
             Some(switch) => {
-                let (refiner, name) = self.refiner_for_run()?;
+                let (refiner, name) = match self.refiner_for_run() {
+                    // Cancel during the refiner's load ends the run as any cancel does.
+                    Err(e) if is_cancelled(&e) => {
+                        self.emit(Event::Cancelled);
+                        return Ok(());
+                    }
+                    r => r?,
+                };
                 switch.name = name;
                 Some(refiner)
             }

@@ -76,10 +76,25 @@ impl Worker {
         let checkpoint = chosen.checkpoint.clone();
         self.emit(Event::Status(format!("loading the refiner {name}…")));
         let t = Instant::now();
-        let refiner = Arc::new(
+        // As a model loads: Cancel stops it within a tensor, the status counts the bytes.
+        let events = self.events.clone();
+        let (mut so_far, mut shown) = (0u64, Instant::now());
+        let label = name.clone();
+        let progress = move |bytes: u64| {
+            so_far += bytes;
+            if shown.elapsed() >= std::time::Duration::from_millis(100) {
+                shown = Instant::now();
+                events.send(Event::Status(format!(
+                    "loading the refiner {label}… {}",
+                    super::human_bytes(so_far)
+                )));
+            }
+        };
+        let refiner = latent_engine::checkpoint::controlled(self.cancel.clone(), progress, || {
             Refiner::load(&checkpoint, &device, precision)
-                .with_context(|| format!("loading the refiner {name}"))?,
-        );
+        })
+        .with_context(|| format!("loading the refiner {name}"))?;
+        let refiner = Arc::new(refiner);
         tracing::info!("refiner loaded in {:.2} s", t.elapsed().as_secs_f64());
         if let Some(chosen) = &mut self.refiner {
             chosen.loaded = Some(refiner.clone());
