@@ -202,6 +202,11 @@ impl Form {
             },
             _ => Default::default(),
         };
+        match p.masked_content() {
+            Some(Ok(m)) => self.masked_content = m,
+            Some(Err(v)) => skipped.push(format!("masked content `{v}`")),
+            None => {}
+        }
         if let Some((_, blur)) = p.extra.iter().find(|(k, _)| k == "Mask blur") {
             match blur.trim().parse::<f32>() {
                 Ok(b) if b.is_finite() && b >= 0.0 => self.mask_blur = b,
@@ -499,6 +504,28 @@ mod tests {
                 .is_empty()
         );
         assert_eq!(form.inpaint_area, InpaintArea::WholePicture);
+    }
+
+    /// A1111's `Masked content` comes back into the inpainting row; an unknown one is named.
+    #[test]
+    fn masked_content_returns_from_the_png() {
+        let text = |content: &str| {
+            format!(
+                "x\nSteps: 20, Sampler: Euler, CFG scale: 7, Seed: 1, Size: 512x512, Mask blur: 4, \
+                 Masked content: {content}"
+            )
+        };
+        let mut form = Form::default();
+        let skipped = form.apply(&Parameters::parse_a1111(&text("latent noise")).unwrap());
+        assert!(skipped.is_empty(), "{skipped:?}");
+        assert_eq!(form.masked_content, MaskedContent::LatentNoise);
+        let skipped = form.apply(&Parameters::parse_a1111(&text("sparkles")).unwrap());
+        assert_eq!(skipped, ["masked content `sparkles`"]);
+        assert_eq!(
+            form.masked_content,
+            MaskedContent::LatentNoise,
+            "left as it was"
+        );
     }
 
     #[test]

@@ -78,6 +78,13 @@ impl MaskedContent {
         }
     }
 
+    /// The content an A1111 label names (`Masked content: latent noise`), any case.
+    pub fn from_a1111_name(name: &str) -> Option<Self> {
+        Self::ALL
+            .into_iter()
+            .find(|m| m.a1111_name().eq_ignore_ascii_case(name.trim()))
+    }
+
     /// A1111's label.
     pub fn a1111_name(self) -> &'static str {
         match self {

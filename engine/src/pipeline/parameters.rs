@@ -2,7 +2,12 @@
 //! the text format itself is `crate::io::parameters`, which knows nothing of requests.
 
 use crate::io::parameters::{Parameters, fmt_number};
-use crate::pipeline::{HiresFix, InpaintArea, RefinerSwitch, SizeConditioning, Txt2ImgRequest};
+use crate::pipeline::{
+    HiresFix, InpaintArea, MaskedContent, RefinerSwitch, SizeConditioning, Txt2ImgRequest,
+};
+
+/// What an inpainting run's masked area started from (A1111's "Masked content").
+const MASKED_CONTENT_KEY: &str = "Masked content";
 
 /// A1111's keys for the refiner: `Refiner: name [hash]`, `Refiner switch at: 0.8`.
 const REFINER_KEY: &str = "Refiner";
@@ -21,6 +26,13 @@ fn request_extras(request: &Txt2ImgRequest) -> Vec<(String, String)> {
         extra.push(("Denoising strength".to_string(), init.strength.to_string()));
         if let (Some(_), Some(blur)) = (&init.mask, init.mask_blur) {
             extra.push(("Mask blur".to_string(), fmt_number(blur)));
+        }
+        // A1111's img2img panel's label and values (SD.Next and Forge paste them back).
+        if init.mask.is_some() {
+            extra.push((
+                MASKED_CONTENT_KEY.to_string(),
+                init.masked_content.a1111_name().to_string(),
+            ));
         }
         if let (Some(_), InpaintArea::OnlyMasked { padding }) = (&init.mask, init.area) {
             extra.push(("Inpaint area".to_string(), "Only masked".to_string()));
@@ -110,6 +122,13 @@ impl Parameters {
         SizeConditioning::from_parameters(&self.extra, self.width, self.height)
     }
 
+    /// The masked content a parameters text names (`None` where it names none), or the value
+    /// it could not read.
+    pub fn masked_content(&self) -> Option<Result<MaskedContent, String>> {
+        let value = self.extra_value(MASKED_CONTENT_KEY)?;
+        Some(MaskedContent::from_a1111_name(value).ok_or_else(|| value.to_string()))
+    }
+
     /// The refiner a parameters text names (`Refiner`, with A1111's default switch where
     /// `Refiner switch at` is missing), or why its switch cannot be used.
     pub fn refiner(&self) -> Option<crate::error::Result<RefinerSwitch>> {
@@ -134,5 +153,67 @@ impl Parameters {
             Some((_, v)) => crate::prompt::Emphasis::from_name(v),
             None => Some(crate::prompt::Emphasis::Original),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use crate::image_io::RgbImage;
+    use crate::io::parameters::Parameters;
+    use crate::pipeline::{InitImage, MaskedContent, Txt2ImgRequest};
+
+    /// An inpainting run records what its masked area started from under A1111's label, and
+    /// every value reads back; img2img without a mask writes none; an unknown value is reported.
+    #[test]
+    fn masked_content_round_trips() {
+        let picture = Arc::new(RgbImage {
+            width: 8,
+            height: 8,
+            pixels: vec![0; 8 * 8 * 3],
+        });
+        for content in MaskedContent::ALL {
+            let req = Txt2ImgRequest {
+                init: Some(InitImage {
+                    image: picture.clone(),
+                    strength: 0.75,
+                    resize: Default::default(),
+                    mask: Some(picture.clone()),
+                    mask_blur: Some(4.0),
+                    masked_content: content,
+                    area: Default::default(),
+                }),
+                ..Default::default()
+            };
+            let text = Parameters::for_request(&req, 1, None, None).to_a1111();
+            assert!(
+                text.contains(&format!("Masked content: {}", content.a1111_name())),
+                "{text}"
+            );
+            let back = Parameters::parse_a1111(&text).expect("parses");
+            assert_eq!(back.masked_content(), Some(Ok(content)));
+        }
+        let mut req = Txt2ImgRequest {
+            init: Some(InitImage {
+                image: picture,
+                strength: 0.5,
+                resize: Default::default(),
+                mask: None,
+                mask_blur: None,
+                masked_content: MaskedContent::Fill,
+                area: Default::default(),
+            }),
+            ..Default::default()
+        };
+        let text = Parameters::for_request(&req, 1, None, None).to_a1111();
+        assert!(!text.contains("Masked content"), "{text}");
+        req.init = None;
+        let bad = format!(
+            "{}, Masked content: sparkles",
+            Parameters::for_request(&req, 1, None, None).to_a1111()
+        );
+        let back = Parameters::parse_a1111(&bad).expect("parses");
+        assert_eq!(back.masked_content(), Some(Err("sparkles".to_string())));
     }
 }
