@@ -250,9 +250,9 @@ mod tests {
     }
 
     /// A JPEG with A1111's EXIF comment (an APP1 segment after the start marker) gives its
-    /// parameters; a PNG its text; a JPEG without EXIF none.
+    /// parameters; a PNG its text; a WebP its EXIF chunk; a JPEG or WebP without EXIF none.
     #[test]
-    fn parameters_come_from_png_text_and_jpeg_exif() {
+    fn parameters_come_from_png_text_and_jpeg_and_webp_exif() {
         let dir = std::env::temp_dir().join(format!("latent-exif-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let img = halves(8, 8);
@@ -288,6 +288,48 @@ mod tests {
         let png = dir.join("p.png");
         std::fs::write(&png, super::super::encode_png(&img, Some(text)).unwrap()).unwrap();
         assert_eq!(image_parameters(&png).unwrap().as_deref(), Some(text));
+
+        // A WebP as A1111 saves one: the extended format (a VP8X chunk with the EXIF flag), the
+        // image (here the lossless VP8L the image crate writes), an EXIF chunk.
+        let mut lossless = Vec::new();
+        image::codecs::webp::WebPEncoder::new_lossless(&mut lossless)
+            .encode(&img.pixels, 8, 8, image::ExtendedColorType::Rgb8)
+            .unwrap();
+        let webp = |exif: Option<&[u8]>| {
+            let mut body = b"WEBP".to_vec();
+            if let Some(exif) = exif {
+                body.extend(b"VP8X");
+                body.extend(10u32.to_le_bytes());
+                body.extend([0x08, 0, 0, 0]); // the EXIF flag
+                body.extend(&7u32.to_le_bytes()[..3]); // canvas width − 1
+                body.extend(&7u32.to_le_bytes()[..3]); // canvas height − 1
+                body.extend(&lossless[12..]); // the VP8L chunk
+                body.extend(b"EXIF");
+                body.extend((exif.len() as u32).to_le_bytes());
+                body.extend(exif);
+                if exif.len() % 2 == 1 {
+                    body.push(0);
+                }
+            } else {
+                body.extend(&lossless[12..]);
+            }
+            let mut file = b"RIFF".to_vec();
+            file.extend((body.len() as u32).to_le_bytes());
+            file.extend(body);
+            file
+        };
+        let mut comment = b"UNICODE\0".to_vec();
+        comment.extend(text.encode_utf16().flat_map(u16::to_be_bytes));
+        let exif = super::super::exif::tests::exif_block(false, &comment);
+        let tagged = dir.join("tagged.webp");
+        std::fs::write(&tagged, webp(Some(&exif))).unwrap();
+        assert_eq!(image_parameters(&tagged).unwrap().as_deref(), Some(text));
+        let loaded = load_image(&tagged).unwrap();
+        assert_eq!((loaded.width, loaded.height), (8, 8));
+        assert_eq!(loaded.pixels, img.pixels, "lossless");
+        let plain = dir.join("plain.webp");
+        std::fs::write(&plain, webp(None)).unwrap();
+        assert_eq!(image_parameters(&plain).unwrap(), None);
         std::fs::remove_dir_all(&dir).ok();
     }
 
