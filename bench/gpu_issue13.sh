@@ -108,6 +108,9 @@
 #           ours (`bench --sdxl --refiner`): the same under the peak-memory sampler
 #   PART=bd SDXL's UNet step at 1024² with the linears on our GEMM, then on burn's matmul
 #           (LATENT_STUDIO_MATMUL=burn), one process each (`bench --sdxl --no-pipeline`)
+#   PART=be issue 16's hires fix beside PyTorch: its UNet step, 20-step 512² txt2img and the
+#           same with a x2 hires fix (latents upscaled, 10 steps at 1024², strength 0.5), then
+#           ours (`bench --hires-scale 2`: the step, VAE, txt2img, the hires txt2img)
 #   PART=ax peak memory, one process each: SDXL's 1024² decode alone tiled and whole, then SD 1.5's
 #           20-step 512² txt2img in PyTorch and ours
 #   PART=x  PyTorch (fp16 UNet step, VAE decode, 20-step txt2img), then ours: the planes
@@ -466,6 +469,10 @@ bd)
     timeout ${OURS_TIMEOUT:-270} /tmp/ls bench --device gpu --precision f16 --runs 7 --sdxl --no-pipeline $EXTRA 2>&1 | grep -v " at [0-9:.]* UTC$" | sed "s/^/$m /" | tee -a $OUT/sdxl_linears.txt
   done
   unset LATENT_STUDIO_MATMUL
+  ;;
+be)
+  PARTS=${TORCH_PARTS:-unet16,e2e,hires} timeout ${TORCH_TIMEOUT:-150} python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_be.txt
+  timeout ${OURS_TIMEOUT:-380} /tmp/ls bench --device gpu --precision f16 --runs 7 --steps 20 --no-ops --no-previews --no-profile --no-burn-ops --hires-scale 2 $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_be.txt
   ;;
 aj)
   PARTS=${TORCH_PARTS:-sdxl,sdxl_e2e} timeout ${TORCH_TIMEOUT:-200} python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_aj.txt

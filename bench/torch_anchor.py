@@ -12,7 +12,7 @@ from diffusers import UNet2DConditionModel, AutoencoderKL, AutoencoderTiny
 from transformers import CLIPTextConfig, CLIPTextModel
 
 # PARTS (comma separated) picks sections; unset runs them all: unet16, euler20, vae, taesd, clip,
-# e2e, unet32, compile, sdxl, sdxl_e2e, sdxl_refiner. (Latent Studio's copy: the shared script plus
+# e2e, hires, unet32, compile, sdxl, sdxl_e2e, sdxl_refiner. (Latent Studio's copy: the shared script plus
 # this switch and the refiner.)
 PARTS = set(p for p in os.environ.get("PARTS", "").split(",") if p)
 
@@ -116,6 +116,32 @@ def main():
         return (img / 2 + 0.5).clamp(0, 1).mul(255).round().to(torch.uint8).cpu()
     if want("e2e"):
         bench("sd15_txt2img_512_20steps_e2e_fp16", txt2img20, iters=5, warm=1)
+
+    # A1111's hires fix as `bench --hires-scale 2` runs it (diffusers has no such pipeline): the
+    # 20-step 512² txt2img, its latents upscaled x2 (bilinear: A1111's "Latent" upscaler), noised
+    # to the 11th of 20 timesteps and denoised over the last 10 at 1024² (10 hires steps at
+    # strength 0.5), the 1024² decode, uint8 image on the host.
+    def hires20():
+        emb = te(ids).last_hidden_state
+        sched.set_timesteps(20, device=dev)
+        lat = torch.randn(1, 4, 64, 64, device=dev, dtype=dt) * sched.init_noise_sigma
+        for ts in sched.timesteps:
+            inp = sched.scale_model_input(torch.cat([lat, lat]), ts)
+            u, c = unet(inp, ts, emb).sample.chunk(2)
+            lat = sched.step(u + 7.5 * (c - u), ts, lat).prev_sample
+        lat = torch.nn.functional.interpolate(lat, scale_factor=2, mode="bilinear")
+        sched.set_timesteps(20, device=dev)
+        tail = sched.timesteps[10:]
+        sched.set_begin_index(10)
+        lat = sched.add_noise(lat, torch.randn_like(lat), tail[:1])
+        for ts in tail:
+            inp = sched.scale_model_input(torch.cat([lat, lat]), ts)
+            u, c = unet(inp, ts, emb).sample.chunk(2)
+            lat = sched.step(u + 7.5 * (c - u), ts, lat).prev_sample
+        img = vae.decode(lat / 0.18215).sample
+        return (img / 2 + 0.5).clamp(0, 1).mul(255).round().to(torch.uint8).cpu()
+    if want("hires"):
+        bench("sd15_txt2img_512_hires_x2_1024_20_10steps_e2e_fp16", hires20, iters=5, warm=1)
     del te, vae
 
     # fp32 UNet with TF32 off (true fp32 on both sides).
