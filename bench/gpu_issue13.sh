@@ -111,6 +111,8 @@
 #   PART=be issue 16's hires fix beside PyTorch: its UNet step, 20-step 512² txt2img and the
 #           same with a x2 hires fix (latents upscaled, 10 steps at 1024², strength 0.5), then
 #           ours (`bench --hires-scale 2`: the step, VAE, txt2img, the hires txt2img)
+#   PART=bf issue 16's LoRA on the current code: `bench --unet-only --lora-rank 32` (the merge
+#           on the device, the replayed step merged against the base, the low-rank products)
 #   PART=ax peak memory, one process each: SDXL's 1024² decode alone tiled and whole, then SD 1.5's
 #           20-step 512² txt2img in PyTorch and ours
 #   PART=x  PyTorch (fp16 UNet step, VAE decode, 20-step txt2img), then ours: the planes
@@ -473,6 +475,9 @@ bd)
 be)
   PARTS=${TORCH_PARTS:-unet16,e2e,hires} timeout ${TORCH_TIMEOUT:-150} python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_be.txt
   timeout ${OURS_TIMEOUT:-380} /tmp/ls bench --device gpu --precision f16 --runs 7 --steps 20 --no-ops --no-previews --no-profile --no-burn-ops --hires-scale 2 $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_be.txt
+  ;;
+bf)
+  timeout ${OURS_TIMEOUT:-400} /tmp/ls bench --device gpu --precision f16 --runs 7 --unet-only --no-ops --no-burn-ops --no-profile --lora-rank ${RANK:-32} $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/lora.txt
   ;;
 aj)
   PARTS=${TORCH_PARTS:-sdxl,sdxl_e2e} timeout ${TORCH_TIMEOUT:-200} python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_aj.txt

@@ -109,23 +109,21 @@ pub(super) fn lora_bench(
         unet: 0.0,
     }]))?;
     let merged_again = model.networks(&set(0.8))?;
-    let mut steps = [
-        UNetSteps::new(&model.unet, ctx.clone()),
-        UNetSteps::new(&merged_again.unet, ctx.clone()),
-        UNetSteps::new(&rebuilt.unet, ctx.clone()),
-    ];
-    for _ in 0..=WARMUP_RUNS {
-        for s in &mut steps {
-            let _ = s.forward(x.clone(), 500.0);
-        }
-        sync(device)?;
-    }
+    // One recorded graph at a time, as a generation keeps one (a second recording would run
+    // launch by launch): each network records its own step, is timed, and releases it.
+    let nets = [&model.unet, &merged_again.unet, &rebuilt.unet];
     let mut times = [Vec::new(), Vec::new(), Vec::new()];
     for _ in 0..3 {
-        for (s, t) in steps.iter_mut().zip(&mut times) {
+        for (unet, t) in nets.iter().zip(&mut times) {
+            let mut steps = UNetSteps::new(unet, ctx.clone());
+            for _ in 0..=WARMUP_RUNS {
+                let _ = steps.forward(x.clone(), 500.0);
+            }
+            sync(device)?;
             t.push(time_ms(device, 1, runs, || {
-                let _ = s.forward(x.clone(), 500.0);
+                let _ = steps.forward(x.clone(), 500.0);
             })?);
+            steps.release();
         }
     }
     let [base, with, through] = times.map(|mut v| {
