@@ -492,6 +492,26 @@ fn dropping_a_png_restores_the_prompt_panel() {
             .is_some()
     );
 
+    // A JPEG or WebP with A1111's parameters in its EXIF (Pillow's, as A1111 saves them)
+    // restores them as a PNG does.
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures");
+    for (name, seed) in [("a1111-exif.webp", 1234567), ("a1111-exif.jpg", 1234567)] {
+        h.state_mut().form.seed = 1;
+        h.input_mut()
+            .dropped_files
+            .push(Arc::new(Dropped(fixtures.join(name))));
+        h.run_steps(2);
+        run_until(&mut h, name, |a| a.form.seed == seed);
+        let form = &h.state().form;
+        assert_eq!(form.prompt, "a lighthouse in a storm, ink", "{name}");
+        assert_eq!(
+            (form.steps, form.width, form.height),
+            (27, 512, 640),
+            "{name}"
+        );
+        assert!(form.init.is_none(), "{name}: parameters, not an init image");
+    }
+
     // An image without parameters becomes the init image and changes nothing else.
     let plain = dir.join("plain.png");
     std::fs::write(
@@ -502,7 +522,7 @@ fn dropping_a_png_restores_the_prompt_panel() {
     h.input_mut().dropped_files.push(Arc::new(Dropped(plain)));
     h.run_steps(2);
     run_until(&mut h, "the init image", |a| a.form.init.is_some());
-    assert_eq!(h.state().form.seed, 987654321);
+    assert_eq!(h.state().form.seed, 1234567);
     // A file that is no image is a message, not a crash.
     let junk = dir.join("junk.png");
     std::fs::write(&junk, b"\x89PNG\r\n\x1a\nnot really").unwrap();

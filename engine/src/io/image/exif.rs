@@ -1,5 +1,6 @@
 //! A1111's parameters in a JPEG's or WebP's EXIF: the `UserComment` tag (0x9286) of the Exif IFD,
-//! which A1111 writes with piexif as `UNICODE\0` + UTF-16 (big-endian), other tools as
+//! which A1111 writes with piexif as `UNICODE\0` + UTF-16 (big-endian; Pillow stores the same
+//! bytes typed BYTE rather than UNDEFINED), other tools as
 //! `ASCII\0\0\0` + text or UTF-16 little-endian. A small reader of the TIFF structure: only the
 //! two IFDs on the way, every offset checked against the buffer.
 
@@ -40,8 +41,9 @@ pub fn user_comment(exif: &[u8]) -> Option<String> {
     let (_, _, at) = find(ifd0, 0x8769)?;
     let exif_ifd = u32_at(at)?;
     let (kind, count, at) = find(exif_ifd, 0x9286)?;
-    // UNDEFINED (7) bytes, inline when at most four.
-    if kind != 7 || count < 8 {
+    // UNDEFINED (7) bytes as the standard and piexif write it; Pillow writes BYTE (1); inline
+    // when at most four.
+    if !matches!(kind, 1 | 7) || count < 8 {
         return None;
     }
     let data = if count <= 4 {

@@ -333,6 +333,31 @@ mod tests {
         std::fs::remove_dir_all(&dir).ok();
     }
 
+    /// Pillow's JPEG and WebP (libjpeg, libwebp) with A1111's EXIF comment, as
+    /// tests/fixtures/make_exif_fixtures.py writes them: the parameters and the pixels come back.
+    #[test]
+    fn pillow_jpeg_and_webp_give_their_parameters() {
+        let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures");
+        for name in ["a1111-exif.jpg", "a1111-exif.webp"] {
+            let path = fixtures.join(name);
+            let text = image_parameters(&path).unwrap().unwrap_or_default();
+            assert!(
+                text.starts_with("a lighthouse in a storm, ink\n"),
+                "{name}: {text}"
+            );
+            let p = crate::io::parameters::Parameters::parse_a1111(&text).unwrap();
+            assert_eq!(
+                (p.seed, p.steps, p.width, p.height),
+                (1234567, 27, 512, 640)
+            );
+            let image = load_image(&path).unwrap();
+            assert_eq!((image.width, image.height), (8, 8), "{name}");
+        }
+        // The WebP is lossless: the ramp exactly.
+        let webp = load_image(&fixtures.join("a1111-exif.webp")).unwrap();
+        assert_eq!(&webp.pixels[..6], &[0, 0, 128, 32, 0, 128]);
+    }
+
     #[test]
     fn files_load_by_content_and_bad_files_are_errors() {
         let dir = std::env::temp_dir().join(format!("latent-input-{}", std::process::id()));
