@@ -239,9 +239,13 @@ fn generate_while_generating_queues_jobs_that_run_in_order() {
     h.run_steps(1);
     let ups = h.query_all_by_label("up").count();
     assert_eq!(ups, 3);
-    h.state_mut().move_job(1, 0);
-    h.state_mut().remove_job(2);
-    h.run_steps(1);
+    h.query_all_by_label("up").nth(1).expect("third's").click();
+    h.run_steps(2);
+    h.query_all_by_label("remove")
+        .nth(2)
+        .expect("fourth's")
+        .click();
+    h.run_steps(2);
     assert_eq!(h.state().queued(), 2);
     // Cancel stops the long job only: the queue starts at once.
     h.get_by_label("Cancel").click();
@@ -417,6 +421,30 @@ fn a_lora_picked_from_the_list_is_merged_and_recorded() {
     h.run_steps(2);
     assert_eq!(h.state().form.prompt, "a fox <lora:kohya:1>");
     assert!(h.query_by_label("LoRA (1)").is_some(), "the list counts it");
+    // A second at once, then taken out again with its Remove button.
+    h.get_by_label("Add LoRA…").click_accesskit();
+    h.run_steps(2);
+    h.get_by_label("peft").click_accesskit();
+    h.run_steps(2);
+    assert_eq!(h.state().form.prompt, "a fox <lora:kohya:1> <lora:peft:1>");
+    assert!(h.query_by_label("LoRA (2)").is_some());
+    assert_eq!(h.query_all_by_label("Remove").count(), 2);
+    h.query_all_by_label("Remove")
+        .nth(1)
+        .expect("peft's")
+        .click();
+    h.run_steps(2);
+    assert_eq!(h.state().form.prompt.trim_end(), "a fox <lora:kohya:1>");
+    // Past 75 tokens the counter counts chunks, as A1111's does.
+    let prompt = h.state().form.prompt.clone();
+    h.state_mut().form.prompt = "fox ".repeat(80);
+    h.run_steps(2);
+    assert!(
+        h.query_by_label("80/150 · 2 chunks").is_some(),
+        "the counter"
+    );
+    h.state_mut().form.prompt = prompt;
+    h.run_steps(1);
     h.get_by_label("Generate").click();
     h.run_steps(2);
     run_until(&mut h, "the image", |a| {
