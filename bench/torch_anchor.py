@@ -104,16 +104,22 @@ def main():
     sched = EulerDiscreteScheduler(beta_start=0.00085, beta_end=0.012, beta_schedule="scaled_linear",
                                    steps_offset=1, timestep_spacing="leading")
 
+    def denoise(lat, timesteps, emb):
+        for ts in timesteps:
+            inp = sched.scale_model_input(torch.cat([lat, lat]), ts)
+            u, c = unet(inp, ts, emb).sample.chunk(2)
+            lat = sched.step(u + 7.5 * (c - u), ts, lat).prev_sample
+        return lat
+
+    def to_image(lat):
+        img = vae.decode(lat / 0.18215).sample
+        return (img / 2 + 0.5).clamp(0, 1).mul(255).round().to(torch.uint8).cpu()
+
     def txt2img20():
         emb = te(ids).last_hidden_state
         sched.set_timesteps(20, device=dev)
         lat = torch.randn(1, 4, 64, 64, device=dev, dtype=dt) * sched.init_noise_sigma
-        for ts in sched.timesteps:
-            inp = sched.scale_model_input(torch.cat([lat, lat]), ts)
-            u, c = unet(inp, ts, emb).sample.chunk(2)
-            lat = sched.step(u + 7.5 * (c - u), ts, lat).prev_sample
-        img = vae.decode(lat / 0.18215).sample
-        return (img / 2 + 0.5).clamp(0, 1).mul(255).round().to(torch.uint8).cpu()
+        return to_image(denoise(lat, sched.timesteps, emb))
     if want("e2e"):
         bench("sd15_txt2img_512_20steps_e2e_fp16", txt2img20, iters=5, warm=1)
 
@@ -125,21 +131,13 @@ def main():
         emb = te(ids).last_hidden_state
         sched.set_timesteps(20, device=dev)
         lat = torch.randn(1, 4, 64, 64, device=dev, dtype=dt) * sched.init_noise_sigma
-        for ts in sched.timesteps:
-            inp = sched.scale_model_input(torch.cat([lat, lat]), ts)
-            u, c = unet(inp, ts, emb).sample.chunk(2)
-            lat = sched.step(u + 7.5 * (c - u), ts, lat).prev_sample
+        lat = denoise(lat, sched.timesteps, emb)
         lat = torch.nn.functional.interpolate(lat, scale_factor=2, mode="bilinear")
         sched.set_timesteps(20, device=dev)
         tail = sched.timesteps[10:]
         sched.set_begin_index(10)
         lat = sched.add_noise(lat, torch.randn_like(lat), tail[:1])
-        for ts in tail:
-            inp = sched.scale_model_input(torch.cat([lat, lat]), ts)
-            u, c = unet(inp, ts, emb).sample.chunk(2)
-            lat = sched.step(u + 7.5 * (c - u), ts, lat).prev_sample
-        img = vae.decode(lat / 0.18215).sample
-        return (img / 2 + 0.5).clamp(0, 1).mul(255).round().to(torch.uint8).cpu()
+        return to_image(denoise(lat, tail, emb))
     if want("hires"):
         bench("sd15_txt2img_512_hires_x2_1024_20_10steps_e2e_fp16", hires20, iters=5, warm=1)
     del te, vae
