@@ -376,6 +376,47 @@ fn generate_hands_over_to_the_sdxl_refiner() {
     }
 }
 
+/// `--embeddings`: a name in the prompt takes its file's vectors, the PNG records A1111's `TI
+/// hashes`, and the folder's files for other models are named as skipped.
+#[test]
+fn embeddings_from_a_folder_are_used_and_recorded() {
+    let dir = scratch("embeddings");
+    let out = dir.join("ti.png");
+    let (model, out_s) = (model(), out.display().to_string());
+    let folder = fixtures().join("embeddings").display().to_string();
+    let o = studio(&[
+        "generate",
+        "--model",
+        &model,
+        "--device",
+        "cpu",
+        "--out",
+        &out_s,
+        "--overwrite",
+        "--prompt",
+        "a fox in tinystyle",
+        "--seed",
+        "3",
+        "--steps",
+        "2",
+        "--width",
+        "64",
+        "--height",
+        "64",
+        "--embeddings",
+        &folder,
+    ]);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("warning") && stderr.contains("wide"),
+        "{stderr}"
+    );
+    let (_, text) = decode_png(&std::fs::read(&out).unwrap()).unwrap();
+    let text = text.expect("parameters chunk");
+    assert!(text.contains("TI hashes: \"tinystyle: "), "{text}");
+}
+
 #[test]
 fn never_overwrites_and_numbers_outputs() {
     let dir = scratch("numbered");

@@ -156,6 +156,38 @@ fn sdxl_embeddings_give_each_encoder_its_vectors() {
     }
 }
 
+/// An SD 2.x embedding (A1111's `emb_params`, as wide as OpenCLIP's states) on the tiny SD 2
+/// (tests/fixtures/make_sd2_embedding_fixtures.py): loaded for its width, placed as A1111 places
+/// it, padded with OpenCLIP's id 0, encoded as diffusers encodes SD 2's prompts, within 1e-4.
+#[test]
+fn sd2_embeddings_are_encoded_as_a1111() {
+    let tok = ClipTokenizer::new().unwrap();
+    let (library, notes) =
+        Embeddings::load_dir(&fixtures().join("embeddings-sd2"), &tok, 32, None).unwrap();
+    assert_eq!(library.names(), ["tinysd2"], "{notes:?}");
+    let ckpt = Checkpoint::open(&fixtures().join("tiny-sd2")).unwrap();
+    let model = StableDiffusion::load(&ckpt, &Device::flex(), LoadOptions::default()).unwrap();
+    assert_eq!(
+        model.config.text_encoder.pad_token, 0,
+        "OpenCLIP pads with 0"
+    );
+    let chunks = Chunks::with_embeddings(
+        &tok,
+        "a fox in tinysd2",
+        Emphasis::Original,
+        Some(&Arc::new(library)),
+    );
+    let got = prompt::encode(&model.text_encoder, &chunks, 1, Emphasis::Original).unwrap();
+    let expected =
+        SafetensorsFile::open(&fixtures().join("sd2-embedding-expected.safetensors")).unwrap();
+    let want = expected.read_f32("context").unwrap();
+    common::assert_close("context", &to_vec(got), &want, burn::tensor::DType::F32);
+    // An SD 1.x embedding (16 wide) is not one for this model.
+    let (sd1, notes) =
+        Embeddings::load_dir(&fixtures().join("embeddings"), &tok, 32, None).unwrap();
+    assert!(!sd1.names().contains(&"tinystyle".to_string()), "{notes:?}");
+}
+
 /// The model's kept conditioning ([`prompt::ConditioningMemo`]) follows an embedding's file: the
 /// same name from a replaced file (other vectors, another hash) encodes again and changes the
 /// image; the same file again reuses it.
