@@ -322,6 +322,29 @@ fn a_gallery_image_becomes_the_init_image_and_a_stroke_paints_its_mask() {
         "the stroke"
     );
     assert_eq!((at(2, 2), at(60, 60)), (0, 0), "untouched corners");
+    // The eraser takes back the stroke's right part (from the centre to x = 26 of 64).
+    h.get_by_label("erase").click_accesskit();
+    h.run_steps(2);
+    let back = egui::pos2(
+        canvas.left() + canvas.width() * 26.0 / 64.0,
+        canvas.center().y,
+    );
+    h.hover_at(centre);
+    h.drag_at(centre);
+    h.run_steps(1);
+    h.hover_at(back);
+    h.run_steps(1);
+    h.drop_at(back);
+    h.run_steps(2);
+    let mask = h.state().form.mask.clone().expect("a painted mask");
+    let at = |x: usize, y: usize| mask.image.pixels[(y * mask.image.width + x) * 3];
+    assert_eq!(
+        (at(2, 32), at(32, 32)),
+        (255, 0),
+        "erased from the centre only"
+    );
+    h.get_by_label("erase").click_accesskit();
+    h.run_steps(2);
     h.state_mut().form.strength = 0.5;
     h.get_by_label("Generate").click();
     h.run_steps(2);
