@@ -80,22 +80,22 @@ fn load_demo(h: &mut Harness<'static, StudioApp>) {
     });
 }
 
-/// No UI pass waited on the engine: passes stay under a 60 Hz frame. On a 2-core CI machine the
-/// engine's threads compete for the CPU, so a rare preempted pass may run long; a pass that blocked
-/// on loading or on a step would take far longer than 250 ms.
+/// No UI pass spent a 60 Hz frame of its own: each pass's work and blocking waits (a file, a
+/// lock, the engine) stay under 16 ms. Time the OS kept the UI thread off every CPU is not the
+/// pass's (`PassTime::own`): on a 2-core CI machine the engine's and lavapipe's threads preempt
+/// it. Even preempted, a pass must end within 250 ms of wall time.
 fn assert_responsive(h: &Harness<'static, StudioApp>, what: &str) {
-    let mut times = h.state().frame_times().to_vec();
-    times.sort();
-    assert!(!times.is_empty(), "{what}: no UI pass measured");
-    let p95 = times[times.len() * 95 / 100];
-    let worst = *times.last().unwrap();
+    let passes = h.state().frame_times();
+    assert!(!passes.is_empty(), "{what}: no UI pass measured");
+    let longest = passes.iter().map(|p| p.own).max().unwrap_or_default();
     assert!(
-        p95 < Duration::from_millis(16),
-        "{what}: 95th percentile pass took {p95:?}"
+        longest < Duration::from_millis(16),
+        "{what}: a pass took {longest:?} of its own"
     );
+    let worst = passes.iter().map(|p| p.wall).max().unwrap_or_default();
     assert!(
         worst < Duration::from_millis(250),
-        "{what}: a pass took {worst:?}"
+        "{what}: a pass took {worst:?} of wall time"
     );
 }
 

@@ -29,6 +29,8 @@ use super::worker::{
 };
 use crate::demo;
 use action::Action;
+pub use pass_clock::PassTime;
+use pass_clock::PassClock;
 
 // Drawing (`*_ui`) and event handling live beside this file; they reach the app's fields as
 // child modules. What drawing asks for waits in `action` until the frame is drawn.
@@ -41,6 +43,7 @@ mod lifecycle;
 mod lora_ui;
 mod mask_ui;
 mod model_ui;
+mod pass_clock;
 mod preview_ui;
 mod prompt_ui;
 mod queue_ui;
@@ -209,7 +212,7 @@ impl StudioApp {
     }
 
     /// Durations of the recent UI passes (at most the last 240).
-    pub fn frame_times(&self) -> &[Duration] {
+    pub fn frame_times(&self) -> &[PassTime] {
         &self.view.frame_times
     }
 
@@ -355,7 +358,7 @@ impl StudioApp {
 
 impl eframe::App for StudioApp {
     fn ui(&mut self, ui: &mut egui::Ui, _frame: &mut eframe::Frame) {
-        let started = Instant::now();
+        let clock = PassClock::start();
         let ctx = ui.ctx().clone();
         self.drain_events(&ctx);
         self.run_queue();
@@ -421,7 +424,7 @@ impl eframe::App for StudioApp {
         if self.view.frame_times.len() == 240 {
             self.view.frame_times.remove(0);
         }
-        self.view.frame_times.push(started.elapsed());
+        self.view.frame_times.push(clock.stop());
     }
 }
 

@@ -49,8 +49,8 @@ pub(super) struct View {
     pub token_count: ((String, Emphasis, usize), (usize, usize, bool)),
     /// Outpainting: pixels to add, and on which sides (left, right, up, down).
     pub outpaint: (usize, [bool; 4]),
-    /// Duration of the last UI passes (for the responsiveness test and the status bar).
-    pub frame_times: Vec<Duration>,
+    /// The last UI passes' durations (see `pass_clock`), for the responsiveness test.
+    pub frame_times: Vec<super::PassTime>,
 }
 
 impl Default for View {
