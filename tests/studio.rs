@@ -1076,6 +1076,14 @@ fn an_ended_engine_is_reported_and_restarted_from_the_window() {
 /// and the next Generate is accepted and finishes (the settings did not crowd it out).
 #[test]
 fn dragging_a_setting_and_dropping_a_png_keep_the_window_responsive() {
+    // 20 points right over 100 frames, then 10 back.
+    let drag_dx = |frame: usize| {
+        if frame < 100 {
+            frame as f32 * 0.2
+        } else {
+            20.0 - (frame - 100) as f32 * 0.1
+        }
+    };
     let _serial = serial();
     let dir = scratch("drag");
     let png = dir.join("dropped.png");
@@ -1092,7 +1100,15 @@ fn dragging_a_setting_and_dropping_a_png_keep_the_window_responsive() {
     quick_form(&mut h, 12);
     h.get_by_label("Generate").click();
     h.run_steps(2);
+    // The pointer drags "Preview every N steps" right, then part of the way back, one move a
+    // frame, while the preview method flips every frame: each frame changes a setting.
+    h.get_by_label("Settings").click();
+    h.run_steps(2);
+    let interval = h.get_by_label("Preview every N steps").rect().center();
+    let interval_before = h.state().settings().preview_interval;
     h.state_mut().reset_frame_times();
+    h.hover_at(interval);
+    h.drag_at(interval);
     for frame in 0..200 {
         let method = if frame % 2 == 0 {
             PreviewMethod::None
@@ -1100,8 +1116,13 @@ fn dragging_a_setting_and_dropping_a_png_keep_the_window_responsive() {
             PreviewMethod::Latent2Rgb
         };
         h.state_mut().set_preview_method(method);
+        h.hover_at(interval + egui::vec2(drag_dx(frame), 0.0));
         h.step();
     }
+    h.drop_at(interval + egui::vec2(drag_dx(199), 0.0));
+    h.step();
+    let interval_after = h.state().settings().preview_interval;
+    assert_ne!(interval_after, interval_before, "the drag changed the setting");
     h.input_mut().dropped_files.push(Arc::new(Dropped(png)));
     h.run_steps(2);
     run_until(&mut h, "the dropped parameters", |a| a.form.seed == 4242);
@@ -1120,4 +1141,5 @@ fn dragging_a_setting_and_dropping_a_png_keep_the_window_responsive() {
         PreviewMethod::Latent2Rgb,
         "the last change was saved"
     );
+    assert_eq!(saved.preview_interval, interval_after, "the dragged value was saved");
 }
