@@ -113,6 +113,11 @@
 #           ours (`bench --hires-scale 2`: the step, VAE, txt2img, the hires txt2img)
 #   PART=bf issue 16's LoRA on the current code: `bench --unet-only --lora-rank 32` (the merge
 #           on the device, the replayed step merged against the base, the low-rank products)
+#   PART=bg PyTorch's SD 1.5 and SDXL steps, then ours: every planes tiling on SDXL's and a 1024²
+#           hires pass's attention shapes and on SD 1.5's, then SD 1.5's step (launch by launch
+#           and replayed)
+#   PART=bh SDXL's step under the default planes tiling and two 32-key ones (interleaved), its
+#           kernel profile, and the decode (no txt2img)
 #   PART=ax peak memory, one process each: SDXL's 1024² decode alone tiled and whole, then SD 1.5's
 #           20-step 512² txt2img in PyTorch and ours
 #   PART=x  PyTorch (fp16 UNet step, VAE decode, 20-step txt2img), then ours: the planes
@@ -475,6 +480,17 @@ bd)
 be)
   PARTS=${TORCH_PARTS:-unet16,e2e,hires} timeout ${TORCH_TIMEOUT:-150} python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_be.txt
   timeout ${OURS_TIMEOUT:-380} /tmp/ls bench --device gpu --precision f16 --runs 7 --steps 20 --no-ops --no-previews --no-profile --no-burn-ops --hires-scale 2 $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_be.txt
+  ;;
+bg)
+  PARTS=${TORCH_PARTS:-unet16,sdxl} timeout ${TORCH_TIMEOUT:-200} python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_bg.txt
+  export LATENT_STUDIO_BENCH_PLANS=${PLANS:-planes wide prefetch}
+  timeout 150 /tmp/ls bench --device gpu --precision f16 --runs 5 --sdxl --attention-only 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/attention_long.txt
+  timeout 90 /tmp/ls bench --device gpu --precision f16 --runs 5 --attention-only 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/attention_sd15.txt
+  unset LATENT_STUDIO_BENCH_PLANS
+  timeout ${OURS_TIMEOUT:-150} /tmp/ls bench --device gpu --precision f16 --runs 7 --unet-only --no-ops --no-burn-ops --no-profile $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/sd15_step.txt
+  ;;
+bh)
+  timeout ${OURS_TIMEOUT:-500} /tmp/ls bench --device gpu --precision f16 --runs 5 --sdxl --no-pipeline --planes-ab --kernel-profile 2 $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/sdxl_bh.txt
   ;;
 bf)
   timeout ${OURS_TIMEOUT:-400} /tmp/ls bench --device gpu --precision f16 --runs 7 --unet-only --no-ops --no-burn-ops --no-profile --lora-rank ${RANK:-32} $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/lora.txt

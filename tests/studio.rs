@@ -1089,15 +1089,17 @@ fn dragging_a_setting_and_dropping_a_png_keep_the_window_responsive() {
     let png = dir.join("dropped.png");
     let params =
         Parameters::parse_a1111("a lighthouse\nSteps: 7, Seed: 4242, Size: 64x64").unwrap();
+    // Large enough that decoding its pixels on the UI thread would take a pass past 16 ms.
     let image = RgbImage {
-        width: 8,
-        height: 8,
-        pixels: vec![90; 8 * 8 * 3],
+        width: 2048,
+        height: 2048,
+        pixels: vec![90; 2048 * 2048 * 3],
     };
     write_png_with_parameters(&png, &image, &params).unwrap();
     let mut h = studio(&dir, "latent2rgb");
     load_demo(&mut h);
-    quick_form(&mut h, 12);
+    // Long enough (on the demo model, seconds) to run under most of the drag.
+    quick_form(&mut h, 200);
     h.get_by_label("Generate").click();
     h.run_steps(2);
     // The pointer drags "Preview every N steps" right, then part of the way back, one move a
@@ -1117,6 +1119,11 @@ fn dragging_a_setting_and_dropping_a_png_keep_the_window_responsive() {
         };
         h.state_mut().set_preview_method(method);
         h.hover_at(interval + egui::vec2(drag_dx(frame), 0.0));
+        if frame == 100 {
+            // Mid-drag, a short second job (queued behind the first if that still runs).
+            h.state_mut().form.steps = 4;
+            h.get_by_label("Generate").click_accesskit();
+        }
         h.step();
     }
     h.drop_at(interval + egui::vec2(drag_dx(199), 0.0));
@@ -1127,7 +1134,9 @@ fn dragging_a_setting_and_dropping_a_png_keep_the_window_responsive() {
     h.run_steps(2);
     run_until(&mut h, "the dropped parameters", |a| a.form.seed == 4242);
     assert_responsive(&h, "while dragging a setting and dropping a PNG");
-    run_until(&mut h, "the first image", |a| !a.is_busy());
+    run_until(&mut h, "both images", |a| {
+        !a.is_busy() && a.queued() == 0 && a.gallery_paths().len() == 2
+    });
     let before = h.state().gallery_paths().len();
     h.get_by_label("Generate").click();
     h.run_steps(2);

@@ -69,6 +69,19 @@ pub fn find_taesd(folders: &[&Path], file: &str) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
+/// The TAESD decoder a model at `model` of `family` previews with when none was chosen: the
+/// first found in `library` (the studio's models folder; the command line has none), the
+/// model's own folder and the one above it. The command line and the studio share this rule.
+pub fn taesd_for(
+    model: &Path,
+    family: latent_engine::checkpoint::Family,
+    library: Option<&Path>,
+) -> Option<PathBuf> {
+    let mut folders: Vec<&Path> = library.into_iter().collect();
+    folders.extend(taesd_folders_for(model));
+    find_taesd(&folders, taesd_file(family))
+}
+
 /// The folders a model's TAESD is looked for in: the model's own, and the one above it (ComfyUI
 /// keeps `models/checkpoints/x.safetensors` beside `models/vae_approx/`).
 pub fn taesd_folders_for(model: &Path) -> Vec<&Path> {
@@ -105,10 +118,26 @@ mod tests {
             find_taesd(&folders, TAESD_FILE),
             Some(checkpoints.join(TAESD_FILE))
         );
-        // The studio's models folder follows the same rule.
+        // The studio's models folder follows the same rule, and comes first.
         assert_eq!(
             find_taesd(&[&root.join("models")], TAESD_FILE),
             Some(comfy.join(TAESD_FILE))
+        );
+        let library = root.join("library");
+        std::fs::create_dir_all(&library).unwrap();
+        assert_eq!(
+            taesd_for(&model, Family::Sd1, Some(&library)),
+            Some(checkpoints.join(TAESD_FILE)),
+            "an empty library: beside the model"
+        );
+        std::fs::write(library.join(TAESD_FILE), b"").unwrap();
+        assert_eq!(
+            taesd_for(&model, Family::Sd1, Some(&library)),
+            Some(library.join(TAESD_FILE))
+        );
+        assert_eq!(
+            taesd_for(&model, Family::Sd1, None),
+            Some(checkpoints.join(TAESD_FILE))
         );
         // SDXL's latents take TAESDXL, never SD's decoder.
         assert_eq!(taesd_file(Family::Sdxl), TAESDXL_FILE);

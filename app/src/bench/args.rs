@@ -41,7 +41,8 @@ pub struct BenchArgs {
     /// Only the UNet step (and its host enqueue time).
     #[arg(long)]
     pub(super) unet_only: bool,
-    /// Only the attention report: every SD 1.5 attention shape, burn's and each tiling of ours.
+    /// Only the attention report: every SD 1.5 attention shape (with `--sdxl`: SDXL's at 1024²
+    /// and SD 1.5's at a 1024² hires pass), burn's and each tiling of ours.
     #[arg(long)]
     pub(super) attention_only: bool,
     /// Only the convolution report: every SD 1.5 UNet 3×3 convolution shape, burn's and ours.
@@ -68,8 +69,8 @@ pub struct BenchArgs {
     #[arg(long)]
     pub(super) cache_model: Option<std::path::PathBuf>,
     /// After the UNet step, the same step under other rules for the planes attention kernel
-    /// (without the prefetch, wider heads, fewer keys), interleaved over three rounds in the same
-    /// process.
+    /// (without the prefetch, wider heads, fewer keys; with `--sdxl`, SDXL's step over 32-key
+    /// tiles), interleaved over three rounds in the same process.
     #[arg(long)]
     pub(super) planes_ab: bool,
     /// After the UNet step, the same step with our cooperative-matrix convolution on more or

@@ -307,6 +307,26 @@ pub fn sd15_attention_shapes() -> Vec<(OpShape, usize)> {
     ]
 }
 
+/// SDXL's attention shapes per UNet step at 1024² (batch 2), then SD 1.5's at a 1024² hires
+/// pass: the long sequences where attention weighs most.
+pub fn long_attention_shapes() -> Vec<(OpShape, usize)> {
+    let shape = |heads, n_q, n_k, d| OpShape::Attention {
+        b: 2,
+        heads,
+        n_q,
+        n_k,
+        d,
+    };
+    vec![
+        (shape(10, 4096, 4096, 64), 10),
+        (shape(10, 4096, 77, 64), 10),
+        (shape(20, 1024, 1024, 64), 60),
+        (shape(20, 1024, 77, 64), 60),
+        (shape(8, 16384, 16384, 40), 5),
+        (shape(8, 4096, 4096, 80), 5),
+    ]
+}
+
 /// SD 1.5's 3×3 convolution shapes per UNet step at 512² (batch 2, with bias), with their
 /// counts: resnets, down- and upsamplers (the upsampler's as a plain convolution of the
 /// upsampled size), `conv_in` and `conv_out`.

@@ -117,6 +117,14 @@ pub fn run(args: BenchArgs) -> Result<()> {
     if let Some(path) = &args.cache_model {
         return cache::cache_bench(&args, path, &device, &tokenizer);
     }
+    if args.sdxl && args.attention_only {
+        return kernels::attention_report(
+            &kernels::long_attention_shapes(),
+            &device,
+            Precision::F16,
+            args.runs,
+        );
+    }
     if args.sdxl {
         return sdxl::sdxl_bench(&device, &tokenizer, &args);
     }

@@ -77,6 +77,25 @@ pub(super) fn sdxl_bench(
     })?;
     println!("[SDXL] UNet step, batch 2 (CFG), {latent}x{latent} latents: median {unet:.2} ms");
     memory(device, "after the UNet steps");
+    if args.planes_ab {
+        use latent_engine::kernels::attention::set_planes_tile;
+        // Alone, SDXL's shapes ran within 3 % of each other on these tilings (H200,
+        // BENCHMARKS.md thirty-first session): whether that holds inside a step.
+        let rules = [None, Some((64, 32)), Some((32, 32))];
+        let names = [
+            "default planes tiling",
+            "64 query rows over 32-key tiles",
+            "32 query rows over 32-key tiles",
+        ];
+        super::unet::interleaved(precision, "SDXL planes tiling", &names, 3, |i| {
+            set_planes_tile(rules[i]);
+            let ms = time_ms(device, 1, runs, || {
+                let _ = model.unet.forward_added(x.clone(), &[500.0], &ctx, &added);
+            });
+            set_planes_tile(None);
+            ms
+        })?;
+    }
     if let Some(steps) = args.kernel_profile {
         super::profile::kernel_profile_of(device, "SDXL", steps, || {
             let _ = model.unet.forward_added(x.clone(), &[500.0], &ctx, &added);

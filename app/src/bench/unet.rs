@@ -162,7 +162,7 @@ fn step_ms(
 
 /// Times rule `i` of `names` with `time(i)`, the rules interleaved over `rounds` rounds so that
 /// drift over the run falls on each alike, and prints each rule's median of rounds.
-fn interleaved(
+pub(super) fn interleaved(
     precision: Precision,
     what: &str,
     names: &[&str],

@@ -40,11 +40,7 @@ fn load_taesd(
     }
     let path = match &args.taesd {
         Some(p) => p.clone(),
-        None => {
-            let folders = latent_studio::paths::taesd_folders_for(&args.model);
-            let file = latent_studio::paths::taesd_file(family);
-            latent_studio::paths::find_taesd(&folders, file)?
-        }
+        None => latent_studio::paths::taesd_for(&args.model, family, None)?,
     };
     match TaesdDecoder::open(&path, device, precision.dtype()) {
         Ok(t) => Some(t),

@@ -204,7 +204,7 @@ impl Form {
         };
         match p.masked_content() {
             Some(Ok(m)) => self.masked_content = m,
-            Some(Err(v)) => skipped.push(format!("masked content `{v}`")),
+            Some(Err(e)) => skipped.push(unusable(e)),
             None => {}
         }
         if let Some((_, blur)) = p.extra.iter().find(|(k, _)| k == "Mask blur") {

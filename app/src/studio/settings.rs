@@ -165,19 +165,13 @@ impl Settings {
         )
     }
 
-    /// The TAESD decoder for SD 1.x/2.x: the chosen one, else one found in the models folder
-    /// ([`crate::paths::find_taesd`], the command line's rule too).
+    /// The TAESD decoder for SD 1.x/2.x as the settings show it: the chosen one, else one in
+    /// the models folder (a model's own folder may hold another: [`crate::paths::taesd_for`]).
     pub fn taesd_path(&self) -> Option<PathBuf> {
         if let Some(p) = &self.taesd {
             return Some(p.clone());
         }
         crate::paths::find_taesd(&[self.models_dir.as_deref()?], crate::paths::TAESD_FILE)
-    }
-
-    /// The TAESDXL decoder for SDXL models, found in the models folder (the chosen TAESD file
-    /// decodes SD 1.x/2.x latents only).
-    pub fn taesdxl_path(&self) -> Option<PathBuf> {
-        crate::paths::find_taesd(&[self.models_dir.as_deref()?], crate::paths::TAESDXL_FILE)
     }
 }
 

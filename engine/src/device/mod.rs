@@ -21,9 +21,19 @@ pub use memory::{loaded, persistent, release_free};
 /// How long opening a device and compiling its first kernels may take by default.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// Test hook: when set, the watched section of [`create_watched`] never finishes, as a driver
-/// stuck compiling would.
+/// The engine's one test seam (the app has its own, `test_seam`): when this variable is set, the
+/// watched sections of opening a device never finish, as a driver stuck compiling would. Unset
+/// (every real run), [`hang_here_for_tests`] returns at once.
 pub const TEST_HANG_ENV: &str = "LATENT_STUDIO_TEST_HANG_DEVICE";
+
+/// Parks the calling thread forever when [`TEST_HANG_ENV`] is set.
+fn hang_here_for_tests() {
+    if std::env::var_os(TEST_HANG_ENV).is_some() {
+        loop {
+            std::thread::park();
+        }
+    }
+}
 
 /// What the artist asked for: `auto`, `cpu`, `gpu`, `gpu:N`, or part of an adapter's name
 /// (`arc`, `iris`, `lavapipe`), matched case-insensitively.
@@ -303,11 +313,7 @@ pub fn create_watched(choice: &DeviceChoice, timeout: Duration) -> Result<Device
         if let Ok(mut l) = shared.lock() {
             *l = target.label();
         }
-        if std::env::var_os(TEST_HANG_ENV).is_some() {
-            loop {
-                std::thread::park();
-            }
-        }
+        hang_here_for_tests();
         let device = open(&target, &all);
         warm_up(&device)?;
         Ok(device)
@@ -343,11 +349,7 @@ fn watched_result<T>(
 pub fn warm_up_watched(device: &Device, label: &str, timeout: Duration) -> Result<()> {
     let owned = device.clone();
     let result = watchdog(timeout, move || {
-        if std::env::var_os(TEST_HANG_ENV).is_some() {
-            loop {
-                std::thread::park();
-            }
-        }
+        hang_here_for_tests();
         warm_up(&owned).map(|_| ())
     });
     watched_result(result, label, timeout)
@@ -411,11 +413,7 @@ pub fn open_shared(choice: &DeviceChoice, timeout: Duration) -> Result<Option<Sh
         if let Some((_, gpu)) = opened.iter().find(|(k, _)| *k == key) {
             return Ok(Some(gpu.clone()));
         }
-        if std::env::var_os(TEST_HANG_ENV).is_some() {
-            loop {
-                std::thread::park();
-            }
-        }
+        hang_here_for_tests();
         restore_tuning(&target);
         let (device, setup) = Device::wgpu_options()
             .device_kind(kind)

@@ -122,11 +122,13 @@ impl Parameters {
         SizeConditioning::from_parameters(&self.extra, self.width, self.height)
     }
 
-    /// The masked content a parameters text names (`None` where it names none), or the value
-    /// it could not read.
-    pub fn masked_content(&self) -> Option<Result<MaskedContent, String>> {
+    /// The masked content a parameters text names (`None` where it names none), or why it
+    /// cannot be used (a value A1111 does not write).
+    pub fn masked_content(&self) -> Option<crate::error::Result<MaskedContent>> {
         let value = self.extra_value(MASKED_CONTENT_KEY)?;
-        Some(MaskedContent::from_a1111_name(value).ok_or_else(|| value.to_string()))
+        Some(MaskedContent::from_a1111_name(value).ok_or_else(|| {
+            crate::error::Error::InvalidInput(format!("masked content `{value}`"))
+        }))
     }
 
     /// The refiner a parameters text names (`Refiner`, with A1111's default switch where
@@ -192,7 +194,7 @@ mod tests {
                 "{text}"
             );
             let back = Parameters::parse_a1111(&text).expect("parses");
-            assert_eq!(back.masked_content(), Some(Ok(content)));
+            assert_eq!(back.masked_content().map(|r| r.ok()), Some(Some(content)));
         }
         let mut req = Txt2ImgRequest {
             init: Some(InitImage {
@@ -214,6 +216,11 @@ mod tests {
             Parameters::for_request(&req, 1, None, None).to_a1111()
         );
         let back = Parameters::parse_a1111(&bad).expect("parses");
-        assert_eq!(back.masked_content(), Some(Err("sparkles".to_string())));
+        match back.masked_content() {
+            Some(Err(crate::error::Error::InvalidInput(what))) => {
+                assert_eq!(what, "masked content `sparkles`")
+            }
+            other => panic!("{other:?}"),
+        }
     }
 }

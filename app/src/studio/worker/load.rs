@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use latent_engine::model_cache::LoadSource;
 use latent_engine::preview::PreviewMethod;
+use latent_engine::checkpoint::Family;
 use latent_engine::taesd::TaesdDecoder;
 use latent_engine::tokenizer::ClipTokenizer;
 use latent_engine::{LoadOptions, Precision};
@@ -129,17 +130,20 @@ impl Worker {
         ) {
             return;
         }
-        // SDXL's latents need TAESDXL; SD 1.x/2.x's the TAESD decoder.
-        let sdxl = self
-            .model
-            .as_ref()
-            .is_some_and(|m| m.model.text_encoder_2.is_some());
-        let chosen = if sdxl {
-            &self.config.taesdxl
-        } else {
-            &self.config.taesd
+        // SDXL's latents need TAESDXL (the chosen decoder is SD 1.x/2.x's), found by the
+        // command line's rule with the models folder first.
+        let Some(family) = self.model.as_ref().map(|m| m.checkpoint.family) else {
+            return;
         };
-        let Some(path) = chosen.clone() else {
+        let chosen = self.config.taesd.clone().filter(|_| family != Family::Sdxl);
+        let found = || {
+            crate::paths::taesd_for(
+                self.selected.as_deref()?,
+                family,
+                self.config.models_dir.as_deref(),
+            )
+        };
+        let Some(path) = chosen.or_else(found) else {
             self.taesd = None;
             return;
         };

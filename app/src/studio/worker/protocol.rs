@@ -12,9 +12,10 @@ pub struct EngineConfig {
     /// Where the loaded model's text encoders wait between prompts.
     pub text_encoders: TextEncoders,
     pub outputs: PathBuf,
-    /// The TAESD decoder for SD 1.x/2.x latents, and TAESDXL's for SDXL's.
+    /// The TAESD decoder the artist chose for SD 1.x/2.x latents; without one, and for SDXL's,
+    /// the decoder is looked for as [`crate::paths::taesd_for`] says, `models_dir` first.
     pub taesd: Option<PathBuf>,
-    pub taesdxl: Option<PathBuf>,
+    pub models_dir: Option<PathBuf>,
     /// Textual-inversion embeddings folder, read at each generation's start.
     pub embeddings: Option<PathBuf>,
     /// LoRA folder: `<lora:name:w>` in a prompt merges `name.safetensors` from it.
