@@ -21,11 +21,11 @@ const ENGINE_ALIASES: &[(&str, &str)] = &[
     ("Result", "error"),
     ("image_io", "io"),
     ("parameters", "io"),
-    ("LoadOptions", "model"),
-    ("Precision", "model"),
-    ("StableDiffusion", "model"),
-    ("Refiner", "model"),
-    ("TextEncoders", "model"),
+    ("LoadOptions", "stable_diffusion"),
+    ("Precision", "stable_diffusion"),
+    ("StableDiffusion", "stable_diffusion"),
+    ("Refiner", "stable_diffusion"),
+    ("TextEncoders", "stable_diffusion"),
 ];
 
 type Graph = BTreeMap<String, BTreeSet<String>>;

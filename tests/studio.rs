@@ -1129,7 +1129,10 @@ fn dragging_a_setting_and_dropping_a_png_keep_the_window_responsive() {
     h.drop_at(interval + egui::vec2(drag_dx(199), 0.0));
     h.step();
     let interval_after = h.state().settings().preview_interval;
-    assert_ne!(interval_after, interval_before, "the drag changed the setting");
+    assert_ne!(
+        interval_after, interval_before,
+        "the drag changed the setting"
+    );
     h.input_mut().dropped_files.push(Arc::new(Dropped(png)));
     h.run_steps(2);
     run_until(&mut h, "the dropped parameters", |a| a.form.seed == 4242);
@@ -1150,5 +1153,8 @@ fn dragging_a_setting_and_dropping_a_png_keep_the_window_responsive() {
         PreviewMethod::Latent2Rgb,
         "the last change was saved"
     );
-    assert_eq!(saved.preview_interval, interval_after, "the dragged value was saved");
+    assert_eq!(
+        saved.preview_interval, interval_after,
+        "the dragged value was saved"
+    );
 }

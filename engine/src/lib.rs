@@ -12,7 +12,6 @@ pub mod io;
 pub mod kernels;
 pub mod limits;
 pub mod lora;
-pub mod model;
 pub mod model_cache;
 pub mod models;
 pub mod nn;
@@ -25,6 +24,7 @@ pub mod profile;
 pub mod prompt;
 pub mod schedulers;
 pub mod selfcheck;
+pub mod stable_diffusion;
 pub mod tokenizer;
 pub mod weights;
 
@@ -35,4 +35,4 @@ pub use models::{clip, taesd, unet, vae};
 pub use error::{Error, Result};
 // The paths these had before `io/`.
 pub use io::{image as image_io, parameters};
-pub use model::{LoadOptions, Precision, Refiner, StableDiffusion, TextEncoders};
+pub use stable_diffusion::{LoadOptions, Precision, Refiner, StableDiffusion, TextEncoders};

@@ -10,8 +10,8 @@ use burn::tensor::{DType, Device, Tensor, TensorData};
 
 use crate::checkpoint::Checkpoint;
 use crate::error::{Error, Result};
-use crate::model::{LoadOptions, Precision, StableDiffusion};
 use crate::noise::randn;
+use crate::stable_diffusion::{LoadOptions, Precision, StableDiffusion};
 use crate::tokenizer::ClipTokenizer;
 
 /// Relative L2 error allowed in f32 (kernels may sum in another order, nothing more).

@@ -59,7 +59,7 @@ impl Checkpoint {
     }
 
     /// Opens SDXL's refiner (a single file or a diffusers folder), the second stage of an SDXL
-    /// run ([`crate::model::Refiner`]); any other family is refused in words.
+    /// run ([`crate::stable_diffusion::Refiner`]); any other family is refused in words.
     pub fn open_refiner(path: &Path) -> Result<Self> {
         Self::open_as(path, true)
     }

@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::checkpoint::{Checkpoint, KeyMap, SafetensorsFile, Weights, sha256_file};
 use crate::error::{Error, Result};
-use crate::model::{
+use crate::stable_diffusion::{
     CACHE_PREFIX_TE2, CACHE_PREFIXES, LoadOptions, Precision, StableDiffusion, TextEncoders,
 };
 use crate::weights::Recorder;

@@ -2,8 +2,8 @@
 
 use super::Txt2ImgRequest;
 use crate::error::{Error, Result};
-use crate::model::StableDiffusion;
 use crate::schedulers::{self, SchedulerConfig};
+use crate::stable_diffusion::StableDiffusion;
 
 /// Validates a request against a model without running anything.
 pub fn check_request(model: &StableDiffusion, req: &Txt2ImgRequest) -> Result<()> {

@@ -8,8 +8,8 @@ use burn::tensor::Tensor;
 
 use super::{Notice, Observer, Txt2ImgRequest, sdxl};
 use crate::error::Result;
-use crate::model::{Refiner, StableDiffusion};
 use crate::prompt::{self, Chunks, Conditioning, ConditioningKey};
+use crate::stable_diffusion::{Refiner, StableDiffusion};
 use crate::tokenizer::ClipTokenizer;
 
 /// The request's conditioning (`[2, 77·k, d]`, unconditional first, when `guided`; CFG ≤ 1 skips

@@ -5,7 +5,7 @@ use burn::tensor::{DType, Tensor};
 use super::{DecodeOptions, Notice, Observer};
 use crate::error::{Error, Result};
 use crate::image_io::RgbImage;
-use crate::model::StableDiffusion;
+use crate::stable_diffusion::StableDiffusion;
 
 /// Decodes the sampler's f32 latents `[1, c, h, w]` to an image as `options` say (tiled or whole,
 /// through the VAE compiler or not). Never returns a black image for NaN: non-finite

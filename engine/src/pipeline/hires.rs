@@ -15,9 +15,9 @@ use burn::tensor::{DType, Tensor, TensorData};
 use super::{DecodeOptions, InitImage, Observer, Txt2ImgRequest, decode, init, randn};
 use crate::error::{Error, Result};
 use crate::image_io::ResizeMode;
-use crate::model::StableDiffusion;
 use crate::noise::TorchRng;
 use crate::schedulers::{self, Plan, SchedulerConfig};
+use crate::stable_diffusion::StableDiffusion;
 
 /// The hires fix of a txt2img request.
 #[derive(Debug, Clone, Copy, PartialEq)]

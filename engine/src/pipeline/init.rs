@@ -9,9 +9,9 @@ use burn::tensor::{DType, Tensor, TensorData};
 
 use crate::error::{Error, Result};
 use crate::image_io::{ResizeMode, RgbImage, grey, resize};
-use crate::model::StableDiffusion;
 use crate::noise::TorchRng;
 use crate::schedulers::Plan;
+use crate::stable_diffusion::StableDiffusion;
 
 use super::inpaint_area::{self, InpaintArea, Region};
 use super::inpaint_model::{self, Distribution, pixels};

@@ -14,7 +14,7 @@ use burn::tensor::{DType, Tensor, TensorData};
 use super::decode::all_finite;
 use crate::error::{Error, Result};
 use crate::image_io::{RgbImage, grey};
-use crate::model::StableDiffusion;
+use crate::stable_diffusion::StableDiffusion;
 
 /// The encoder's distribution of a picture: mean and standard deviation, times the VAE's scaling
 /// factor, in f32, `[1, c, h/8, w/8]`.

@@ -39,10 +39,10 @@ use std::time::Instant;
 use burn::tensor::{DType, Tensor, TensorData};
 
 use crate::error::{Error, Result};
-use crate::model::{Refiner, StableDiffusion};
 use crate::noise::TorchRng;
 use crate::prompt::{self, Conditioning};
 use crate::schedulers::{self, SamplerKind, Schedule};
+use crate::stable_diffusion::{Refiner, StableDiffusion};
 use crate::tokenizer::ClipTokenizer;
 use crate::unet::graph::UNetSteps;
 use crate::vae_tiling::TilingConfig;

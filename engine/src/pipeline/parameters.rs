@@ -126,9 +126,11 @@ impl Parameters {
     /// cannot be used (a value A1111 does not write).
     pub fn masked_content(&self) -> Option<crate::error::Result<MaskedContent>> {
         let value = self.extra_value(MASKED_CONTENT_KEY)?;
-        Some(MaskedContent::from_a1111_name(value).ok_or_else(|| {
-            crate::error::Error::InvalidInput(format!("masked content `{value}`"))
-        }))
+        Some(
+            MaskedContent::from_a1111_name(value).ok_or_else(|| {
+                crate::error::Error::InvalidInput(format!("masked content `{value}`"))
+            }),
+        )
     }
 
     /// The refiner a parameters text names (`Refiner`, with A1111's default switch where

@@ -9,7 +9,9 @@ use burn::tensor::Tensor;
 
 use super::{Txt2ImgRequest, conditioning};
 use crate::error::{Error, Result};
-use crate::model::{AESTHETIC_SCORE, NEGATIVE_AESTHETIC_SCORE, Refiner, StableDiffusion};
+use crate::stable_diffusion::{
+    AESTHETIC_SCORE, NEGATIVE_AESTHETIC_SCORE, Refiner, StableDiffusion,
+};
 use crate::tokenizer::ClipTokenizer;
 use crate::unet::UNet2DConditionModel;
 

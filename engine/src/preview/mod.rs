@@ -14,8 +14,8 @@ use burn::tensor::{DType, Tensor};
 use crossbeam_channel::{Receiver, Sender, TrySendError};
 
 use crate::error::{Error, Result};
-use crate::model::StableDiffusion;
 use crate::pipeline::{Notice, Observer, StepState};
+use crate::stable_diffusion::StableDiffusion;
 use crate::taesd::TaesdDecoder;
 use packed::{PackedImage, latent2rgb_packed, pack_rgb};
 

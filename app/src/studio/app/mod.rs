@@ -29,8 +29,8 @@ use super::worker::{
 };
 use crate::demo;
 use action::Action;
-pub use pass_clock::PassTime;
 use pass_clock::PassClock;
+pub use pass_clock::PassTime;
 
 // Drawing (`*_ui`) and event handling live beside this file; they reach the app's fields as
 // child modules. What drawing asks for waits in `action` until the frame is drawn.

@@ -113,7 +113,10 @@ mod tests {
         if cfg!(target_os = "linux") {
             // With 2× as many busy threads as CPUs the scheduler hands this one roughly a third
             // of the time; a strict bound would depend on the scheduler, so only "some" is asked.
-            assert!(pass.own < pass.wall, "no run-queue delay measured: {pass:?}");
+            assert!(
+                pass.own < pass.wall,
+                "no run-queue delay measured: {pass:?}"
+            );
         }
     }
 }

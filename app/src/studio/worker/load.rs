@@ -6,9 +6,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
+use latent_engine::checkpoint::Family;
 use latent_engine::model_cache::LoadSource;
 use latent_engine::preview::PreviewMethod;
-use latent_engine::checkpoint::Family;
 use latent_engine::taesd::TaesdDecoder;
 use latent_engine::tokenizer::ClipTokenizer;
 use latent_engine::{LoadOptions, Precision};

@@ -79,7 +79,10 @@ impl Worker {
     fn configure(&mut self, config: EngineConfig) -> Result<()> {
         let reload =
             config.device != self.config.device || config.precision != self.config.precision;
-        if config.taesd != self.config.taesd || config.models_dir != self.config.models_dir || reload {
+        if config.taesd != self.config.taesd
+            || config.models_dir != self.config.models_dir
+            || reload
+        {
             self.taesd = None;
         }
         if config.cache != self.config.cache {

@@ -1,4 +1,5 @@
-//! A loaded Stable Diffusion model: text encoder, UNet and VAE on one device in one dtype.
+//! A loaded Stable Diffusion model assembled from its networks (`crate::models`): text
+//! encoders, UNet and VAE on one device in one dtype, and SDXL's refiner.
 
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;

@@ -9,8 +9,8 @@ use std::time::Instant;
 use anyhow::Result;
 use burn::tensor::{Device, Distribution, Tensor};
 use latent_engine::checkpoint::ModelConfig;
-use latent_engine::model::{AESTHETIC_SCORE, NEGATIVE_AESTHETIC_SCORE};
 use latent_engine::pipeline::{RefinerSwitch, Txt2ImgRequest, txt2img_refined};
+use latent_engine::stable_diffusion::{AESTHETIC_SCORE, NEGATIVE_AESTHETIC_SCORE};
 use latent_engine::tokenizer::ClipTokenizer;
 use latent_engine::{Refiner, StableDiffusion};
 
