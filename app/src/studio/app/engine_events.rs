@@ -15,15 +15,14 @@ impl StudioApp {
                 Err(crossbeam_channel::TryRecvError::Empty) => break,
                 Err(crossbeam_channel::TryRecvError::Disconnected) => {
                     // The engine thread is gone (a panic outside a command): say so once.
-                    if !self.engine_ended {
+                    if !self.activity.ended() {
                         self.error = Some(
                             "The engine stopped unexpectedly. Finished images are kept; \
                              restart it to generate again."
                                 .into(),
                         );
                     }
-                    self.engine_ended = true;
-                    self.activity = Activity::Idle;
+                    self.activity = Activity::Ended;
                     self.jobs.running = false;
                     break;
                 }

@@ -74,7 +74,6 @@ impl StudioApp {
             engine,
             activity: Activity::Idle,
             last_event: Instant::now(),
-            engine_ended: false,
             wake,
             reports: super::state::Reports {
                 window_shares_device,
@@ -137,7 +136,7 @@ impl StudioApp {
 
     /// Whether the engine thread is gone and only [`Self::restart_ended_engine`] helps.
     pub fn engine_ended(&self) -> bool {
-        self.engine_ended
+        self.activity.ended()
     }
 
     /// A new engine in place of the current one (abandoned: a stuck one cannot be joined),
@@ -159,7 +158,6 @@ impl StudioApp {
         self.activity = Activity::Idle;
         // The stuck job is abandoned with its engine; the queue goes on with the new one.
         self.jobs.running = false;
-        self.engine_ended = false;
         (
             self.reports.engine_device,
             self.reports.window_shares_device,

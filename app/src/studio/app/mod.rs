@@ -122,6 +122,9 @@ enum Activity {
     Loading,
     /// A generation or a device check runs, with its latest progress.
     Working(Option<Progress>),
+    /// The engine thread is gone (its events channel closed): only a restart helps, and its
+    /// silence is no stall.
+    Ended,
 }
 
 impl Activity {
@@ -135,6 +138,15 @@ impl Activity {
 
     fn idle(self) -> bool {
         self == Activity::Idle
+    }
+
+    /// Waiting on the engine for a load or some work.
+    fn busy(self) -> bool {
+        matches!(self, Activity::Loading | Activity::Working(_))
+    }
+
+    fn ended(self) -> bool {
+        self == Activity::Ended
     }
 
     /// The load finished (or failed): a generation sent meanwhile keeps running.
@@ -157,8 +169,6 @@ pub struct StudioApp {
     /// When the engine last said anything (or was given work): a busy engine silent for longer
     /// than the device timeout may be stuck in the driver (see [`crate::stall`]).
     last_event: Instant,
-    /// The engine thread is gone (its events channel closed): only a restart helps.
-    engine_ended: bool,
     /// Repaints the window; handed to every engine this studio starts.
     wake: Arc<dyn Fn() + Send + Sync>,
     /// What the engine reported: the model cache, LoRA names, embeddings, devices, the refiner.
@@ -203,7 +213,7 @@ impl StudioApp {
     pub fn stalled(&self) -> Option<Duration> {
         let silent = self.last_event.elapsed();
         let limit = Duration::from_secs_f64(self.settings.device_timeout_secs.clamp(1.0, 3600.0));
-        (!self.activity.idle() && silent > limit).then_some(silent)
+        (self.activity.busy() && silent > limit).then_some(silent)
     }
 
     /// The prompt panel (for scripted runs such as the documentation screenshot).
@@ -221,7 +231,7 @@ impl StudioApp {
     }
 
     pub fn is_busy(&self) -> bool {
-        !self.activity.idle()
+        self.activity.busy()
     }
 
     pub fn model_name(&self) -> Option<&str> {
@@ -327,7 +337,7 @@ impl StudioApp {
 
     /// Stops the running generation at the next step, or a model load at the next tensor.
     pub fn cancel(&mut self) {
-        if !self.activity.idle() {
+        if self.activity.busy() {
             self.engine.cancel();
             self.status = "cancelling…".into();
         }
@@ -375,7 +385,7 @@ impl eframe::App for StudioApp {
                 }
             });
         });
-        if !self.activity.idle() {
+        if self.activity.busy() {
             // Without events a stuck engine sends no repaints: look again every second.
             ctx.request_repaint_after(Duration::from_secs(1));
         }

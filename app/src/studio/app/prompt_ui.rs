@@ -135,15 +135,15 @@ impl StudioApp {
 
         ui.add_space(8.0);
         ui.horizontal(|ui| {
-            let hint = match self.activity.idle() {
-                true => "Ctrl+Enter",
-                false => "Ctrl+Enter; while the engine works, queues these settings",
+            let hint = match self.activity.busy() {
+                false => "Ctrl+Enter",
+                true => "Ctrl+Enter; while the engine works, queues these settings",
             };
             if ui.button("Generate").on_hover_text(hint).clicked() {
                 self.ask(Action::Generate);
             }
             if ui
-                .add_enabled(!self.activity.idle(), egui::Button::new("Cancel"))
+                .add_enabled(self.activity.busy(), egui::Button::new("Cancel"))
                 .on_hover_text("Esc")
                 .clicked()
             {
@@ -164,7 +164,7 @@ impl StudioApp {
             )));
         }
         self.queue_ui(ui);
-        if self.engine_ended && ui.button("Restart the engine").clicked() {
+        if self.activity.ended() && ui.button("Restart the engine").clicked() {
             self.ask(Action::RestartEndedEngine);
         }
         if let Some(silent) = self.stalled() {
