@@ -1,6 +1,7 @@
-//! What the command line and the studio share about running a request: the random seed, and the
-//! observer that saves each image the moment it is finished (a later failure, a cancel or a stuck
-//! device never costs the finished ones), each front end reporting progress its own way.
+//! What the command line and the studio share about running a request: the random seed, the
+//! request's setup once the model is loaded, and the observer that saves each image the moment it
+//! is finished (a later failure, a cancel or a stuck device never costs the finished ones), each
+//! front end reporting progress its own way.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -20,6 +21,23 @@ pub fn random_seed() -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     (z ^ (z >> 31)) % (1u64 << 32)
+}
+
+/// A request's setup once its model is loaded, the same for both front ends: checked against the
+/// model, the prompt's `<lora:…>` tags opened from `loras` (each file once while unchanged; the
+/// pipeline merges them into the networks the run uses), the embeddings library attached. Returns
+/// the tags it does not apply (left out of the prompt), for the caller to report its way.
+pub fn prepare_request(
+    model: &latent_engine::StableDiffusion,
+    request: &mut Txt2ImgRequest,
+    loras: &latent_engine::lora::LoraLibrary,
+    embeddings: Option<std::sync::Arc<latent_engine::prompt::Embeddings>>,
+) -> latent_engine::Result<Vec<String>> {
+    latent_engine::pipeline::check_request(model, request)?;
+    let (set, ignored) = loras.resolve(&request.prompt)?;
+    request.loras = set;
+    request.embeddings = embeddings;
+    Ok(ignored)
 }
 
 /// Where finished images go.

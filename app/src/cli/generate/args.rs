@@ -31,10 +31,10 @@ pub struct GenerateArgs {
     #[arg(long, default_value_t = Txt2ImgRequest::default().cfg_scale, allow_negative_numbers = true)]
     pub(super) cfg: f32,
     /// euler, euler_a, dpmpp_2m, ddim or lcm.
-    #[arg(long, default_value = "euler")]
+    #[arg(long, default_value_t = Txt2ImgRequest::default().sampler)]
     pub(super) sampler: SamplerKind,
     /// normal or karras.
-    #[arg(long, default_value = "normal")]
+    #[arg(long, default_value_t = Txt2ImgRequest::default().schedule)]
     pub(super) schedule: Schedule,
     /// Default the model's native size (512; 768 for SD 2.x v), or with --init-image that
     /// image's width rounded down to a multiple of 8.

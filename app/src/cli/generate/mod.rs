@@ -211,9 +211,10 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     for tag in &args.lora {
         request.prompt = format!("{} <lora:{tag}>", request.prompt.trim_end());
     }
-    // The prompt's LoRAs are opened before the model loads: a missing file costs no load.
+    // The prompt's LoRAs are opened before the model loads (a missing file costs no load);
+    // `run::prepare_request` attaches them once it has (the library keeps what it opened).
     let loras = latent_engine::lora::LoraLibrary::new(args.loras.clone());
-    let (set, ignored) = loras
+    let (_, ignored) = loras
         .resolve(&request.prompt)
         .map_err(|e| match args.loras {
             None => anyhow::anyhow!("{e}; pass --loras <folder>"),
@@ -224,7 +225,6 @@ pub fn run(args: GenerateArgs) -> Result<()> {
             "warning: {tag} is not a LoRA tag Latent Studio applies; it was removed from the prompt"
         );
     }
-    request.loras = set;
     if args.out.is_some() && args.batch_count > 1 {
         bail!("--out names one file; use --outputs with --batch-count > 1");
     }
@@ -356,17 +356,21 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         }
         None => None,
     };
-    latent_engine::pipeline::check_request(&model, &request)?;
     let tokenizer = ClipTokenizer::new()?;
-    if let Some(dir) = &args.embeddings {
-        let width = model.config.text_encoder.hidden_size;
-        let second = model.config.text_encoder_2.as_ref().map(|c| c.hidden_size);
-        let (library, notes) = Embeddings::load_dir(dir, &tokenizer, width, second)?;
-        for note in notes {
-            eprintln!("warning: {note}");
+    let embeddings = match &args.embeddings {
+        Some(dir) => {
+            let width = model.config.text_encoder.hidden_size;
+            let second = model.config.text_encoder_2.as_ref().map(|c| c.hidden_size);
+            let (library, notes) = Embeddings::load_dir(dir, &tokenizer, width, second)?;
+            for note in notes {
+                eprintln!("warning: {note}");
+            }
+            Some(std::sync::Arc::new(library))
         }
-        request.embeddings = Some(std::sync::Arc::new(library));
-    }
+        None => None,
+    };
+    // The ignored tags were reported when the LoRAs were first opened.
+    let _ = latent_studio::run::prepare_request(&model, &mut request, &loras, embeddings)?;
     if !request.loras.0.is_empty() {
         let started = Instant::now();
         // Parked text encoders take theirs when they come up for the prompt.

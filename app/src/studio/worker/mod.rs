@@ -285,23 +285,19 @@ impl Worker {
             request.size_conditioning = None;
             request.refiner = None;
         }
-        latent_engine::pipeline::check_request(&loaded.model, &request)?;
-        request.embeddings = embeddings;
-        // The prompt's `<lora:…>` tags, opened (each file once while it is unchanged) and merged
-        // into the networks the run uses; the model itself is not changed.
-        let (loras, ignored) = self.loras.resolve(&request.prompt)?;
+        let ignored =
+            crate::run::prepare_request(&loaded.model, &mut request, &self.loras, embeddings)?;
         for tag in ignored {
             self.emit(Event::Notice(format!(
                 "{tag} is not a LoRA tag Latent Studio applies; it was left out of the prompt"
             )));
         }
-        if !loras.0.is_empty() {
+        if !request.loras.0.is_empty() {
             self.emit(Event::Status(format!(
                 "merging LoRAs: {}",
-                loras.a1111_hashes()
+                request.loras.a1111_hashes()
             )));
         }
-        request.loras = loras;
         // The refiner (SDXL), loaded on first use; the parameters text names it.
         let refiner = match &mut request.refiner {
             Some(switch) => {
