@@ -116,8 +116,9 @@
 #   PART=bg PyTorch's SD 1.5 and SDXL steps, then ours: every planes tiling on SDXL's and a 1024²
 #           hires pass's attention shapes and on SD 1.5's, then SD 1.5's step (launch by launch
 #           and replayed)
-#   PART=bh SDXL's step under the default planes tiling and two 32-key ones (interleaved), its
-#           kernel profile, and the decode (no txt2img)
+#   PART=bh PyTorch's SDXL step, then ours: the step under the default planes tiling and two
+#           32-key ones, under convolution and GEMM rules (each interleaved), its kernel profile,
+#           and the decode (no txt2img)
 #   PART=ax peak memory, one process each: SDXL's 1024² decode alone tiled and whole, then SD 1.5's
 #           20-step 512² txt2img in PyTorch and ours
 #   PART=x  PyTorch (fp16 UNet step, VAE decode, 20-step txt2img), then ours: the planes
@@ -490,7 +491,8 @@ bg)
   timeout ${OURS_TIMEOUT:-150} /tmp/ls bench --device gpu --precision f16 --runs 7 --unet-only --no-ops --no-burn-ops --no-profile $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/sd15_step.txt
   ;;
 bh)
-  timeout ${OURS_TIMEOUT:-500} /tmp/ls bench --device gpu --precision f16 --runs 5 --sdxl --no-pipeline --planes-ab --kernel-profile 2 $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/sdxl_bh.txt
+  PARTS=${TORCH_PARTS:-sdxl} timeout ${TORCH_TIMEOUT:-150} python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_bh.txt
+  timeout ${OURS_TIMEOUT:-420} /tmp/ls bench --device gpu --precision f16 --runs 5 --sdxl --no-pipeline --planes-ab --conv-ab --kernel-profile 2 $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/sdxl_bh.txt
   ;;
 bf)
   timeout ${OURS_TIMEOUT:-400} /tmp/ls bench --device gpu --precision f16 --runs 7 --unet-only --no-ops --no-burn-ops --no-profile --lora-rank ${RANK:-32} $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/lora.txt

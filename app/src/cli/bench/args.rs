@@ -74,7 +74,8 @@ pub struct BenchArgs {
     #[arg(long)]
     pub(super) planes_ab: bool,
     /// After the UNet step, the same step with our cooperative-matrix convolution on more or
-    /// fewer map sizes, interleaved over three rounds in the same process.
+    /// fewer map sizes (with `--sdxl`: SDXL's step under convolution and GEMM rules),
+    /// interleaved over three rounds in the same process.
     #[arg(long)]
     pub(super) conv_ab: bool,
     /// After the UNet step, the same step with the SIMT convolution in 4 × 4 and 8 × 8 lane

@@ -96,6 +96,11 @@ pub(super) fn sdxl_bench(
             ms
         })?;
     }
+    if args.conv_ab {
+        rules_ab(device, runs, || {
+            model.unet.forward_added(x.clone(), &[500.0], &ctx, &added)
+        })?;
+    }
     if let Some(steps) = args.kernel_profile {
         super::profile::kernel_profile_of(device, "SDXL", steps, || {
             let _ = model.unet.forward_added(x.clone(), &[500.0], &ctx, &added);
@@ -112,6 +117,71 @@ pub(super) fn sdxl_bench(
         super::refiner::refiner_runs(device, tokenizer, &model, [steps, runs, size])?;
     }
     Ok(())
+}
+
+/// SDXL's step under other convolution and GEMM rules, interleaved over three rounds: its 128²
+/// and 64² maps' 3×3 layers go to burn's convolution by default (more than 160 tiles, fewer than
+/// 1280 outputs), a rule measured on SD 1.5's maps only; the GEMM's reduction step as the rule
+/// picks it or forced either way.
+fn rules_ab(device: &Device, runs: usize, step: impl Fn() -> Tensor<4>) -> Result<()> {
+    use latent_engine::kernels::conv::{ConvRules, set_conv_rules};
+    use latent_engine::kernels::matmul::{GemmKnobs, gemm_knobs, set_gemm_knobs};
+    let (c, k) = (ConvRules::DEFAULT, gemm_knobs());
+    let every = ConvRules {
+        gemm_max_tiles: usize::MAX,
+        ..c
+    };
+    let rules = [
+        (c, k, "default"),
+        (every, k, "GEMM for every 3×3 and 1×1 (unrolled)"),
+        (
+            ConvRules {
+                implicit_min_tiles: 161,
+                ..every
+            },
+            k,
+            "GEMM for every 3×3 and 1×1, reading in place above 160 tiles",
+        ),
+        (
+            c,
+            GemmKnobs {
+                bk: Some(32),
+                ..k
+            },
+            "default, the GEMM's reduction step 32 everywhere",
+        ),
+        (
+            c,
+            GemmKnobs {
+                bk: Some(64),
+                ..k
+            },
+            "default, the GEMM's reduction step 64 everywhere",
+        ),
+    ];
+    // Each rule's output against the default's: a wrong kernel differs by the output's order,
+    // not by f16 rounding.
+    let want = super::read_f32(step())?;
+    for (conv, knobs, name) in &rules[1..] {
+        set_conv_rules(*conv);
+        set_gemm_knobs(*knobs);
+        let got = super::read_f32(step());
+        set_conv_rules(c);
+        set_gemm_knobs(k);
+        let diff = latent_engine::vae_compile::relative_difference(&got?, &want);
+        println!("[SDXL] {name}: max relative difference from the default {diff:.2e}");
+    }
+    let names: Vec<&str> = rules.iter().map(|r| r.2).collect();
+    super::unet::interleaved(Precision::F16, "SDXL kernel rule", &names, 3, |i| {
+        set_conv_rules(rules[i].0);
+        set_gemm_knobs(rules[i].1);
+        let ms = time_ms(device, 1, runs, || {
+            let _ = step();
+        });
+        set_conv_rules(c);
+        set_gemm_knobs(k);
+        ms
+    })
 }
 
 /// The VAE decode of one `latent`² latent in each of `modes` (a first, then up to three timed),
