@@ -343,6 +343,14 @@ fn launch(
     }
     let (out, oc) = output([b, n_q, width], dtype, &device)?;
     let count = CubeCount::Static(q_tiles as u32, (b * heads) as u32, 1);
+    // Recorded before the launch, so the kernel profile names the launch by this op.
+    crate::profile::record(|| crate::profile::OpShape::Attention {
+        b,
+        heads,
+        n_q,
+        n_k,
+        d,
+    });
     let f = plan.fragment.unwrap_or(Fragment { m: 1, n: 1, k: 1 });
     let lanes = match plan.plane {
         Some(plane) => plan.bq / f.m * plane,
@@ -458,13 +466,6 @@ fn launch(
         Element::F32 => launch!(f32),
         Element::F16 => launch!(half::f16),
     }
-    crate::profile::record(|| crate::profile::OpShape::Attention {
-        b,
-        heads,
-        n_q,
-        n_k,
-        d,
-    });
     Some(out)
 }
 
