@@ -1037,7 +1037,8 @@ fn a_window_that_stops_drawing_during_a_batch_gets_every_image() {
 fn an_ended_engine_is_reported_and_restarted_from_the_window() {
     let _serial = serial();
     let dir = scratch("ended");
-    let mut h = studio(&dir, "latent2rgb");
+    // A short device timeout: an ended engine's silence must still not read as a stall.
+    let mut h = studio_with(&dir, "latent2rgb", |s| s.device_timeout_secs = 1.0);
     load_demo(&mut h);
     quick_form(&mut h, 3);
     h.state_mut().form.batch_count = 2;
@@ -1051,6 +1052,12 @@ fn an_ended_engine_is_reported_and_restarted_from_the_window() {
     let error = h.state().last_error().unwrap_or_default().to_string();
     assert!(error.contains("The engine stopped unexpectedly"), "{error}");
     assert!(!h.state().is_busy());
+    std::thread::sleep(Duration::from_millis(1500));
+    h.run_steps(1);
+    assert!(
+        h.state().stalled().is_none(),
+        "an ended engine is not a stuck device"
+    );
     assert_eq!(
         h.state().gallery_paths().len(),
         1,
