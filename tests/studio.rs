@@ -83,15 +83,27 @@ fn load_demo(h: &mut Harness<'static, StudioApp>) {
 /// No UI pass spent a 60 Hz frame of its own: each pass's work and blocking waits (a file, a
 /// lock, the engine) stay under 16 ms. Time the OS kept the UI thread off every CPU is not the
 /// pass's (`PassTime::own`): on a 2-core CI machine the engine's and lavapipe's threads preempt
-/// it. Even preempted, a pass must end within 250 ms of wall time.
+/// it. Even preempted, a pass must end within 250 ms of wall time. Where the OS does not tell
+/// the run-queue delay (no scheduler statistics), 95 % of the passes' wall times must stay under
+/// 16 ms instead.
 fn assert_responsive(h: &Harness<'static, StudioApp>, what: &str) {
     let passes = h.state().frame_times();
     assert!(!passes.is_empty(), "{what}: no UI pass measured");
-    let longest = passes.iter().map(|p| p.own).max().unwrap_or_default();
-    assert!(
-        longest < Duration::from_millis(16),
-        "{what}: a pass took {longest:?} of its own"
-    );
+    if passes.iter().all(|p| p.exact) {
+        let longest = passes.iter().map(|p| p.own).max().unwrap_or_default();
+        assert!(
+            longest < Duration::from_millis(16),
+            "{what}: a pass took {longest:?} of its own"
+        );
+    } else {
+        let mut walls: Vec<_> = passes.iter().map(|p| p.wall).collect();
+        walls.sort();
+        let p95 = walls[walls.len() * 95 / 100];
+        assert!(
+            p95 < Duration::from_millis(16),
+            "{what}: 95th percentile pass took {p95:?} (run-queue delay unknown)"
+        );
+    }
     let worst = passes.iter().map(|p| p.wall).max().unwrap_or_default();
     assert!(
         worst < Duration::from_millis(250),

@@ -144,18 +144,12 @@ fn rules_ab(device: &Device, runs: usize, step: impl Fn() -> Tensor<4>) -> Resul
         ),
         (
             c,
-            GemmKnobs {
-                bk: Some(32),
-                ..k
-            },
+            GemmKnobs { bk: Some(32), ..k },
             "default, the GEMM's reduction step 32 everywhere",
         ),
         (
             c,
-            GemmKnobs {
-                bk: Some(64),
-                ..k
-            },
+            GemmKnobs { bk: Some(64), ..k },
             "default, the GEMM's reduction step 64 everywhere",
         ),
     ];
