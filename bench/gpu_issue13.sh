@@ -1,5 +1,7 @@
 #!/bin/bash
 # Issue 13 on a lent GPU, one part per device call (each call may run 10 minutes):
+#   PART=bi the cooperative matrices' ceiling with no global memory (`bench --mma-ceiling`)
+#   PART=bj SDXL's step profiled by op and its rules A/B'd beside PyTorch, SD 1.5's linear rule
 #   PART=a  PyTorch anchor (fp16 UNet, VAE, CLIP, TAESD, 20-step txt2img, torch.compile UNet) and
 #           our default build's f16 bench (op-by-op kernel report, UNet, VAE, txt2img, previews)
 #   PART=b  PyTorch fp32 UNet (TF32 off) and ours in f32; then peak device memory of one 20-step
@@ -218,6 +220,21 @@ peak() {
 }
 
 case ${PART:-a} in
+bi)
+  # The cooperative matrices' ceiling (products alone, + the GEMM's fragment loads, + its
+  # barriers, + its staging stores; no global memory), beside our GEMM and burn's matmul on
+  # 4096³, then every GEMM compilation on SDXL's linear shapes (each alone).
+  timeout ${OURS_TIMEOUT:-300} /tmp/ls bench --device gpu --precision f16 --runs 5 --mma-ceiling $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ceiling.txt
+  ;;
+bj)
+  # PyTorch's SDXL and SD 1.5 steps, then ours: SDXL's step with one step's kernels profiled by
+  # op and its rules A/B'd (`--conv-ab`), then SD 1.5's step under the small-grid GEMM rules
+  # (`--gemm-ab` with LATENT_STUDIO_BENCH_KNOBS=small). The thirty-second session ran it with a
+  # rule (since removed) sending the smallest linears to burn's matmul.
+  PARTS=sdxl,unet16 timeout ${TORCH_TIMEOUT:-100} python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v "Warning\|kept in float32" | tee $OUT/torch_bj.txt
+  timeout ${SDXL_TIMEOUT:-220} /tmp/ls bench --device gpu --precision f16 --runs 5 --sdxl --no-pipeline --conv-ab --kernel-profile 1 $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/sdxl_bj.txt
+  LATENT_STUDIO_BENCH_KNOBS=small timeout ${OURS_TIMEOUT:-120} /tmp/ls bench --device gpu --precision f16 --runs 7 --unet-only --no-ops --no-profile --no-burn-ops --gemm-ab $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/sd15_bj.txt
+  ;;
 a)
   PARTS=${TORCH_PARTS:-unet16,vae,taesd,clip,e2e,compile} timeout 200 python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_a.txt
   timeout ${OURS_TIMEOUT:-370} /tmp/ls bench --device gpu --precision f16 --runs 7 --steps 20 --no-previews --decisions $OUT/decisions_f16.jsonl 2>&1 | grep -v "^\[F16\]   [a-z_]*  *[0-9.]* ms  {" | tee $OUT/ours_f16.txt

@@ -100,6 +100,10 @@ pub struct BenchArgs {
     /// and every 3×3 convolution shape (input unrolled).
     #[arg(long)]
     pub(super) gemm_only: bool,
+    /// Only the cooperative matrices' ceiling: products alone, with the GEMM's fragment loads
+    /// from workgroup memory, and with its barriers, per plane arrangement (no global memory).
+    #[arg(long)]
+    pub(super) mma_ceiling: bool,
     /// Route the linears and every convolution through our cooperative-matrix GEMM for the whole
     /// run (where it runs).
     #[arg(long)]

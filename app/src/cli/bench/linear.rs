@@ -137,6 +137,25 @@ pub fn report(
     Ok(())
 }
 
+/// SDXL's main linear shapes per UNet step at 1024² (batch 2), as [`sd15_linear_shapes`]:
+/// 10 transformer blocks over 4096 tokens of 640, 60 over 1024 tokens of 1280.
+pub fn sdxl_linear_shapes() -> Vec<(OpShape, usize)> {
+    let lin = |rows, d_in, d_out, bias| OpShape::Linear {
+        rows,
+        d_in,
+        d_out,
+        bias,
+    };
+    let mut v = Vec::new();
+    for (rows, c, blocks) in [(8192, 640, 10), (2048, 1280, 60)] {
+        v.push((lin(rows, c, c, true), 2 * blocks));
+        v.push((lin(rows, c, 3 * c, false), blocks));
+        v.push((lin(rows, c, 8 * c, true), blocks));
+        v.push((lin(rows, 4 * c, c, true), blocks));
+    }
+    v
+}
+
 /// SD 1.5's main linear shapes per UNet step at 512² (batch 2: tokens × in → out, bias), with
 /// their counts: each level's transformer blocks (proj_in/out, the attention outputs and the
 /// cross-attention's query, the fused q/k/v, GEGLU and the feed-forward's output) and the

@@ -21,6 +21,7 @@ use latent_engine::{Precision, StableDiffusion};
 
 mod args;
 mod cache;
+mod ceiling;
 mod conv;
 mod kernels;
 mod linear;
@@ -137,6 +138,10 @@ pub fn run(args: BenchArgs) -> Result<()> {
                 precision,
                 args.runs,
             )?;
+            continue;
+        }
+        if args.mma_ceiling {
+            ceiling::report(&device, precision, args.runs)?;
             continue;
         }
         if args.gemm_only {

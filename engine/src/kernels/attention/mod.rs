@@ -24,7 +24,7 @@ use burn::tensor::Tensor;
 
 use super::{Element, buffer_arg, output, resolve, vector_arg};
 use kernel::{flash_attention, flash_attention_rows};
-pub use plan::{Fragment, Plan, device_fragment};
+pub use plan::{Fragment, Plan, device_fragment, device_fragments};
 use plan::{LANES, SHARED_BUDGET};
 use planes::flash_attention_planes;
 

@@ -269,12 +269,12 @@ fn lcm(a: usize, b: usize) -> usize {
     a / gcd(a, b) * b
 }
 
-/// The f16×f16→f32 fragment shape the device offers for cooperative matrices, if any: 16×16×16
-/// where offered, else the largest. Empty under WGSL and on lavapipe.
-pub fn device_fragment(client: &cubecl::client::Client) -> Option<Fragment> {
+/// Every f16×f16→f32 fragment shape the device offers for cooperative matrices, as reported
+/// (at most 64 a side). Empty under WGSL and on lavapipe.
+pub fn device_fragments(client: &cubecl::client::Client) -> Vec<Fragment> {
     let f16 = ElemType::Float(FloatKind::F16);
     let f32 = ElemType::Float(FloatKind::F32);
-    let shapes: Vec<Fragment> = client
+    client
         .features()
         .matmul
         .cmma
@@ -286,7 +286,13 @@ pub fn device_fragment(client: &cubecl::client::Client) -> Option<Fragment> {
             k: c.k as usize,
         })
         .filter(|f| f.m > 0 && f.n > 0 && f.k > 0 && f.m <= 64 && f.n <= 64 && f.k <= 64)
-        .collect();
+        .collect()
+}
+
+/// The f16×f16→f32 fragment shape the kernels take ([`device_fragments`]): 16×16×16 where
+/// offered, else the largest.
+pub fn device_fragment(client: &cubecl::client::Client) -> Option<Fragment> {
+    let shapes = device_fragments(client);
     let square = Fragment {
         m: 16,
         n: 16,

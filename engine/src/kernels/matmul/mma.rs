@@ -35,6 +35,13 @@
 //! Requires `k`, `n` and the output's batch stride multiples of 8 and 16-byte aligned buffers
 //! (the launcher checks); any `m`.
 //!
+//! A step's staging is [`super::staging::stage_step`], its products
+//! [`super::products::step_products`]. What bounds them on an H200 ([`super::ceiling`],
+//! thirty-second session): the products alone ~643 TFLOP/s, with the fragment loads, barriers
+//! and staging stores ~370, this kernel ~183 on 4096³. Two ways past the staging lost there:
+//! planes that only stage into a second copy (one cube an SM: 65–111 TFLOP/s, SDXL's step
+//! 184 → 208–233 ms) and fragments loaded straight from global memory (21–58 TFLOP/s).
+//!
 //! Measured on an H100 (seventeenth session): faster than burn's convolution on the deep, narrow
 //! 3×3 layers it now takes (`conv::ConvRules`), slower than burn's matmul on the linears' short
 //! reductions (320–1280), where the epilogue's round trip through workgroup memory weighs most.
@@ -45,7 +52,8 @@ use burn::cubecl;
 use burn::cubecl::prelude::*;
 
 use super::implicit::{ConvGeometry, ConvTaps};
-use super::staging::{load_step, weight_row};
+use super::products::step_products;
+use super::staging::{load_step, stage_step, weight_row};
 
 /// Most lanes a cube may have (8 planes of 32).
 pub(super) const MAX_LANES: usize = 256;
@@ -92,11 +100,9 @@ pub(super) fn gemm_mma<F: Float, N: Size>(
     let lanes = comptime!(pm * pn * plane);
     let bm = comptime!(pm * tm * fm);
     let bn = comptime!(pn * tn * fn_);
-    let n_row = comptime!(bn + VEC);
     // A staged row of `a` (and of `b` as `[n, k]`): the step plus one vector of padding, so
     // that fragment loads spread over the banks.
     let k_row = comptime!(bk + VEC);
-    let per_k = comptime!(bk / VEC);
     let lane = UNIT_POS as usize;
     let warp = lane / plane;
     let in_warp = lane % plane;
@@ -166,8 +172,8 @@ pub(super) fn gemm_mma<F: Float, N: Size>(
     let mut a_reg = Array::<Vector<F, N>>::new(a_per);
     let mut b_reg = Array::<Vector<F, N>>::new(b_per);
     // With `prefetch` the next step's vectors load while this step's products run (their
-    // registers live across the products); without, each step loads then stages, and other
-    // cubes on the SM hide the wait.
+    // registers live across the products); without, each step loads then stages, and
+    // other cubes on the SM hide the wait.
     if prefetch {
         load_step::<F, N>(
             a, b, &mut a_reg, &mut b_reg, s0, lane, m0, n0, m, cols, k, a_base, b_base, &geometry,
@@ -181,27 +187,10 @@ pub(super) fn gemm_mma<F: Float, N: Size>(
                 &geometry, conv_oy, conv_ox, bm, bn, bk, fn_, lanes, b_nk, geglu, conv,
             );
         }
-        let mut a_off = 0;
-        let mut b_off = 0;
-        if comptime!(stages > 1) {
-            a_off = (s % stages) * a_len;
-            b_off = (s % stages) * b_len;
-        }
-        #[unroll]
-        for i in 0..a_per {
-            let v = lane + i * lanes;
-            a_s[a_off + v / per_k * (k_row / VEC) + v % per_k] = a_reg[i];
-        }
-        #[unroll]
-        for i in 0..b_per {
-            let v = lane + i * lanes;
-            if b_nk {
-                b_s[b_off + v / per_k * (k_row / VEC) + v % per_k] = b_reg[i];
-            } else {
-                let per_row = comptime!(bn / VEC);
-                b_s[b_off + v / per_row * (n_row / VEC) + v % per_row] = b_reg[i];
-            }
-        }
+        stage_step::<F, N>(
+            &mut a_s, &mut b_s, &a_reg, &b_reg, s, lane, a_len, b_len, bm, bn, bk, stages, lanes,
+            b_nk,
+        );
         sync_cube();
         if prefetch && s + 1 < s1 {
             load_step::<F, N>(
@@ -231,70 +220,16 @@ pub(super) fn gemm_mma<F: Float, N: Size>(
                 conv,
             );
         }
-        #[unroll]
-        for kk in 0..comptime!(bk / fk) {
-            let mut bf = Sequence::<cmma::Matrix<F>>::new();
-            #[unroll]
-            for j in 0..tn {
-                let col = wn * comptime!(tn * fn_) + j * fn_;
-                if b_nk {
-                    let mut f = unsafe {
-                        cmma::Matrix::<F>::uninitialized(
-                            cmma::MatrixIdent::B,
-                            fm,
-                            fn_,
-                            fk,
-                            cmma::MatrixLayout::ColMajor,
-                        )
-                    };
-                    cmma::load(
-                        &mut f,
-                        &b_s[b_off + (col * k_row + kk * fk) / VEC..b_end],
-                        k_row as u32,
-                    );
-                    bf.push(f);
-                } else {
-                    let mut f = unsafe {
-                        cmma::Matrix::<F>::uninitialized(
-                            cmma::MatrixIdent::B,
-                            fm,
-                            fn_,
-                            fk,
-                            cmma::MatrixLayout::RowMajor,
-                        )
-                    };
-                    cmma::load(
-                        &mut f,
-                        &b_s[b_off + (kk * fk * n_row + col) / VEC..b_end],
-                        n_row as u32,
-                    );
-                    bf.push(f);
-                }
-            }
-            #[unroll]
-            for i in 0..tm {
-                let row = wm * comptime!(tm * fm) + i * fm;
-                let mut af = unsafe {
-                    cmma::Matrix::<F>::uninitialized(
-                        cmma::MatrixIdent::A,
-                        fm,
-                        fn_,
-                        fk,
-                        cmma::MatrixLayout::RowMajor,
-                    )
-                };
-                cmma::load(
-                    &mut af,
-                    &a_s[a_off + (row * k_row + kk * fk) / VEC..a_end],
-                    k_row as u32,
-                );
-                #[unroll]
-                for j in 0..tn {
-                    let c = acc.index(i * tn + j);
-                    cmma::execute(&af, bf.index(j), c, c);
-                }
-            }
+        let mut a_off = 0;
+        let mut b_off = 0;
+        if comptime!(stages > 1) {
+            a_off = (s % stages) * a_len;
+            b_off = (s % stages) * b_len;
         }
+        step_products::<F, N>(
+            &a_s, &b_s, &mut acc, a_off, b_off, wm, wn, a_end, b_end, tm, tn, fm, fn_, fk, bk, bn,
+            b_nk,
+        );
         if comptime!(stages == 1) {
             sync_cube();
         }

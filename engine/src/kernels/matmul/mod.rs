@@ -19,9 +19,11 @@
 //! per shape through LLVM (290 of a cold lavapipe parity test's 360 s); on cards by rule.
 //! `LATENT_STUDIO_MATMUL=burn` turns it off everywhere.
 
+mod ceiling;
 mod implicit;
 mod kernel;
 mod mma;
+mod products;
 mod route;
 mod staging;
 #[cfg(test)]
@@ -29,6 +31,7 @@ mod tests;
 
 pub use route::{Place, ProductRules, product_rules, set_product_rules, wide_fits};
 
+pub use ceiling::{Ceiling, CeilingShape, mma_ceiling_launch, reported_fragments};
 pub use gemm::{GemmEpilogue, MMA_TILES, MmaGemm, conv_gemm_into, gemm_into, mma_gemm_on};
 pub use implicit::ConvInput;
 pub use knobs::{

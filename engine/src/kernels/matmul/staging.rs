@@ -149,3 +149,50 @@ pub(super) fn load_step<F: Float, N: Size>(
         );
     }
 }
+
+/// This lane's loaded vectors ([`load_step`]) into staging copy `s % stages`: `a`'s rows and a
+/// `[n, k]` `b`'s columns each `bk` wide plus one vector of padding, a `[k, n]` `b`'s rows `bn`
+/// wide plus one vector.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+pub(super) fn stage_step<F: Float, N: Size>(
+    a_s: &mut Shared<[Vector<F, N>]>,
+    b_s: &mut Shared<[Vector<F, N>]>,
+    a_reg: &Array<Vector<F, N>>,
+    b_reg: &Array<Vector<F, N>>,
+    s: usize,
+    lane: usize,
+    #[comptime] a_len: usize,
+    #[comptime] b_len: usize,
+    #[comptime] bm: usize,
+    #[comptime] bn: usize,
+    #[comptime] bk: usize,
+    #[comptime] stages: usize,
+    #[comptime] lanes: usize,
+    #[comptime] b_nk: bool,
+) {
+    let per_k = comptime!(bk / VEC);
+    let k_row = comptime!(bk + VEC);
+    let n_row = comptime!(bn + VEC);
+    let mut a_off = 0;
+    let mut b_off = 0;
+    if comptime!(stages > 1) {
+        a_off = (s % stages) * a_len;
+        b_off = (s % stages) * b_len;
+    }
+    #[unroll]
+    for i in 0..comptime!(bm * bk / VEC / lanes) {
+        let v = lane + i * lanes;
+        a_s[a_off + v / per_k * (k_row / VEC) + v % per_k] = a_reg[i];
+    }
+    #[unroll]
+    for i in 0..comptime!(bn * bk / VEC / lanes) {
+        let v = lane + i * lanes;
+        if b_nk {
+            b_s[b_off + v / per_k * (k_row / VEC) + v % per_k] = b_reg[i];
+        } else {
+            let per_row = comptime!(bn / VEC);
+            b_s[b_off + v / per_row * (n_row / VEC) + v % per_row] = b_reg[i];
+        }
+    }
+}
