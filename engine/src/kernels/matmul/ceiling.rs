@@ -309,6 +309,7 @@ pub fn mma_ceiling_launch(
     {
         return None;
     }
+    let iters = u32::try_from(shape.iters).ok()?;
     let len = shape.cubes * shape.planes * shape.tm * shape.tn * f.m * f.n;
     let (_out, out) = output([len], DType::F32, device)?;
     mma_ceiling::launch::<half::f16>(
@@ -317,7 +318,7 @@ pub fn mma_ceiling_launch(
         CubeDim::new_1d(lanes as u32),
         VEC,
         buffer_arg(&out),
-        u32::try_from(shape.iters).ok()?,
+        iters,
         shape.tm,
         shape.tn,
         f.m,
@@ -332,8 +333,58 @@ pub fn mma_ceiling_launch(
 
 #[cfg(test)]
 mod tests {
-    use super::{CeilingShape, MmaGemm};
+    use super::{Ceiling, CeilingShape, MmaGemm, mma_ceiling_launch};
     use crate::kernels::attention::Fragment;
+
+    /// Shapes the kernel cannot take are refused before anything is allocated or launched:
+    /// no planes, more lanes than a cube may have, empty accumulators, no cubes or more than a
+    /// grid row holds, and iterations past `u32` (lavapipe, whose adapter has no cooperative
+    /// matrices: only the checks run).
+    #[test]
+    fn ceiling_refuses_shapes_it_cannot_launch() {
+        let gemm = MmaGemm {
+            plane: 32,
+            fragment: Fragment {
+                m: 16,
+                n: 16,
+                k: 16,
+            },
+        };
+        let ok = CeilingShape {
+            planes: 8,
+            tm: 4,
+            tn: 2,
+            cubes: 4,
+            iters: 2,
+        };
+        let device = crate::kernels::testing::wgpu();
+        for (what, shape) in [
+            ("no planes", CeilingShape { planes: 0, ..ok }),
+            ("over 256 lanes", CeilingShape { planes: 9, ..ok }),
+            ("no accumulator rows", CeilingShape { tm: 0, ..ok }),
+            ("no accumulator columns", CeilingShape { tn: 0, ..ok }),
+            ("no cubes", CeilingShape { cubes: 0, ..ok }),
+            (
+                "over a grid row",
+                CeilingShape {
+                    cubes: 65_536,
+                    ..ok
+                },
+            ),
+            (
+                "iterations past u32",
+                CeilingShape {
+                    iters: u32::MAX as usize + 1,
+                    ..ok
+                },
+            ),
+        ] {
+            assert!(
+                mma_ceiling_launch(gemm, &device, Ceiling::Products, shape).is_none(),
+                "{what}"
+            );
+        }
+    }
 
     /// A launch's count: every plane's `tm × tn` products, two sub-steps an iteration, each a
     /// `m × n × k` multiply-add.
