@@ -113,12 +113,7 @@ pub fn report(device: &Device, precision: Precision, runs: usize) -> Result<()> 
         flops / (burn_ms * 1e-3) / 1e12
     );
     // Every compilation of the GEMM on SDXL's linear shapes.
-    let square = latent_engine::profile::OpShape::Linear {
-        rows: n,
-        d_in: n,
-        d_out: n,
-        bias: false,
-    };
+    let square = super::linear::linear_shape(n, n, n, false);
     let shapes: Vec<_> = std::iter::once((square, 0))
         .chain(super::linear::sdxl_linear_shapes())
         .collect();

@@ -137,21 +137,25 @@ pub fn report(
     Ok(())
 }
 
-/// SDXL's main linear shapes per UNet step at 1024² (batch 2), as [`sd15_linear_shapes`]:
-/// 10 transformer blocks over 4096 tokens of 640, 60 over 1024 tokens of 1280.
-pub fn sdxl_linear_shapes() -> Vec<(OpShape, usize)> {
-    let lin = |rows, d_in, d_out, bias| OpShape::Linear {
+/// A linear layer's op shape: `rows` tokens, `d_in → d_out`, with or without a bias.
+pub fn linear_shape(rows: usize, d_in: usize, d_out: usize, bias: bool) -> OpShape {
+    OpShape::Linear {
         rows,
         d_in,
         d_out,
         bias,
-    };
+    }
+}
+
+/// SDXL's main linear shapes per UNet step at 1024² (batch 2), as [`sd15_linear_shapes`]:
+/// 10 transformer blocks over 4096 tokens of 640, 60 over 1024 tokens of 1280.
+pub fn sdxl_linear_shapes() -> Vec<(OpShape, usize)> {
     let mut v = Vec::new();
     for (rows, c, blocks) in [(8192, 640, 10), (2048, 1280, 60)] {
-        v.push((lin(rows, c, c, true), 2 * blocks));
-        v.push((lin(rows, c, 3 * c, false), blocks));
-        v.push((lin(rows, c, 8 * c, true), blocks));
-        v.push((lin(rows, 4 * c, c, true), blocks));
+        v.push((linear_shape(rows, c, c, true), 2 * blocks));
+        v.push((linear_shape(rows, c, 3 * c, false), blocks));
+        v.push((linear_shape(rows, c, 8 * c, true), blocks));
+        v.push((linear_shape(rows, 4 * c, c, true), blocks));
     }
     v
 }
@@ -161,12 +165,6 @@ pub fn sdxl_linear_shapes() -> Vec<(OpShape, usize)> {
 /// cross-attention's query, the fused q/k/v, GEGLU and the feed-forward's output) and the
 /// cross-attention's keys and values from the 77-token context.
 pub fn sd15_linear_shapes() -> Vec<(OpShape, usize)> {
-    let lin = |rows, d_in, d_out, bias| OpShape::Linear {
-        rows,
-        d_in,
-        d_out,
-        bias,
-    };
     let mut v = Vec::new();
     for (rows, c, blocks) in [
         (8192, 320, 5),
@@ -174,12 +172,12 @@ pub fn sd15_linear_shapes() -> Vec<(OpShape, usize)> {
         (512, 1280, 5),
         (128, 1280, 1),
     ] {
-        v.push((lin(rows, c, c, true), 4 * blocks));
-        v.push((lin(rows, c, c, false), blocks));
-        v.push((lin(rows, c, 3 * c, false), blocks));
-        v.push((lin(rows, c, 8 * c, true), blocks));
-        v.push((lin(rows, 4 * c, c, true), blocks));
-        v.push((lin(154, 768, 2 * c, false), blocks));
+        v.push((linear_shape(rows, c, c, true), 4 * blocks));
+        v.push((linear_shape(rows, c, c, false), blocks));
+        v.push((linear_shape(rows, c, 3 * c, false), blocks));
+        v.push((linear_shape(rows, c, 8 * c, true), blocks));
+        v.push((linear_shape(rows, 4 * c, c, true), blocks));
+        v.push((linear_shape(154, 768, 2 * c, false), blocks));
     }
     v
 }

@@ -146,12 +146,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         }
         if args.gemm_only {
             // A large square product first (counted 0 times in the sums): the kernel's peak.
-            let peak = latent_engine::profile::OpShape::Linear {
-                rows: 4096,
-                d_in: 4096,
-                d_out: 4096,
-                bias: false,
-            };
+            let peak = linear::linear_shape(4096, 4096, 4096, false);
             let shapes: Vec<_> = std::iter::once((peak, 0))
                 .chain(linear::sd15_linear_shapes())
                 .collect();
