@@ -2,6 +2,11 @@
 # Issue 13 on a lent GPU, one part per device call (each call may run 10 minutes):
 #   PART=bi the cooperative matrices' ceiling with no global memory (`bench --mma-ceiling`)
 #   PART=bj SDXL's step profiled by op and its rules A/B'd beside PyTorch, SD 1.5's linear rule
+#   PART=bk the planes attention kernel's parts (`bench --attention-ceiling`), then SDXL's and
+#           SD 1.5's steps with two row fragments a plane A/B'd (`--planes-ab`) beside PyTorch
+#   PART=bl the attention parts again (ATTENTION=0: not); then SDXL's 1024² txt2img in three processes sharing a
+#           tuning folder, the pool's free pages released after each run (SDXL parks its
+#           encoders) or kept (LATENT_STUDIO_KEEP_POOL=1, launch 2), under the peak sampler
 #   PART=a  PyTorch anchor (fp16 UNet, VAE, CLIP, TAESD, 20-step txt2img, torch.compile UNet) and
 #           our default build's f16 bench (op-by-op kernel report, UNet, VAE, txt2img, previews)
 #   PART=b  PyTorch fp32 UNet (TF32 off) and ours in f32; then peak device memory of one 20-step
@@ -234,6 +239,22 @@ bj)
   PARTS=sdxl,unet16 timeout ${TORCH_TIMEOUT:-100} python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v "Warning\|kept in float32" | tee $OUT/torch_bj.txt
   timeout ${SDXL_TIMEOUT:-220} /tmp/ls bench --device gpu --precision f16 --runs 5 --sdxl --no-pipeline --conv-ab --kernel-profile 1 $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/sdxl_bj.txt
   LATENT_STUDIO_BENCH_KNOBS=small timeout ${OURS_TIMEOUT:-120} /tmp/ls bench --device gpu --precision f16 --runs 7 --unet-only --no-ops --no-profile --no-burn-ops --gemm-ab $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/sd15_bj.txt
+  ;;
+bk)
+  PARTS=sdxl,unet16 timeout ${TORCH_TIMEOUT:-100} python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v "Warning\|kept in float32" | tee $OUT/torch_bk.txt
+  timeout ${CEILING_TIMEOUT:-100} /tmp/ls bench --device gpu --precision f16 --runs 5 --attention-ceiling $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/attention_bk.txt
+  timeout ${SDXL_TIMEOUT:-200} /tmp/ls bench --device gpu --precision f16 --runs 5 --sdxl --no-pipeline --planes-ab $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/sdxl_bk.txt
+  timeout ${OURS_TIMEOUT:-110} /tmp/ls bench --device gpu --precision f16 --runs 7 --unet-only --no-ops --no-profile --no-burn-ops --planes-ab $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/sd15_bk.txt
+  ;;
+bl)
+  [ "${ATTENTION:-1}" = 1 ] && timeout ${CEILING_TIMEOUT:-100} /tmp/ls bench --device gpu --precision f16 --runs 5 --attention-ceiling $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/attention_bl.txt
+  export LATENT_STUDIO_TUNING_CACHE=/tmp/tuning
+  for launch in 1 2 3; do
+    if [ $launch = 2 ]; then export LATENT_STUDIO_KEEP_POOL=1; else unset LATENT_STUDIO_KEEP_POOL; fi
+    peak sdxl_pool$launch timeout $((launch == 1 ? ${SDXL_TIMEOUT:-170} : 110)) /tmp/ls bench --device gpu --precision f16 --runs 3 --steps 20 --sdxl --pipeline-only --text-encoders host
+    python3 $OLDPWD/bench/mem_phases.py $OUT/sdxl_pool$launch.txt /tmp/mem-sdxl_pool$launch.txt | sed "s/^/sdxl launch $launch /" | tee -a $OUT/memory.txt
+  done
+  unset LATENT_STUDIO_KEEP_POOL
   ;;
 a)
   PARTS=${TORCH_PARTS:-unet16,vae,taesd,clip,e2e,compile} timeout 200 python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_a.txt

@@ -160,7 +160,20 @@ pub fn txt2img_refined(
     if !crate::device::is_cpu(&model.device) {
         crate::device::tuning::save_quietly();
     }
+    if releases_pool_after_run(model) {
+        crate::device::release_free(&model.device);
+    }
     result
+}
+
+/// Whether a run on `model` returns the pool's free pages to the driver when it ends: for a
+/// model that parks its text encoders (SDXL's default; the memory-saving mode), so that the
+/// next run's steps do not grow the pool beside the pages the last decode left free, pages that
+/// in-use bytes never need again until that decode (SDXL at 1024² held 10.1 GiB between its
+/// first image and the next run's steps, BENCHMARKS.md twenty-ninth session).
+/// `LATENT_STUDIO_KEEP_POOL=1` keeps them (to measure what this saves).
+fn releases_pool_after_run(model: &StableDiffusion) -> bool {
+    model.parked() && std::env::var("LATENT_STUDIO_KEEP_POOL").as_deref() != Ok("1")
 }
 
 fn generate(

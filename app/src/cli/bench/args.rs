@@ -104,6 +104,11 @@ pub struct BenchArgs {
     /// from workgroup memory, and with its barriers, per plane arrangement (no global memory).
     #[arg(long)]
     pub(super) mma_ceiling: bool,
+    /// Only the planes attention kernel's parts: SD 1.5's and SDXL's long shapes with the
+    /// output's rescaling, the softmax, the global loads and the staging left out in turn, with
+    /// one and two fragments of query rows a plane.
+    #[arg(long)]
+    pub(super) attention_ceiling: bool,
     /// Route the linears and every convolution through our cooperative-matrix GEMM for the whole
     /// run (where it runs).
     #[arg(long)]

@@ -20,6 +20,7 @@ use latent_engine::tokenizer::ClipTokenizer;
 use latent_engine::{Precision, StableDiffusion};
 
 mod args;
+mod attention_ceiling;
 mod cache;
 mod ceiling;
 mod conv;
@@ -142,6 +143,10 @@ pub fn run(args: BenchArgs) -> Result<()> {
         }
         if args.mma_ceiling {
             ceiling::report(&device, precision, args.runs)?;
+            continue;
+        }
+        if args.attention_ceiling {
+            attention_ceiling::report(&device, precision, args.runs)?;
             continue;
         }
         if args.gemm_only {

@@ -78,21 +78,27 @@ pub(super) fn sdxl_bench(
     println!("[SDXL] UNet step, batch 2 (CFG), {latent}x{latent} latents: median {unet:.2} ms");
     memory(device, "after the UNet steps");
     if args.planes_ab {
-        use latent_engine::kernels::attention::set_planes_tile;
-        // Alone, SDXL's shapes ran within 3 % of each other on these tilings (H200,
-        // BENCHMARKS.md thirty-first session): whether that holds inside a step.
-        let rules = [None, Some((64, 32)), Some((32, 32))];
+        use latent_engine::kernels::attention::{set_planes_rows, set_planes_tile};
+        // (tiling over many keys, row fragments a plane): the default, then two fragments of
+        // query rows a plane (each key and value fragment loaded once for two products).
+        let rules = [
+            (None, None),
+            (None, Some(2)),
+            (Some((64, 32)), Some(2)),
+        ];
         let names = [
             "default planes tiling",
-            "64 query rows over 32-key tiles",
-            "32 query rows over 32-key tiles",
+            "two row fragments a plane",
+            "two row fragments a plane, 64 query rows over 32-key tiles",
         ];
         super::unet::interleaved(precision, "SDXL planes tiling", &names, 3, |i| {
-            set_planes_tile(rules[i]);
+            set_planes_tile(rules[i].0);
+            set_planes_rows(rules[i].1);
             let ms = time_ms(device, 1, runs, || {
                 let _ = model.unet.forward_added(x.clone(), &[500.0], &ctx, &added);
             });
             set_planes_tile(None);
+            set_planes_rows(None);
             ms
         })?;
     }

@@ -72,11 +72,19 @@ pub(super) fn planes_ab(
     ctx: &Tensor<3>,
 ) -> Result<()> {
     use latent_engine::kernels::attention::{
-        PLANES_MIN_KEYS, WIDEST_PLANES, set_planes_rule, set_planes_tile, set_planes_wide,
+        PLANES_MIN_KEYS, WIDEST_PLANES, set_planes_rows, set_planes_rule, set_planes_tile,
+        set_planes_wide,
     };
     // (prefetch, widest head, 16-byte loads, tiling over many keys, name)
     let rules = [
         (None, WIDEST_PLANES, None, None, "default rule"),
+        (
+            None,
+            WIDEST_PLANES,
+            None,
+            None,
+            "two row fragments a plane",
+        ),
         (
             Some(false),
             WIDEST_PLANES,
@@ -126,10 +134,12 @@ pub(super) fn planes_ab(
         set_planes_rule(prefetch, widest, PLANES_MIN_KEYS);
         set_planes_wide(wide);
         set_planes_tile(tile);
+        set_planes_rows((i == 1).then_some(2));
         let ms = step_ms(model, device, runs, x, ctx);
         set_planes_rule(None, WIDEST_PLANES, PLANES_MIN_KEYS);
         set_planes_wide(None);
         set_planes_tile(None);
+        set_planes_rows(None);
         ms
     })
 }

@@ -86,9 +86,15 @@ pub fn attention(
 ) -> Option<Tensor<3>> {
     let dtype = q.tensor.dtype();
     // The tiling comes from q's own client: no probe tensor per call in the sampling loop.
-    launch(q, k, v, heads, d, |client| {
-        preferred(plans_on(client, dtype, d), d, k.tensor.dims()[1])
-    })
+    launch(
+        q,
+        k,
+        v,
+        heads,
+        d,
+        |client| preferred(plans_on(client, dtype, d), d, k.tensor.dims()[1]),
+        0,
+    )
 }
 
 /// The tiling [`attention`] runs for head width `d` over `n_k` keys ([`preferred`]). A fixed
@@ -297,7 +303,41 @@ pub fn attention_planned(
     d: usize,
     plan: Plan,
 ) -> Option<Tensor<3>> {
-    launch(q, k, v, heads, d, |_| Some(plan))
+    launch(q, k, v, heads, d, |_| Some(plan), 0)
+}
+
+/// [`attention_planned`] with parts of the planes kernel left out (bits of
+/// [`planes_knock`]), for timing what each costs: its output is meaningless unless `knock` is 0.
+pub fn attention_knocked(
+    q: Heads<'_>,
+    k: Heads<'_>,
+    v: Heads<'_>,
+    heads: usize,
+    d: usize,
+    plan: Plan,
+    knock: u32,
+) -> Option<Tensor<3>> {
+    launch(q, k, v, heads, d, |_| Some(plan), knock)
+}
+
+pub use planes::knock as planes_knock;
+
+/// Query-row fragments each plane of the planes kernel owns (1: the measured default); the
+/// bench's switch, 0 for the default.
+static PLANES_ROWS: AtomicUsize = AtomicUsize::new(0);
+
+/// Makes the planes kernel give each plane `rows` fragments of query rows (`None`: one), where
+/// the tiling and plane width allow. For measuring only.
+pub fn set_planes_rows(rows: Option<usize>) {
+    PLANES_ROWS.store(rows.unwrap_or(0), Ordering::Relaxed);
+}
+
+/// The row fragments a plane of `plane` lanes owns under `plan` (1 unless the bench asked for
+/// more and `plan` divides into them).
+fn planes_rows(plan: &Plan, plane: usize, f: Fragment) -> usize {
+    let rows = PLANES_ROWS.load(Ordering::Relaxed).max(1);
+    let fits = plan.bq.is_multiple_of(rows * f.m) && plane.is_multiple_of(rows * f.m);
+    if fits { rows } else { 1 }
 }
 
 /// Checks the operands, resolves them, asks `choose` for a tiling on their device and launches.
@@ -308,6 +348,7 @@ fn launch(
     heads: usize,
     d: usize,
     choose: impl FnOnce(&cubecl::client::Client) -> Option<Plan>,
+    knock: u32,
 ) -> Option<Tensor<3>> {
     let device = q.tensor.device();
     if !super::available(&device) {
@@ -352,8 +393,9 @@ fn launch(
         d,
     });
     let f = plan.fragment.unwrap_or(Fragment { m: 1, n: 1, k: 1 });
+    let rows = plan.plane.map_or(1, |plane| planes_rows(&plan, plane, f));
     let lanes = match plan.plane {
-        Some(plane) => plan.bq / f.m * plane,
+        Some(plane) => plan.bq / (rows * f.m) * plane,
         None if plan.per_row => plan.bq * plan.parts,
         None => LANES,
     };
@@ -392,7 +434,7 @@ fn launch(
                     scale,
                     d,
                     plan.dp,
-                    plan.bq / f.m,
+                    plan.bq / (rows * f.m),
                     plane,
                     plan.bk,
                     f.m,
@@ -400,6 +442,8 @@ fn launch(
                     f.k,
                     plan.prefetch,
                     vec,
+                    rows,
+                    knock,
                 )
             } else if plan.per_row {
                 flash_attention_rows::launch::<$t>(

@@ -39,10 +39,29 @@ pub(super) const PROB_PAD: usize = 8;
 /// How far (natural log) a score may pass a row's reference maximum before the reference moves.
 const RESCALE_MARGIN: f32 = 8.0;
 
-/// Cube `(t, bh)`: query rows `t·planes·fm ..` of batch `bh / heads`, head `bh % heads`;
-/// `planes · plane` lanes.
+/// Parts of the kernel [`flash_attention_planes`] leaves out when its `knock` has their bit, for
+/// timing what each costs (`bench --attention-ceiling`); the output is then meaningless. 0 in
+/// every real launch.
+pub mod knock {
+    /// No rescaling of the resident output where a row's reference moved.
+    pub const RESCALE: u32 = 1;
+    /// No scalar softmax: the scores are still stored, the probabilities not written (the
+    /// product reads whatever the probability rows hold).
+    pub const SOFTMAX: u32 = 2;
+    /// No global loads of key and value tiles after the first.
+    pub const GLOBAL: u32 = 4;
+    /// No staging of key and value tiles and no cube barriers (implies no global loads).
+    pub const STAGE: u32 = 8;
+    /// The row-maximum pass skipped (the reference stays where the first tile put it).
+    pub const MAX_PASS: u32 = 16;
+}
+
+/// Cube `(t, bh)`: query rows `t·planes·rows·fm ..` of batch `bh / heads`, head `bh % heads`;
+/// `planes · plane` lanes, each plane owning `rows` fragments of `fm` query rows (two share
+/// each key and value fragment it loads between two products).
 #[cube(launch)]
-#[allow(clippy::too_many_arguments)]
+// The knocked-out parts are comptime branches, kept apart from the runtime ones they wrap.
+#[allow(clippy::too_many_arguments, clippy::collapsible_if)]
 pub(super) fn flash_attention_planes<F: Float, N: Size>(
     q: &[Vector<F, N>],
     k: &[Vector<F, N>],
@@ -71,13 +90,17 @@ pub(super) fn flash_attention_planes<F: Float, N: Size>(
     #[comptime] fk: usize,
     #[comptime] prefetch: bool,
     #[comptime] vec: usize,
+    #[comptime] rows: usize,
+    #[comptime] knock: u32,
 ) {
     let lanes = comptime!(planes * plane);
     // Vectors per staged row, and those that carry the head (the rest pad it to `dp`).
     let dpv = comptime!(dp / vec);
     let dv = comptime!(d / vec);
-    let bq = comptime!(planes * fm);
-    let lpr = comptime!(plane / fm);
+    // Query rows a plane owns.
+    let pr = comptime!(rows * fm);
+    let bq = comptime!(planes * pr);
+    let lpr = comptime!(plane / pr);
     let cols = comptime!(dp / lpr);
     let s_row = comptime!(bk.max(dp) + SCORE_PAD);
     let p_row = comptime!(bk + PROB_PAD);
@@ -114,36 +137,39 @@ pub(super) fn flash_attention_planes<F: Float, N: Size>(
     }
     sync_cube();
 
-    let q_at_plane = pi * fm * dp;
-    let s_at_plane = pi * fm * s_row;
-    let p_at_plane = pi * fm * p_row;
+    let q_at_plane = pi * pr * dp;
+    let s_at_plane = pi * pr * s_row;
+    let p_at_plane = pi * pr * p_row;
     let s_at_row = s_at_plane + r * s_row;
     let p_at_row = p_at_plane + r * p_row;
 
     // The plane's query fragments, once.
     let mut qf = Sequence::<cmma::Matrix<F>>::new();
     #[unroll]
-    for kk in 0..dp / fk {
-        let mut f = unsafe {
-            cmma::Matrix::<F>::uninitialized(
-                cmma::MatrixIdent::A,
-                fm,
-                fn_,
-                fk,
-                cmma::MatrixLayout::RowMajor,
-            )
-        };
-        cmma::load(
-            &mut f,
-            &q_s[(q_at_plane + kk * fk) / vec..comptime!(bq * dpv)],
-            dp as u32,
-        );
-        qf.push(f);
+    for rb in 0..rows {
+        #[unroll]
+        for kk in 0..dp / fk {
+            let mut f = unsafe {
+                cmma::Matrix::<F>::uninitialized(
+                    cmma::MatrixIdent::A,
+                    fm,
+                    fn_,
+                    fk,
+                    cmma::MatrixLayout::RowMajor,
+                )
+            };
+            cmma::load(
+                &mut f,
+                &q_s[(q_at_plane + rb * fm * dp + kk * fk) / vec..comptime!(bq * dpv)],
+                dp as u32,
+            );
+            qf.push(f);
+        }
     }
     // The plane's output rows, resident for the whole walk.
     let mut acc = Sequence::<cmma::Matrix<f32>>::new();
     #[unroll]
-    for _ in 0..dp / fn_ {
+    for _ in 0..comptime!(rows * (dp / fn_)) {
         acc.push(cmma::Matrix::<f32>::from_value(
             cmma::MatrixIdent::Accumulator,
             fm,
@@ -168,27 +194,31 @@ pub(super) fn flash_attention_planes<F: Float, N: Size>(
             lanes, vec,
         );
     }
+    let staged = comptime!(knock & knock::STAGE == 0);
+    let loads = comptime!(staged && knock & knock::GLOBAL == 0);
     for t in 0..tiles {
         let key0 = t * bk;
-        // Every lane is done with the previous tile.
-        sync_cube();
-        // Without prefetch, this tile is loaded now; with it, it was loaded during the last.
-        if comptime!(!prefetch) {
-            load_tile::<F, N>(
-                k, v, &mut kr, &mut vr, k_base, k_row, v_base, v_row, key0, n_k, lane, dv, dpv, bk,
-                lanes, vec,
-            );
-        }
-        #[unroll]
-        for e in 0..per_lane {
-            let i = lane + e * lanes;
-            if i < comptime!(bk * dpv) {
-                k_s[i] = kr[e];
-                v_s[i] = vr[e];
+        if comptime!(staged) {
+            // Every lane is done with the previous tile.
+            sync_cube();
+            // Without prefetch, this tile is loaded now; with it, it was loaded during the last.
+            if comptime!(!prefetch && loads) {
+                load_tile::<F, N>(
+                    k, v, &mut kr, &mut vr, k_base, k_row, v_base, v_row, key0, n_k, lane, dv, dpv,
+                    bk, lanes, vec,
+                );
             }
+            #[unroll]
+            for e in 0..per_lane {
+                let i = lane + e * lanes;
+                if i < comptime!(bk * dpv) {
+                    k_s[i] = kr[e];
+                    v_s[i] = vr[e];
+                }
+            }
+            sync_cube();
         }
-        sync_cube();
-        if comptime!(prefetch) {
+        if comptime!(prefetch && loads) {
             // The next tile's loads are in flight while this one is multiplied.
             if t + 1 < tiles {
                 load_tile::<F, N>(
@@ -215,14 +245,18 @@ pub(super) fn flash_attention_planes<F: Float, N: Size>(
         // Scores s = q·kᵀ (unscaled) for this plane's rows.
         #[unroll]
         for fc in 0..bk / fn_ {
-            let s = cmma::Matrix::<f32>::from_value(
-                cmma::MatrixIdent::Accumulator,
-                fm,
-                fn_,
-                fk,
-                cmma::MatrixLayout::Undefined,
-                0.0f32,
-            );
+            let mut sf = Sequence::<cmma::Matrix<f32>>::new();
+            #[unroll]
+            for _ in 0..rows {
+                sf.push(cmma::Matrix::<f32>::from_value(
+                    cmma::MatrixIdent::Accumulator,
+                    fm,
+                    fn_,
+                    fk,
+                    cmma::MatrixLayout::Undefined,
+                    0.0f32,
+                ));
+            }
             #[unroll]
             for kk in 0..dp / fk {
                 // kᵀ's column j is k's row j: column-major with the row stride.
@@ -240,14 +274,21 @@ pub(super) fn flash_attention_planes<F: Float, N: Size>(
                     &k_s[(fc * fn_ * dp + kk * fk) / vec..comptime!(bk * dpv)],
                     dp as u32,
                 );
-                cmma::execute(qf.index(kk), &b, &s, &s);
+                #[unroll]
+                for rb in 0..rows {
+                    let s = sf.index(rb);
+                    cmma::execute(qf.index(rb * comptime!(dp / fk) + kk), &b, s, s);
+                }
             }
-            cmma::store(
-                &mut s_s[s_at_plane + fc * fn_..bq * s_row],
-                &s,
-                s_row as u32,
-                cmma::MatrixLayout::RowMajor,
-            );
+            #[unroll]
+            for rb in 0..rows {
+                cmma::store(
+                    &mut s_s[s_at_plane + rb * comptime!(fm * s_row) + fc * fn_..bq * s_row],
+                    sf.index(rb),
+                    s_row as u32,
+                    cmma::MatrixLayout::RowMajor,
+                );
+            }
         }
         sync_plane();
 
@@ -257,22 +298,26 @@ pub(super) fn flash_attention_planes<F: Float, N: Size>(
             valid = bk;
         }
         let mut local = f32::cast_from(-1.0e30f32);
-        #[unroll]
-        for jj in 0..bk / lpr {
-            let j = part + jj * lpr;
-            let s = s_s[s_at_row + j] * scale;
-            if j < valid && s > local {
-                local = s;
+        if comptime!(knock & (knock::MAX_PASS | knock::SOFTMAX) == 0) {
+            #[unroll]
+            for jj in 0..bk / lpr {
+                let j = part + jj * lpr;
+                let s = s_s[s_at_row + j] * scale;
+                if j < valid && s > local {
+                    local = s;
+                }
             }
-        }
-        let mut mask = 1u32;
-        #[unroll]
-        for _ in 0..comptime!(lpr.trailing_zeros() as usize) {
-            let other = plane_shuffle_xor(local, mask);
-            if other > local {
-                local = other;
+            let mut mask = 1u32;
+            #[unroll]
+            for _ in 0..comptime!(lpr.trailing_zeros() as usize) {
+                let other = plane_shuffle_xor(local, mask);
+                if other > local {
+                    local = other;
+                }
+                mask *= 2;
             }
-            mask *= 2;
+        } else {
+            local = 0.0f32;
         }
         // The reference moves only past the margin (always on the first tile).
         let grow = local > m + RESCALE_MARGIN;
@@ -282,21 +327,23 @@ pub(super) fn flash_attention_planes<F: Float, N: Size>(
         }
         let alpha = f32::exp(m - reference);
         let mut sum = 0.0f32;
-        #[unroll]
-        for jj in 0..bk / lpr {
-            let j = part + jj * lpr;
-            let mut p = 0.0f32;
-            if j < valid {
-                p = f32::exp(s_s[s_at_row + j] * scale - reference);
+        if comptime!(knock & knock::SOFTMAX == 0) {
+            #[unroll]
+            for jj in 0..bk / lpr {
+                let j = part + jj * lpr;
+                let mut p = 0.0f32;
+                if j < valid {
+                    p = f32::exp(s_s[s_at_row + j] * scale - reference);
+                }
+                p_s[p_at_row + j] = F::cast_from(p);
+                sum += p;
             }
-            p_s[p_at_row + j] = F::cast_from(p);
-            sum += p;
-        }
-        let mut mask = 1u32;
-        #[unroll]
-        for _ in 0..comptime!(lpr.trailing_zeros() as usize) {
-            sum += plane_shuffle_xor(sum, mask);
-            mask *= 2;
+            let mut mask = 1u32;
+            #[unroll]
+            for _ in 0..comptime!(lpr.trailing_zeros() as usize) {
+                sum += plane_shuffle_xor(sum, mask);
+                mask *= 2;
+            }
         }
         l = l * alpha + sum;
         m = reference;
@@ -305,47 +352,58 @@ pub(super) fn flash_attention_planes<F: Float, N: Size>(
         // Where a row's reference moved, its accumulated output is scaled to the new one: the
         // plane's fragments go through its (now free) score rows. Nothing to scale at first.
         let moved = plane_any(grow);
-        if t > 0 && moved {
-            #[unroll]
-            for fc in 0..dp / fn_ {
-                cmma::store(
-                    &mut s_s[s_at_plane + fc * fn_..bq * s_row],
-                    acc.index(fc),
-                    s_row as u32,
-                    cmma::MatrixLayout::RowMajor,
-                );
-            }
-            sync_plane();
-            #[unroll]
-            for c in 0..cols {
-                let at = s_at_row + part + c * lpr;
-                s_s[at] *= alpha;
-            }
-            sync_plane();
-            #[unroll]
-            for fc in 0..dp / fn_ {
-                cmma::load_with_layout(
-                    acc.index_mut(fc),
-                    &s_s[s_at_plane + fc * fn_..bq * s_row],
-                    s_row as u32,
-                    cmma::MatrixLayout::RowMajor,
-                );
+        if comptime!(knock & knock::RESCALE == 0) {
+            if t > 0 && moved {
+                #[unroll]
+                for rb in 0..rows {
+                    #[unroll]
+                    for fc in 0..dp / fn_ {
+                        cmma::store(
+                            &mut s_s[s_at_plane + rb * comptime!(fm * s_row) + fc * fn_..bq * s_row],
+                            acc.index(rb * comptime!(dp / fn_) + fc),
+                            s_row as u32,
+                            cmma::MatrixLayout::RowMajor,
+                        );
+                    }
+                }
+                sync_plane();
+                #[unroll]
+                for c in 0..cols {
+                    let at = s_at_row + part + c * lpr;
+                    s_s[at] *= alpha;
+                }
+                sync_plane();
+                #[unroll]
+                for rb in 0..rows {
+                    #[unroll]
+                    for fc in 0..dp / fn_ {
+                        cmma::load_with_layout(
+                            acc.index_mut(rb * comptime!(dp / fn_) + fc),
+                            &s_s[s_at_plane + rb * comptime!(fm * s_row) + fc * fn_..bq * s_row],
+                            s_row as u32,
+                            cmma::MatrixLayout::RowMajor,
+                        );
+                    }
+                }
             }
         }
 
         // This tile's p·v, added to the resident output.
         let mut pf = Sequence::<cmma::Matrix<F>>::new();
         #[unroll]
-        for kk in 0..bk / fk {
-            pf.push(cmma::Matrix::<F>::from_slice(
-                cmma::MatrixIdent::A,
-                fm,
-                fn_,
-                fk,
-                cmma::MatrixLayout::RowMajor,
-                &p_s[p_at_plane + kk * fk..bq * p_row],
-                p_row as u32,
-            ));
+        for rb in 0..rows {
+            #[unroll]
+            for kk in 0..bk / fk {
+                pf.push(cmma::Matrix::<F>::from_slice(
+                    cmma::MatrixIdent::A,
+                    fm,
+                    fn_,
+                    fk,
+                    cmma::MatrixLayout::RowMajor,
+                    &p_s[p_at_plane + rb * comptime!(fm * p_row) + kk * fk..bq * p_row],
+                    p_row as u32,
+                ));
+            }
         }
         #[unroll]
         for fc in 0..dp / fn_ {
@@ -365,7 +423,11 @@ pub(super) fn flash_attention_planes<F: Float, N: Size>(
                     &v_s[(kk * fk * dp + fc * fn_) / vec..comptime!(bk * dpv)],
                     dp as u32,
                 );
-                cmma::execute(pf.index(kk), &b, acc.index(fc), acc.index(fc));
+                #[unroll]
+                for rb in 0..rows {
+                    let o = acc.index(rb * comptime!(dp / fn_) + fc);
+                    cmma::execute(pf.index(rb * comptime!(bk / fk) + kk), &b, o, o);
+                }
             }
         }
     }
@@ -373,16 +435,19 @@ pub(super) fn flash_attention_planes<F: Float, N: Size>(
     // The output rows through the plane's score rows, divided by the row sums.
     sync_plane();
     #[unroll]
-    for fc in 0..dp / fn_ {
-        cmma::store(
-            &mut s_s[s_at_plane + fc * fn_..bq * s_row],
-            acc.index(fc),
-            s_row as u32,
-            cmma::MatrixLayout::RowMajor,
-        );
+    for rb in 0..rows {
+        #[unroll]
+        for fc in 0..dp / fn_ {
+            cmma::store(
+                &mut s_s[s_at_plane + rb * comptime!(fm * s_row) + fc * fn_..bq * s_row],
+                acc.index(rb * comptime!(dp / fn_) + fc),
+                s_row as u32,
+                cmma::MatrixLayout::RowMajor,
+            );
+        }
     }
     sync_plane();
-    let row = row0 + pi * fm + r;
+    let row = row0 + pi * pr + r;
     if row < n_q {
         // The row's head vectors, spread over its lanes.
         let o_base = ((batch * n_q + row) * heads * d + col0) / vec;

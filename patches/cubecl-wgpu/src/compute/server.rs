@@ -741,9 +741,13 @@ impl<C: WgpuCompiler> Server for WgpuServer<C> {
         // The pages the recording touches are guarded for the graph's life,
         // and a guarded page is never relocated: empty every stream's outdated
         // pools now, since the recording may touch memory any stream owns.
+        // Latent Studio: into the room the current pages already hold only
+        // (`Explicit`), never new pages (`Capture`): moving a model's weights
+        // off the pages a larger decode outdated into new ones held both
+        // copies at once (SDXL at 1024²: 9.75 GiB against 6.9 for the run).
         self.scheduler
             .relocating(stream_id)
-            .relocate_device(RelocationReason::Capture);
+            .relocate_device(RelocationReason::Explicit);
         Ok(())
     }
 

@@ -94,3 +94,39 @@ fn replayed_steps_equal_the_steps_run_launch_by_launch() {
     let want = read(unet.forward(x, &[10.0], &context));
     assert!(relative(&got, &want) <= 1e-5);
 }
+
+/// Preparing a capture after the pool's pages grew (a larger allocation, as a decode's, leaves
+/// the weights' pages outdated) moves nothing into new pages: the patched cubecl-wgpu relocates
+/// only into room the pool already holds. Upstream moved the weights into a page of their own
+/// first, holding both copies at once (SDXL at 1024²: 9.75 GiB against the run's 6.9,
+/// BENCHMARKS.md thirty-third session). The weights keep their values either way.
+#[test]
+fn preparing_a_capture_never_grows_the_pool() {
+    // A device of its own (the first adapter under its own kind, not the tests' shared
+    // default): the other tests' allocations would move the pool's figures.
+    let all = crate::adapters::enumerate();
+    let first = all.first().expect("a wgpu adapter (lavapipe in CI)");
+    let device = Device::wgpu(first.device_kind(&all));
+    let values: Vec<f32> = (0..(1 << 20)).map(|i| (i % 977) as f32).collect();
+    let weights = Tensor::<1>::from_data(
+        burn::tensor::TensorData::new(values.clone(), [values.len()]),
+        (&device, DType::F32),
+    );
+    let _ = read(weights.clone().narrow(0, 0, 4));
+    // 64 MiB: the pages grow to it, and the weights' 4 MiB page is outdated.
+    let larger = Tensor::<1>::ones([16 << 20], (&device, DType::F32));
+    let _ = read(larger.clone().narrow(0, 0, 4));
+    device.sync().expect("sync");
+    let reserved = || device.memory_pool_usage().expect("wgpu pool").bytes_reserved;
+    let before = reserved();
+    Dispatch::graph_prepare(device.as_dispatch()).expect("prepare a capture");
+    let _ = Dispatch::graph_stop_capture(device.as_dispatch());
+    device.sync().expect("sync");
+    let after = reserved();
+    assert!(
+        after <= before,
+        "the pool grew from {before} to {after} bytes preparing a capture"
+    );
+    assert_eq!(read(weights), values, "the weights after the preparation");
+    assert_eq!(read(larger.narrow(0, 0, 2)), vec![1.0, 1.0]);
+}
