@@ -4,6 +4,8 @@
 #   PART=bj SDXL's step profiled by op and its rules A/B'd beside PyTorch, SD 1.5's linear rule
 #   PART=bk the planes attention kernel's parts (`bench --attention-ceiling`), then SDXL's and
 #           SD 1.5's steps with two row fragments a plane A/B'd (`--planes-ab`) beside PyTorch
+#   PART=bm PyTorch's 20-step 512² txt2img (time, then peak memory), then ours in two SD 1.5 processes sharing a tuning
+#           folder (the first tunes) under the peak sampler: the relocation patch on SD 1.5
 #   PART=bl the attention parts again (ATTENTION=0: not); then SDXL's 1024² txt2img in three processes sharing a
 #           tuning folder, the pool's free pages released after each run (SDXL parks its
 #           encoders) or kept (LATENT_STUDIO_KEEP_POOL=1, launch 2), under the peak sampler
@@ -245,6 +247,14 @@ bk)
   timeout ${CEILING_TIMEOUT:-100} /tmp/ls bench --device gpu --precision f16 --runs 5 --attention-ceiling $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/attention_bk.txt
   timeout ${SDXL_TIMEOUT:-200} /tmp/ls bench --device gpu --precision f16 --runs 5 --sdxl --no-pipeline --planes-ab $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/sdxl_bk.txt
   timeout ${OURS_TIMEOUT:-110} /tmp/ls bench --device gpu --precision f16 --runs 7 --unet-only --no-ops --no-profile --no-burn-ops --planes-ab $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/sd15_bk.txt
+  ;;
+bm)
+  PARTS=${TORCH_PARTS:-e2e} timeout ${TORCH_TIMEOUT:-120} python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_bm.txt
+  peak torch_mem timeout 90 python3 $OLDPWD/bench/torch_txt2img_mem.py
+  export LATENT_STUDIO_TUNING_CACHE=/tmp/tuning
+  for launch in 1 2; do
+    peak sd15_launch$launch timeout $((launch == 1 ? ${SD15_TIMEOUT:-150} : 80)) /tmp/ls bench --device gpu --precision f16 --runs 5 --steps 20 --pipeline-only
+  done
   ;;
 bl)
   [ "${ATTENTION:-1}" = 1 ] && timeout ${CEILING_TIMEOUT:-100} /tmp/ls bench --device gpu --precision f16 --runs 5 --attention-ceiling $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/attention_bl.txt
