@@ -37,13 +37,7 @@ const LADDER: [(u32, &str); 6] = [
 /// The shapes (batch 2): SDXL's two self-attention levels at 1024², its cross-attention, and
 /// SD 1.5's two widest self-attention levels at 512².
 fn shapes() -> Vec<OpShape> {
-    let shape = |heads, n_q, n_k, d| OpShape::Attention {
-        b: 2,
-        heads,
-        n_q,
-        n_k,
-        d,
-    };
+    let shape = super::kernels::attention_shape;
     vec![
         shape(10, 4096, 4096, 64),
         shape(20, 1024, 1024, 64),
@@ -105,7 +99,9 @@ pub fn report(device: &Device, precision: Precision, runs: usize) -> Result<()> 
                 (Some(a), Some(r)) => latent_engine::vae_compile::relative_difference(&a, r),
                 _ => f32::NAN,
             };
-            println!("  {op} {plan}, {rows} row fragment(s) a plane: max rel diff to burn's {rel:.1e}");
+            println!(
+                "  {op} {plan}, {rows} row fragment(s) a plane: max rel diff to burn's {rel:.1e}"
+            );
             for (bits, name) in LADDER {
                 let ms = device_ms(device, runs, || {
                     let _ = attention_knocked(at(&qt), at(&kt), at(&vt), heads, d, plan, bits);

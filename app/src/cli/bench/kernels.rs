@@ -288,13 +288,7 @@ pub fn unet_report(
 
 /// SD 1.5's attention shapes per UNet step (batch 2): self- and cross-attention at each level.
 pub fn sd15_attention_shapes() -> Vec<(OpShape, usize)> {
-    let shape = |n_q, n_k, d| OpShape::Attention {
-        b: 2,
-        heads: 8,
-        n_q,
-        n_k,
-        d,
-    };
+    let shape = |n_q, n_k, d| attention_shape(8, n_q, n_k, d);
     vec![
         (shape(4096, 4096, 40), 5),
         (shape(4096, 77, 40), 5),
@@ -307,16 +301,21 @@ pub fn sd15_attention_shapes() -> Vec<(OpShape, usize)> {
     ]
 }
 
-/// SDXL's attention shapes per UNet step at 1024² (batch 2), then SD 1.5's at a 1024² hires
-/// pass: the long sequences where attention weighs most.
-pub fn long_attention_shapes() -> Vec<(OpShape, usize)> {
-    let shape = |heads, n_q, n_k, d| OpShape::Attention {
+/// An attention op of `heads` heads of width `d`, `n_q` queries over `n_k` keys, batch 2 (CFG).
+pub fn attention_shape(heads: usize, n_q: usize, n_k: usize, d: usize) -> OpShape {
+    OpShape::Attention {
         b: 2,
         heads,
         n_q,
         n_k,
         d,
-    };
+    }
+}
+
+/// SDXL's attention shapes per UNet step at 1024² (batch 2), then SD 1.5's at a 1024² hires
+/// pass: the long sequences where attention weighs most.
+pub fn long_attention_shapes() -> Vec<(OpShape, usize)> {
+    let shape = attention_shape;
     vec![
         (shape(10, 4096, 4096, 64), 10),
         (shape(10, 4096, 77, 64), 10),

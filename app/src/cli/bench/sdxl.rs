@@ -81,11 +81,7 @@ pub(super) fn sdxl_bench(
         use latent_engine::kernels::attention::{set_planes_rows, set_planes_tile};
         // (tiling over many keys, row fragments a plane): the default, then two fragments of
         // query rows a plane (each key and value fragment loaded once for two products).
-        let rules = [
-            (None, None),
-            (None, Some(2)),
-            (Some((64, 32)), Some(2)),
-        ];
+        let rules = [(None, None), (None, Some(2)), (Some((64, 32)), Some(2))];
         let names = [
             "default planes tiling",
             "two row fragments a plane",

@@ -78,13 +78,7 @@ pub(super) fn planes_ab(
     // (prefetch, widest head, 16-byte loads, tiling over many keys, name)
     let rules = [
         (None, WIDEST_PLANES, None, None, "default rule"),
-        (
-            None,
-            WIDEST_PLANES,
-            None,
-            None,
-            "two row fragments a plane",
-        ),
+        (None, WIDEST_PLANES, None, None, "two row fragments a plane"),
         (
             Some(false),
             WIDEST_PLANES,

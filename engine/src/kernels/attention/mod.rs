@@ -13,10 +13,9 @@
 //! The twin is [`crate::attention::multi_head_attention`] (burn's attention).
 
 mod kernel;
+mod knobs;
 mod plan;
 mod planes;
-
-use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 
 use burn::cubecl;
 use burn::cubecl::prelude::*;
@@ -24,6 +23,8 @@ use burn::tensor::Tensor;
 
 use super::{Element, buffer_arg, output, resolve, vector_arg};
 use kernel::{flash_attention, flash_attention_rows};
+use knobs::{planes_rows, planes_rule, planes_tile, planes_wide};
+pub use knobs::{set_planes_rows, set_planes_rule, set_planes_tile, set_planes_wide};
 pub use plan::{Fragment, Plan, device_fragment, device_fragments};
 use plan::{LANES, SHARED_BUDGET};
 use planes::flash_attention_planes;
@@ -141,75 +142,6 @@ fn preferred(all: Vec<Plan>, d: usize, n_k: usize) -> Option<Plan> {
         .filter(|_| ours_is_faster(cmma, d))
 }
 
-/// The bench's A/B switch for the planes kernel (one process, one autotune): whether the default
-/// plan must prefetch (0: whichever comes first, 1: no, 2: yes), the widest head it takes and the
-/// fewest keys it runs over.
-static PLANES_PREFETCH: AtomicU8 = AtomicU8::new(0);
-static PLANES_WIDEST: AtomicUsize = AtomicUsize::new(WIDEST_PLANES);
-static PLANES_FEWEST_KEYS: AtomicUsize = AtomicUsize::new(PLANES_MIN_KEYS);
-
-/// Sets the planes rule [`default_plan`] follows: `prefetch` forces the planes plan with or
-/// without the next tile's prefetch (`None`: the measured order), `widest` the widest head the
-/// planes kernel takes, `min_keys` the fewest keys it runs over. For measuring only; the studio
-/// and the CLI never call it.
-pub fn set_planes_rule(prefetch: Option<bool>, widest: usize, min_keys: usize) {
-    let code = match prefetch {
-        None => 0,
-        Some(false) => 1,
-        Some(true) => 2,
-    };
-    PLANES_PREFETCH.store(code, Ordering::Relaxed);
-    PLANES_WIDEST.store(widest, Ordering::Relaxed);
-    PLANES_FEWEST_KEYS.store(min_keys, Ordering::Relaxed);
-}
-
-/// The bench's switch between the planes kernel's loads (0: the preferred, 1: single elements,
-/// 2: 16 bytes).
-static PLANES_WIDE: AtomicU8 = AtomicU8::new(0);
-
-/// Makes [`default_plan`] take the planes kernel with 16-byte loads or single elements (`None`:
-/// [`Plan`]'s order). For measuring only.
-pub fn set_planes_wide(wide: Option<bool>) {
-    PLANES_WIDE.store(wide.map_or(0, |w| 1 + u8::from(w)), Ordering::Relaxed);
-}
-
-/// The bench's forced tiling of the planes kernel over many keys, `bq · 4096 + bk` (0: none).
-static PLANES_TILE: AtomicUsize = AtomicUsize::new(0);
-
-/// Makes [`default_plan`] take the planes kernel's `(query rows, keys)` tiling over many keys
-/// where the head width has it (`None`: [`Plan`]'s order). For measuring only.
-pub fn set_planes_tile(tile: Option<(usize, usize)>) {
-    let code = tile.map_or(0, |(q, k)| q * 4096 + k.min(4095));
-    PLANES_TILE.store(code, Ordering::Relaxed);
-}
-
-fn planes_tile() -> Option<(usize, usize)> {
-    match PLANES_TILE.load(Ordering::Relaxed) {
-        0 => None,
-        c => Some((c / 4096, c % 4096)),
-    }
-}
-
-fn planes_wide() -> Option<bool> {
-    match PLANES_WIDE.load(Ordering::Relaxed) {
-        0 => None,
-        c => Some(c == 2),
-    }
-}
-
-fn planes_rule() -> (Option<bool>, usize, usize) {
-    let prefetch = match PLANES_PREFETCH.load(Ordering::Relaxed) {
-        1 => Some(false),
-        2 => Some(true),
-        _ => None,
-    };
-    (
-        prefetch,
-        PLANES_WIDEST.load(Ordering::Relaxed),
-        PLANES_FEWEST_KEYS.load(Ordering::Relaxed),
-    )
-}
-
 /// On plain lanes ours beat burn's (unfused) attention at every UNet head width; the VAE's
 /// 512-wide head, which only the per-row kernel fits, stays with burn until measured.
 const WIDEST_OURS_PLAIN: usize = 160;
@@ -303,7 +235,7 @@ pub fn attention_planned(
     d: usize,
     plan: Plan,
 ) -> Option<Tensor<3>> {
-    launch(q, k, v, heads, d, |_| Some(plan), 0)
+    attention_knocked(q, k, v, heads, d, plan, 0)
 }
 
 /// [`attention_planned`] with parts of the planes kernel left out (bits of
@@ -321,24 +253,6 @@ pub fn attention_knocked(
 }
 
 pub use planes::knock as planes_knock;
-
-/// Query-row fragments each plane of the planes kernel owns (1: the measured default); the
-/// bench's switch, 0 for the default.
-static PLANES_ROWS: AtomicUsize = AtomicUsize::new(0);
-
-/// Makes the planes kernel give each plane `rows` fragments of query rows (`None`: one), where
-/// the tiling and plane width allow. For measuring only.
-pub fn set_planes_rows(rows: Option<usize>) {
-    PLANES_ROWS.store(rows.unwrap_or(0), Ordering::Relaxed);
-}
-
-/// The row fragments a plane of `plane` lanes owns under `plan` (1 unless the bench asked for
-/// more and `plan` divides into them).
-fn planes_rows(plan: &Plan, plane: usize, f: Fragment) -> usize {
-    let rows = PLANES_ROWS.load(Ordering::Relaxed).max(1);
-    let fits = plan.bq.is_multiple_of(rows * f.m) && plane.is_multiple_of(rows * f.m);
-    if fits { rows } else { 1 }
-}
 
 /// Checks the operands, resolves them, asks `choose` for a tiling on their device and launches.
 fn launch(

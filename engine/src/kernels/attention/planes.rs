@@ -359,7 +359,8 @@ pub(super) fn flash_attention_planes<F: Float, N: Size>(
                     #[unroll]
                     for fc in 0..dp / fn_ {
                         cmma::store(
-                            &mut s_s[s_at_plane + rb * comptime!(fm * s_row) + fc * fn_..bq * s_row],
+                            &mut s_s
+                                [s_at_plane + rb * comptime!(fm * s_row) + fc * fn_..bq * s_row],
                             acc.index(rb * comptime!(dp / fn_) + fc),
                             s_row as u32,
                             cmma::MatrixLayout::RowMajor,

@@ -117,7 +117,12 @@ fn preparing_a_capture_never_grows_the_pool() {
     let larger = Tensor::<1>::ones([16 << 20], (&device, DType::F32));
     let _ = read(larger.clone().narrow(0, 0, 4));
     device.sync().expect("sync");
-    let reserved = || device.memory_pool_usage().expect("wgpu pool").bytes_reserved;
+    let reserved = || {
+        device
+            .memory_pool_usage()
+            .expect("wgpu pool")
+            .bytes_reserved
+    };
     let before = reserved();
     Dispatch::graph_prepare(device.as_dispatch()).expect("prepare a capture");
     let _ = Dispatch::graph_stop_capture(device.as_dispatch());

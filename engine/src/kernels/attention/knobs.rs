@@ -1,0 +1,94 @@
+//! The bench's switches for the planes kernel (one process, one autotune, rules A/B'd on whole
+//! steps). The studio and the CLI never set them: each reads as the measured default.
+
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+
+use super::plan::{Fragment, Plan};
+use super::{PLANES_MIN_KEYS, WIDEST_PLANES};
+
+/// The bench's A/B switch for the planes kernel (one process, one autotune): whether the default
+/// plan must prefetch (0: whichever comes first, 1: no, 2: yes), the widest head it takes and the
+/// fewest keys it runs over.
+static PLANES_PREFETCH: AtomicU8 = AtomicU8::new(0);
+static PLANES_WIDEST: AtomicUsize = AtomicUsize::new(WIDEST_PLANES);
+static PLANES_FEWEST_KEYS: AtomicUsize = AtomicUsize::new(PLANES_MIN_KEYS);
+
+/// Sets the planes rule [`super::default_plan`] follows: `prefetch` forces the planes plan with or
+/// without the next tile's prefetch (`None`: the measured order), `widest` the widest head the
+/// planes kernel takes, `min_keys` the fewest keys it runs over. For measuring only; the studio
+/// and the CLI never call it.
+pub fn set_planes_rule(prefetch: Option<bool>, widest: usize, min_keys: usize) {
+    let code = match prefetch {
+        None => 0,
+        Some(false) => 1,
+        Some(true) => 2,
+    };
+    PLANES_PREFETCH.store(code, Ordering::Relaxed);
+    PLANES_WIDEST.store(widest, Ordering::Relaxed);
+    PLANES_FEWEST_KEYS.store(min_keys, Ordering::Relaxed);
+}
+
+/// The bench's switch between the planes kernel's loads (0: the preferred, 1: single elements,
+/// 2: 16 bytes).
+static PLANES_WIDE: AtomicU8 = AtomicU8::new(0);
+
+/// Makes [`super::default_plan`] take the planes kernel with 16-byte loads or single elements
+/// (`None`: [`Plan`]'s order). For measuring only.
+pub fn set_planes_wide(wide: Option<bool>) {
+    PLANES_WIDE.store(wide.map_or(0, |w| 1 + u8::from(w)), Ordering::Relaxed);
+}
+
+/// The bench's forced tiling of the planes kernel over many keys, `bq · 4096 + bk` (0: none).
+static PLANES_TILE: AtomicUsize = AtomicUsize::new(0);
+
+/// Makes [`super::default_plan`] take the planes kernel's `(query rows, keys)` tiling over many
+/// keys where the head width has it (`None`: [`Plan`]'s order). For measuring only.
+pub fn set_planes_tile(tile: Option<(usize, usize)>) {
+    let code = tile.map_or(0, |(q, k)| q * 4096 + k.min(4095));
+    PLANES_TILE.store(code, Ordering::Relaxed);
+}
+
+pub(super) fn planes_tile() -> Option<(usize, usize)> {
+    match PLANES_TILE.load(Ordering::Relaxed) {
+        0 => None,
+        c => Some((c / 4096, c % 4096)),
+    }
+}
+
+pub(super) fn planes_wide() -> Option<bool> {
+    match PLANES_WIDE.load(Ordering::Relaxed) {
+        0 => None,
+        c => Some(c == 2),
+    }
+}
+
+pub(super) fn planes_rule() -> (Option<bool>, usize, usize) {
+    let prefetch = match PLANES_PREFETCH.load(Ordering::Relaxed) {
+        1 => Some(false),
+        2 => Some(true),
+        _ => None,
+    };
+    (
+        prefetch,
+        PLANES_WIDEST.load(Ordering::Relaxed),
+        PLANES_FEWEST_KEYS.load(Ordering::Relaxed),
+    )
+}
+
+/// Query-row fragments each plane of the planes kernel owns (1: the measured default); the
+/// bench's switch, 0 for the default.
+static PLANES_ROWS: AtomicUsize = AtomicUsize::new(0);
+
+/// Makes the planes kernel give each plane `rows` fragments of query rows (`None`: one), where
+/// the tiling and plane width allow. For measuring only.
+pub fn set_planes_rows(rows: Option<usize>) {
+    PLANES_ROWS.store(rows.unwrap_or(0), Ordering::Relaxed);
+}
+
+/// The row fragments a plane of `plane` lanes owns under `plan` (1 unless the bench asked for
+/// more and `plan` divides into them).
+pub(super) fn planes_rows(plan: &Plan, plane: usize, f: Fragment) -> usize {
+    let rows = PLANES_ROWS.load(Ordering::Relaxed).max(1);
+    let fits = plan.bq.is_multiple_of(rows * f.m) && plane.is_multiple_of(rows * f.m);
+    if fits { rows } else { 1 }
+}
