@@ -1,5 +1,8 @@
 #!/bin/bash
 # Issue 13 on a lent GPU, one part per device call (each call may run 10 minutes):
+#   PART=bn PyTorch's fp16 and fp32 steps, then ours under WGSL (f16) and in f32: the step under
+#           the SIMT convolution's variants (4 × 4 / 8 × 8 blocks, staging read as vectors,
+#           prefetch; `--simt-ab`), WGSL's step kernels profiled
 #   PART=bi the cooperative matrices' ceiling with no global memory (`bench --mma-ceiling`)
 #   PART=bj SDXL's step profiled by op and its rules A/B'd beside PyTorch, SD 1.5's linear rule
 #   PART=bk the planes attention kernel's parts (`bench --attention-ceiling`), then SDXL's and
@@ -227,6 +230,15 @@ peak() {
 }
 
 case ${PART:-a} in
+bn)
+  # The SIMT convolution's staging read as vectors (the thirty-fourth session): PyTorch's fp16
+  # and fp32 steps, then ours on the WGSL/SIMT path (f16) and in f32 (SPIR-V, the SIMT
+  # kernels: no f32 cooperative matrices), each step under the five SIMT variants interleaved
+  # (`--simt-ab`) and one step's kernels profiled.
+  PARTS=${TORCH_PARTS:-unet16,unet32} timeout ${TORCH_TIMEOUT:-150} python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_bn.txt
+  LATENT_STUDIO_COMPILER=wgsl timeout ${WGSL_TIMEOUT:-240} /tmp/ls bench --device gpu --precision f16 --runs 5 --unet-only --no-ops --no-profile --no-burn-ops --simt-ab --kernel-profile 1 $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_wgsl.txt
+  timeout ${F32_TIMEOUT:-200} /tmp/ls bench --device gpu --precision f32 --runs 5 --unet-only --no-ops --no-profile --no-burn-ops --simt-ab $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_f32.txt
+  ;;
 bi)
   # The cooperative matrices' ceiling (products alone, + the GEMM's fragment loads, + its
   # barriers, + its staging stores; no global memory), beside our GEMM and burn's matmul on

@@ -222,6 +222,7 @@ impl BenchArgs {
                 implicit_min_tiles: 0,
                 simt_wide: true,
                 simt_one_by_one_f32: true,
+                ..ConvRules::DEFAULT
             });
         }
         Ok(())

@@ -145,18 +145,39 @@ pub fn report(
             let (epilogue, geometry) = (case.epilogue(bias), case.geometry);
             let ms = time_ms(device, 1, runs, || {
                 for _ in 0..REPS {
-                    let _ =
-                        conv::conv2d_with(x.clone(), &packed, geometry, &epilogue, Some(1), false);
+                    let _ = conv::conv2d_with(
+                        x.clone(),
+                        &packed,
+                        geometry,
+                        &epilogue,
+                        Some(1),
+                        conv::Simt::default(),
+                    );
                 }
             })? / REPS as f64;
             format!(" | {slices} slices; whole reduction {ms:8.3} ms")
         } else {
             String::new()
         };
-        // The 8 × 8 lane blocks (`ConvRules::simt_wide`), where the layer takes them.
-        let wide = if c_out > 64 {
+        // The other SIMT variants (`conv::Simt`): 8 × 8 lane blocks where the layer takes them,
+        // the staging read as vectors, the next step's loads prefetched.
+        let mut variants = String::new();
+        let simt = |wide, vector, prefetch| conv::Simt {
+            wide,
+            vector,
+            prefetch,
+        };
+        for (name, s) in [
+            ("8x8", simt(true, false, false)),
+            ("vec", simt(false, true, false)),
+            ("vec+pf", simt(false, true, true)),
+            ("8x8 vec+pf", simt(true, true, true)),
+        ] {
+            if s.wide && c_out <= 64 {
+                continue;
+            }
             let (epilogue, geometry) = (case.epilogue(bias), case.geometry);
-            let run = || conv::conv2d_with(x.clone(), &packed, geometry, &epilogue, None, true);
+            let run = || conv::conv2d_with(x.clone(), &packed, geometry, &epilogue, None, s);
             let rel = match run().map(read) {
                 Some(Ok(a)) => match read(burn()) {
                     Ok(b) => latent_engine::vae_compile::relative_difference(&a, &b),
@@ -169,15 +190,13 @@ pub fn report(
                     let _ = run();
                 }
             })? / REPS as f64;
-            format!(
-                " | 8x8 blocks {ms:8.3} ms {:6.1} TFLOP/s rel diff {rel:.1e}",
+            variants.push_str(&format!(
+                " | {name} {ms:8.3} ms {:6.1} TFLOP/s rel {rel:.1e}",
                 rate(ms)
-            )
-        } else {
-            String::new()
-        };
+            ));
+        }
         println!(
-            "[{precision:?}]   {:<40} implicit GEMM (SIMT) {ours_ms:8.3} ms {:6.1} TFLOP/s | burn {burn_ms:8.3} ms {:6.1} TFLOP/s | rel diff {rel:.1e}{whole}{wide}",
+            "[{precision:?}]   {:<40} implicit GEMM (SIMT) {ours_ms:8.3} ms {:6.1} TFLOP/s | burn {burn_ms:8.3} ms {:6.1} TFLOP/s | rel diff {rel:.1e}{whole}{variants}",
             op.to_string(),
             rate(ours_ms),
             rate(burn_ms),

@@ -283,12 +283,11 @@ pub(super) fn conv_ab(
 }
 
 /// The same step, same process, with the SIMT convolution in 4 × 4 or 8 × 8 lane blocks
-/// ([`ConvRules::simt_wide`], which applies in f32 on a card: elsewhere those rounds are alike),
-/// then 8 × 8 with the 1×1 layers on it too in f32 ([`ConvRules::simt_one_by_one_f32`]),
-/// interleaved over five rounds.
+/// (on a card, in either precision), its staging read as scalars or as vectors of 4, with and
+/// without the next step's loads prefetched ([`ConvRules`]), interleaved over five rounds.
+/// Where no layer takes the SIMT kernel (cooperative matrices in f16) the rounds are alike.
 ///
-/// [`ConvRules::simt_wide`]: latent_engine::kernels::conv::ConvRules::simt_wide
-/// [`ConvRules::simt_one_by_one_f32`]: latent_engine::kernels::conv::ConvRules::simt_one_by_one_f32
+/// [`ConvRules`]: latent_engine::kernels::conv::ConvRules
 pub(super) fn simt_ab(
     model: &StableDiffusion,
     device: &Device,
@@ -299,15 +298,22 @@ pub(super) fn simt_ab(
 ) -> Result<()> {
     use latent_engine::kernels::conv::{conv_rules, set_conv_rules};
     let d = conv_rules();
-    let names = [
-        "SIMT 4x4 lane blocks",
-        "SIMT 8x8 lane blocks",
-        "SIMT 8x8 lane blocks, 1x1 layers on it in f32",
+    // (name, 8 × 8 blocks, vector staging, prefetch)
+    let variants = [
+        ("SIMT 4x4 lane blocks", false, false, false),
+        ("SIMT 8x8 lane blocks", true, false, false),
+        ("SIMT 4x4, vector staging", false, true, false),
+        ("SIMT 4x4, vector staging, prefetch", false, true, true),
+        ("SIMT 8x8, vector staging, prefetch", true, true, true),
     ];
+    let names: Vec<&str> = variants.iter().map(|v| v.0).collect();
     interleaved(precision, "SIMT convolution", &names, 5, |i| {
+        let (_, wide, vector, prefetch) = variants[i];
         set_conv_rules(latent_engine::kernels::conv::ConvRules {
-            simt_wide: i >= 1,
-            simt_one_by_one_f32: i == 2,
+            simt_wide: wide,
+            simt_wide_f16: wide,
+            simt_vector: vector,
+            simt_prefetch: prefetch,
             ..d
         });
         let ms = step_ms(model, device, runs, x, ctx);

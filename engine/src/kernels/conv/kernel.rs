@@ -21,7 +21,7 @@ pub(super) const LANES: usize = 256;
 /// `residual[out_index]` (same layout as the output: the resnet's shortcut).
 #[cube]
 #[allow(clippy::too_many_arguments)]
-fn with_adds<F: Float>(
+pub(super) fn with_adds<F: Float>(
     acc: f32,
     co: usize,
     batch: usize,

@@ -42,6 +42,7 @@ mod route;
 #[cfg(test)]
 mod tests;
 mod unrolled;
+mod vector;
 
 use burn::cubecl::prelude::*;
 use burn::tensor::{DType, Tensor};
@@ -55,6 +56,7 @@ pub use route::{ConvRules, Mma, Prepared, conv_rules, mma_on, runs_for, set_conv
 pub(in crate::kernels) use unrolled::unroll;
 use unrolled::unroll_into;
 pub use unrolled::{conv2d_unrolled_gemm, one_by_one_from_tokens};
+use vector::{SV, conv2d_gemm_vec};
 
 /// Cubes a launch should have before the reduction is split: a few per compute unit on the
 /// GPUs we target (an H200 has 132 SMs, an A770 32 Xe-cores, Iris Xe 6 subslices).
@@ -171,21 +173,31 @@ pub fn conv2d(
         padding,
         upsample: false,
     };
-    conv2d_with(x, packed, geometry, &epilogue, None, false)
+    conv2d_with(x, packed, geometry, &epilogue, None, Simt::default())
+}
+
+/// How the SIMT kernel runs a layer (the route's rules, or the bench's and tests' choice).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Simt {
+    /// 8 × 8 lane blocks where 128 channels divide the layer ([`ConvRules::simt_wide`]).
+    pub wide: bool,
+    /// The staged operands read as vectors of 4 ([`vector`], [`ConvRules::simt_vector`]).
+    pub vector: bool,
+    /// With `vector`, the next step's global loads issued before this step's products.
+    pub prefetch: bool,
 }
 
 /// [`conv2d`] with any [`Geometry`] and every epilogue term, the reduction split into `slices`
-/// (`None`: as [`splits`] chooses; the bench compares), in 8 × 8 lane blocks where `wide` and
-/// 128 channels divide the layer ([`ConvRules::simt_wide`]).
+/// (`None`: as [`splits`] chooses; the bench compares), the SIMT kernel as `simt` says.
 pub fn conv2d_with(
     x: Tensor<4>,
     packed: &Tensor<2>,
     geometry: Geometry,
     epilogue: &Epilogue<'_>,
     slices: Option<usize>,
-    wide: bool,
+    simt: Simt,
 ) -> Option<Tensor<4>> {
-    run(x, Weights::Packed(packed, wide), geometry, epilogue, slices)
+    run(x, Weights::Packed(packed, simt), geometry, epilogue, slices)
 }
 
 /// [`conv2d_with`] on cooperative matrices ([`mma_on`]), with the OIHW weights as stored.
@@ -204,8 +216,8 @@ pub fn conv2d_mma(
 #[derive(Clone, Copy)]
 enum Weights<'a> {
     /// `[c_in·kh·kw, c_out]` ([`pack`]): the SIMT kernel, in wide lane blocks where asked
-    /// ([`tile_block`]).
-    Packed(&'a Tensor<2>, bool),
+    /// ([`tile_block`]), its staging read as vectors where asked.
+    Packed(&'a Tensor<2>, Simt),
     /// OIHW `[c_out, c_in, kh, kw]`: the cooperative-matrix kernel.
     Stored(&'a Tensor<4>, Mma),
 }
@@ -300,7 +312,7 @@ fn run_with(
     // The SIMT kernel narrows its tile to few output channels; the cooperative-matrix one's is
     // fixed.
     let block = match weights {
-        Weights::Packed(_, wide) => tile_block(c_out, wide),
+        Weights::Packed(_, simt) => tile_block(c_out, simt.wide),
         Weights::Stored(..) => 4,
     };
     let rows = match weights {
@@ -363,6 +375,41 @@ fn run_with(
             let count = CubeCount::Static(nx as u32, ny as u32, slices as u32);
             let up = if upsample { 2 } else { 1 };
             match weights {
+                Weights::Packed(_, simt) if simt.vector => conv2d_gemm_vec::launch::<$t>(
+                    &client,
+                    count,
+                    CubeDim::new_1d(LANES as u32),
+                    SV,
+                    buffer_arg(&xc),
+                    buffer_arg(&wc),
+                    buffer_arg(&bc),
+                    buffer_arg(&tc),
+                    buffer_arg(&rc),
+                    buffer_arg(&oc),
+                    buffer_arg(&pc),
+                    c_in,
+                    h,
+                    w,
+                    c_out,
+                    oh,
+                    ow,
+                    pixels,
+                    stride,
+                    padding,
+                    per_slice,
+                    channel_row,
+                    channel_col,
+                    k,
+                    k,
+                    up,
+                    add_bias,
+                    add_channel,
+                    add_residual,
+                    split,
+                    rows,
+                    block,
+                    simt.prefetch,
+                ),
                 Weights::Packed(..) => conv2d_gemm::launch::<$t>(
                     &client,
                     count,

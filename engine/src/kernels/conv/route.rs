@@ -53,6 +53,13 @@ pub struct ConvRules {
     /// and its matmul, 3–9 TFLOP/s). On an H100 it took 6 % off the f32 step (BENCHMARKS.md,
     /// twenty-first session); in f16 under WGSL burn's stays (faster there, eleventh session).
     pub simt_one_by_one_f32: bool,
+    /// The SIMT kernel's staged operands read as vectors of 4 ([`super::vector`]): a lane's
+    /// block in `block / 4` loads a reduction index instead of `2·block`.
+    pub simt_vector: bool,
+    /// In f16 on a card, the 8 × 8 lane blocks too (as `simt_wide` in f32); the bench's A/B.
+    pub simt_wide_f16: bool,
+    /// With `simt_vector`, the next step's global loads issued before this step's products.
+    pub simt_prefetch: bool,
 }
 
 impl ConvRules {
@@ -65,6 +72,9 @@ impl ConvRules {
         implicit_min_tiles: usize::MAX,
         simt_wide: true,
         simt_one_by_one_f32: true,
+        simt_vector: false,
+        simt_wide_f16: false,
+        simt_prefetch: false,
     };
     /// The sixteenth session's: our split kernel up to 160 tiles, burn's above, no GEMM.
     pub const SPLIT_ONLY: ConvRules = ConvRules {
@@ -75,6 +85,9 @@ impl ConvRules {
         implicit_min_tiles: usize::MAX,
         simt_wide: true,
         simt_one_by_one_f32: false,
+        simt_vector: false,
+        simt_wide_f16: false,
+        simt_prefetch: false,
     };
 }
 
@@ -205,6 +218,7 @@ enum Use {
     Packed {
         weights: Box<Tensor<2>>,
         f32_card: bool,
+        card: bool,
     },
     /// The cooperative-matrix kernel, on the weights as stored, where the map is small.
     Stored(Mma),
@@ -237,6 +251,7 @@ impl Prepared {
                 _ => Use::Packed {
                     weights: Box::new(crate::device::persistent(device, || pack(weight.clone()))),
                     f32_card,
+                    card: route == Route::Card,
                 },
             }
         })
@@ -297,15 +312,27 @@ impl Prepared {
                 (kh == 1 && conv_rules().gemm_one_by_one).then_some(())?;
                 on_gemm(*mma, false)
             }
-            Use::Packed { weights, f32_card } => {
+            Use::Packed {
+                weights,
+                f32_card,
+                card,
+            } => {
                 let rules = conv_rules();
                 if *f32_card && kh == 1 && !rules.simt_one_by_one_f32 {
                     return None;
                 }
-                let wide = *f32_card && rules.simt_wide;
+                let simt = super::Simt {
+                    wide: if *f32_card {
+                        rules.simt_wide
+                    } else {
+                        *card && rules.simt_wide_f16
+                    },
+                    vector: rules.simt_vector,
+                    prefetch: rules.simt_prefetch,
+                };
                 run(
                     x.clone(),
-                    Weights::Packed(weights, wide),
+                    Weights::Packed(weights, simt),
                     geometry,
                     epilogue,
                     None,

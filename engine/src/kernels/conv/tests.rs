@@ -3,19 +3,19 @@ use burn::tensor::ops::ConvOptions;
 use burn::tensor::{DType, Tensor};
 
 use super::super::testing::{on_cpu, read, relative, tensor, values, wgpu};
-use super::{Columns, Epilogue};
+use super::{Columns, Epilogue, Simt};
 
 /// One case: batch, channels in/out, map, kernel, stride, padding.
 type Case = (usize, usize, usize, usize, usize, usize, usize, usize);
 
 /// Ours (with `slices`, `None` for the automatic choice) against burn's `conv2d` in f32 plus the
 /// epilogue's adds with burn ops, for every combination of epilogue terms given, in 4 × 4 lane
-/// blocks or (`wide`) 8 × 8 where the layer takes them.
+/// blocks or as `simt` asks (8 × 8 where the layer takes them, vector staging).
 fn check(case: Case, terms: &[(bool, bool, bool)], slices: &[Option<usize>]) {
-    check_blocks(case, terms, slices, false);
+    check_blocks(case, terms, slices, Simt::default());
 }
 
-fn check_blocks(case: Case, terms: &[(bool, bool, bool)], slices: &[Option<usize>], wide: bool) {
+fn check_blocks(case: Case, terms: &[(bool, bool, bool)], slices: &[Option<usize>], simt: Simt) {
     let device = wgpu();
     let (b, c_in, c_out, h, w, k, stride, pad) = case;
     let oh = (h + 2 * pad - k) / stride + 1;
@@ -81,7 +81,7 @@ fn check_blocks(case: Case, terms: &[(bool, bool, bool)], slices: &[Option<usize
                     padding: pad,
                     upsample: false,
                 };
-                let ours = super::conv2d_with(x.clone(), &packed, geometry, &epilogue, split, wide)
+                let ours = super::conv2d_with(x.clone(), &packed, geometry, &epilogue, split, simt)
                     .expect("runs on wgpu");
                 assert_eq!(ours.dims(), [b, c_out, oh, ow]);
                 assert_eq!(ours.dtype(), dtype);
@@ -89,7 +89,7 @@ fn check_blocks(case: Case, terms: &[(bool, bool, bool)], slices: &[Option<usize
                 let label = format!(
                     "b{b} {c_in}->{c_out} {h}x{w} k{k}/{stride} {dtype:?} \
                      bias {with_bias} channel {with_channel} residual {with_residual} \
-                     slices {split:?} wide {wide}"
+                     slices {split:?} {simt:?}"
                 );
                 assert!(rel <= tol, "{label}: rel {rel}");
             }
@@ -150,18 +150,47 @@ fn wide_blocks_match_burn_conv2d() {
     assert_eq!(128 * super::tile_pixels(128, 8), 128 * 128);
     // Each combination is a kernel of its own (an LLVM compile on lavapipe): the terms and the
     // split where they change the write, the stride and the 64-channel tile once.
+    let wide = Simt {
+        wide: true,
+        ..Simt::default()
+    };
     check_blocks(
         (2, 19, 128, 9, 7, 3, 1, 1),
         &[(true, true, true)],
         &[None, Some(3)],
-        true,
+        wide,
     );
     check_blocks(
         (1, 24, 256, 11, 13, 3, 2, 1),
         &[(true, false, false)],
         &[None],
-        true,
+        wide,
     );
+}
+
+/// The staging read as vectors of 4 (`Simt::vector`), with and without the next step's loads
+/// prefetched: every tile height (16, 32, 64 channels in 4 × 4 blocks, 128 in 8 × 8), maps
+/// whose pixel count 4 does not divide (a vector of pixels spanning two images or a partial
+/// tile), stride 2, a 1×1 kernel, whole and split, with every epilogue term.
+#[test]
+fn vector_staging_matches_burn_conv2d() {
+    let all = [(true, true, true)];
+    for prefetch in [false, true] {
+        let simt = Simt {
+            wide: false,
+            vector: true,
+            prefetch,
+        };
+        check_blocks((2, 20, 3, 5, 7, 3, 1, 1), &all, &[None], simt);
+        check_blocks((1, 12, 32, 9, 10, 3, 2, 1), &all, &[Some(3)], simt);
+        check_blocks((2, 33, 65, 5, 6, 1, 1, 0), &all, &[None], simt);
+        check_blocks(
+            (2, 19, 128, 9, 7, 3, 1, 1),
+            &all,
+            &[None, Some(3)],
+            Simt { wide: true, ..simt },
+        );
+    }
 }
 
 /// The epilogue's time-embedding and residual adds, alone and together, and the reduction split
@@ -326,14 +355,30 @@ fn upsampled_input_matches_interpolate_then_conv() {
             bias: Some(&bias),
             ..Default::default()
         };
-        for (slices, wide) in [(Some(1), false), (Some(3), false), (Some(3), true)] {
-            let ours = super::conv2d_with(x.clone(), &packed, geometry, &epilogue, slices, wide)
+        let (wide, vector) = (
+            Simt {
+                wide: true,
+                ..Simt::default()
+            },
+            Simt {
+                vector: true,
+                prefetch: true,
+                ..Simt::default()
+            },
+        );
+        for (slices, simt) in [
+            (Some(1), Simt::default()),
+            (Some(3), Simt::default()),
+            (Some(3), wide),
+            (Some(3), vector),
+        ] {
+            let ours = super::conv2d_with(x.clone(), &packed, geometry, &epilogue, slices, simt)
                 .expect("runs on wgpu");
             assert_eq!(ours.dims(), [b, c_out, 2 * h, 2 * w]);
             let rel = relative(&read(ours), &read(twin.clone()));
             assert!(
                 rel <= tol,
-                "{dtype:?} slices {slices:?} wide {wide}: rel {rel}"
+                "{dtype:?} slices {slices:?} {simt:?}: rel {rel}"
             );
         }
     }
