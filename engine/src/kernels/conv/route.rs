@@ -54,9 +54,13 @@ pub struct ConvRules {
     /// twenty-first session); in f16 under WGSL burn's stays (faster there, eleventh session).
     pub simt_one_by_one_f32: bool,
     /// The SIMT kernel's staged operands read as vectors of 4 ([`super::vector`]): a lane's
-    /// block in `block / 4` loads a reduction index instead of `2·block`.
+    /// block in `block / 4` loads a reduction index instead of `2·block`. On an H200
+    /// (BENCHMARKS.md, thirty-fourth session, five interleaved rounds) with `simt_prefetch` it
+    /// took the f16 step under WGSL from 115.42 to 98.50 ms and the f32 step (8 × 8 blocks)
+    /// from 91.15 to 81.91 ms; without the prefetch 98.88 and (4 × 4) 87.06.
     pub simt_vector: bool,
-    /// In f16 on a card, the 8 × 8 lane blocks too (as `simt_wide` in f32); the bench's A/B.
+    /// In f16 on a card, the 8 × 8 lane blocks too (as `simt_wide` in f32): with vector staging
+    /// 106.43 ms against 98.50 for 4 × 4 under WGSL (H200, thirty-fourth session), so off.
     pub simt_wide_f16: bool,
     /// With `simt_vector`, the next step's global loads issued before this step's products.
     pub simt_prefetch: bool,
@@ -72,9 +76,9 @@ impl ConvRules {
         implicit_min_tiles: usize::MAX,
         simt_wide: true,
         simt_one_by_one_f32: true,
-        simt_vector: false,
+        simt_vector: true,
         simt_wide_f16: false,
-        simt_prefetch: false,
+        simt_prefetch: true,
     };
     /// The sixteenth session's: our split kernel up to 160 tiles, burn's above, no GEMM.
     pub const SPLIT_ONLY: ConvRules = ConvRules {
