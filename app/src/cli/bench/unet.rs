@@ -283,11 +283,13 @@ pub(super) fn conv_ab(
 }
 
 /// The same step, same process, with the SIMT convolution in 4 × 4 or 8 × 8 lane blocks
-/// (on a card, in either precision), its staging read as scalars or as vectors of 4, with and
-/// without the next step's loads prefetched ([`ConvRules`]), interleaved over five rounds.
-/// Where no layer takes the SIMT kernel (cooperative matrices in f16) the rounds are alike.
+/// (on a card, in either precision), its staging read as scalars or as vectors of 4 with the
+/// next step's loads prefetched ([`ConvRules`]), and the per-row attention kernel on single
+/// values or vectors ([`set_rows_scalar`]), interleaved over five rounds. Where no layer takes
+/// the SIMT kernels (cooperative matrices in f16) the rounds are alike.
 ///
 /// [`ConvRules`]: latent_engine::kernels::conv::ConvRules
+/// [`set_rows_scalar`]: latent_engine::kernels::attention::set_rows_scalar
 pub(super) fn simt_ab(
     model: &StableDiffusion,
     device: &Device,
@@ -296,28 +298,50 @@ pub(super) fn simt_ab(
     x: &Tensor<4>,
     ctx: &Tensor<3>,
 ) -> Result<()> {
+    use latent_engine::kernels::attention::set_rows_scalar;
     use latent_engine::kernels::conv::{conv_rules, set_conv_rules};
     let d = conv_rules();
-    // (name, 8 × 8 blocks, vector staging, prefetch)
+    // (name, 8 × 8 blocks, vector staging and prefetch, attention rows on single values)
     let variants = [
-        ("SIMT 4x4 lane blocks", false, false, false),
-        ("SIMT 8x8 lane blocks", true, false, false),
-        ("SIMT 4x4, vector staging", false, true, false),
-        ("SIMT 4x4, vector staging, prefetch", false, true, true),
-        ("SIMT 8x8, vector staging, prefetch", true, true, true),
+        (
+            "conv 4x4 scalar staging, attention rows scalar",
+            false,
+            false,
+            true,
+        ),
+        (
+            "conv 4x4 vector staging, attention rows scalar",
+            false,
+            true,
+            true,
+        ),
+        (
+            "conv 4x4 vector staging, attention rows vector",
+            false,
+            true,
+            false,
+        ),
+        (
+            "conv 8x8 vector staging, attention rows vector",
+            true,
+            true,
+            false,
+        ),
     ];
     let names: Vec<&str> = variants.iter().map(|v| v.0).collect();
-    interleaved(precision, "SIMT convolution", &names, 5, |i| {
-        let (_, wide, vector, prefetch) = variants[i];
+    interleaved(precision, "SIMT kernels", &names, 5, |i| {
+        let (_, wide, vector, scalar_rows) = variants[i];
         set_conv_rules(latent_engine::kernels::conv::ConvRules {
             simt_wide: wide,
             simt_wide_f16: wide,
             simt_vector: vector,
-            simt_prefetch: prefetch,
+            simt_prefetch: vector,
             ..d
         });
+        set_rows_scalar(scalar_rows);
         let ms = step_ms(model, device, runs, x, ctx);
         set_conv_rules(d);
+        set_rows_scalar(false);
         ms
     })
 }

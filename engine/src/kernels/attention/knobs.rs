@@ -92,3 +92,22 @@ pub(super) fn planes_rows(plan: &Plan, plane: usize, f: Fragment) -> usize {
     let fits = plan.bq.is_multiple_of(rows * f.m) && plane.is_multiple_of(rows * f.m);
     if fits { rows } else { 1 }
 }
+
+/// The bench's switch for the per-row kernel's staging (0: the default, vectors of 4; 1: single
+/// f32 values, the kernel before the thirty-fourth session).
+static ROWS_SCALAR: AtomicU8 = AtomicU8::new(0);
+
+/// Makes the per-row kernel read its staged keys and values one f32 at a time (`true`) or as
+/// vectors of 4 (`false`, the default; [`super::rows`]). For measuring only.
+pub fn set_rows_scalar(scalar: bool) {
+    ROWS_SCALAR.store(u8::from(scalar), Ordering::Relaxed);
+}
+
+/// Whether the per-row kernel runs on vectors for a head `d` wide split over `parts` lanes (a
+/// lane's columns a multiple of 4, and the bench has not asked for single values).
+pub(super) fn rows_vector(d: usize, parts: usize) -> bool {
+    ROWS_SCALAR.load(Ordering::Relaxed) == 0
+        && parts > 0
+        && d.is_multiple_of(parts)
+        && (d / parts).is_multiple_of(super::rows::RV)
+}

@@ -4,7 +4,8 @@
 //! rescaled as the maximum grows. The two products can run on cooperative matrices where the
 //! device has an f16×f16→f32 shape (read from the device, never assumed). A second kernel keeps
 //! each query row in registers, split over lanes in slices of at most 64 columns: the default on
-//! plain lanes. A third ([`planes`]) gives each plane of a cooperative-matrix device its own query
+//! plain lanes, its staged keys and values read as vectors of 4 ([`rows`]; 21.0 → 13.4 ms of an
+//! SD 1.5 step under WGSL on an H200, BENCHMARKS.md thirty-fourth session). A third ([`planes`]) gives each plane of a cooperative-matrix device its own query
 //! rows and keeps their output in accumulator fragments: the default there for self-attention up
 //! to 80 wide (see [`default_plan`]). The tiled kernel stays as the measured alternative. q, k and
 //! v are read in place from
@@ -16,6 +17,7 @@ mod kernel;
 mod knobs;
 mod plan;
 mod planes;
+mod rows;
 
 use burn::cubecl;
 use burn::cubecl::prelude::*;
@@ -23,11 +25,14 @@ use burn::tensor::Tensor;
 
 use super::{Element, buffer_arg, output, resolve, vector_arg};
 use kernel::{flash_attention, flash_attention_rows};
-use knobs::{planes_rows, planes_rule, planes_tile, planes_wide};
-pub use knobs::{set_planes_rows, set_planes_rule, set_planes_tile, set_planes_wide};
+use knobs::{planes_rows, planes_rule, planes_tile, planes_wide, rows_vector};
+pub use knobs::{
+    set_planes_rows, set_planes_rule, set_planes_tile, set_planes_wide, set_rows_scalar,
+};
 pub use plan::{Fragment, Plan, device_fragment, device_fragments};
 use plan::{LANES, SHARED_BUDGET};
 use planes::flash_attention_planes;
+use rows::{RV, flash_attention_rows_vec};
 
 /// On a device with cooperative matrices, the widest head ours takes (wider heads go to burn's
 /// attention), and the widest the planes kernel takes. Measured on an H100 (BENCHMARKS.md,
@@ -358,6 +363,34 @@ fn launch(
                     vec,
                     rows,
                     knock,
+                )
+            } else if plan.per_row && rows_vector(d, plan.parts) {
+                flash_attention_rows_vec::launch::<$t>(
+                    &client,
+                    count,
+                    cube,
+                    RV,
+                    buffer_arg(&qc),
+                    buffer_arg(&kc),
+                    buffer_arg(&vc),
+                    buffer_arg(&oc),
+                    q.column,
+                    q_width,
+                    n_q * q_width,
+                    k.column,
+                    k_width,
+                    n_k * k_width,
+                    v.column,
+                    v_width,
+                    n_k * v_width,
+                    n_q,
+                    n_k,
+                    heads,
+                    scale,
+                    d,
+                    plan.bq,
+                    plan.parts,
+                    plan.bk,
                 )
             } else if plan.per_row {
                 flash_attention_rows::launch::<$t>(
