@@ -3,6 +3,9 @@
 #   PART=bn PyTorch's fp16 and fp32 steps, then ours under WGSL (f16) and in f32: the step under
 #           the SIMT convolution's variants (4 × 4 / 8 × 8 blocks, staging read as vectors,
 #           prefetch; `--simt-ab`), WGSL's step kernels profiled
+#   PART=bo PyTorch's fp16 and fp32 steps, then ours: the linears on burn's matmul or the SIMT
+#           product in each compilation (`--product-ab`) under WGSL (f16) and in f32, then
+#           `--simt-ab` under SPIR-V with LATENT_STUDIO_CMMA=off (an iGPU's Vulkan route)
 #   PART=bi the cooperative matrices' ceiling with no global memory (`bench --mma-ceiling`)
 #   PART=bj SDXL's step profiled by op and its rules A/B'd beside PyTorch, SD 1.5's linear rule
 #   PART=bk the planes attention kernel's parts (`bench --attention-ceiling`), then SDXL's and
@@ -230,6 +233,17 @@ peak() {
 }
 
 case ${PART:-a} in
+bo)
+  # The SIMT product on vectors (the thirty-fourth session's second call): PyTorch's fp16 and
+  # fp32 steps, then the step with the linears on burn's matmul or the SIMT product in each
+  # compilation (`--product-ab`) under WGSL (f16) and in f32; then the SIMT convolution's and
+  # attention's variants (`--simt-ab`) under SPIR-V with cooperative matrices off, the route
+  # of an iGPU on Vulkan.
+  PARTS=${TORCH_PARTS:-unet16,unet32} timeout ${TORCH_TIMEOUT:-150} python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_bo.txt
+  LATENT_STUDIO_COMPILER=wgsl timeout ${WGSL_TIMEOUT:-200} /tmp/ls bench --device gpu --precision f16 --runs 5 --unet-only --no-ops --no-profile --no-burn-ops --product-ab $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_wgsl.txt
+  timeout ${F32_TIMEOUT:-160} /tmp/ls bench --device gpu --precision f32 --runs 5 --unet-only --no-ops --no-profile --no-burn-ops --product-ab $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_f32.txt
+  LATENT_STUDIO_CMMA=off timeout ${SPIRV_TIMEOUT:-150} /tmp/ls bench --device gpu --precision f16 --runs 5 --unet-only --no-ops --no-profile --no-burn-ops --simt-ab $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_spirv_simt.txt
+  ;;
 bn)
   # The SIMT convolution's staging read as vectors (the thirty-fourth session): PyTorch's fp16
   # and fp32 steps, then ours on the WGSL/SIMT path (f16) and in f32 (SPIR-V, the SIMT

@@ -107,7 +107,8 @@ impl Linear {
         let place = *self
             .place
             .get_or_init(|| matmul::place_of(&x.device(), self.weight.dtype()));
-        if let Some(block) = matmul::product_rules().block(place, x.dtype(), rows, out_cols)
+        let rules = matmul::product_rules();
+        if let Some(block) = rules.block(place, x.dtype(), rows, out_cols)
             && let Some(y) = matmul::linear(
                 x.clone(),
                 &self.weight,
@@ -117,6 +118,7 @@ impl Linear {
                 matmul::Tiling {
                     slices: None,
                     block,
+                    vector: rules.vector,
                 },
             )
         {

@@ -98,6 +98,7 @@ pub fn report(
             let tiling = Tiling {
                 slices: None,
                 block,
+                vector: latent_engine::kernels::matmul::product_rules().vector,
             };
             let ours = || {
                 matmul::linear(

@@ -346,18 +346,22 @@ pub(super) fn simt_ab(
     })
 }
 
-/// The product rules for `--simt-linears`: `burn`, `4x4` or `8x8` on every card.
+/// The product rules for `--simt-linears`: `burn`, `4x4` or `8x8` on every card (`4x4v`,
+/// `8x8v`: the staging read as vectors).
 pub(super) fn simt_linears(choice: &str) -> Option<latent_engine::kernels::matmul::ProductRules> {
-    let (on, wide) = match choice.trim() {
-        "burn" => (false, false),
-        "4x4" => (true, false),
-        "8x8" => (true, true),
+    let (on, wide, vector) = match choice.trim() {
+        "burn" => (false, false, false),
+        "4x4" => (true, false, false),
+        "8x8" => (true, true, false),
+        "4x4v" => (true, false, true),
+        "8x8v" => (true, true, true),
         _ => return None,
     };
     Some(latent_engine::kernels::matmul::ProductRules {
         f32_cards: on,
         f16_cards: on,
         wide,
+        vector,
     })
 }
 
@@ -374,11 +378,13 @@ pub(super) fn product_ab(
 ) -> Result<()> {
     use latent_engine::kernels::matmul::{product_rules, set_product_rules};
     let d = product_rules();
-    let choices = ["burn", "4x4", "8x8"];
+    let choices = ["burn", "4x4", "8x8", "4x4v", "8x8v"];
     let names = [
         "linears on burn's matmul",
         "linears on the SIMT product, 4x4 blocks",
         "linears on the SIMT product, 8x8 blocks where they fit",
+        "linears on the SIMT product, 4x4 blocks, vector staging",
+        "linears on the SIMT product, 8x8 blocks where they fit, vector staging",
     ];
     interleaved(precision, "linear product", &names, 5, |i| {
         if let Some(rules) = simt_linears(choices[i]) {

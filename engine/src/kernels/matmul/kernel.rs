@@ -11,7 +11,7 @@ pub(super) const BK: usize = 16;
 /// Lanes per cube: 16 × 16, each a `block` × `block` block of the tile.
 pub(super) const LANES: usize = 256;
 /// Lanes along either side of the tile.
-const SIDE: usize = 16;
+pub(super) const SIDE: usize = 16;
 
 /// The tile's side (rows and columns) for lane blocks of `block` × `block`: 64 or 128.
 pub(super) const fn tile(block: usize) -> usize {
@@ -20,7 +20,7 @@ pub(super) const fn tile(block: usize) -> usize {
 
 /// diffusers' GEGLU gate: gelu with erf.
 #[cube]
-fn gelu(x: f32) -> f32 {
+pub(super) fn gelu(x: f32) -> f32 {
     0.5 * x * (1.0 + Erf::erf(x * 0.70710677))
 }
 
@@ -29,7 +29,7 @@ fn gelu(x: f32) -> f32 {
 /// first half to values `cx·t/2 + c` and its second half to their gates, so the lane holding a
 /// value (block column `j`) holds its gate too (`j + block/2`).
 #[cube]
-fn weight_col(
+pub(super) fn weight_col(
     cx: usize,
     c: usize,
     cols: usize,
@@ -152,6 +152,53 @@ pub(super) fn matmul_nt<F: Float>(
         sync_cube();
     }
 
+    write_tile::<F>(
+        &acc,
+        out,
+        partial,
+        bias,
+        residual,
+        rows,
+        cols,
+        half,
+        m0,
+        cx,
+        tx,
+        ty,
+        add_bias,
+        add_residual,
+        geglu,
+        split,
+        block,
+    );
+}
+
+/// Lane `(tx, ty)`'s `block` × `block` sums of the tile at `(m0, cx)`: rows `ty·block ..`,
+/// tile columns `tx + 16·j` ([`weight_col`]), written as slice sums (`split`), a GEGLU's
+/// `value · gelu(gate)`, or with the bias and residual added. Shared by [`matmul_nt`] and
+/// [`super::vector::matmul_nt_vec`] (same lane ownership).
+#[cube]
+#[allow(clippy::too_many_arguments)]
+pub(super) fn write_tile<F: Float>(
+    acc: &Array<f32>,
+    out: &mut [F],
+    partial: &mut [f32],
+    bias: &[F],
+    residual: &[F],
+    rows: usize,
+    cols: usize,
+    half: usize,
+    m0: usize,
+    cx: usize,
+    tx: usize,
+    ty: usize,
+    #[comptime] add_bias: bool,
+    #[comptime] add_residual: bool,
+    #[comptime] geglu: bool,
+    #[comptime] split: bool,
+    #[comptime] block: usize,
+) {
+    let t = comptime!(tile(block));
     if split {
         let z = CUBE_POS_Z as usize;
         #[unroll]

@@ -28,6 +28,7 @@ mod route;
 mod staging;
 #[cfg(test)]
 mod tests;
+mod vector;
 
 pub use route::{Place, ProductRules, product_rules, set_product_rules, wide_fits};
 
@@ -49,6 +50,7 @@ use burn::tensor::{DType, Tensor};
 
 use super::{Element, buffer_arg, grid, output, resolve};
 use kernel::{BK, LANES, matmul_nt, matmul_split_sum, tile};
+use vector::{SV, matmul_nt_vec};
 
 /// How a linear layer's weight lies in memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,12 +84,14 @@ pub fn place_of(device: &burn::tensor::Device, dtype: DType) -> Place {
     }
 }
 
-/// How one product is launched: the reduction split (`None`: as the convolution's rule) and the
-/// lane block's side, 4 or 8 (64- or 128-square tiles).
+/// How one product is launched: the reduction split (`None`: as the convolution's rule), the
+/// lane block's side, 4 or 8 (64- or 128-square tiles), and whether the staging lies along the
+/// reduction, read as vectors of 4 ([`vector`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Tiling {
     pub slices: Option<usize>,
     pub block: usize,
+    pub vector: bool,
 }
 
 impl Default for Tiling {
@@ -95,6 +99,7 @@ impl Default for Tiling {
         Self {
             slices: None,
             block: 4,
+            vector: false,
         }
     }
 }
@@ -188,28 +193,55 @@ pub fn linear<const D: usize>(
     let (gx, gy) = grid((rows * out_cols).div_ceil(LANES))?;
     macro_rules! launch {
         ($t:ty) => {{
-            matmul_nt::launch::<$t>(
-                &client,
-                CubeCount::Static(nx as u32, ny as u32, slices as u32),
-                CubeDim::new_1d(LANES as u32),
-                buffer_arg(&xc),
-                buffer_arg(&wc),
-                buffer_arg(&bc),
-                buffer_arg(&rc),
-                buffer_arg(&oc),
-                buffer_arg(&pc),
-                rows,
-                cols,
-                depth,
-                half,
-                per_slice,
-                w_out_in,
-                add_bias,
-                add_residual,
-                geglu,
-                split,
-                block,
-            );
+            let count = CubeCount::Static(nx as u32, ny as u32, slices as u32);
+            if tiling.vector {
+                matmul_nt_vec::launch::<$t>(
+                    &client,
+                    count,
+                    CubeDim::new_1d(LANES as u32),
+                    SV,
+                    buffer_arg(&xc),
+                    buffer_arg(&wc),
+                    buffer_arg(&bc),
+                    buffer_arg(&rc),
+                    buffer_arg(&oc),
+                    buffer_arg(&pc),
+                    rows,
+                    cols,
+                    depth,
+                    half,
+                    per_slice,
+                    w_out_in,
+                    add_bias,
+                    add_residual,
+                    geglu,
+                    split,
+                    block,
+                );
+            } else {
+                matmul_nt::launch::<$t>(
+                    &client,
+                    count,
+                    CubeDim::new_1d(LANES as u32),
+                    buffer_arg(&xc),
+                    buffer_arg(&wc),
+                    buffer_arg(&bc),
+                    buffer_arg(&rc),
+                    buffer_arg(&oc),
+                    buffer_arg(&pc),
+                    rows,
+                    cols,
+                    depth,
+                    half,
+                    per_slice,
+                    w_out_in,
+                    add_bias,
+                    add_residual,
+                    geglu,
+                    split,
+                    block,
+                );
+            }
             if split {
                 matmul_split_sum::launch::<$t>(
                     &client,

@@ -27,6 +27,8 @@ pub struct ProductRules {
     /// On cards, 8 × 8 lane blocks (128-square tiles) where they fit the layer and fill the GPU
     /// ([`wide_fits`]).
     pub wide: bool,
+    /// The staging laid along the reduction and read as vectors of 4 ([`super::Tiling`]).
+    pub vector: bool,
 }
 
 impl ProductRules {
@@ -35,6 +37,7 @@ impl ProductRules {
         f32_cards: true,
         f16_cards: false,
         wide: true,
+        vector: false,
     };
 
     /// The lane block for a layer at `place` in `dtype` with a product `rows × cols` (a GEGLU's
@@ -107,6 +110,7 @@ mod tests {
             f32_cards: true,
             f16_cards: false,
             wide: true,
+            vector: false,
         };
         let card = Place::Card { plain: false };
         assert_eq!(rules.block(Place::Software, DType::F16, 8192, 640), Some(4));

@@ -13,14 +13,27 @@ fn plain<const D: usize>(
     slices: Option<usize>,
     block: usize,
 ) -> Option<Tensor<D>> {
-    linear(
+    plain_tiled(
         x,
         weight,
         layout,
         bias,
-        LinearEpilogue::Plain,
-        Tiling { slices, block },
+        Tiling {
+            slices,
+            block,
+            vector: false,
+        },
     )
+}
+
+fn plain_tiled<const D: usize>(
+    x: Tensor<D>,
+    weight: &Tensor<2>,
+    layout: WeightLayout,
+    bias: Option<&Tensor<1>>,
+    tiling: Tiling,
+) -> Option<Tensor<D>> {
+    linear(x, weight, layout, bias, LinearEpilogue::Plain, tiling)
 }
 
 /// Ours against burn's `linear` on `[2, rows / 2, depth] -> cols`, in both weight layouts, with
@@ -33,6 +46,21 @@ fn check(
     slices: &[Option<usize>],
     dtypes: &[DType],
     block: usize,
+) {
+    for vector in [false, true] {
+        check_tiled(rows, depth, cols, slices, dtypes, block, vector);
+    }
+}
+
+/// [`check`] with the staging read as scalars or (`vector`) as vectors of 4.
+fn check_tiled(
+    rows: usize,
+    depth: usize,
+    cols: usize,
+    slices: &[Option<usize>],
+    dtypes: &[DType],
+    block: usize,
+    vector: bool,
 ) {
     let device = wgpu();
     for &dtype in dtypes {
@@ -69,13 +97,17 @@ fn check(
                 (&as_in_out, WeightLayout::InOut),
             ] {
                 for &split in slices {
-                    let ours = plain(
+                    let tiling = Tiling {
+                        slices: split,
+                        block,
+                        vector,
+                    };
+                    let ours = plain_tiled(
                         x.clone(),
                         weight,
                         layout,
                         with_bias.then_some(&bias),
-                        split,
-                        block,
+                        tiling,
                     )
                     .expect("ours runs on wgpu");
                     assert_eq!(ours.dims(), [2, rows / 2, cols]);
@@ -83,7 +115,7 @@ fn check(
                     assert!(
                         rel <= tol,
                         "{rows}x{depth}->{cols} {dtype:?} {layout:?} bias {with_bias} split \
-                         {split:?} block {block}: rel {rel:e}"
+                         {split:?} block {block} vector {vector}: rel {rel:e}"
                     );
                 }
             }
@@ -133,7 +165,7 @@ fn epilogues_match_burn() {
                 LinearEpilogue::Residual(residual.clone()),
             )
         };
-        for block in [4, 8] {
+        for (block, vector) in [(4, false), (8, false), (4, true), (8, true)] {
             for slices in [Some(1), Some(3)] {
                 let ours = linear(
                     x.clone(),
@@ -141,14 +173,18 @@ fn epilogues_match_burn() {
                     WeightLayout::OutIn,
                     Some(&bias),
                     epilogue.clone(),
-                    Tiling { slices, block },
+                    Tiling {
+                        slices,
+                        block,
+                        vector,
+                    },
                 )
                 .expect("ours runs on wgpu");
                 assert_eq!(ours.dims(), [rows, half]);
                 let rel = relative(&read(ours), &expected);
                 assert!(
                     rel <= 1e-4,
-                    "geglu {geglu} block {block} slices {slices:?}: rel {rel:e}"
+                    "geglu {geglu} block {block} vector {vector} slices {slices:?}: rel {rel:e}"
                 );
             }
         }
