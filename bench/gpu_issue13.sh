@@ -6,6 +6,8 @@
 #   PART=bo PyTorch's fp16 and fp32 steps, then ours: the linears on burn's matmul or the SIMT
 #           product in each compilation (`--product-ab`) under WGSL (f16) and in f32, then
 #           `--simt-ab` under SPIR-V with LATENT_STUDIO_CMMA=off (an iGPU's Vulkan route)
+#   PART=bp f32's linears on the SIMT product, scalar against vector staging (one process each,
+#           alternating), then `--simt-ab` under SPIR-V with LATENT_STUDIO_CMMA=off
 #   PART=bi the cooperative matrices' ceiling with no global memory (`bench --mma-ceiling`)
 #   PART=bj SDXL's step profiled by op and its rules A/B'd beside PyTorch, SD 1.5's linear rule
 #   PART=bk the planes attention kernel's parts (`bench --attention-ceiling`), then SDXL's and
@@ -233,6 +235,18 @@ peak() {
 }
 
 case ${PART:-a} in
+bp)
+  # f32's linears on the SIMT product with scalar or vector staging, one process each,
+  # alternating (burn's matmul, the A/B's first variant, tunes for minutes in f32), then the
+  # SIMT variants under SPIR-V with cooperative matrices off (an iGPU's Vulkan route).
+  for round in 1 2; do
+    for linears in 8x8 8x8v; do
+      echo "== f32, linears $linears, round $round" | tee -a $OUT/ours_f32.txt
+      timeout ${F32_TIMEOUT:-80} /tmp/ls bench --device gpu --precision f32 --runs 5 --unet-only --no-ops --no-profile --no-burn-ops --simt-linears $linears $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee -a $OUT/ours_f32.txt
+    done
+  done
+  LATENT_STUDIO_CMMA=off timeout ${SPIRV_TIMEOUT:-220} /tmp/ls bench --device gpu --precision f16 --runs 5 --unet-only --no-ops --no-profile --no-burn-ops --simt-ab $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_spirv_simt.txt
+  ;;
 bo)
   # The SIMT product on vectors (the thirty-fourth session's second call): PyTorch's fp16 and
   # fp32 steps, then the step with the linears on burn's matmul or the SIMT product in each

@@ -27,7 +27,10 @@ pub struct ProductRules {
     /// On cards, 8 × 8 lane blocks (128-square tiles) where they fit the layer and fill the GPU
     /// ([`wide_fits`]).
     pub wide: bool,
-    /// The staging laid along the reduction and read as vectors of 4 ([`super::Tiling`]).
+    /// The staging laid along the reduction and read as vectors of 4 ([`super::Tiling`]). Off:
+    /// on an H200 (BENCHMARKS.md, thirty-fourth session) it made the SIMT product faster under
+    /// WGSL in f16 (the step 98.09 → 96.22 ms) but still slower than burn's matmul there (91.22),
+    /// and slower in f32 (77.6 → 79.5 ms a step).
     pub vector: bool,
 }
 
