@@ -399,35 +399,7 @@ pub(super) fn flash_attention_rows<F: Float>(
             }
             s[j] = acc;
         }
-        if parts > 1 {
-            #[unroll]
-            for j in 0..bk {
-                partial[j * rows * parts + lane] = s[j];
-            }
-            sync_cube();
-            let first = lane - lane % parts;
-            #[unroll]
-            for j in 0..bk {
-                let mut acc = 0.0f32;
-                #[unroll]
-                for p in 0..parts {
-                    acc += partial[j * rows * parts + first + p];
-                }
-                s[j] = acc;
-            }
-        }
-
-        let mut valid = n_k - key0;
-        if valid > bk {
-            valid = bk;
-        }
-        let mut max = m;
-        #[unroll]
-        for j in 0..bk {
-            if j < valid && s[j] > max {
-                max = s[j];
-            }
-        }
+        let (valid, max) = row_scores(&mut s, &mut partial, lane, m, n_k, key0, rows, parts, bk);
         let alpha = f32::exp(m - max);
         l *= alpha;
         #[unroll]
@@ -457,4 +429,54 @@ pub(super) fn flash_attention_rows<F: Float>(
             out[o_base + c] = F::cast_from(o[c] / l);
         }
     }
+}
+
+/// The scores of a query row whose columns `parts` lanes share, for the per-row kernels
+/// ([`flash_attention_rows`], [`super::rows::flash_attention_rows_vec`]): each lane's partial
+/// scores `s` over the tile's `bk` keys are exchanged through `partial` (key-major, so that
+/// neighbouring lanes write neighbouring banks) and summed, so every lane of the row holds the
+/// row's scores. Returns how many of the tile's keys (from `key0`) exist and the row's maximum
+/// over them and its running maximum `m`.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+pub(super) fn row_scores(
+    s: &mut Array<f32>,
+    partial: &mut Shared<[f32]>,
+    lane: usize,
+    m: f32,
+    n_k: usize,
+    key0: usize,
+    #[comptime] rows: usize,
+    #[comptime] parts: usize,
+    #[comptime] bk: usize,
+) -> (usize, f32) {
+    if parts > 1 {
+        #[unroll]
+        for j in 0..bk {
+            partial[j * rows * parts + lane] = s[j];
+        }
+        sync_cube();
+        let first = lane - lane % parts;
+        #[unroll]
+        for j in 0..bk {
+            let mut acc = 0.0f32;
+            #[unroll]
+            for p in 0..parts {
+                acc += partial[j * rows * parts + first + p];
+            }
+            s[j] = acc;
+        }
+    }
+    let mut valid = n_k - key0;
+    if valid > bk {
+        valid = bk;
+    }
+    let mut max = m;
+    #[unroll]
+    for j in 0..bk {
+        if j < valid && s[j] > max {
+            max = s[j];
+        }
+    }
+    (valid, max)
 }

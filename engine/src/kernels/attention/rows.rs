@@ -12,6 +12,8 @@
 use burn::cubecl;
 use burn::cubecl::prelude::*;
 
+use super::kernel::row_scores;
+
 /// Values per vector.
 pub(super) const RV: usize = 4;
 
@@ -115,35 +117,7 @@ pub(super) fn flash_attention_rows_vec<F: Float, N: Size>(
                 + acc.extract(2usize)
                 + acc.extract(3usize);
         }
-        if parts > 1 {
-            #[unroll]
-            for j in 0..bk {
-                partial[j * rows * parts + lane] = s[j];
-            }
-            sync_cube();
-            let first = lane - lane % parts;
-            #[unroll]
-            for j in 0..bk {
-                let mut acc = 0.0f32;
-                #[unroll]
-                for p in 0..parts {
-                    acc += partial[j * rows * parts + first + p];
-                }
-                s[j] = acc;
-            }
-        }
-
-        let mut valid = n_k - key0;
-        if valid > bk {
-            valid = bk;
-        }
-        let mut max = m;
-        #[unroll]
-        for j in 0..bk {
-            if j < valid && s[j] > max {
-                max = s[j];
-            }
-        }
+        let (valid, max) = row_scores(&mut s, &mut partial, lane, m, n_k, key0, rows, parts, bk);
         let alpha = f32::exp(m - max);
         l *= alpha;
         let alpha_v = Vector::<f32, N>::new(alpha);
