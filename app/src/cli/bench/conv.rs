@@ -196,7 +196,7 @@ pub fn report(
             ));
         }
         println!(
-            "[{precision:?}]   {:<40} implicit GEMM (SIMT) {ours_ms:8.3} ms {:6.1} TFLOP/s | burn {burn_ms:8.3} ms {:6.1} TFLOP/s | rel diff {rel:.1e}{whole}{variants}",
+            "[{precision:?}]   {:<40} implicit GEMM (SIMT, scalar 4x4) {ours_ms:8.3} ms {:6.1} TFLOP/s | burn {burn_ms:8.3} ms {:6.1} TFLOP/s | rel diff {rel:.1e}{whole}{variants}",
             op.to_string(),
             rate(ours_ms),
             rate(burn_ms),

@@ -7,11 +7,13 @@
 //! output pixels of the whole batch. A cube computes a 64 (output channels) × 64 (pixels) tile
 //! with 256 lanes, each a 4 × 4 block in f32 registers; it walks `k` in steps of 16, staging the
 //! weight slice and the gathered input slice (zero outside the image: the padding) in workgroup
-//! memory, 8 KiB in all ([`kernel`]); by default the staged operands are read as vectors of 4
-//! and the next step's loads issued before this step's products ([`vector`]). Weights come
-//! packed `[c_in·kh·kw, c_out]` ([`pack`], once per model), so the staging reads are coalesced. The epilogue adds the bias, a per-(image,
-//! channel) term (the UNet's time embedding) and a residual (the resnet's shortcut) in f32 before
-//! the one cast and write, `[b, c_out, oh, ow]` like burn's: no separate pass over the map.
+//! memory, 8 KiB in all ([`kernel`]); where [`Prepared`] routes a layer (by default) the staged
+//! operands are read as vectors of 4 and the next step's loads issued before this step's
+//! products ([`vector`]; [`conv2d`] itself runs the scalar kernel, the bench's baseline).
+//! Weights come packed `[c_in·kh·kw, c_out]` ([`pack`], once per model), so the staging reads
+//! are coalesced. The epilogue adds the bias, a per-(image, channel) term (the UNet's time
+//! embedding) and a residual (the resnet's shortcut) in f32 before the one cast and write,
+//! `[b, c_out, oh, ow]` like burn's: no separate pass over the map.
 //!
 //! Small maps (8×8 and 16×16 latents: 40 to 160 tiles, most of a GPU idle) split the reduction
 //! ([`splits`]): each slice writes f32 partial sums and a second kernel adds them and applies the

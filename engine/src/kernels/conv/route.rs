@@ -54,7 +54,8 @@ pub struct ConvRules {
     /// twenty-first session); in f16 under WGSL burn's stays (faster there, eleventh session).
     pub simt_one_by_one_f32: bool,
     /// The SIMT kernel's staged operands read as vectors of 4 ([`super::vector`]): a lane's
-    /// block in `block / 4` loads a reduction index instead of `2·block`. On an H200
+    /// block in `block / 4` vector loads per operand a reduction index (2 for a 4 × 4 block)
+    /// instead of `block` single values per operand (8). On an H200
     /// (BENCHMARKS.md, thirty-fourth session, five interleaved rounds) with `simt_prefetch` it
     /// took the f16 step under WGSL from 115.42 to 98.50 ms and the f32 step (8 × 8 blocks)
     /// from 91.15 to 81.91 ms; without the prefetch 98.88 and (4 × 4) 87.06.
