@@ -8,6 +8,7 @@
 #           `--simt-ab` under SPIR-V with LATENT_STUDIO_CMMA=off (an iGPU's Vulkan route)
 #   PART=bp f32's linears on the SIMT product, scalar against vector staging (one process each,
 #           alternating), then `--simt-ab` under SPIR-V with LATENT_STUDIO_CMMA=off
+#   PART=bq every SD 1.5 attention shape alone under WGSL, each tiling (per-row kernel on vectors)
 #   PART=bi the cooperative matrices' ceiling with no global memory (`bench --mma-ceiling`)
 #   PART=bj SDXL's step profiled by op and its rules A/B'd beside PyTorch, SD 1.5's linear rule
 #   PART=bk the planes attention kernel's parts (`bench --attention-ceiling`), then SDXL's and
@@ -235,6 +236,11 @@ peak() {
 }
 
 case ${PART:-a} in
+bq)
+  # Every SD 1.5 attention shape alone under WGSL (f16): burn's and each of our tilings, the
+  # per-row kernel on vectors among them (which key tile suits it now).
+  LATENT_STUDIO_COMPILER=wgsl timeout ${WGSL_TIMEOUT:-150} /tmp/ls bench --device gpu --precision f16 --runs 3 --attention-only $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_wgsl_attention.txt
+  ;;
 bp)
   # f32's linears on the SIMT product with scalar or vector staging, one process each,
   # alternating (burn's matmul, the A/B's first variant, tunes for minutes in f32), then the
