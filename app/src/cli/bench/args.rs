@@ -79,17 +79,20 @@ pub struct BenchArgs {
     #[arg(long)]
     pub(super) conv_ab: bool,
     /// After the UNet step, the same step with the SIMT convolution in 4 × 4 and 8 × 8 lane
-    /// blocks (where it runs: no cooperative matrices, or f32 beside f16-only ones), interleaved
-    /// over five rounds in the same process.
+    /// blocks, its staging read as scalars or vectors, and the per-row attention on scalars or
+    /// vectors (where they run: no cooperative matrices, or f32 beside f16-only ones),
+    /// interleaved over five rounds in the same process.
     #[arg(long)]
     pub(super) simt_ab: bool,
     /// After the UNet step, the same step with the linears on burn's matmul or the SIMT product
-    /// in 4 × 4 or 8 × 8 lane blocks (where the product's rules reach: f32 on a card, f16 without
-    /// cooperative matrices), interleaved over five rounds in the same process.
+    /// in 4 × 4 or 8 × 8 lane blocks, staged as scalars or vectors (where the product's rules
+    /// reach: f32 on a card, f16 without cooperative matrices), interleaved over five rounds in
+    /// the same process.
     #[arg(long)]
     pub(super) product_ab: bool,
     /// The linears on a card for the whole run: `burn` (burn's matmul), `4x4` or `8x8` (the SIMT
-    /// product, 8 × 8 where the tiles fit); default: the engine's rules.
+    /// product, 8 × 8 where the tiles fit; `4x4v`, `8x8v` with vector staging); default: the
+    /// engine's rules.
     #[arg(long)]
     pub(super) simt_linears: Option<String>,
     /// After the UNet step: every kernel of this many launch-by-launch steps timed on the device
