@@ -487,3 +487,51 @@ fn vae_decode_matches_diffusers() {
         }
     }
 }
+
+/// A model that parks its text encoders (SDXL's default, the memory-saving mode) returns the
+/// pool's free pages to the driver when a run ends (`pipeline::txt2img_refined`), so the next
+/// run's steps do not grow the pool beside pages only the decode needed (issue 15's 8 GiB): on
+/// a device of its own (the other tests' allocations would move the pool's figures), nothing is
+/// left for a release after the run to return.
+#[test]
+fn a_parked_model_returns_free_pages_after_a_run() {
+    let all = latent_engine::adapters::enumerate();
+    let first = all.first().expect("a wgpu adapter (lavapipe in CI)");
+    let device = Device::wgpu(first.device_kind(&all));
+    let model =
+        StableDiffusion::load(&open(LAYOUTS[1]), &device, LoadOptions::default()).expect("loads");
+    assert!(model.parked(), "SDXL parks its encoders by default");
+    let tokenizer = ClipTokenizer::new().expect("tokenizer");
+    let req = Txt2ImgRequest {
+        prompt: "a lighthouse".into(),
+        seed: 5,
+        steps: 2,
+        width: 64,
+        height: 64,
+        ..Default::default()
+    };
+    let reserved = || {
+        device.sync().expect("sync");
+        device
+            .memory_pool_usage()
+            .expect("wgpu pool")
+            .bytes_reserved
+    };
+    for run in 0..2 {
+        txt2img(
+            &model,
+            &tokenizer,
+            &req,
+            &AtomicBool::new(false),
+            &mut Quiet,
+        )
+        .expect("generates");
+        let after_run = reserved();
+        latent_engine::device::release_free(&device);
+        let released = reserved();
+        assert_eq!(
+            released, after_run,
+            "run {run}: {after_run} bytes reserved after the run, {released} after a release"
+        );
+    }
+}
