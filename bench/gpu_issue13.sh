@@ -1,5 +1,10 @@
 #!/bin/bash
 # Issue 13 on a lent GPU, one part per device call (each call may run 10 minutes):
+#   PART=br PyTorch's fp16 step, then ours on the two routes without cooperative matrices: SPIR-V
+#           with LATENT_STUDIO_CMMA=off and every linear on the SIMT product (an iGPU on
+#           Vulkan; burn's matmul would take this card's cooperative matrices there), one step's
+#           kernels profiled, then WGSL; each with `--simt-ab` (16-key attention tiles among
+#           its variants) and `--product-ab` (vector staging with and without prefetch)
 #   PART=bn PyTorch's fp16 and fp32 steps, then ours under WGSL (f16) and in f32: the step under
 #           the SIMT convolution's variants (4 × 4 / 8 × 8 blocks, staging read as vectors,
 #           prefetch; `--simt-ab`), WGSL's step kernels profiled
@@ -236,6 +241,11 @@ peak() {
 }
 
 case ${PART:-a} in
+br)
+  PARTS=${TORCH_PARTS:-unet16} timeout ${TORCH_TIMEOUT:-120} python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_br.txt
+  LATENT_STUDIO_CMMA=off timeout ${SPIRV_TIMEOUT:-220} /tmp/ls bench --device gpu --precision f16 --runs 5 --unet-only --no-ops --no-profile --no-burn-ops --simt-linears ${SPIRV_LINEARS:-4x4v} --kernel-profile 1 --simt-ab --product-ab ${SPIRV_PRODUCTS:-4x4,4x4v,4x4vp,8x8v,8x8vp} $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_spirv_simt.txt
+  LATENT_STUDIO_COMPILER=wgsl timeout ${WGSL_TIMEOUT:-220} /tmp/ls bench --device gpu --precision f16 --runs 5 --unet-only --no-ops --no-profile --no-burn-ops --simt-ab --product-ab ${WGSL_PRODUCTS:-burn,4x4v,4x4vp,8x8vp} $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_wgsl.txt
+  ;;
 bq)
   # Every SD 1.5 attention shape alone under WGSL (f16): burn's and each of our tilings, the
   # per-row kernel on vectors among them (which key tile suits it now).

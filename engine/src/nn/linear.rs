@@ -119,6 +119,7 @@ impl Linear {
                     slices: None,
                     block,
                     vector: rules.vector,
+                    prefetch: rules.prefetch,
                 },
             )
         {

@@ -84,15 +84,15 @@ pub struct BenchArgs {
     /// interleaved over five rounds in the same process.
     #[arg(long)]
     pub(super) simt_ab: bool,
-    /// After the UNet step, the same step with the linears on burn's matmul or the SIMT product
-    /// in 4 × 4 or 8 × 8 lane blocks, staged as scalars or vectors (where the product's rules
-    /// reach: f32 on a card, f16 without cooperative matrices), interleaved over five rounds in
-    /// the same process.
-    #[arg(long)]
-    pub(super) product_ab: bool,
+    /// After the UNet step, the same step with the linears on each of these choices (as
+    /// `--simt-linears` names them; default burn,4x4,8x8,4x4v,8x8v): burn's matmul or the SIMT
+    /// product (where the product's rules reach: f32 on a card, f16 without cooperative
+    /// matrices), interleaved over five rounds in the same process.
+    #[arg(long, num_args = 0..=1, value_delimiter = ',', default_missing_value = super::unet::PRODUCT_AB_DEFAULT)]
+    pub(super) product_ab: Option<Vec<String>>,
     /// The linears on a card for the whole run: `burn` (burn's matmul), `4x4` or `8x8` (the SIMT
-    /// product, 8 × 8 where the tiles fit; `4x4v`, `8x8v` with vector staging); default: the
-    /// engine's rules.
+    /// product, 8 × 8 where the tiles fit; `4x4v`, `8x8v` with vector staging, `4x4vp`, `8x8vp`
+    /// with the next step prefetched too); default: the engine's rules.
     #[arg(long)]
     pub(super) simt_linears: Option<String>,
     /// After the UNet step: every kernel of this many launch-by-launch steps timed on the device
@@ -205,8 +205,11 @@ impl BenchArgs {
         matmul::set_gemm_knobs(knobs);
         matmul::set_mma_linears(!self.burn_linears);
         if let Some(choice) = &self.simt_linears {
-            let rules = super::unet::simt_linears(choice)
-                .ok_or_else(|| anyhow::anyhow!("--simt-linears {choice}: one of burn, 4x4, 8x8"))?;
+            let rules = super::unet::simt_linears(choice).ok_or_else(|| {
+                anyhow::anyhow!(
+                    "--simt-linears {choice}: one of burn, 4x4, 8x8, 4x4v, 8x8v, 4x4vp, 8x8vp"
+                )
+            })?;
             matmul::set_product_rules(rules);
         }
         println!("SIMT product rules: {:?}", matmul::product_rules());

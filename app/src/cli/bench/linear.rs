@@ -99,6 +99,7 @@ pub fn report(
                 slices: None,
                 block,
                 vector: latent_engine::kernels::matmul::product_rules().vector,
+                prefetch: latent_engine::kernels::matmul::product_rules().prefetch,
             };
             let ours = || {
                 matmul::linear(

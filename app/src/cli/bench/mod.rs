@@ -286,8 +286,8 @@ pub fn run(args: BenchArgs) -> Result<()> {
         if args.simt_ab {
             unet::simt_ab(&model, &device, precision, args.runs, &x, &ctx)?;
         }
-        if args.product_ab {
-            unet::product_ab(&model, &device, precision, args.runs, &x, &ctx)?;
+        if let Some(choices) = &args.product_ab {
+            unet::product_ab(&model, &device, precision, args.runs, &x, &ctx, choices)?;
         }
         if args.gemm_ab {
             unet::gemm_ab(&model, &device, precision, args.runs, &x, &ctx)?;

@@ -298,39 +298,51 @@ pub(super) fn simt_ab(
     x: &Tensor<4>,
     ctx: &Tensor<3>,
 ) -> Result<()> {
-    use latent_engine::kernels::attention::set_rows_scalar;
+    use latent_engine::kernels::attention::{set_rows_keys16, set_rows_scalar};
     use latent_engine::kernels::conv::{conv_rules, set_conv_rules};
     let d = conv_rules();
-    // (name, 8 × 8 blocks, vector staging and prefetch, attention rows on single values)
+    // (name, 8 × 8 blocks, vector staging and prefetch, attention rows on single values,
+    // widest head on 16-key tiles)
     let variants = [
         (
             "conv 4x4 scalar staging, attention rows scalar",
             false,
             false,
             true,
-        ),
-        (
-            "conv 4x4 vector staging, attention rows scalar",
-            false,
-            true,
-            true,
+            0,
         ),
         (
             "conv 4x4 vector staging, attention rows vector",
             false,
             true,
             false,
+            0,
+        ),
+        (
+            "conv 4x4 vector staging, attention rows vector, 16-key tiles to 80 wide",
+            false,
+            true,
+            false,
+            80,
         ),
         (
             "conv 8x8 vector staging, attention rows vector",
             true,
             true,
             false,
+            0,
+        ),
+        (
+            "conv 8x8 vector staging, attention rows vector, 16-key tiles to 80 wide",
+            true,
+            true,
+            false,
+            80,
         ),
     ];
     let names: Vec<&str> = variants.iter().map(|v| v.0).collect();
     interleaved(precision, "SIMT kernels", &names, 5, |i| {
-        let (_, wide, vector, scalar_rows) = variants[i];
+        let (_, wide, vector, scalar_rows, keys16) = variants[i];
         set_conv_rules(latent_engine::kernels::conv::ConvRules {
             simt_wide: wide,
             simt_wide_f16: wide,
@@ -339,22 +351,26 @@ pub(super) fn simt_ab(
             ..d
         });
         set_rows_scalar(scalar_rows);
+        set_rows_keys16(keys16);
         let ms = step_ms(model, device, runs, x, ctx);
         set_conv_rules(d);
         set_rows_scalar(false);
+        set_rows_keys16(0);
         ms
     })
 }
 
 /// The product rules for `--simt-linears`: `burn`, `4x4` or `8x8` on every card (`4x4v`,
-/// `8x8v`: the staging read as vectors).
+/// `8x8v`: the staging read as vectors; `4x4vp`, `8x8vp`: and the next step prefetched).
 pub(super) fn simt_linears(choice: &str) -> Option<latent_engine::kernels::matmul::ProductRules> {
-    let (on, wide, vector) = match choice.trim() {
-        "burn" => (false, false, false),
-        "4x4" => (true, false, false),
-        "8x8" => (true, true, false),
-        "4x4v" => (true, false, true),
-        "8x8v" => (true, true, true),
+    let (on, wide, vector, prefetch) = match choice.trim() {
+        "burn" => (false, false, false, false),
+        "4x4" => (true, false, false, false),
+        "8x8" => (true, true, false, false),
+        "4x4v" => (true, false, true, false),
+        "8x8v" => (true, true, true, false),
+        "4x4vp" => (true, false, true, true),
+        "8x8vp" => (true, true, true, true),
         _ => return None,
     };
     Some(latent_engine::kernels::matmul::ProductRules {
@@ -362,12 +378,17 @@ pub(super) fn simt_linears(choice: &str) -> Option<latent_engine::kernels::matmu
         f16_cards: on,
         wide,
         vector,
+        prefetch,
     })
 }
 
-/// The same step, same process, with the linears on burn's matmul or the SIMT product in 4 × 4
-/// or 8 × 8 lane blocks ([`simt_linears`]; where the product's rules reach, elsewhere the rounds
-/// are alike), interleaved over five rounds.
+/// `--product-ab`'s choices when none are named.
+pub(super) const PRODUCT_AB_DEFAULT: &str = "burn,4x4,8x8,4x4v,8x8v";
+
+/// The same step, same process, with the linears on each of `choices` ([`simt_linears`]:
+/// burn's matmul or the SIMT product in 4 × 4 or 8 × 8 lane blocks, staged as scalars or
+/// vectors; where the product's rules reach, elsewhere the rounds are alike), interleaved over
+/// five rounds.
 pub(super) fn product_ab(
     model: &StableDiffusion,
     device: &Device,
@@ -375,21 +396,20 @@ pub(super) fn product_ab(
     runs: usize,
     x: &Tensor<4>,
     ctx: &Tensor<3>,
+    choices: &[String],
 ) -> Result<()> {
     use latent_engine::kernels::matmul::{product_rules, set_product_rules};
     let d = product_rules();
-    let choices = ["burn", "4x4", "8x8", "4x4v", "8x8v"];
-    let names = [
-        "linears on burn's matmul",
-        "linears on the SIMT product, 4x4 blocks",
-        "linears on the SIMT product, 8x8 blocks where they fit",
-        "linears on the SIMT product, 4x4 blocks, vector staging",
-        "linears on the SIMT product, 8x8 blocks where they fit, vector staging",
-    ];
+    let mut rules = Vec::new();
+    for choice in choices {
+        let r = simt_linears(choice)
+            .ok_or_else(|| anyhow::anyhow!("--product-ab {choice}: see --simt-linears"))?;
+        rules.push(r);
+    }
+    let names: Vec<String> = choices.iter().map(|c| format!("linears {c}")).collect();
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
     interleaved(precision, "linear product", &names, 5, |i| {
-        if let Some(rules) = simt_linears(choices[i]) {
-            set_product_rules(rules);
-        }
+        set_product_rules(rules[i]);
         let ms = step_ms(model, device, runs, x, ctx);
         set_product_rules(d);
         ms

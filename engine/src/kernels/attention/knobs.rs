@@ -111,3 +111,19 @@ pub(super) fn rows_vector(d: usize, parts: usize) -> bool {
         && d.is_multiple_of(parts)
         && (d / parts).is_multiple_of(super::rows::RV)
 }
+
+/// The bench's rule for the per-row kernel's key tile: heads up to this width over at least
+/// [`super::FEW_KEYS`] keys take 16-key tiles (0: the plans' order, 8 keys first). Each SD 1.5
+/// shape alone under WGSL (H200, thirty-fourth session) ran 16-key tiles 5–11 % faster on the
+/// 40- and 80-wide heads and 8-key ones faster at 160.
+static ROWS_KEYS16_WIDEST: AtomicUsize = AtomicUsize::new(0);
+
+/// Makes the per-row kernel take 16-key tiles for heads up to `widest` wide over many keys
+/// (`0`: the plans' order). For measuring only.
+pub fn set_rows_keys16(widest: usize) {
+    ROWS_KEYS16_WIDEST.store(widest, Ordering::Relaxed);
+}
+
+pub(super) fn rows_keys16_widest() -> usize {
+    ROWS_KEYS16_WIDEST.load(Ordering::Relaxed)
+}

@@ -25,9 +25,10 @@ use burn::tensor::Tensor;
 
 use super::{Element, buffer_arg, output, resolve, vector_arg};
 use kernel::{flash_attention, flash_attention_rows};
-use knobs::{planes_rows, planes_rule, planes_tile, planes_wide, rows_vector};
+use knobs::{planes_rows, planes_rule, planes_tile, planes_wide, rows_keys16_widest, rows_vector};
 pub use knobs::{
-    set_planes_rows, set_planes_rule, set_planes_tile, set_planes_wide, set_rows_scalar,
+    set_planes_rows, set_planes_rule, set_planes_tile, set_planes_wide, set_rows_keys16,
+    set_rows_scalar,
 };
 pub use plan::{Fragment, Plan, device_fragment, device_fragments};
 use plan::{LANES, SHARED_BUDGET};
@@ -120,6 +121,12 @@ pub fn default_plan(
 /// [`WIDEST_PLANES`] over at least [`PLANES_MIN_KEYS`] keys, else the first per-row plan up to
 /// [`WIDEST_OURS_WITH_CMMA`], else burn's (`None`). On plain lanes: the first plan.
 fn preferred(all: Vec<Plan>, d: usize, n_k: usize) -> Option<Plan> {
+    preferred_with(all, d, n_k, rows_keys16_widest())
+}
+
+/// [`preferred`] with the bench's 16-key rule for the per-row kernel ([`set_rows_keys16`]):
+/// heads up to `keys16_widest` wide over at least [`FEW_KEYS`] keys take 16-key tiles.
+fn preferred_with(all: Vec<Plan>, d: usize, n_k: usize, keys16_widest: usize) -> Option<Plan> {
     let cmma = all.iter().any(|p| p.fragment.is_some());
     let (prefetch, widest, min_keys) = planes_rule();
     let wide = planes_wide();
@@ -140,6 +147,11 @@ fn preferred(all: Vec<Plan>, d: usize, n_k: usize) -> Option<Plan> {
         };
         if let Some(planes) = chosen {
             return Some(*planes);
+        }
+    }
+    if !cmma && d <= keys16_widest && n_k >= FEW_KEYS {
+        if let Some(plan) = all.iter().find(|p| p.per_row && p.bk == 16) {
+            return Some(*plan).filter(|_| ours_is_faster(cmma, d));
         }
     }
     all.into_iter()

@@ -66,6 +66,16 @@ fn default_plan_rule() {
             "d {d} keys {n_k}"
         );
     }
+    // The bench's 16-key rule on plain lanes: heads up to the width it names, over many keys.
+    for (d, n_k, keys) in [(40, 4096, 16), (80, 1024, 16), (40, 77, 8), (160, 1024, 8)] {
+        let plain = Plan::fitting(d, 2, None, 48 * 1024);
+        let chosen = super::preferred_with(plain, d, n_k, 80).expect("ours");
+        assert_eq!(
+            (chosen.per_row, chosen.bk),
+            (true, keys),
+            "d {d} keys {n_k}"
+        );
+    }
     let vae = Plan::choose(512, 2, None, 48 * 1024).expect("fits");
     assert!(vae.per_row && !super::ours_is_faster(false, 512));
 }

@@ -86,12 +86,14 @@ pub fn place_of(device: &burn::tensor::Device, dtype: DType) -> Place {
 
 /// How one product is launched: the reduction split (`None`: as the convolution's rule), the
 /// lane block's side, 4 or 8 (64- or 128-square tiles), and whether the staging lies along the
-/// reduction, read as vectors of 4 ([`vector`]).
+/// reduction, read as vectors of 4 ([`vector`]), and if so whether the next step's global
+/// loads are issued before this step's products (`prefetch`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Tiling {
     pub slices: Option<usize>,
     pub block: usize,
     pub vector: bool,
+    pub prefetch: bool,
 }
 
 impl Default for Tiling {
@@ -100,6 +102,7 @@ impl Default for Tiling {
             slices: None,
             block: 4,
             vector: false,
+            prefetch: false,
         }
     }
 }
@@ -217,6 +220,7 @@ pub fn linear<const D: usize>(
                     geglu,
                     split,
                     block,
+                    tiling.prefetch,
                 );
             } else {
                 matmul_nt::launch::<$t>(

@@ -32,6 +32,8 @@ pub struct ProductRules {
     /// WGSL in f16 (the step 98.09 → 96.22 ms) but still slower than burn's matmul there (91.22),
     /// and slower in f32 (77.6 → 79.5 ms a step).
     pub vector: bool,
+    /// With `vector`: the next step's global loads issued before this step's products.
+    pub prefetch: bool,
 }
 
 impl ProductRules {
@@ -41,6 +43,7 @@ impl ProductRules {
         f16_cards: false,
         wide: true,
         vector: false,
+        prefetch: false,
     };
 
     /// The lane block for a layer at `place` in `dtype` with a product `rows × cols` (a GEGLU's
@@ -114,6 +117,7 @@ mod tests {
             f16_cards: false,
             wide: true,
             vector: false,
+            prefetch: false,
         };
         let card = Place::Card { plain: false };
         assert_eq!(rules.block(Place::Software, DType::F16, 8192, 640), Some(4));

@@ -22,6 +22,7 @@ fn plain<const D: usize>(
             slices,
             block,
             vector: false,
+            prefetch: false,
         },
     )
 }
@@ -97,10 +98,13 @@ fn check_tiled(
                 (&as_in_out, WeightLayout::InOut),
             ] {
                 for &split in slices {
+                    // With vectors, the prefetch on alternate bias settings: each layout and
+                    // split with and without it.
                     let tiling = Tiling {
                         slices: split,
                         block,
                         vector,
+                        prefetch: vector && with_bias,
                     };
                     let ours = plain_tiled(
                         x.clone(),
@@ -165,7 +169,12 @@ fn epilogues_match_burn() {
                 LinearEpilogue::Residual(residual.clone()),
             )
         };
-        for (block, vector) in [(4, false), (8, false), (4, true), (8, true)] {
+        for (block, vector, prefetch) in [
+            (4, false, false),
+            (8, false, false),
+            (4, true, false),
+            (8, true, true),
+        ] {
             for slices in [Some(1), Some(3)] {
                 let ours = linear(
                     x.clone(),
@@ -177,6 +186,7 @@ fn epilogues_match_burn() {
                         slices,
                         block,
                         vector,
+                        prefetch,
                     },
                 )
                 .expect("ours runs on wgpu");
@@ -184,7 +194,7 @@ fn epilogues_match_burn() {
                 let rel = relative(&read(ours), &expected);
                 assert!(
                     rel <= 1e-4,
-                    "geglu {geglu} block {block} vector {vector} slices {slices:?}: rel {rel:e}"
+                    "geglu {geglu} block {block} vector {vector} prefetch {prefetch} slices {slices:?}: rel {rel:e}"
                 );
             }
         }

@@ -8,6 +8,8 @@
 //! holds the step's 16 reduction indices as 4 vectors plus one of padding, so a lane reads one
 //! vector per row and column for 4 products each: `2·block` loads for `4·block²` products. The
 //! lane ownership, split and epilogue are the scalar kernel's ([`super::kernel::write_tile`]).
+//! With `prefetch`, the next step's global loads are issued before this step's products (their
+//! registers live across them), as the SIMT convolution's.
 
 use burn::cubecl;
 use burn::cubecl::prelude::*;
@@ -38,6 +40,7 @@ pub(super) fn matmul_nt_vec<F: Float, N: Size>(
     #[comptime] geglu: bool,
     #[comptime] split: bool,
     #[comptime] block: usize,
+    #[comptime] prefetch: bool,
 ) {
     let t = comptime!(tile(block));
     // Vectors a staged row holds: the step's 4, and one of padding so that the 8 lanes of a
@@ -73,11 +76,19 @@ pub(super) fn matmul_nt_vec<F: Float, N: Size>(
     let mut a_reg = Array::<Vector<f32, N>>::new(per);
     let mut b_reg = Array::<Vector<f32, N>>::new(per);
     let mut bv = Array::<Vector<f32, N>>::new(block);
-    for s in first..last {
+    if prefetch && first < last {
         load_vectors::<F, N>(
-            x, w, &mut a_reg, &mut b_reg, s, lane, m0, cx, rows, cols, half, depth, w_out_in,
+            x, w, &mut a_reg, &mut b_reg, first, lane, m0, cx, rows, cols, half, depth, w_out_in,
             geglu, block,
         );
+    }
+    for s in first..last {
+        if !prefetch {
+            load_vectors::<F, N>(
+                x, w, &mut a_reg, &mut b_reg, s, lane, m0, cx, rows, cols, half, depth, w_out_in,
+                geglu, block,
+            );
+        }
         #[unroll]
         for r in 0..per {
             let v = lane + LANES * r;
@@ -89,6 +100,25 @@ pub(super) fn matmul_nt_vec<F: Float, N: Size>(
             }
         }
         sync_cube();
+        if prefetch && s + 1 < last {
+            load_vectors::<F, N>(
+                x,
+                w,
+                &mut a_reg,
+                &mut b_reg,
+                s + 1,
+                lane,
+                m0,
+                cx,
+                rows,
+                cols,
+                half,
+                depth,
+                w_out_in,
+                geglu,
+                block,
+            );
+        }
         #[unroll]
         for q in 0..comptime!(BK / SV) {
             #[unroll]
