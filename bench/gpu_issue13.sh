@@ -1,5 +1,17 @@
 #!/bin/bash
 # Issue 13 on a lent GPU, one part per device call (each call may run 10 minutes):
+#   PART=bu PyTorch's fp16 step, then ours in f16 on the two routes without cooperative matrices
+#           (WGSL; SPIR-V with LATENT_STUDIO_CMMA=off), each with `--simt-ab` (the f16 SIMT
+#           convolution's 32-deep staging, the default since, against 16 deep with prefetch)
+#   PART=bt PyTorch's fp16 and fp32 steps, then ours with the SIMT convolution staging 16 or 32
+#           reduction indices a step (`--simt-ab`) under WGSL, under SPIR-V with
+#           LATENT_STUDIO_CMMA=off (the default rules: burn's matmul on plain lanes for the
+#           linears), and in f32
+#   PART=bs PyTorch's fp16 step, then ours: under WGSL `--simt-ab` (8- or 16-key attention tiles,
+#           1×1 layers on the SIMT kernel); then under SPIR-V with LATENT_STUDIO_CMMA=off, which
+#           now hides the cooperative matrices from cubecl too (burn's autotune runs plain-lane
+#           kernels only, as on an iGPU): one step's kernels profiled, `--simt-ab`, the linears'
+#           SIMT variants (`--product-ab`), then the step with the linears on burn's matmul
 #   PART=br PyTorch's fp16 step, then ours on the two routes without cooperative matrices: SPIR-V
 #           with LATENT_STUDIO_CMMA=off and every linear on the SIMT product (an iGPU on
 #           Vulkan; burn's matmul would take this card's cooperative matrices there), one step's
@@ -241,6 +253,23 @@ peak() {
 }
 
 case ${PART:-a} in
+bu)
+  PARTS=${TORCH_PARTS:-unet16} timeout ${TORCH_TIMEOUT:-120} python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_bu.txt
+  LATENT_STUDIO_COMPILER=wgsl timeout ${WGSL_TIMEOUT:-150} /tmp/ls bench --device gpu --precision f16 --runs 5 --unet-only --no-ops --no-profile --no-burn-ops --simt-ab $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_wgsl.txt
+  LATENT_STUDIO_CMMA=off timeout ${SPIRV_TIMEOUT:-180} /tmp/ls bench --device gpu --precision f16 --runs 5 --unet-only --no-ops --no-profile --no-burn-ops --simt-ab --kernel-profile 1 $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_spirv_simt.txt
+  ;;
+bt)
+  PARTS=${TORCH_PARTS:-unet16,unet32} timeout ${TORCH_TIMEOUT:-150} python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_bt.txt
+  LATENT_STUDIO_COMPILER=wgsl timeout ${WGSL_TIMEOUT:-150} /tmp/ls bench --device gpu --precision f16 --runs 5 --unet-only --no-ops --no-profile --no-burn-ops --simt-ab $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_wgsl.txt
+  LATENT_STUDIO_CMMA=off timeout ${SPIRV_TIMEOUT:-180} /tmp/ls bench --device gpu --precision f16 --runs 5 --unet-only --no-ops --no-profile --no-burn-ops --simt-ab $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_spirv_simt.txt
+  timeout ${F32_TIMEOUT:-150} /tmp/ls bench --device gpu --precision f32 --runs 5 --unet-only --no-ops --no-profile --no-burn-ops --simt-ab $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_f32.txt
+  ;;
+bs)
+  PARTS=${TORCH_PARTS:-unet16} timeout ${TORCH_TIMEOUT:-120} python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_bs.txt
+  LATENT_STUDIO_COMPILER=wgsl timeout ${WGSL_TIMEOUT:-150} /tmp/ls bench --device gpu --precision f16 --runs 5 --unet-only --no-ops --no-profile --no-burn-ops --simt-ab $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_wgsl.txt
+  LATENT_STUDIO_CMMA=off timeout ${SPIRV_TIMEOUT:-150} /tmp/ls bench --device gpu --precision f16 --runs 5 --unet-only --no-ops --no-profile --no-burn-ops --simt-linears 4x4 --kernel-profile 1 --simt-ab --product-ab 4x4,4x4v,8x8 $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_spirv_simt.txt
+  LATENT_STUDIO_CMMA=off timeout ${BURN_TIMEOUT:-200} /tmp/ls bench --device gpu --precision f16 --runs 5 --unet-only --no-ops --no-profile --no-burn-ops --simt-linears burn $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_spirv_burn.txt
+  ;;
 br)
   PARTS=${TORCH_PARTS:-unet16} timeout ${TORCH_TIMEOUT:-120} python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_br.txt
   LATENT_STUDIO_CMMA=off timeout ${SPIRV_TIMEOUT:-220} /tmp/ls bench --device gpu --precision f16 --runs 5 --unet-only --no-ops --no-profile --no-burn-ops --simt-linears ${SPIRV_LINEARS:-4x4v} --kernel-profile 1 --simt-ab --product-ab ${SPIRV_PRODUCTS:-4x4,4x4v,4x4vp,8x8v,8x8vp} $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_spirv_simt.txt

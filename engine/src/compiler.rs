@@ -148,6 +148,8 @@ pub fn install() {
         if !burn::cubecl::wgpu::set_spirv_policy(policy) {
             tracing::warn!("a shader compiler policy was already installed");
         }
+        // Hidden from cubecl too, so burn's autotune offers no cooperative-matrix kernel either.
+        burn::cubecl::wgpu::set_cooperative_matrices_off(crate::kernels::cooperative_matrices_off());
     });
 }
 

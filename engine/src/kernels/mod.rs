@@ -65,9 +65,10 @@ pub fn set_conv_prefetch(on: bool) {
 
 static CONV_PREFETCH: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
 
-/// Whether our kernels are to route as if the device had no cooperative matrices
-/// (`LATENT_STUDIO_CMMA=off`): the SIMT convolution and per-row attention then run under SPIR-V
-/// too, as on an Iris Xe or Meteor Lake iGPU, so one GPU can measure both routes.
+/// Whether cooperative matrices are switched off (`LATENT_STUDIO_CMMA=off`): hidden from
+/// cubecl's devices too ([`crate::compiler::install`]), so every kernel, burn's included, runs on
+/// plain lanes under SPIR-V, as on an Iris Xe or Meteor Lake iGPU; one GPU can measure both
+/// routes, and a driver whose cooperative matrices misbehave can be worked around.
 pub fn cooperative_matrices_off() -> bool {
     static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *OFF.get_or_init(|| {

@@ -16,7 +16,7 @@ pub use device::*;
 pub use graphics::*;
 pub use runtime::*;
 // Latent Studio patch: see `backend::set_spirv_policy`.
-pub use backend::set_spirv_policy;
+pub use backend::{set_cooperative_matrices_off, set_spirv_policy};
 /// The exact wgpu version used by this runtime, for sharing resources with applications.
 pub use wgpu;
 

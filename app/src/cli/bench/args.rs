@@ -78,9 +78,8 @@ pub struct BenchArgs {
     /// interleaved over three rounds in the same process.
     #[arg(long)]
     pub(super) conv_ab: bool,
-    /// After the UNet step, the same step with the SIMT convolution in 4 × 4 and 8 × 8 lane
-    /// blocks, its staging read as scalars or vectors, and the per-row attention on scalars or
-    /// vectors (where they run: no cooperative matrices, or f32 beside f16-only ones),
+    /// After the UNet step, the same step with the SIMT convolution's f16 staging 32 deep (the
+    /// default) or 16 deep with prefetch (where it runs: f16 without cooperative matrices),
     /// interleaved over five rounds in the same process.
     #[arg(long)]
     pub(super) simt_ab: bool,

@@ -166,6 +166,7 @@ pub fn report(
             wide,
             vector,
             prefetch,
+            deep: false,
         };
         for (name, s) in [
             ("8x8", simt(true, false, false)),

@@ -282,14 +282,12 @@ pub(super) fn conv_ab(
     })
 }
 
-/// The same step, same process, with the SIMT convolution in 4 × 4 or 8 × 8 lane blocks
-/// (on a card, in either precision), its staging read as scalars or as vectors of 4 with the
-/// next step's loads prefetched ([`ConvRules`]), and the per-row attention kernel on single
-/// values or vectors ([`set_rows_scalar`]), interleaved over five rounds. Where no layer takes
-/// the SIMT kernels (cooperative matrices in f16) the rounds are alike.
+/// The same step, same process, under the SIMT convolution's rules ([`ConvRules`]): the
+/// default, and f16's staging 16 deep with the next step prefetched (before the thirty-fifth
+/// session), interleaved over five rounds. Where no layer takes the SIMT kernels (cooperative
+/// matrices in f16) or in f32 the rounds are alike.
 ///
 /// [`ConvRules`]: latent_engine::kernels::conv::ConvRules
-/// [`set_rows_scalar`]: latent_engine::kernels::attention::set_rows_scalar
 pub(super) fn simt_ab(
     model: &StableDiffusion,
     device: &Device,
@@ -298,64 +296,23 @@ pub(super) fn simt_ab(
     x: &Tensor<4>,
     ctx: &Tensor<3>,
 ) -> Result<()> {
-    use latent_engine::kernels::attention::{set_rows_keys16, set_rows_scalar};
-    use latent_engine::kernels::conv::{conv_rules, set_conv_rules};
+    use latent_engine::kernels::conv::{ConvRules, conv_rules, set_conv_rules};
     let d = conv_rules();
-    // (name, 8 × 8 blocks, vector staging and prefetch, attention rows on single values,
-    // widest head on 16-key tiles)
     let variants = [
+        ("default", d),
         (
-            "conv 4x4 scalar staging, attention rows scalar",
-            false,
-            false,
-            true,
-            0,
-        ),
-        (
-            "conv 4x4 vector staging, attention rows vector",
-            false,
-            true,
-            false,
-            0,
-        ),
-        (
-            "conv 4x4 vector staging, attention rows vector, 16-key tiles to 80 wide",
-            false,
-            true,
-            false,
-            80,
-        ),
-        (
-            "conv 8x8 vector staging, attention rows vector",
-            true,
-            true,
-            false,
-            0,
-        ),
-        (
-            "conv 8x8 vector staging, attention rows vector, 16-key tiles to 80 wide",
-            true,
-            true,
-            false,
-            80,
+            "f16 conv staging 16 deep, prefetch",
+            ConvRules {
+                simt_deep_f16: false,
+                ..d
+            },
         ),
     ];
     let names: Vec<&str> = variants.iter().map(|v| v.0).collect();
     interleaved(precision, "SIMT kernels", &names, 5, |i| {
-        let (_, wide, vector, scalar_rows, keys16) = variants[i];
-        set_conv_rules(latent_engine::kernels::conv::ConvRules {
-            simt_wide: wide,
-            simt_wide_f16: wide,
-            simt_vector: vector,
-            simt_prefetch: vector,
-            ..d
-        });
-        set_rows_scalar(scalar_rows);
-        set_rows_keys16(keys16);
+        set_conv_rules(variants[i].1);
         let ms = step_ms(model, device, runs, x, ctx);
         set_conv_rules(d);
-        set_rows_scalar(false);
-        set_rows_keys16(0);
         ms
     })
 }

@@ -112,18 +112,21 @@ pub(super) fn rows_vector(d: usize, parts: usize) -> bool {
         && (d / parts).is_multiple_of(super::rows::RV)
 }
 
-/// The bench's rule for the per-row kernel's key tile: heads up to this width over at least
-/// [`super::FEW_KEYS`] keys take 16-key tiles (0: the plans' order, 8 keys first). Each SD 1.5
-/// shape alone under WGSL (H200, thirty-fourth session) ran 16-key tiles 5–11 % faster on the
-/// 40- and 80-wide heads and 8-key ones faster at 160.
-static ROWS_KEYS16_WIDEST: AtomicUsize = AtomicUsize::new(0);
+/// The per-row kernel's key tile: heads up to this width over at least [`super::FEW_KEYS`] keys
+/// take 16-key tiles, the rest the plans' order (8 keys first). On an H200 (BENCHMARKS.md,
+/// thirty-fifth session, the SD 1.5 step replayed, five interleaved rounds) 16-key tiles up to 80
+/// wide took the f16 step from 85.57 to 84.85 ms under SPIR-V without cooperative matrices and
+/// from 91.76 to 91.34 under WGSL; alone, 160-wide heads ran faster over 8 keys (thirty-fourth).
+pub const ROWS_KEYS16_WIDEST: usize = 80;
+
+static ROWS_KEYS16: AtomicUsize = AtomicUsize::new(ROWS_KEYS16_WIDEST);
 
 /// Makes the per-row kernel take 16-key tiles for heads up to `widest` wide over many keys
-/// (`0`: the plans' order). For measuring only.
+/// (`0`: the plans' order everywhere; default [`ROWS_KEYS16_WIDEST`]). For measuring only.
 pub fn set_rows_keys16(widest: usize) {
-    ROWS_KEYS16_WIDEST.store(widest, Ordering::Relaxed);
+    ROWS_KEYS16.store(widest, Ordering::Relaxed);
 }
 
 pub(super) fn rows_keys16_widest() -> usize {
-    ROWS_KEYS16_WIDEST.load(Ordering::Relaxed)
+    ROWS_KEYS16.load(Ordering::Relaxed)
 }

@@ -25,11 +25,11 @@ use burn::tensor::Tensor;
 
 use super::{Element, buffer_arg, output, resolve, vector_arg};
 use kernel::{flash_attention, flash_attention_rows};
-use knobs::{planes_rows, planes_rule, planes_tile, planes_wide, rows_keys16_widest, rows_vector};
 pub use knobs::{
-    set_planes_rows, set_planes_rule, set_planes_tile, set_planes_wide, set_rows_keys16,
-    set_rows_scalar,
+    ROWS_KEYS16_WIDEST, set_planes_rows, set_planes_rule, set_planes_tile, set_planes_wide,
+    set_rows_keys16, set_rows_scalar,
 };
+use knobs::{planes_rows, planes_rule, planes_tile, planes_wide, rows_keys16_widest, rows_vector};
 pub use plan::{Fragment, Plan, device_fragment, device_fragments};
 use plan::{LANES, SHARED_BUDGET};
 use planes::flash_attention_planes;
@@ -124,8 +124,9 @@ fn preferred(all: Vec<Plan>, d: usize, n_k: usize) -> Option<Plan> {
     preferred_with(all, d, n_k, rows_keys16_widest())
 }
 
-/// [`preferred`] with the bench's 16-key rule for the per-row kernel ([`set_rows_keys16`]):
-/// heads up to `keys16_widest` wide over at least [`FEW_KEYS`] keys take 16-key tiles.
+/// [`preferred`] with the per-row kernel's 16-key rule ([`knobs::ROWS_KEYS16_WIDEST`]): on
+/// plain lanes, heads up to `keys16_widest` wide over at least [`FEW_KEYS`] keys take 16-key
+/// tiles.
 fn preferred_with(all: Vec<Plan>, d: usize, n_k: usize, keys16_widest: usize) -> Option<Plan> {
     let cmma = all.iter().any(|p| p.fragment.is_some());
     let (prefetch, widest, min_keys) = planes_rule();

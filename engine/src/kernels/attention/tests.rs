@@ -26,7 +26,7 @@ fn default_plan_rule() {
         let on_cmma = super::preferred(all, d, 4096);
         assert_eq!(on_cmma, (d <= 80).then_some(lane), "d {d}");
         assert_eq!(
-            super::preferred(Plan::fitting(d, 2, None, 48 * 1024), d, 4096),
+            super::preferred_with(Plan::fitting(d, 2, None, 48 * 1024), d, 4096, 0),
             Some(lane)
         );
         let parts = d.div_ceil(64);
@@ -66,10 +66,10 @@ fn default_plan_rule() {
             "d {d} keys {n_k}"
         );
     }
-    // The bench's 16-key rule on plain lanes: heads up to the width it names, over many keys.
+    // The 16-key rule on plain lanes: heads up to the width it names, over many keys.
     for (d, n_k, keys) in [(40, 4096, 16), (80, 1024, 16), (40, 77, 8), (160, 1024, 8)] {
         let plain = Plan::fitting(d, 2, None, 48 * 1024);
-        let chosen = super::preferred_with(plain, d, n_k, 80).expect("ours");
+        let chosen = super::preferred_with(plain, d, n_k, super::ROWS_KEYS16_WIDEST).expect("ours");
         assert_eq!(
             (chosen.per_row, chosen.bk),
             (true, keys),

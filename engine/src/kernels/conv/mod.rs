@@ -59,7 +59,10 @@ pub use route::{ConvRules, Mma, Prepared, conv_rules, mma_on, runs_for, set_conv
 pub(in crate::kernels) use unrolled::unroll;
 use unrolled::unroll_into;
 pub use unrolled::{conv2d_unrolled_gemm, one_by_one_from_tokens};
-use vector::{SV, conv2d_gemm_vec};
+use vector::{SV, conv2d_gemm_vec, step_depth};
+
+/// The most workgroup memory the SIMT kernel's deep step may stage.
+const DEEP_STAGING_BYTES: usize = 32 * 1024;
 
 /// Cubes a launch should have before the reduction is split: a few per compute unit on the
 /// GPUs we target (an H200 has 132 SMs, an A770 32 Xe-cores, Iris Xe 6 subslices).
@@ -188,6 +191,8 @@ pub struct Simt {
     pub vector: bool,
     /// With `vector`, the next step's global loads issued before this step's products.
     pub prefetch: bool,
+    /// With `vector`, 32 reduction indices staged a step instead of 16.
+    pub deep: bool,
 }
 
 /// [`conv2d`] with any [`Geometry`] and every epilogue term, the reduction split into `slices`
@@ -323,6 +328,11 @@ fn run_with(
         Weights::Stored(..) => BM,
     };
     let cols = tile_pixels(rows, block);
+    // The deep step where its staging fits 32 KiB (lavapipe's limit, and some iGPUs'): not the
+    // 16-channel tiles, whose 256 pixels would take 34 KiB.
+    let deep = matches!(weights, Weights::Packed(_, simt) if simt.vector && simt.deep)
+        && step_depth(true) * (rows + cols) * 4 <= DEEP_STAGING_BYTES;
+    let step = if deep { step_depth(true) } else { step };
     let (nx, ny) = (pixels.div_ceil(cols), c_out.div_ceil(rows));
     if !fits || pixels == 0 || c_out == 0 || nx > 65_535 || ny > 65_535 {
         return None;
@@ -412,6 +422,7 @@ fn run_with(
                     rows,
                     block,
                     simt.prefetch,
+                    deep,
                 ),
                 Weights::Packed(..) => conv2d_gemm::launch::<$t>(
                     &client,

@@ -53,6 +53,12 @@ pub struct ConvRules {
     /// and its matmul, 3–9 TFLOP/s). On an H100 it took 6 % off the f32 step (BENCHMARKS.md,
     /// twenty-first session); in f16 under WGSL burn's stays (faster there, eleventh session).
     pub simt_one_by_one_f32: bool,
+    /// In f16 on a card without cooperative matrices, the SIMT kernel for 1×1 layers too (else
+    /// burn's convolution: an im2col and its matmul, with layout copies around it). On an H200
+    /// (BENCHMARKS.md, thirty-fifth session, the SD 1.5 step replayed, five interleaved rounds)
+    /// it took the step from 90.31 to 88.15 ms under WGSL and from 83.38 to 80.86 under SPIR-V
+    /// with the cooperative matrices hidden (burn's autotune on plain lanes too).
+    pub simt_one_by_one_f16: bool,
     /// The SIMT kernel's staged operands read as vectors of 4 ([`super::vector`]): a lane's
     /// block in `block / 4` vector loads per operand a reduction index (2 for a 4 × 4 block)
     /// instead of `block` single values per operand (8). On an H200
@@ -65,6 +71,13 @@ pub struct ConvRules {
     pub simt_wide_f16: bool,
     /// With `simt_vector`, the next step's global loads issued before this step's products.
     pub simt_prefetch: bool,
+    /// With `simt_vector`, in f16 on a card: 32 reduction indices staged a step instead of 16
+    /// (half the barriers), the next step not prefetched. On an H200 (BENCHMARKS.md,
+    /// thirty-fifth session, five interleaved rounds) the f16 step took 78.97 ms against 80.65
+    /// under SPIR-V without cooperative matrices and 88.01 against 88.09 under WGSL (with the
+    /// prefetch: 80.89 and 88.74); in f32 it lost (84.69, with the prefetch 79.77, against
+    /// 76.55), so f32 keeps 16.
+    pub simt_deep_f16: bool,
 }
 
 impl ConvRules {
@@ -77,9 +90,11 @@ impl ConvRules {
         implicit_min_tiles: usize::MAX,
         simt_wide: true,
         simt_one_by_one_f32: true,
+        simt_one_by_one_f16: true,
         simt_vector: true,
         simt_wide_f16: false,
         simt_prefetch: true,
+        simt_deep_f16: true,
     };
     /// The sixteenth session's: our split kernel up to 160 tiles, burn's above, no GEMM.
     pub const SPLIT_ONLY: ConvRules = ConvRules {
@@ -90,9 +105,11 @@ impl ConvRules {
         implicit_min_tiles: usize::MAX,
         simt_wide: true,
         simt_one_by_one_f32: false,
+        simt_one_by_one_f16: false,
         simt_vector: false,
         simt_wide_f16: false,
         simt_prefetch: false,
+        simt_deep_f16: false,
     };
 }
 
@@ -198,10 +215,10 @@ impl Route {
     }
 
     /// The layer shapes ours takes here (module docs).
-    /// `f32_card`: f32 on a card, where 1×1 layers are taken too (and run as
-    /// [`ConvRules::simt_one_by_one_f32`] says).
-    fn takes(self, kh: usize, kw: usize, c_out: usize, f32_card: bool) -> bool {
-        let one_by_one = f32_card && kh == 1 && kw == 1;
+    /// `card`: a card's plain lanes, where 1×1 layers are taken too (and run as
+    /// [`ConvRules::simt_one_by_one_f32`] and `simt_one_by_one_f16` say).
+    fn takes(self, kh: usize, kw: usize, c_out: usize, card: bool) -> bool {
+        let one_by_one = card && kh == 1 && kw == 1;
         match self {
             Route::Burn => false,
             Route::Mma(_) | Route::Card => {
@@ -250,7 +267,7 @@ impl Prepared {
             let f32_card = route == Route::Card && dtype == DType::F32;
             match route {
                 Route::Mma(mma) if !route.takes(kh, kw, c_out, false) => Use::BurnOnMma(mma),
-                _ if !route.takes(kh, kw, c_out, f32_card) => Use::Burn,
+                _ if !route.takes(kh, kw, c_out, route == Route::Card) => Use::Burn,
                 Route::Mma(mma) => Use::Stored(mma),
                 // Packed once, kept with the layer, in the weights' pool (`device::persistent`).
                 _ => Use::Packed {
@@ -323,9 +340,15 @@ impl Prepared {
                 card,
             } => {
                 let rules = conv_rules();
-                if *f32_card && kh == 1 && !rules.simt_one_by_one_f32 {
+                let one_by_one = match (*f32_card, *card) {
+                    (true, _) => rules.simt_one_by_one_f32,
+                    (false, true) => rules.simt_one_by_one_f16,
+                    (false, false) => true,
+                };
+                if kh == 1 && !one_by_one {
                     return None;
                 }
+                let deep = *card && !*f32_card && rules.simt_deep_f16;
                 let simt = super::Simt {
                     wide: if *f32_card {
                         rules.simt_wide
@@ -333,7 +356,8 @@ impl Prepared {
                         *card && rules.simt_wide_f16
                     },
                     vector: rules.simt_vector,
-                    prefetch: rules.simt_prefetch,
+                    prefetch: rules.simt_prefetch && !deep,
+                    deep,
                 };
                 run(
                     x.clone(),
@@ -371,8 +395,12 @@ impl Prepared {
 /// `device` (the bench's op report): on cooperative matrices, on maps small enough to split.
 pub fn runs_for(device: &burn::tensor::Device, dtype: DType, k: usize, c_out: usize) -> bool {
     let route = Route::of(device, dtype);
-    let f32_card = route == Route::Card && dtype == DType::F32;
-    route.takes(k, k, c_out, f32_card && conv_rules().simt_one_by_one_f32)
+    let rules = conv_rules();
+    let one_by_one = match dtype {
+        DType::F32 => rules.simt_one_by_one_f32,
+        _ => rules.simt_one_by_one_f16,
+    };
+    route.takes(k, k, c_out, route == Route::Card && one_by_one)
 }
 
 /// Our cooperative-matrix convolution on `device` in `dtype`, where it runs (f16, a fragment
@@ -398,9 +426,12 @@ mod tests {
         );
         assert!(
             !Route::Card.takes(1, 1, 320, false),
-            "1×1 layers stay with burn on a card in f16"
+            "1×1 layers stay with burn unless a card's plain lanes take them"
         );
-        assert!(Route::Card.takes(1, 1, 320, true), "… but not in f32");
+        assert!(
+            Route::Card.takes(1, 1, 320, true),
+            "packed on a card; the rules decide per launch"
+        );
         assert!(Route::Software.takes(1, 1, 4, false));
         assert!(Route::Software.takes(3, 3, 3, false));
         assert!(!Route::Software.takes(5, 5, 40, false));

@@ -169,17 +169,18 @@ fn wide_blocks_match_burn_conv2d() {
 }
 
 /// The staging read as vectors of 4 (`Simt::vector`), with and without the next step's loads
-/// prefetched: every tile height (16, 32, 64 channels in 4 × 4 blocks, 128 in 8 × 8), maps
+/// prefetched, and 32 reduction indices a step (`Simt::deep`): every tile height (16, 32, 64 channels in 4 × 4 blocks, 128 in 8 × 8), maps
 /// whose pixel count 4 does not divide (a vector of pixels spanning two images or a partial
 /// tile), stride 2, a 1×1 kernel, whole and split, with every epilogue term.
 #[test]
 fn vector_staging_matches_burn_conv2d() {
     let all = [(true, true, true)];
-    for prefetch in [false, true] {
+    for (prefetch, deep) in [(false, false), (true, false), (true, true)] {
         let simt = Simt {
             wide: false,
             vector: true,
             prefetch,
+            deep,
         };
         check_blocks((2, 20, 3, 5, 7, 3, 1, 1), &all, &[None], simt);
         check_blocks((1, 12, 32, 9, 10, 3, 2, 1), &all, &[Some(3)], simt);

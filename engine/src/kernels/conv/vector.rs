@@ -11,6 +11,9 @@
 //! tap once for the four. With `prefetch`, the next step's global loads are issued before this
 //! step's products (their registers live across them).
 //!
+//! With `deep`, each step stages 32 reduction indices instead of 16: half the barriers and
+//! loop overhead a reduction, twice the workgroup memory (16 KiB for 4 × 4 blocks).
+//!
 //! Same tiles, split and epilogue as the scalar kernel; the output is written 4 neighbouring
 //! pixels a lane (coalesced along the map's rows).
 
@@ -18,6 +21,11 @@ use burn::cubecl;
 use burn::cubecl::prelude::*;
 
 use super::kernel::{BK, LANES, tile_pixels, with_adds};
+
+/// The reduction indices a step stages: [`BK`], or twice that with `deep`.
+pub(super) const fn step_depth(deep: bool) -> usize {
+    if deep { 2 * BK } else { BK }
+}
 
 /// Values per staged vector.
 pub(super) const SV: usize = 4;
@@ -56,7 +64,9 @@ pub(super) fn conv2d_gemm_vec<F: Float, N: Size>(
     #[comptime] rows: usize,
     #[comptime] block: usize,
     #[comptime] prefetch: bool,
+    #[comptime] deep: bool,
 ) {
+    let bk = comptime!(step_depth(deep));
     let cols = comptime!(tile_pixels(rows, block));
     // Lanes along the pixels: each holds `block / 4` vectors of a channel's row.
     let lanes_x = comptime!(cols / block);
@@ -75,8 +85,8 @@ pub(super) fn conv2d_gemm_vec<F: Float, N: Size>(
     // the lanes past them stage none.
     let a_row_vecs = comptime!(rows / SV);
     let b_row_vecs = comptime!(cols / SV);
-    let a_per = comptime!((BK * rows / SV).div_ceil(LANES));
-    let b_per = comptime!(BK * cols / SV / LANES);
+    let a_per = comptime!((step_depth(deep) * rows / SV).div_ceil(LANES));
+    let b_per = comptime!(step_depth(deep) * cols / SV / LANES);
     let a_k0 = lane / a_row_vecs;
     let a_kstep = comptime!(LANES / a_row_vecs);
     let a_col = lane % a_row_vecs;
@@ -105,15 +115,15 @@ pub(super) fn conv2d_gemm_vec<F: Float, N: Size>(
         p_ix[e] = (rem % ow) * stride;
     }
 
-    let mut a_s = Shared::<[Vector<f32, N>]>::new_slice(comptime!(BK * rows / SV));
-    let mut b_s = Shared::<[Vector<f32, N>]>::new_slice(comptime!(BK * cols / SV));
+    let mut a_s = Shared::<[Vector<f32, N>]>::new_slice(comptime!(step_depth(deep) * rows / SV));
+    let mut b_s = Shared::<[Vector<f32, N>]>::new_slice(comptime!(step_depth(deep) * cols / SV));
     let mut acc = Array::<Vector<f32, N>>::new(comptime!(block * bv));
     #[unroll]
     for i in 0..comptime!(block * bv) {
         acc[i] = Vector::<f32, N>::new(0.0f32);
     }
 
-    let steps = k_total.div_ceil(BK);
+    let steps = k_total.div_ceil(bk);
     let mut first = 0usize;
     let mut last = steps;
     if split {
@@ -128,20 +138,20 @@ pub(super) fn conv2d_gemm_vec<F: Float, N: Size>(
     if prefetch && first < last {
         load_vectors::<F, N>(
             w, x, &mut a_reg, &mut b_reg, first, a_k0, b_k0, co_stage, c_out, k_total, &p_valid,
-            &p_base, &p_iy, &p_ix, h, wd, pad, kh, kw, up, a_per, a_kstep, b_per, b_kstep,
+            &p_base, &p_iy, &p_ix, h, wd, pad, kh, kw, up, a_per, a_kstep, b_per, b_kstep, bk,
         );
     }
     for s in first..last {
         if !prefetch {
             load_vectors::<F, N>(
                 w, x, &mut a_reg, &mut b_reg, s, a_k0, b_k0, co_stage, c_out, k_total, &p_valid,
-                &p_base, &p_iy, &p_ix, h, wd, pad, kh, kw, up, a_per, a_kstep, b_per, b_kstep,
+                &p_base, &p_iy, &p_ix, h, wd, pad, kh, kw, up, a_per, a_kstep, b_per, b_kstep, bk,
             );
         }
         #[unroll]
         for r in 0..a_per {
             let kk = a_k0 + a_kstep * r;
-            if kk < BK {
+            if kk < bk {
                 a_s[kk * a_row_vecs + a_col] = a_reg[r];
             }
         }
@@ -176,12 +186,13 @@ pub(super) fn conv2d_gemm_vec<F: Float, N: Size>(
                 a_kstep,
                 b_per,
                 b_kstep,
+                bk,
             );
         }
         let mut av = Array::<Vector<f32, N>>::new(bv);
         let mut xv = Array::<Vector<f32, N>>::new(bv);
         #[unroll]
-        for q in 0..BK {
+        for q in 0..bk {
             #[unroll]
             for i in 0..bv {
                 av[i] = a_s[q * a_row_vecs + ty * bv + i];
@@ -270,13 +281,14 @@ fn load_vectors<F: Float, N: Size>(
     #[comptime] a_kstep: usize,
     #[comptime] b_per: usize,
     #[comptime] b_kstep: usize,
+    #[comptime] bk: usize,
 ) {
     #[unroll]
     for r in 0..a_per {
         let kk = a_k0 + a_kstep * r;
-        let k = s * BK + kk;
+        let k = s * bk + kk;
         let mut v = Vector::<f32, N>::new(0.0f32);
-        if kk < BK && k < k_total {
+        if kk < bk && k < k_total {
             #[unroll]
             for e in 0..SV {
                 let co = co_stage + e;
@@ -289,7 +301,7 @@ fn load_vectors<F: Float, N: Size>(
     }
     #[unroll]
     for r in 0..b_per {
-        let k = s * BK + b_k0 + b_kstep * r;
+        let k = s * bk + b_k0 + b_kstep * r;
         let mut v = Vector::<f32, N>::new(0.0f32);
         if k < k_total {
             // The reduction index's channel and tap, once for the four pixels.

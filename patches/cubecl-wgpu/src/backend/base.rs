@@ -526,6 +526,23 @@ pub fn set_spirv_policy(policy: fn(&wgpu::AdapterInfo) -> bool) -> bool {
     SPIRV_POLICY.set(policy).is_ok()
 }
 
+// Latent Studio patch: the application may hide a Vulkan adapter's cooperative matrices, so
+// every kernel (burn's autotune candidates included) runs on plain lanes, as on a GPU without
+// them: a driver whose cooperative matrices misbehave, or one card measuring an iGPU's route.
+static COOPERATIVE_MATRICES_OFF: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
+/// Whether devices created from now on report no cooperative matrices (`off`), whatever their
+/// Vulkan driver offers. Default: reported as offered.
+pub fn set_cooperative_matrices_off(off: bool) {
+    COOPERATIVE_MATRICES_OFF.store(off, std::sync::atomic::Ordering::Relaxed);
+}
+
+#[cfg_attr(not(feature = "spirv"), allow(dead_code))]
+pub(crate) fn cooperative_matrices_off() -> bool {
+    COOPERATIVE_MATRICES_OFF.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 #[cfg_attr(not(feature = "spirv"), allow(dead_code))]
 fn spirv_allowed(adapter: &Adapter) -> bool {
     let info = adapter.get_info();

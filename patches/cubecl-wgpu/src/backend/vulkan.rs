@@ -482,11 +482,13 @@ fn register_features(
         props.memory.max_page_size = heap.size;
     }
 
-    if extended_feat.cooperative_matrix.is_some() {
+    // Latent Studio patch: `set_cooperative_matrices_off` hides them.
+    let hidden = super::base::cooperative_matrices_off();
+    if extended_feat.cooperative_matrix.is_some() && !hidden {
         register_cmma(ash, adapter, props);
     }
 
-    if let Some(nv_cooperative_matrix2) = extended_feat.nv_cooperative_matrix2 {
+    if let Some(nv_cooperative_matrix2) = extended_feat.nv_cooperative_matrix2.filter(|_| !hidden) {
         if nv_cooperative_matrix2.cooperative_matrix_flexible_dimensions == TRUE
             && nv_cooperative_matrix2.cooperative_matrix_workgroup_scope == TRUE
         {
