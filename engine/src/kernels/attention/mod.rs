@@ -150,10 +150,12 @@ fn preferred_with(all: Vec<Plan>, d: usize, n_k: usize, keys16_widest: usize) ->
             return Some(*planes);
         }
     }
-    if !cmma && d <= keys16_widest && n_k >= FEW_KEYS {
-        if let Some(plan) = all.iter().find(|p| p.per_row && p.bk == 16) {
-            return Some(*plan).filter(|_| ours_is_faster(cmma, d));
-        }
+    if !cmma
+        && d <= keys16_widest
+        && n_k >= FEW_KEYS
+        && let Some(plan) = all.iter().find(|p| p.per_row && p.bk == 16)
+    {
+        return Some(*plan).filter(|_| ours_is_faster(cmma, d));
     }
     all.into_iter()
         .find(|p| !cmma || p.per_row)
