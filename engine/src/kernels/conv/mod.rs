@@ -9,7 +9,8 @@
 //! weight slice and the gathered input slice (zero outside the image: the padding) in workgroup
 //! memory, 8 KiB in all ([`kernel`]); where [`Prepared`] routes a layer (by default) the staged
 //! operands are read as vectors of 4 and the next step's loads issued before this step's
-//! products ([`vector`]; [`conv2d`] itself runs the scalar kernel, the bench's baseline).
+//! products, or in f16 the reduction walked 32 a step ([`vector`]; [`conv2d`] itself runs the
+//! scalar kernel, the bench's baseline).
 //! Weights come packed `[c_in·kh·kw, c_out]` ([`pack`], once per model), so the staging reads
 //! are coalesced. The epilogue adds the bias, a per-(image, channel) term (the UNet's time
 //! embedding) and a residual (the resnet's shortcut) in f32 before the one cast and write,
@@ -21,10 +22,10 @@
 //!
 //! `nn::Conv2d` runs it ([`Prepared`]) on devices without cooperative matrices for 3×3 layers
 //! with at least 32 output channels: there it was 3–20× faster than burn's `conv_direct` on every
-//! SD 1.5 UNet 3×3 shape (H200 and H100 under WGSL, BENCHMARKS.md). The 1×1 layers and the 4- and
-//! 3-channel outputs stay with burn on a card in f16 (its im2col matmul and `conv_direct` were
-//! 1.3–2× faster there, eleventh session); in f32 the 1×1 layers take ours (6 % off an H100's
-//! f32 step, twenty-first session); on a software adapter every layer takes ours
+//! SD 1.5 UNet 3×3 shape (H200 and H100 under WGSL, BENCHMARKS.md). The 4- and 3-channel
+//! outputs stay with burn on a card (`conv_direct`); the 1×1 layers take ours there too
+//! ([`ConvRules`]: 6 % off an H100's f32 step, twenty-first session; 2.2–2.5 ms off an H200's
+//! f16 step, thirty-fifth); on a software adapter every layer takes ours
 //! ([`super::software`]): burn's convolution autotune compiles and times 13 candidates per
 //! shape (the im2col matmul's dozens more), and on lavapipe those LLVM compiles were 290 of a cold
 //! parity test's 360 s.
@@ -40,6 +41,7 @@
 //! channels-last layout.
 
 mod cmma;
+mod epilogue;
 mod kernel;
 mod route;
 #[cfg(test)]
@@ -53,6 +55,7 @@ use burn::tensor::{DType, Tensor};
 pub use super::Geometry;
 use super::{Element, buffer_arg, grid, output, resolve};
 use cmma::{BK_MMA, conv2d_gemm_mma};
+pub use epilogue::{Columns, Epilogue};
 use kernel::{BK, BM, LANES, conv2d_gemm, conv2d_split_sum, tile_block, tile_pixels, tile_rows};
 pub use route::{ConvRules, Mma, Prepared, conv_rules, mma_on, runs_for, set_conv_rules};
 #[cfg(test)]
@@ -84,63 +87,6 @@ pub fn splits(tiles: usize, steps: usize) -> usize {
     let n = wanted.min(most);
     // Equal slices, none empty.
     steps.div_ceil(steps.div_ceil(n).max(1)).max(1)
-}
-
-/// What a convolution adds to its result before the cast (all in the output's dtype).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Epilogue<'a> {
-    /// `[c_out]`.
-    pub bias: Option<&'a Tensor<1>>,
-    /// `[b, c_out]` (columns of a wider `[b, n]`), added to every pixel of image `b`, channel
-    /// `c` (the time embedding).
-    pub channel: Option<Columns<'a>>,
-    /// `[b, c_out, oh, ow]` (the resnet's shortcut).
-    pub residual: Option<&'a Tensor<4>>,
-}
-
-/// Columns `column ..` of a `[rows, width]` tensor, read in place: the UNet projects the time
-/// embedding for every resnet in one product and each convolution reads its own columns.
-#[derive(Debug, Clone, Copy)]
-pub struct Columns<'a> {
-    pub tensor: &'a Tensor<2>,
-    pub column: usize,
-}
-
-impl<'a> Columns<'a> {
-    /// All of `tensor`.
-    pub fn all(tensor: &'a Tensor<2>) -> Self {
-        Self { tensor, column: 0 }
-    }
-
-    /// The `n` columns as a tensor of their own (a copy where they are not all of it).
-    pub fn take(&self, n: usize) -> Tensor<2> {
-        let [rows, width] = self.tensor.dims();
-        if self.column == 0 && width == n {
-            return self.tensor.clone();
-        }
-        self.tensor
-            .clone()
-            .slice([0..rows, self.column..self.column + n])
-    }
-}
-
-impl Epilogue<'_> {
-    /// `y` plus these terms with burn ops: the twin of our epilogue, and the path burn's
-    /// convolution takes.
-    pub fn apply(&self, y: Tensor<4>) -> Tensor<4> {
-        let [b, c, _, _] = y.dims();
-        let mut y = y;
-        if let Some(bias) = self.bias {
-            y = y + bias.clone().reshape([1, c, 1, 1]);
-        }
-        if let Some(t) = self.channel {
-            y = y + t.take(c).reshape([b, c, 1, 1]);
-        }
-        if let Some(r) = self.residual {
-            y = y + r.clone();
-        }
-        y
-    }
 }
 
 /// OIHW weights `[c_out, c_in, kh, kw]` as the kernel reads them: `[c_in·kh·kw, c_out]`,
