@@ -78,9 +78,9 @@ pub struct BenchArgs {
     /// interleaved over three rounds in the same process.
     #[arg(long)]
     pub(super) conv_ab: bool,
-    /// After the UNet step, the same step with the SIMT convolution's f16 staging 32 deep (the
-    /// default) or 16 deep with prefetch (where it runs: f16 without cooperative matrices),
-    /// interleaved over five rounds in the same process.
+    /// After the UNet step, the same step with the SIMT convolution in 4 × 8 lane blocks on its
+    /// 64-channel tiles or not (where it runs: no cooperative matrices, or f32 beside f16-only
+    /// ones), interleaved over five rounds in the same process.
     #[arg(long)]
     pub(super) simt_ab: bool,
     /// After the UNet step, the same step with the linears on each of these choices (as

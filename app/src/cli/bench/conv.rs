@@ -167,6 +167,7 @@ pub fn report(
             vector,
             prefetch,
             deep: false,
+            pixels8: false,
         };
         for (name, s) in [
             ("8x8", simt(true, false, false)),

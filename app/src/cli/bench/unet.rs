@@ -283,9 +283,9 @@ pub(super) fn conv_ab(
 }
 
 /// The same step, same process, under the SIMT convolution's rules ([`ConvRules`]): the
-/// default, and f16's staging 16 deep with the next step prefetched (before the thirty-fifth
-/// session), interleaved over five rounds. Where no layer takes the SIMT kernels (cooperative
-/// matrices in f16) or in f32 the rounds are alike.
+/// default, and 4 × 8 lane blocks (4 channels by 8 pixels) on the 64-channel tiles
+/// (`simt_pixels8`), interleaved over five rounds. Where no layer takes the SIMT kernels
+/// (cooperative matrices in f16) the rounds are alike.
 ///
 /// [`ConvRules`]: latent_engine::kernels::conv::ConvRules
 pub(super) fn simt_ab(
@@ -301,9 +301,9 @@ pub(super) fn simt_ab(
     let variants = [
         ("default", d),
         (
-            "f16 conv staging 16 deep, prefetch",
+            "conv 4x8 blocks on 64-channel tiles",
             ConvRules {
-                simt_deep_f16: false,
+                simt_pixels8: !d.simt_pixels8,
                 ..d
             },
         ),

@@ -62,7 +62,7 @@ pub use route::{ConvRules, Mma, Prepared, conv_rules, mma_on, runs_for, set_conv
 pub(in crate::kernels) use unrolled::unroll;
 use unrolled::unroll_into;
 pub use unrolled::{conv2d_unrolled_gemm, one_by_one_from_tokens};
-use vector::{SV, conv2d_gemm_vec, step_depth};
+use vector::{SV, conv2d_gemm_vec, step_depth, tile_cols};
 
 /// The most workgroup memory the SIMT kernel's deep step may stage.
 const DEEP_STAGING_BYTES: usize = 32 * 1024;
@@ -139,6 +139,9 @@ pub struct Simt {
     pub prefetch: bool,
     /// With `vector`, 32 reduction indices staged a step instead of 16.
     pub deep: bool,
+    /// With `vector`, 4 × 8 lane blocks (4 channels by 8 pixels, 64 × 128 tiles) where the
+    /// layer's tile is 64 channels of 4 × 4 blocks.
+    pub pixels8: bool,
 }
 
 /// [`conv2d`] with any [`Geometry`] and every epilogue term, the reduction split into `slices`
@@ -273,7 +276,15 @@ fn run_with(
         Weights::Packed(..) => tile_rows(c_out, block),
         Weights::Stored(..) => BM,
     };
-    let cols = tile_pixels(rows, block);
+    // Pixel vectors a lane: `block / 4` (square blocks), or 2 for 4 × 8 blocks.
+    let pv = match weights {
+        Weights::Packed(_, simt) if simt.vector && simt.pixels8 && block == 4 && rows == BM => 2,
+        _ => block / SV,
+    };
+    let cols = match weights {
+        Weights::Packed(_, simt) if simt.vector => tile_cols(rows, block, pv),
+        _ => tile_pixels(rows, block),
+    };
     // The deep step where its staging fits 32 KiB (lavapipe's limit, and some iGPUs'): not the
     // 16-channel tiles, whose 256 pixels would take 34 KiB.
     let deep = matches!(weights, Weights::Packed(_, simt) if simt.vector && simt.deep)
@@ -367,6 +378,7 @@ fn run_with(
                     split,
                     rows,
                     block,
+                    pv,
                     simt.prefetch,
                     deep,
                 ),

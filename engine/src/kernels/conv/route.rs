@@ -78,6 +78,12 @@ pub struct ConvRules {
     /// prefetch: 80.89 and 88.74); in f32 it lost (84.69, with the prefetch 79.77, against
     /// 76.55), so f32 keeps 16.
     pub simt_deep_f16: bool,
+    /// With `simt_vector`, 4 × 8 lane blocks (4 channels by 8 pixels, 64 × 128 tiles) on layers
+    /// whose tile is 64 channels of 4 × 4 blocks: a third fewer workgroup-memory loads a product.
+    /// Off: on an H200 (BENCHMARKS.md, thirty-fifth session, five interleaved rounds) the step
+    /// took 96.65 ms against 87.97 under WGSL in f16, 84.29 against 79.24 under SPIR-V without
+    /// cooperative matrices, 76.61 against 75.91 in f32.
+    pub simt_pixels8: bool,
 }
 
 impl ConvRules {
@@ -95,6 +101,7 @@ impl ConvRules {
         simt_wide_f16: false,
         simt_prefetch: true,
         simt_deep_f16: true,
+        simt_pixels8: false,
     };
     /// The sixteenth session's: our split kernel up to 160 tiles, burn's above, no GEMM.
     pub const SPLIT_ONLY: ConvRules = ConvRules {
@@ -110,6 +117,7 @@ impl ConvRules {
         simt_wide_f16: false,
         simt_prefetch: false,
         simt_deep_f16: false,
+        simt_pixels8: false,
     };
 }
 
@@ -358,6 +366,7 @@ impl Prepared {
                     vector: rules.simt_vector,
                     prefetch: rules.simt_prefetch && !deep,
                     deep,
+                    pixels8: rules.simt_pixels8,
                 };
                 run(
                     x.clone(),

@@ -169,22 +169,33 @@ fn wide_blocks_match_burn_conv2d() {
 }
 
 /// The staging read as vectors of 4 (`Simt::vector`), with and without the next step's loads
-/// prefetched, and 32 reduction indices a step (`Simt::deep`): every tile height (16, 32, 64 channels in 4 × 4 blocks, 128 in 8 × 8), maps
+/// prefetched, 32 reduction indices a step (`Simt::deep`) and 4 × 8 lane blocks
+/// (`Simt::pixels8`, on the 64-channel tile): every tile height (16, 32, 64 channels in 4 × 4 blocks, 128 in 8 × 8), maps
 /// whose pixel count 4 does not divide (a vector of pixels spanning two images or a partial
 /// tile), stride 2, a 1×1 kernel, whole and split, with every epilogue term.
 #[test]
 fn vector_staging_matches_burn_conv2d() {
     let all = [(true, true, true)];
-    for (prefetch, deep) in [(false, false), (true, false), (true, true)] {
+    for (prefetch, deep, pixels8) in [
+        (false, false, false),
+        (true, false, false),
+        (false, true, true),
+        (true, false, true),
+    ] {
         let simt = Simt {
             wide: false,
             vector: true,
             prefetch,
             deep,
+            pixels8,
         };
         check_blocks((2, 20, 3, 5, 7, 3, 1, 1), &all, &[None], simt);
         check_blocks((1, 12, 32, 9, 10, 3, 2, 1), &all, &[Some(3)], simt);
         check_blocks((2, 33, 65, 5, 6, 1, 1, 0), &all, &[None], simt);
+        if pixels8 {
+            // A 3×3 layer on the 64-channel tile, 143 pixels (no whole vector of 8), split too.
+            check_blocks((1, 9, 40, 11, 13, 3, 1, 1), &all, &[None, Some(2)], simt);
+        }
         check_blocks(
             (2, 19, 128, 9, 7, 3, 1, 1),
             &all,

@@ -20,7 +20,7 @@
 use burn::cubecl;
 use burn::cubecl::prelude::*;
 
-use super::kernel::{BK, LANES, tile_pixels, with_adds};
+use super::kernel::{BK, LANES, with_adds};
 
 /// The reduction indices a step stages: [`BK`], or twice that with `deep`.
 pub(super) const fn step_depth(deep: bool) -> usize {
@@ -30,8 +30,15 @@ pub(super) const fn step_depth(deep: bool) -> usize {
 /// Values per staged vector.
 pub(super) const SV: usize = 4;
 
+/// The tile's pixels for `rows` output channels, lane blocks of `block` channels and `pv`
+/// vectors of pixels (`block / 4` for square blocks, [`super::kernel::tile_pixels`]).
+pub(super) const fn tile_cols(rows: usize, block: usize, pv: usize) -> usize {
+    LANES * block * pv * SV / rows
+}
+
 /// See the module docs. Cube `(pixel tile, channel tile, slice)` as the scalar kernel's; lane
-/// `(tx, ty)` owns output channels `ty·block ..` and the pixel vectors `tx + lanes_x·jj`.
+/// `(tx, ty)` owns output channels `ty·block ..` and the `pv` pixel vectors `tx + lanes_x·jj`
+/// (`pv = block / 4`: square blocks; 2 with 4 channels: 4 × 8 blocks, twice the pixels a tile).
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
 pub(super) fn conv2d_gemm_vec<F: Float, N: Size>(
@@ -63,13 +70,14 @@ pub(super) fn conv2d_gemm_vec<F: Float, N: Size>(
     #[comptime] split: bool,
     #[comptime] rows: usize,
     #[comptime] block: usize,
+    #[comptime] pv: usize,
     #[comptime] prefetch: bool,
     #[comptime] deep: bool,
 ) {
     let bk = comptime!(step_depth(deep));
-    let cols = comptime!(tile_pixels(rows, block));
-    // Lanes along the pixels: each holds `block / 4` vectors of a channel's row.
-    let lanes_x = comptime!(cols / block);
+    let cols = comptime!(tile_cols(rows, block, pv));
+    // Lanes along the pixels: each holds `pv` vectors of a channel's row.
+    let lanes_x = comptime!(tile_cols(rows, block, pv) / (pv * SV));
     let bv = comptime!(block / SV);
     let lane = UNIT_POS as usize;
     let tx = lane % lanes_x;
@@ -117,9 +125,9 @@ pub(super) fn conv2d_gemm_vec<F: Float, N: Size>(
 
     let mut a_s = Shared::<[Vector<f32, N>]>::new_slice(comptime!(step_depth(deep) * rows / SV));
     let mut b_s = Shared::<[Vector<f32, N>]>::new_slice(comptime!(step_depth(deep) * cols / SV));
-    let mut acc = Array::<Vector<f32, N>>::new(comptime!(block * bv));
+    let mut acc = Array::<Vector<f32, N>>::new(comptime!(block * pv));
     #[unroll]
-    for i in 0..comptime!(block * bv) {
+    for i in 0..comptime!(block * pv) {
         acc[i] = Vector::<f32, N>::new(0.0f32);
     }
 
@@ -190,20 +198,23 @@ pub(super) fn conv2d_gemm_vec<F: Float, N: Size>(
             );
         }
         let mut av = Array::<Vector<f32, N>>::new(bv);
-        let mut xv = Array::<Vector<f32, N>>::new(bv);
+        let mut xv = Array::<Vector<f32, N>>::new(pv);
         #[unroll]
         for q in 0..bk {
             #[unroll]
             for i in 0..bv {
                 av[i] = a_s[q * a_row_vecs + ty * bv + i];
-                xv[i] = b_s[q * b_row_vecs + tx + lanes_x * i];
+            }
+            #[unroll]
+            for jj in 0..pv {
+                xv[jj] = b_s[q * b_row_vecs + tx + lanes_x * jj];
             }
             #[unroll]
             for i in 0..block {
                 let a = Vector::<f32, N>::new(av[i / SV].extract(i % SV));
                 #[unroll]
-                for jj in 0..bv {
-                    acc[i * bv + jj] += a * xv[jj];
+                for jj in 0..pv {
+                    acc[i * pv + jj] += a * xv[jj];
                 }
             }
         }
@@ -216,8 +227,8 @@ pub(super) fn conv2d_gemm_vec<F: Float, N: Size>(
         let co = m0 + ty * block + i;
         if co < c_out {
             #[unroll]
-            for jj in 0..bv {
-                let v = acc[i * bv + jj];
+            for jj in 0..pv {
+                let v = acc[i * pv + jj];
                 #[unroll]
                 for e in 0..SV {
                     let p = n0 + (tx + lanes_x * jj) * SV + e;
