@@ -1,14 +1,13 @@
 #!/bin/bash
 # Issue 13 on a lent GPU, one part per device call (each call may run 10 minutes):
-#   PART=bv PyTorch's fp16 and fp32 steps, then ours with the SIMT convolution in 4 × 8 lane
-#           blocks on its 64-channel tiles or not (`--simt-ab`) under WGSL, under SPIR-V with
-#           LATENT_STUDIO_CMMA=off, and in f32
+#   PART=bv part bt, run with the binary whose `--simt-ab` compared 4 × 8 lane blocks on the
+#           SIMT convolution's 64-channel tiles
 #   PART=bu PyTorch's fp16 step, then ours in f16 on the two routes without cooperative matrices
 #           (WGSL; SPIR-V with LATENT_STUDIO_CMMA=off), each with `--simt-ab` (the f16 SIMT
 #           convolution's 32-deep staging, the default since, against 16 deep with prefetch)
-#   PART=bt PyTorch's fp16 and fp32 steps, then ours with the SIMT convolution staging 16 or 32
-#           reduction indices a step (`--simt-ab`) under WGSL, under SPIR-V with
-#           LATENT_STUDIO_CMMA=off (the default rules: burn's matmul on plain lanes for the
+#   PART=bt PyTorch's fp16 and fp32 steps, then ours with `--simt-ab` (in that call's binary: the
+#           SIMT convolution staging 16 or 32 reduction indices a step) under WGSL, under SPIR-V
+#           with LATENT_STUDIO_CMMA=off (the default rules: burn's matmul on plain lanes for the
 #           linears), and in f32
 #   PART=bs PyTorch's fp16 step, then ours: under WGSL `--simt-ab` (8- or 16-key attention tiles,
 #           1×1 layers on the SIMT kernel); then under SPIR-V with LATENT_STUDIO_CMMA=off, which
@@ -256,19 +255,13 @@ peak() {
 }
 
 case ${PART:-a} in
-bv)
-  PARTS=${TORCH_PARTS:-unet16,unet32} timeout ${TORCH_TIMEOUT:-150} python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_bv.txt
-  LATENT_STUDIO_COMPILER=wgsl timeout ${WGSL_TIMEOUT:-120} /tmp/ls bench --device gpu --precision f16 --runs 5 --unet-only --no-ops --no-profile --no-burn-ops --simt-ab $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_wgsl.txt
-  LATENT_STUDIO_CMMA=off timeout ${SPIRV_TIMEOUT:-150} /tmp/ls bench --device gpu --precision f16 --runs 5 --unet-only --no-ops --no-profile --no-burn-ops --simt-ab $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_spirv_simt.txt
-  timeout ${F32_TIMEOUT:-120} /tmp/ls bench --device gpu --precision f32 --runs 5 --unet-only --no-ops --no-profile --no-burn-ops --simt-ab $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_f32.txt
-  ;;
 bu)
   PARTS=${TORCH_PARTS:-unet16} timeout ${TORCH_TIMEOUT:-120} python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_bu.txt
   LATENT_STUDIO_COMPILER=wgsl timeout ${WGSL_TIMEOUT:-150} /tmp/ls bench --device gpu --precision f16 --runs 5 --unet-only --no-ops --no-profile --no-burn-ops --simt-ab $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_wgsl.txt
   LATENT_STUDIO_CMMA=off timeout ${SPIRV_TIMEOUT:-180} /tmp/ls bench --device gpu --precision f16 --runs 5 --unet-only --no-ops --no-profile --no-burn-ops --simt-ab --kernel-profile 1 $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_spirv_simt.txt
   ;;
-bt)
-  PARTS=${TORCH_PARTS:-unet16,unet32} timeout ${TORCH_TIMEOUT:-150} python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_bt.txt
+bt|bv)
+  PARTS=${TORCH_PARTS:-unet16,unet32} timeout ${TORCH_TIMEOUT:-150} python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_$PART.txt
   LATENT_STUDIO_COMPILER=wgsl timeout ${WGSL_TIMEOUT:-150} /tmp/ls bench --device gpu --precision f16 --runs 5 --unet-only --no-ops --no-profile --no-burn-ops --simt-ab $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_wgsl.txt
   LATENT_STUDIO_CMMA=off timeout ${SPIRV_TIMEOUT:-180} /tmp/ls bench --device gpu --precision f16 --runs 5 --unet-only --no-ops --no-profile --no-burn-ops --simt-ab $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_spirv_simt.txt
   timeout ${F32_TIMEOUT:-150} /tmp/ls bench --device gpu --precision f32 --runs 5 --unet-only --no-ops --no-profile --no-burn-ops --simt-ab $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_f32.txt
