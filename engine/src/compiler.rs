@@ -132,6 +132,15 @@ pub fn cooperative_matrices(adapter: &AdapterSummary) -> Vec<String> {
     shapes
 }
 
+/// Whether cooperative matrices are switched off (`LATENT_STUDIO_CMMA=off`): [`install`] hides
+/// them from cubecl's devices, and our kernels route as on a device without them.
+pub fn cooperative_matrices_off() -> bool {
+    static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *OFF.get_or_init(|| {
+        std::env::var("LATENT_STUDIO_CMMA").is_ok_and(|v| v.trim().eq_ignore_ascii_case("off"))
+    })
+}
+
 /// The policy handed to cubecl: whether this Vulkan adapter uses SPIR-V.
 fn policy(info: &wgpu::AdapterInfo) -> bool {
     let backend = format!("{:?}", info.backend);
@@ -149,7 +158,7 @@ pub fn install() {
             tracing::warn!("a shader compiler policy was already installed");
         }
         // Hidden from cubecl too, so burn's autotune offers no cooperative-matrix kernel either.
-        burn::cubecl::wgpu::set_cooperative_matrices_off(crate::kernels::cooperative_matrices_off());
+        burn::cubecl::wgpu::set_cooperative_matrices_off(cooperative_matrices_off());
     });
 }
 

@@ -70,10 +70,7 @@ static CONV_PREFETCH: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicB
 /// plain lanes under SPIR-V, as on an Iris Xe or Meteor Lake iGPU; one GPU can measure both
 /// routes, and a driver whose cooperative matrices misbehave can be worked around.
 pub fn cooperative_matrices_off() -> bool {
-    static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *OFF.get_or_init(|| {
-        std::env::var("LATENT_STUDIO_CMMA").is_ok_and(|v| v.trim().eq_ignore_ascii_case("off"))
-    })
+    crate::compiler::cooperative_matrices_off()
 }
 
 /// Whether `device` (a wgpu device) computes `dtype` products on plain lanes: it has no cooperative
