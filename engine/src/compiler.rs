@@ -133,7 +133,8 @@ pub fn cooperative_matrices(adapter: &AdapterSummary) -> Vec<String> {
 }
 
 /// Whether cooperative matrices are switched off (`LATENT_STUDIO_CMMA=off`): [`install`] hides
-/// them from cubecl's devices, and our kernels route as on a device without them.
+/// them from cubecl's Vulkan (SPIR-V) devices, and our kernels route as on a device without
+/// them everywhere.
 pub fn cooperative_matrices_off() -> bool {
     static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *OFF.get_or_init(|| {

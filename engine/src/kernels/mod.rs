@@ -66,9 +66,9 @@ pub fn set_conv_prefetch(on: bool) {
 static CONV_PREFETCH: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
 
 /// Whether cooperative matrices are switched off (`LATENT_STUDIO_CMMA=off`): hidden from
-/// cubecl's devices too ([`crate::compiler::install`]), so every kernel, burn's included, runs on
-/// plain lanes under SPIR-V, as on an Iris Xe or Meteor Lake iGPU; one GPU can measure both
-/// routes, and a driver whose cooperative matrices misbehave can be worked around.
+/// cubecl's Vulkan devices too ([`crate::compiler::install`]), so every kernel, burn's
+/// included, runs on plain lanes under SPIR-V, as on an Iris Xe or Meteor Lake iGPU; one GPU can
+/// measure both routes, and a driver whose cooperative matrices misbehave can be worked around.
 pub fn cooperative_matrices_off() -> bool {
     crate::compiler::cooperative_matrices_off()
 }

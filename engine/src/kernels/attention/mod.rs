@@ -119,7 +119,8 @@ pub fn default_plan(
 /// The plan [`default_plan`] takes from `all` (cooperative-matrix tilings first where the device
 /// has them). With cooperative matrices: the first planes plan for heads up to
 /// [`WIDEST_PLANES`] over at least [`PLANES_MIN_KEYS`] keys, else the first per-row plan up to
-/// [`WIDEST_OURS_WITH_CMMA`], else burn's (`None`). On plain lanes: the first plan.
+/// [`WIDEST_OURS_WITH_CMMA`], else burn's (`None`). On plain lanes: the first plan, or over
+/// many keys the first 16-key per-row plan for heads up to [`ROWS_KEYS16_WIDEST`] wide.
 fn preferred(all: Vec<Plan>, d: usize, n_k: usize) -> Option<Plan> {
     preferred_with(all, d, n_k, rows_keys16_widest())
 }

@@ -67,8 +67,9 @@ const ROW_MAX_PARTS: usize = 8;
 /// it has four (128 lanes a cube either way) were fastest or within 10 % of it.
 const ROW_TILES: [usize; 2] = [64, 32];
 /// Keys per staged tile of the per-row kernel (also the scores each lane keeps in registers),
-/// best first: 8 was 7–30 % faster than 16 on the 8×40 and 77-key shapes and 12 % slower on
-/// 8×80 over 1024 keys; 8 also lets the VAE's 512-wide head fit.
+/// best first: with scalar staging 8 was 7–30 % faster than 16 on the 8×40 and 77-key shapes and
+/// 12 % slower on 8×80 over 1024 keys; 8 also lets the VAE's 512-wide head fit. With the vector
+/// kernel, heads up to 80 wide over many keys take 16 (`knobs::ROWS_KEYS16_WIDEST`).
 const ROW_KEYS: [usize; 2] = [8, 16];
 
 /// A cooperative-matrix fragment shape `m×n×k` (A is m×k, B k×n).

@@ -51,7 +51,7 @@ pub struct ConvRules {
     pub simt_wide: bool,
     /// In f32 on a card, the SIMT kernel for 1×1 layers too (else burn's convolution: an im2col
     /// and its matmul, 3–9 TFLOP/s). On an H100 it took 6 % off the f32 step (BENCHMARKS.md,
-    /// twenty-first session); in f16 under WGSL burn's stays (faster there, eleventh session).
+    /// twenty-first session). f16 has its own rule, below.
     pub simt_one_by_one_f32: bool,
     /// In f16 on a card without cooperative matrices, the SIMT kernel for 1×1 layers too (else
     /// burn's convolution: an im2col and its matmul, with layout copies around it). On an H200

@@ -12,7 +12,9 @@
 //! step's products (their registers live across them).
 //!
 //! With `deep`, each step stages 32 reduction indices instead of 16: half the barriers and
-//! loop overhead a reduction, twice the workgroup memory (16 KiB for 4 × 4 blocks).
+//! loop overhead a reduction, twice the workgroup memory (16 KiB for 64-channel tiles of 4 × 4
+//! blocks, 20 KiB for 32-channel ones; the launcher keeps 16 where it would pass 32 KiB).
+//! With `pv = 2` (4 × 8 blocks) a lane owns two vectors of pixels for its 4 channels.
 //!
 //! Same tiles, split and epilogue as the scalar kernel; the output is written 4 neighbouring
 //! pixels a lane (coalesced along the map's rows).
@@ -87,7 +89,7 @@ pub(super) fn conv2d_gemm_vec<F: Float, N: Size>(
     let k_total = c_in * kh * kw;
     let plane = oh * ow;
 
-    // Staging: the weights' step is BK rows of `rows / 4` vectors, the input's BK rows of
+    // Staging: the weights' step is `bk` rows of `rows / 4` vectors, the input's `bk` rows of
     // `cols / 4`. A lane stages vector column `lane % row_vecs` of rows `lane / row_vecs +
     // (LANES / row_vecs)·r`; with fewer weight vectors than lanes (16- and 32-channel tiles),
     // the lanes past them stage none.
