@@ -457,3 +457,26 @@ pub(super) fn gemm_ab(
         ms
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::simt_linears;
+
+    /// Every name `--simt-linears` and `--product-ab` document parses to its rules; anything
+    /// else is refused (the caller turns `None` into an error naming the choices).
+    #[test]
+    fn linear_choices_parse_or_are_refused() {
+        let burn = simt_linears("burn").expect("burn");
+        assert!(!burn.f16_cards && !burn.f32_cards);
+        let vp = simt_linears(" 8x8vp ").expect("8x8vp");
+        assert!(vp.f16_cards && vp.wide && vp.vector && vp.prefetch);
+        let plain = simt_linears("4x4").expect("4x4");
+        assert!(plain.f32_cards && !plain.wide && !plain.vector && !plain.prefetch);
+        for choice in super::PRODUCT_AB_DEFAULT.split(',') {
+            assert!(simt_linears(choice).is_some(), "{choice}");
+        }
+        for bad in ["", "4x4x", "16x16", "BURN4"] {
+            assert!(simt_linears(bad).is_none(), "{bad:?}");
+        }
+    }
+}
