@@ -1,5 +1,9 @@
 #!/bin/bash
 # Issue 13 on a lent GPU, one part per device call (each call may run 10 minutes):
+#   PART=bw PyTorch's fp16 and fp32 steps, then ours with `--simt-ab` (two query rows a lane in
+#           the per-row attention from 4096/1024/256 queries; f16 convolution in 8 × 8 blocks)
+#           under WGSL, under SPIR-V with LATENT_STUDIO_CMMA=off and in f32, the last two with
+#           one step's kernels profiled (where f16's SIMT step loses to f32's)
 #   PART=bv part bt, run with the binary whose `--simt-ab` compared 4 × 8 lane blocks on the
 #           SIMT convolution's 64-channel tiles
 #   PART=bu PyTorch's fp16 step, then ours in f16 on the two routes without cooperative matrices
@@ -259,6 +263,12 @@ bu)
   PARTS=${TORCH_PARTS:-unet16} timeout ${TORCH_TIMEOUT:-120} python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_bu.txt
   LATENT_STUDIO_COMPILER=wgsl timeout ${WGSL_TIMEOUT:-150} /tmp/ls bench --device gpu --precision f16 --runs 5 --unet-only --no-ops --no-profile --no-burn-ops --simt-ab $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_wgsl.txt
   LATENT_STUDIO_CMMA=off timeout ${SPIRV_TIMEOUT:-180} /tmp/ls bench --device gpu --precision f16 --runs 5 --unet-only --no-ops --no-profile --no-burn-ops --simt-ab --kernel-profile 1 $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_spirv_simt.txt
+  ;;
+bw)
+  PARTS=${TORCH_PARTS:-unet16,unet32} timeout ${TORCH_TIMEOUT:-150} python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_bw.txt
+  LATENT_STUDIO_CMMA=off timeout ${SPIRV_TIMEOUT:-180} /tmp/ls bench --device gpu --precision f16 --runs 5 --unet-only --no-ops --no-profile --no-burn-ops --simt-ab --kernel-profile 1 $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_spirv_simt.txt
+  timeout ${F32_TIMEOUT:-150} /tmp/ls bench --device gpu --precision f32 --runs 5 --unet-only --no-ops --no-profile --no-burn-ops --simt-ab --kernel-profile 1 $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_f32.txt
+  LATENT_STUDIO_COMPILER=wgsl timeout ${WGSL_TIMEOUT:-150} /tmp/ls bench --device gpu --precision f16 --runs 5 --unet-only --no-ops --no-profile --no-burn-ops --simt-ab $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_wgsl.txt
   ;;
 bt|bv)
   PARTS=${TORCH_PARTS:-unet16,unet32} timeout ${TORCH_TIMEOUT:-150} python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_$PART.txt

@@ -78,9 +78,10 @@ pub struct BenchArgs {
     /// interleaved over three rounds in the same process.
     #[arg(long)]
     pub(super) conv_ab: bool,
-    /// After the UNet step, the same step with the SIMT convolution in 4 × 8 lane blocks on its
-    /// 64-channel tiles or not (where it runs: no cooperative matrices, or f32 beside f16-only
-    /// ones), interleaved over five rounds in the same process.
+    /// After the UNet step, the same step with the per-row attention holding two query rows a
+    /// lane from 4096, 1024 or 256 queries, or not (where it runs: no cooperative matrices, or
+    /// f32 beside f16-only ones), and the last with f16's SIMT convolution in 8 × 8 blocks,
+    /// interleaved over five rounds in the same process.
     #[arg(long)]
     pub(super) simt_ab: bool,
     /// After the UNet step, the same step with the linears on each of these choices (as

@@ -282,12 +282,11 @@ pub(super) fn conv_ab(
     })
 }
 
-/// The same step, same process, under the SIMT convolution's rules ([`ConvRules`]): the
-/// default, and 4 × 8 lane blocks (4 channels by 8 pixels) on the 64-channel tiles
-/// (`simt_pixels8`), interleaved over five rounds. Where no layer takes the SIMT kernels
-/// (cooperative matrices in f16) the rounds are alike.
-///
-/// [`ConvRules`]: latent_engine::kernels::conv::ConvRules
+/// The same step, same process, with the per-row attention giving each lane two query rows
+/// (`Plan::paired`) from 4096, 1024 or 256 queries on (SD 1.5's 64², 32² and 16² levels; slices
+/// up to 40 wide), against the default, and the last with f16's SIMT convolution in 8 × 8 lane
+/// blocks (f32's rule), interleaved over five rounds. Where no attention takes the per-row
+/// kernel (cooperative matrices in f16) the rounds are alike.
 pub(super) fn simt_ab(
     model: &StableDiffusion,
     device: &Device,
@@ -296,22 +295,26 @@ pub(super) fn simt_ab(
     x: &Tensor<4>,
     ctx: &Tensor<3>,
 ) -> Result<()> {
+    use latent_engine::kernels::attention::{ROWS_PAIRS_MIN_QUERIES, set_rows_pairs};
     use latent_engine::kernels::conv::{ConvRules, conv_rules, set_conv_rules};
     let d = conv_rules();
+    let wide = ConvRules {
+        simt_wide_f16: !d.simt_wide_f16,
+        ..d
+    };
     let variants = [
-        ("default", d),
-        (
-            "conv 4x8 blocks on 64-channel tiles",
-            ConvRules {
-                simt_pixels8: !d.simt_pixels8,
-                ..d
-            },
-        ),
+        ("default", ROWS_PAIRS_MIN_QUERIES, d),
+        ("attention: two rows a lane from 4096 queries", 4096, d),
+        ("attention: two rows a lane from 1024 queries", 1024, d),
+        ("attention: two rows a lane from 256 queries", 256, d),
+        ("the same, f16 convolution in 8 x 8 blocks", 256, wide),
     ];
     let names: Vec<&str> = variants.iter().map(|v| v.0).collect();
     interleaved(precision, "SIMT kernels", &names, 5, |i| {
-        set_conv_rules(variants[i].1);
+        set_rows_pairs(variants[i].1);
+        set_conv_rules(variants[i].2);
         let ms = step_ms(model, device, runs, x, ctx);
+        set_rows_pairs(ROWS_PAIRS_MIN_QUERIES);
         set_conv_rules(d);
         ms
     })

@@ -130,3 +130,19 @@ pub fn set_rows_keys16(widest: usize) {
 pub(super) fn rows_keys16_widest() -> usize {
     ROWS_KEYS16.load(Ordering::Relaxed)
 }
+
+/// The fewest queries for which the per-row kernel gives each lane two rows
+/// ([`super::Plan::paired`]; `usize::MAX`: never, the default until a whole step says otherwise).
+pub const ROWS_PAIRS_MIN_QUERIES: usize = usize::MAX;
+
+static ROWS_PAIRS: AtomicUsize = AtomicUsize::new(ROWS_PAIRS_MIN_QUERIES);
+
+/// Makes the per-row kernel give each lane two query rows where there are at least
+/// `min_queries` (`usize::MAX`: never). For measuring only.
+pub fn set_rows_pairs(min_queries: usize) {
+    ROWS_PAIRS.store(min_queries, Ordering::Relaxed);
+}
+
+pub(super) fn rows_pairs_min_queries() -> usize {
+    ROWS_PAIRS.load(Ordering::Relaxed)
+}

@@ -26,10 +26,13 @@ use burn::tensor::Tensor;
 use super::{Element, buffer_arg, output, resolve, vector_arg};
 use kernel::{flash_attention, flash_attention_rows};
 pub use knobs::{
-    ROWS_KEYS16_WIDEST, set_planes_rows, set_planes_rule, set_planes_tile, set_planes_wide,
-    set_rows_keys16, set_rows_scalar,
+    ROWS_KEYS16_WIDEST, ROWS_PAIRS_MIN_QUERIES, set_planes_rows, set_planes_rule, set_planes_tile,
+    set_planes_wide, set_rows_keys16, set_rows_pairs, set_rows_scalar,
 };
-use knobs::{planes_rows, planes_rule, planes_tile, planes_wide, rows_keys16_widest, rows_vector};
+use knobs::{
+    planes_rows, planes_rule, planes_tile, planes_wide, rows_keys16_widest, rows_pairs_min_queries,
+    rows_vector,
+};
 pub use plan::{Fragment, Plan, device_fragment, device_fragments};
 use plan::{LANES, SHARED_BUDGET};
 use planes::flash_attention_planes;
@@ -92,6 +95,7 @@ pub fn attention(
     d: usize,
 ) -> Option<Tensor<3>> {
     let dtype = q.tensor.dtype();
+    let (n_q, n_k) = (q.tensor.dims()[1], k.tensor.dims()[1]);
     // The tiling comes from q's own client: no probe tensor per call in the sampling loop.
     launch(
         q,
@@ -99,9 +103,29 @@ pub fn attention(
         v,
         heads,
         d,
-        |client| preferred(plans_on(client, dtype, d), d, k.tensor.dims()[1]),
+        |client| {
+            let plan = preferred(plans_on(client, dtype, d), d, n_k)?;
+            Some(paired_over_many(plan, client, dtype, d, n_q))
+        },
         0,
     )
+}
+
+/// `plan` with two query rows a lane ([`Plan::paired`]) where it is the per-row kernel on
+/// vectors over at least [`knobs::ROWS_PAIRS_MIN_QUERIES`] queries and the pair fits the
+/// device's workgroup memory; else `plan`.
+fn paired_over_many(
+    plan: Plan,
+    client: &cubecl::client::Client,
+    dtype: burn::tensor::DType,
+    d: usize,
+    n_q: usize,
+) -> Plan {
+    if n_q < rows_pairs_min_queries() || !rows_vector(d, plan.parts) {
+        return plan;
+    }
+    let budget = SHARED_BUDGET.min(client.properties().hardware.max_shared_memory_size);
+    plan.paired(dtype.size(), budget).unwrap_or(plan)
 }
 
 /// The tiling [`attention`] runs for head width `d` over `n_k` keys ([`preferred`]). A fixed
@@ -313,6 +337,11 @@ fn launch(
     if plan.fragment.is_some() && element != Element::F16 {
         return None;
     }
+    // Only the vector kernel holds two rows a lane.
+    let vector_rows = plan.per_row && rows_vector(d, plan.parts);
+    if plan.lane_rows != 1 && !(vector_rows && plan.bq.is_multiple_of(plan.lane_rows)) {
+        return None;
+    }
     let q_tiles = n_q.div_ceil(plan.bq);
     if q_tiles > 65_535 || b * heads > 65_535 {
         return None;
@@ -331,7 +360,7 @@ fn launch(
     let rows = plan.plane.map_or(1, |plane| planes_rows(&plan, plane, f));
     let lanes = match plan.plane {
         Some(plane) => plan.bq / (rows * f.m) * plane,
-        None if plan.per_row => plan.bq * plan.parts,
+        None if plan.per_row => plan.bq / plan.lane_rows * plan.parts,
         None => LANES,
     };
     let cube = CubeDim::new_1d(lanes as u32);
@@ -380,7 +409,7 @@ fn launch(
                     rows,
                     knock,
                 )
-            } else if plan.per_row && rows_vector(d, plan.parts) {
+            } else if vector_rows {
                 flash_attention_rows_vec::launch::<$t>(
                     &client,
                     count,
@@ -404,9 +433,10 @@ fn launch(
                     heads,
                     scale,
                     d,
-                    plan.bq,
+                    plan.bq / plan.lane_rows,
                     plan.parts,
                     plan.bk,
+                    plan.lane_rows,
                 )
             } else if plan.per_row {
                 flash_attention_rows::launch::<$t>(

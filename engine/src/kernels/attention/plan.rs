@@ -62,6 +62,10 @@ const LANE_TILES: [(usize, usize); 8] = [
 const ROW_MAX_WIDTH: usize = 64;
 /// Most lanes of one row.
 const ROW_MAX_PARTS: usize = 8;
+/// The widest slice of a row a lane holds when it owns two rows ([`Plan::paired`]): 40 (SD
+/// 1.x's heads of 40, 80 and 160 split into slices of 40) keeps q, the output and 16 scores of
+/// both rows at 192 f32, within what a discrete GPU gives a lane.
+const PAIR_MAX_SLICE: usize = 40;
 /// Query rows per cube of the per-row kernel; at most 256 lanes a cube. Measured on an H200
 /// (WGSL, every SD 1.5 shape, BENCHMARKS.md): 64 rows where a row has one or two lanes, 32 where
 /// it has four (128 lanes a cube either way) were fastest or within 10 % of it.
@@ -95,6 +99,9 @@ pub struct Plan {
     pub per_row: bool,
     /// Lanes per query row of the per-row kernel (1 for heads up to 64 wide).
     pub parts: usize,
+    /// Query rows each lane group of the per-row kernel owns (1, or 2: [`Plan::paired`]);
+    /// `bq / lane_rows · parts` lanes a cube.
+    pub lane_rows: usize,
     /// The planes kernel ([`super::planes`]) for planes of this many lanes, each owning
     /// `fragment.m` query rows (`bq / m` planes a cube).
     pub plane: Option<usize>,
@@ -149,11 +156,31 @@ impl Plan {
                 fragment: None,
                 per_row: true,
                 parts,
+                lane_rows: 1,
                 plane: None,
                 prefetch: false,
                 wide_loads: false,
             })
             .collect()
+    }
+
+    /// This per-row plan with two query rows a lane group (twice the rows a cube, the same
+    /// lanes): each staged key and value vector a lane reads serves two rows, halving the
+    /// workgroup-memory loads a product. Only where a lane's slice is at most
+    /// [`PAIR_MAX_SLICE`] wide (its registers: `2 · 2 · slice` f32 for q and the output, plus
+    /// two rows of scores) and the tiles fit `budget` bytes.
+    pub fn paired(&self, element_bytes: usize, budget: usize) -> Option<Self> {
+        let slice = self.dp / self.parts.max(1);
+        let paired = Plan {
+            bq: 2 * self.bq,
+            lane_rows: 2,
+            ..*self
+        };
+        (self.per_row
+            && self.lane_rows == 1
+            && slice <= PAIR_MAX_SLICE
+            && paired.shared_bytes(element_bytes) <= budget)
+            .then_some(paired)
     }
 
     /// The planes kernel's tilings for head width `d` on planes of `plane` lanes with cooperative
@@ -186,6 +213,7 @@ impl Plan {
                     fragment: Some(f),
                     per_row: false,
                     parts: 1,
+                    lane_rows: 1,
                     plane: Some(plane),
                     prefetch,
                     wide_loads,
@@ -239,6 +267,7 @@ impl Plan {
             fragment,
             per_row: false,
             parts: 1,
+            lane_rows: 1,
             plane: None,
             prefetch: false,
             wide_loads: false,
@@ -318,10 +347,14 @@ impl std::fmt::Display for Plan {
                 )
             }
             Some(m) => write!(f, "cmma {}x{}x{} q{} k{}", m.m, m.n, m.k, self.bq, self.bk),
-            None if self.per_row && self.parts > 1 => {
-                write!(f, "per-row q{} k{} x{}", self.bq, self.bk, self.parts)
+            None if self.per_row => {
+                let pairs = if self.lane_rows > 1 { " pairs" } else { "" };
+                let parts = match self.parts {
+                    1 => String::new(),
+                    n => format!(" x{n}"),
+                };
+                write!(f, "per-row{pairs} q{} k{}{parts}", self.bq, self.bk)
             }
-            None if self.per_row => write!(f, "per-row q{} k{}", self.bq, self.bk),
             None => write!(f, "per-lane q{} k{}", self.bq, self.bk),
         }
     }

@@ -8,18 +8,21 @@
 //! each score is the sum of its vector's four partial sums (another order of the same f32
 //! additions). Same cubes, lanes, online softmax and partial-score exchange as the scalar
 //! kernel; head widths are multiples of 4 (40, 64, 80, 128, 160, 512), as are a lane's columns.
+//!
+//! A lane may own two query rows ([`super::Plan::paired`]): each staged key and value vector it
+//! reads then serves two rows' products (one load per 8), and the partial scores of both rows
+//! are pooled behind one barrier. The arithmetic of each row is the one-row kernel's.
 
 use burn::cubecl;
 use burn::cubecl::prelude::*;
-
-use super::kernel::row_scores;
 
 /// Values per vector.
 pub(super) const RV: usize = 4;
 
 /// See the module docs and [`super::kernel::flash_attention_rows`]: cube `(t, bh)`, query rows
-/// `t·rows ..` of batch `bh / heads`, head `bh % heads`; `rows · parts` lanes, each holding
-/// `d / parts` columns of its row.
+/// `t·rows·lr ..` of batch `bh / heads`, head `bh % heads`; `rows · parts` lanes, each holding
+/// `d / parts` columns of `lr` rows (`r` and `r + rows`: [`super::Plan::paired`]). With two rows
+/// every staged vector a lane reads serves both: half the workgroup-memory loads a product.
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
 pub(super) fn flash_attention_rows_vec<F: Float, N: Size>(
@@ -44,42 +47,51 @@ pub(super) fn flash_attention_rows_vec<F: Float, N: Size>(
     #[comptime] rows: usize,
     #[comptime] parts: usize,
     #[comptime] bk: usize,
+    #[comptime] lr: usize,
 ) {
     // Vectors of a key row, and of this lane's columns.
     let dv = comptime!(d / RV);
     let lv = comptime!(d / parts / RV);
+    let lanes = comptime!(rows * parts);
     let lane = UNIT_POS as usize;
     let bh = CUBE_POS_Y as usize;
     let batch = bh / heads;
     let col0 = (bh % heads) * d;
-    let row = CUBE_POS_X as usize * rows + lane / parts;
+    let row0 = CUBE_POS_X as usize * rows * lr + lane / parts;
     // This lane's first vector of the head.
     let v0 = (lane % parts) * lv;
-    let live = row < n_q;
 
-    let mut qr = Array::<Vector<f32, N>>::new(lv);
-    let mut o = Array::<Vector<f32, N>>::new(lv);
-    let q_base = q_at + batch * q_batch + row * q_row + col0 + v0 * RV;
+    let mut qr = Array::<Vector<f32, N>>::new(comptime!(lr * lv));
+    let mut o = Array::<Vector<f32, N>>::new(comptime!(lr * lv));
+    let mut m = Array::<f32>::new(lr);
+    let mut l = Array::<f32>::new(lr);
     #[unroll]
-    for c in 0..lv {
-        let mut value = Vector::<f32, N>::new(0.0f32);
-        if live {
-            #[unroll]
-            for e in 0..RV {
-                value.insert(e, f32::cast_from(q[q_base + c * RV + e]) * scale);
+    for r in 0..lr {
+        let row = row0 + r * rows;
+        let q_base = q_at + batch * q_batch + row * q_row + col0 + v0 * RV;
+        #[unroll]
+        for c in 0..lv {
+            let mut value = Vector::<f32, N>::new(0.0f32);
+            if row < n_q {
+                #[unroll]
+                for e in 0..RV {
+                    value.insert(e, f32::cast_from(q[q_base + c * RV + e]) * scale);
+                }
             }
+            qr[r * lv + c] = value;
+            o[r * lv + c] = Vector::<f32, N>::new(0.0f32);
         }
-        qr[c] = value;
-        o[c] = Vector::<f32, N>::new(0.0f32);
+        m[r] = f32::cast_from(-1.0e30f32);
+        l[r] = 0.0f32;
     }
-    let mut m = f32::cast_from(-1.0e30f32);
-    let mut l = 0.0f32;
-    let mut s = Array::<f32>::new(bk);
+    // Scores (then probabilities) of the tile, row-major by the lane's rows.
+    let mut s = Array::<f32>::new(comptime!(lr * bk));
+    let mut acc = Array::<Vector<f32, N>>::new(lr);
     let mut k_s = Shared::<[Vector<f32, N>]>::new_slice(comptime!(bk * d / RV));
     let mut v_s = Shared::<[Vector<f32, N>]>::new_slice(comptime!(bk * d / RV));
     // Partial scores, key-major so that neighbouring lanes write neighbouring banks.
     let mut partial =
-        Shared::<[f32]>::new_slice(comptime!(if parts > 1 { bk * rows * parts } else { 1 }));
+        Shared::<[f32]>::new_slice(comptime!(if parts > 1 { lr * bk * lanes } else { 1 }));
 
     let k_base = k_at + batch * k_batch + col0;
     let v_base = v_at + batch * v_batch + col0;
@@ -101,55 +113,107 @@ pub(super) fn flash_attention_rows_vec<F: Float, N: Size>(
             }
             k_s[i] = kv;
             v_s[i] = vv;
-            i += rows * parts;
+            i += lanes;
         }
         sync_cube();
 
         #[unroll]
         for j in 0..bk {
-            let mut acc = Vector::<f32, N>::new(0.0f32);
+            #[unroll]
+            for r in 0..lr {
+                acc[r] = Vector::<f32, N>::new(0.0f32);
+            }
             #[unroll]
             for c in 0..lv {
-                acc += qr[c] * k_s[j * dv + v0 + c];
+                let kv = k_s[j * dv + v0 + c];
+                #[unroll]
+                for r in 0..lr {
+                    acc[r] += qr[r * lv + c] * kv;
+                }
             }
-            s[j] = acc.extract(0usize)
-                + acc.extract(1usize)
-                + acc.extract(2usize)
-                + acc.extract(3usize);
+            #[unroll]
+            for r in 0..lr {
+                let a = acc[r];
+                s[r * bk + j] =
+                    a.extract(0usize) + a.extract(1usize) + a.extract(2usize) + a.extract(3usize);
+            }
         }
-        let (valid, max) = row_scores(&mut s, &mut partial, lane, m, n_k, key0, rows, parts, bk);
-        let alpha = f32::exp(m - max);
-        l *= alpha;
-        let alpha_v = Vector::<f32, N>::new(alpha);
+        if parts > 1 {
+            // The row's lanes pool their partial scores (one barrier for every row).
+            #[unroll]
+            for x in 0..comptime!(lr * bk) {
+                partial[x * lanes + lane] = s[x];
+            }
+            sync_cube();
+            let first = lane - lane % parts;
+            #[unroll]
+            for x in 0..comptime!(lr * bk) {
+                let mut sum = 0.0f32;
+                #[unroll]
+                for p in 0..parts {
+                    sum += partial[x * lanes + first + p];
+                }
+                s[x] = sum;
+            }
+        }
+        let mut valid = n_k - key0;
+        if valid > bk {
+            valid = bk;
+        }
         #[unroll]
-        for c in 0..lv {
-            o[c] *= alpha_v;
+        for r in 0..lr {
+            let mut max = m[r];
+            #[unroll]
+            for j in 0..bk {
+                if j < valid && s[r * bk + j] > max {
+                    max = s[r * bk + j];
+                }
+            }
+            let alpha = f32::exp(m[r] - max);
+            let alpha_v = Vector::<f32, N>::new(alpha);
+            #[unroll]
+            for c in 0..lv {
+                o[r * lv + c] *= alpha_v;
+            }
+            let mut sum = l[r] * alpha;
+            #[unroll]
+            for j in 0..bk {
+                let mut p = 0.0f32;
+                if j < valid {
+                    p = f32::exp(s[r * bk + j] - max);
+                }
+                s[r * bk + j] = p;
+                sum += p;
+            }
+            l[r] = sum;
+            m[r] = max;
         }
         #[unroll]
         for j in 0..bk {
-            let mut p = 0.0f32;
-            if j < valid {
-                p = f32::exp(s[j] - max);
-            }
-            l += p;
-            let pv = Vector::<f32, N>::new(p);
             #[unroll]
             for c in 0..lv {
-                o[c] += pv * v_s[j * dv + v0 + c];
+                let vv = v_s[j * dv + v0 + c];
+                #[unroll]
+                for r in 0..lr {
+                    o[r * lv + c] += Vector::<f32, N>::new(s[r * bk + j]) * vv;
+                }
             }
         }
-        m = max;
         sync_cube();
     }
 
-    if live {
-        let o_base = (batch * n_q + row) * heads * d + col0 + v0 * RV;
-        #[unroll]
-        for c in 0..lv {
-            let y = o[c];
+    #[unroll]
+    for r in 0..lr {
+        let row = row0 + r * rows;
+        if row < n_q {
+            let o_base = (batch * n_q + row) * heads * d + col0 + v0 * RV;
             #[unroll]
-            for e in 0..RV {
-                out[o_base + c * RV + e] = F::cast_from(y.extract(e) / l);
+            for c in 0..lv {
+                let y = o[r * lv + c];
+                #[unroll]
+                for e in 0..RV {
+                    out[o_base + c * RV + e] = F::cast_from(y.extract(e) / l[r]);
+                }
             }
         }
     }

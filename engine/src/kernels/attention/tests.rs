@@ -76,6 +76,32 @@ fn default_plan_rule() {
             "d {d} keys {n_k}"
         );
     }
+    // Two rows a lane: slices up to 40 wide (SD 1.x's heads), never 64 (SDXL's), never a
+    // tiled or planes plan; twice the rows a cube on the same lanes.
+    for (d, pairs) in [
+        (40, true),
+        (80, true),
+        (160, true),
+        (64, false),
+        (128, false),
+    ] {
+        let plain = Plan::choose(d, 2, None, 48 * 1024).expect("fits");
+        let paired = plain.paired(2, 48 * 1024);
+        assert_eq!(paired.is_some(), pairs, "d {d}");
+        if let Some(p) = paired {
+            assert_eq!(
+                p.bq / p.lane_rows * p.parts,
+                plain.bq * plain.parts,
+                "d {d}"
+            );
+            assert!(p.paired(2, 48 * 1024).is_none(), "pairs once");
+        }
+    }
+    let tiled = Plan::fitting(40, 2, None, 48 * 1024)
+        .into_iter()
+        .find(|p| !p.per_row)
+        .expect("tiled");
+    assert!(tiled.paired(2, 48 * 1024).is_none());
     let vae = Plan::choose(512, 2, None, 48 * 1024).expect("fits");
     assert!(vae.per_row && !super::ours_is_faster(false, 512));
 }
@@ -145,6 +171,17 @@ fn flash_attention_matches_burn_attention() {
                     .expect("runs");
                 let rel = relative(&read(ours), &twin);
                 assert!(rel <= tol, "tiled b{b} h{heads} d{d} {dtype:?}: rel {rel}");
+            }
+            // Two query rows a lane (the default plan paired), where a lane's slice allows:
+            // 40 wide alone, 80 and 160 split over 2 and 4 lanes (their scores pooled).
+            if dtype == DType::F16 && [40, 80, 160].contains(&d) {
+                let plan = super::default_plan(&device, dtype, d, n_k).expect("ours");
+                let paired = plan.paired(2, 32 * 1024).expect("pairs");
+                assert_eq!((paired.lane_rows, paired.bq), (2, 2 * plan.bq));
+                let ours = super::attention_planned(at(&q), at(&k), at(&v), heads, d, paired)
+                    .expect("runs");
+                let rel = relative(&read(ours), &twin);
+                assert!(rel <= tol, "paired b{b} h{heads} d{d} {paired}: rel {rel}");
             }
             // Every row count of the tiled kernel that fits once (its softmax splits a row
             // over 128 / rows lanes: 16, 8, 4; 64 rows pass lavapipe's workgroup memory in
