@@ -78,10 +78,10 @@ pub struct BenchArgs {
     /// interleaved over three rounds in the same process.
     #[arg(long)]
     pub(super) conv_ab: bool,
-    /// After the UNet step, the same step with the per-row attention holding two query rows a
-    /// lane from 4096, 1024 or 256 queries, or not (where it runs: no cooperative matrices, or
-    /// f32 beside f16-only ones), and the last with f16's SIMT convolution in 8 × 8 blocks,
-    /// interleaved over five rounds in the same process.
+    /// After the UNet step, the same step with the per-row attention holding one query row a
+    /// lane (the default: two from 4096 queries) and with f16's SIMT convolution in 8 × 8
+    /// blocks, 16 or 32 deep (where they run: no cooperative matrices, or f32 beside f16-only
+    /// ones), interleaved over five rounds in the same process.
     #[arg(long)]
     pub(super) simt_ab: bool,
     /// After the UNet step, the same step with the linears on each of these choices (as
@@ -95,6 +95,11 @@ pub struct BenchArgs {
     /// with the next step prefetched too); default: the engine's rules.
     #[arg(long)]
     pub(super) simt_linears: Option<String>,
+    /// f16's SIMT convolution for the whole run: `4x4` (the default), `8x8` (8 × 8 lane blocks
+    /// where 128 channels divide the layer), each with `-16` for 16 reduction indices a step
+    /// and the next prefetched (f32's staging) instead of 32.
+    #[arg(long)]
+    pub(super) simt_conv: Option<String>,
     /// After the UNet step: every kernel of this many launch-by-launch steps timed on the device
     /// (timestamp queries, no wait between kernels), summed by kernel and by class.
     #[arg(long)]
@@ -211,6 +216,12 @@ impl BenchArgs {
                 )
             })?;
             matmul::set_product_rules(rules);
+        }
+        if let Some(choice) = &self.simt_conv {
+            let rules = super::unet::simt_conv(choice).ok_or_else(|| {
+                anyhow::anyhow!("--simt-conv {choice}: one of 4x4, 4x4-16, 8x8, 8x8-16")
+            })?;
+            latent_engine::kernels::conv::set_conv_rules(rules);
         }
         println!("SIMT product rules: {:?}", matmul::product_rules());
         println!(

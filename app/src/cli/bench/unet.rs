@@ -282,11 +282,13 @@ pub(super) fn conv_ab(
     })
 }
 
-/// The same step, same process, with the per-row attention giving each lane two query rows
-/// (`Plan::paired`) from 4096, 1024 or 256 queries on (SD 1.5's 64², 32² and 16² levels; slices
-/// up to 40 wide), against the default, and the last with f16's SIMT convolution in 8 × 8 lane
-/// blocks (f32's rule), interleaved over five rounds. Where no attention takes the per-row
-/// kernel (cooperative matrices in f16) the rounds are alike.
+/// The same step, same process, with the per-row attention's two query rows a lane off (the
+/// default gives them from [`ROWS_PAIRS_MIN_QUERIES`] queries on) and with f16's SIMT
+/// convolution in 8 × 8 lane blocks, 16 deep with prefetch (f32's rule) or 32 deep (f16's
+/// staging), interleaved over five rounds. Where no layer takes the SIMT kernels (cooperative
+/// matrices in f16) the rounds are alike; in f32 the f16 rules change nothing.
+///
+/// [`ROWS_PAIRS_MIN_QUERIES`]: latent_engine::kernels::attention::ROWS_PAIRS_MIN_QUERIES
 pub(super) fn simt_ab(
     model: &StableDiffusion,
     device: &Device,
@@ -296,18 +298,22 @@ pub(super) fn simt_ab(
     ctx: &Tensor<3>,
 ) -> Result<()> {
     use latent_engine::kernels::attention::{ROWS_PAIRS_MIN_QUERIES, set_rows_pairs};
-    use latent_engine::kernels::conv::{ConvRules, conv_rules, set_conv_rules};
+    use latent_engine::kernels::conv::{conv_rules, set_conv_rules};
     let d = conv_rules();
-    let wide = ConvRules {
-        simt_wide_f16: !d.simt_wide_f16,
-        ..d
-    };
+    let rules = |choice| simt_conv(choice).unwrap_or(d);
     let variants = [
         ("default", ROWS_PAIRS_MIN_QUERIES, d),
-        ("attention: two rows a lane from 4096 queries", 4096, d),
-        ("attention: two rows a lane from 1024 queries", 1024, d),
-        ("attention: two rows a lane from 256 queries", 256, d),
-        ("the same, f16 convolution in 8 x 8 blocks", 256, wide),
+        ("attention: one row a lane", usize::MAX, d),
+        (
+            "f16 convolution 8 x 8, 16 deep, prefetch",
+            ROWS_PAIRS_MIN_QUERIES,
+            rules("8x8-16"),
+        ),
+        (
+            "f16 convolution 8 x 8, 32 deep",
+            ROWS_PAIRS_MIN_QUERIES,
+            rules("8x8"),
+        ),
     ];
     let names: Vec<&str> = variants.iter().map(|v| v.0).collect();
     interleaved(precision, "SIMT kernels", &names, 5, |i| {
@@ -317,6 +323,24 @@ pub(super) fn simt_ab(
         set_rows_pairs(ROWS_PAIRS_MIN_QUERIES);
         set_conv_rules(d);
         ms
+    })
+}
+
+/// The f16 SIMT convolution rules for `--simt-conv`: `4x4` (the default: 4 × 4 lane blocks, 32
+/// reduction indices a step), `8x8` (8 × 8 blocks where 128 channels divide the layer), and
+/// each with `-16`: 16 indices a step with the next one prefetched (f32's staging).
+pub(super) fn simt_conv(choice: &str) -> Option<latent_engine::kernels::conv::ConvRules> {
+    let (wide, deep) = match choice.trim() {
+        "4x4" => (false, true),
+        "4x4-16" => (false, false),
+        "8x8" => (true, true),
+        "8x8-16" => (true, false),
+        _ => return None,
+    };
+    Some(latent_engine::kernels::conv::ConvRules {
+        simt_wide_f16: wide,
+        simt_deep_f16: deep,
+        ..latent_engine::kernels::conv::ConvRules::DEFAULT
     })
 }
 
@@ -463,7 +487,7 @@ pub(super) fn gemm_ab(
 
 #[cfg(test)]
 mod tests {
-    use super::simt_linears;
+    use super::{simt_conv, simt_linears};
 
     /// Every name `--simt-linears` and `--product-ab` document parses to its rules; anything
     /// else is refused (the caller turns `None` into an error naming the choices).
@@ -480,6 +504,15 @@ mod tests {
         }
         for bad in ["", "4x4x", "16x16", "BURN4"] {
             assert!(simt_linears(bad).is_none(), "{bad:?}");
+        }
+        // `--simt-conv`: the f16 convolution's blocks and staging depth.
+        let d = latent_engine::kernels::conv::ConvRules::DEFAULT;
+        assert_eq!(simt_conv("4x4"), Some(d), "the default");
+        let wide16 = simt_conv("8x8-16").expect("8x8-16");
+        assert!(wide16.simt_wide_f16 && !wide16.simt_deep_f16);
+        assert!(simt_conv("8x8").expect("8x8").simt_deep_f16);
+        for bad in ["", "8x8-32", "wide"] {
+            assert!(simt_conv(bad).is_none(), "{bad:?}");
         }
     }
 }

@@ -132,8 +132,13 @@ pub(super) fn rows_keys16_widest() -> usize {
 }
 
 /// The fewest queries for which the per-row kernel gives each lane two rows
-/// ([`super::Plan::paired`]; `usize::MAX`: never, the default until a whole step says otherwise).
-pub const ROWS_PAIRS_MIN_QUERIES: usize = usize::MAX;
+/// ([`super::Plan::paired`]; `usize::MAX`: never). On an H200 (BENCHMARKS.md, thirty-sixth
+/// session, the SD 1.5 step replayed, five interleaved rounds) pairs from 4096 queries (the 64²
+/// level's 40-wide heads) took the f16 step from 79.13 to 77.08 ms under SPIR-V without
+/// cooperative matrices, from 87.73 to 85.29 under WGSL and the f32 step from 75.94 to 72.81;
+/// from 1024 or 256 queries (the 80- and 160-wide heads, split over 2 and 4 lanes: half the
+/// lanes a launch) they gave back 0.7–0.9 ms of that.
+pub const ROWS_PAIRS_MIN_QUERIES: usize = 4096;
 
 static ROWS_PAIRS: AtomicUsize = AtomicUsize::new(ROWS_PAIRS_MIN_QUERIES);
 

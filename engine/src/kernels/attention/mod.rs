@@ -112,8 +112,8 @@ pub fn attention(
 }
 
 /// `plan` with two query rows a lane ([`Plan::paired`]) where it is the per-row kernel on
-/// vectors over at least [`knobs::ROWS_PAIRS_MIN_QUERIES`] queries and the pair fits the
-/// device's workgroup memory; else `plan`.
+/// vectors over at least [`knobs::ROWS_PAIRS_MIN_QUERIES`] queries, the device's lanes have the
+/// registers ([`pairs_fit_registers`]) and the pair fits its workgroup memory; else `plan`.
 fn paired_over_many(
     plan: Plan,
     client: &cubecl::client::Client,
@@ -121,11 +121,25 @@ fn paired_over_many(
     d: usize,
     n_q: usize,
 ) -> Plan {
-    if n_q < rows_pairs_min_queries() || !rows_vector(d, plan.parts) {
+    let hardware = &client.properties().hardware;
+    if n_q < rows_pairs_min_queries()
+        || !rows_vector(d, plan.parts)
+        || !pairs_fit_registers(hardware.plane_size_min as usize)
+    {
         return plan;
     }
-    let budget = SHARED_BUDGET.min(client.properties().hardware.max_shared_memory_size);
+    let budget = SHARED_BUDGET.min(hardware.max_shared_memory_size);
     plan.paired(dtype.size(), budget).unwrap_or(plan)
+}
+
+/// Whether a device whose planes run as narrow as `plane_size_min` lanes gives a lane the
+/// ~200 f32 registers two 40-wide rows take. Intel's EUs (planes of 8 to 32 lanes) hold 128 f32
+/// a lane in SIMD8 on Iris Xe and Meteor Lake (Arc's large-register mode aside): there the
+/// paired kernel would spill to memory, which a bandwidth-bound iGPU can least afford, so they
+/// keep one row a lane (not measured on Intel: no device here). Planes of 16 lanes or more
+/// (NVIDIA, AMD, Apple) have the registers.
+fn pairs_fit_registers(plane_size_min: usize) -> bool {
+    plane_size_min >= 16
 }
 
 /// The tiling [`attention`] runs for head width `d` over `n_k` keys ([`preferred`]). A fixed

@@ -97,6 +97,8 @@ fn default_plan_rule() {
             assert!(p.paired(2, 48 * 1024).is_none(), "pairs once");
         }
     }
+    // Intel's planes of 8 lanes keep one row a lane (128 registers a lane in SIMD8).
+    assert!(!super::pairs_fit_registers(8) && super::pairs_fit_registers(32));
     let tiled = Plan::fitting(40, 2, None, 48 * 1024)
         .into_iter()
         .find(|p| !p.per_row)

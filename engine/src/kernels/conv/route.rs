@@ -67,7 +67,11 @@ pub struct ConvRules {
     /// from 91.15 to 81.91 ms; without the prefetch 98.88 and (4 × 4) 87.06.
     pub simt_vector: bool,
     /// In f16 on a card, the 8 × 8 lane blocks too (as `simt_wide` in f32): with vector staging
-    /// 106.43 ms against 98.50 for 4 × 4 under WGSL (H200, thirty-fourth session), so off.
+    /// 106.43 ms against 98.50 for 4 × 4 under WGSL (H200, thirty-fourth session), so off. Again
+    /// in the thirty-sixth (SPIR-V without cooperative matrices): 82.46 ms 32 deep, 83.45 16 deep
+    /// with prefetch, against 77.27; one step's profile put f16's 8 × 8 above f16's 4 × 4 on
+    /// every 640- and 1280-channel layer, and 20–40 % above f32's 8 × 8 on the same layers
+    /// (1280 → 1280 at 32²: 2.85 ms against 2.04), a gap in f16 itself not yet explained.
     pub simt_wide_f16: bool,
     /// With `simt_vector`, the next step's global loads issued before this step's products.
     pub simt_prefetch: bool,
