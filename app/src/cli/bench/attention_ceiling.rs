@@ -65,7 +65,7 @@ pub fn report(device: &Device, precision: Precision, runs: usize) -> Result<()> 
         else {
             continue;
         };
-        let Some(plan) = default_plan(device, dtype, d, n_k) else {
+        let Some(plan) = default_plan(device, dtype, d, n_q, n_k) else {
             println!("  {op}: no plan of ours by default");
             continue;
         };

@@ -238,8 +238,8 @@ pub fn unet_report(
                     "burn matmul".to_string()
                 }
             }
-            OpShape::Attention { d, n_k, .. } => {
-                latent_engine::kernels::attention::describe(device, dtype, *d, *n_k)
+            OpShape::Attention { d, n_q, n_k, .. } => {
+                latent_engine::kernels::attention::describe(device, dtype, *d, *n_q, *n_k)
             }
             _ => String::new(),
         };

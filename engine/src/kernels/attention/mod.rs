@@ -142,16 +142,22 @@ fn pairs_fit_registers(plane_size_min: usize) -> bool {
     plane_size_min >= 16
 }
 
-/// The tiling [`attention`] runs for head width `d` over `n_k` keys ([`preferred`]). A fixed
-/// rule rather than a timing at run time, so that a seed gives the same image on every run of
-/// one machine.
+/// The tiling [`attention`] runs for head width `d` with `n_q` queries over `n_k` keys
+/// ([`preferred`], paired where [`paired_over_many`] says). A fixed rule rather than a timing at
+/// run time, so that a seed gives the same image on every run of one machine.
 pub fn default_plan(
     device: &burn::tensor::Device,
     dtype: burn::tensor::DType,
     d: usize,
+    n_q: usize,
     n_k: usize,
 ) -> Option<Plan> {
-    preferred(plans(device, dtype, d), d, n_k)
+    if !super::available(device) || Element::of(dtype).is_none() {
+        return None;
+    }
+    let probe = resolve(Tensor::<1>::zeros([1], (device, dtype)))?;
+    let plan = preferred(plans_on(&probe.client, dtype, d), d, n_k)?;
+    Some(paired_over_many(plan, &probe.client, dtype, d, n_q))
 }
 
 /// The plan [`default_plan`] takes from `all` (cooperative-matrix tilings first where the device
@@ -213,16 +219,17 @@ fn ours_is_faster(cmma: bool, d: usize) -> bool {
     }
 }
 
-/// Which attention kernel runs for head width `d` in `dtype` on `device`, in words (the bench's
-/// op report).
+/// Which attention kernel runs for head width `d` with `n_q` queries over `n_k` keys in `dtype`
+/// on `device`, in words (the bench's op report).
 pub fn describe(
     device: &burn::tensor::Device,
     dtype: burn::tensor::DType,
     d: usize,
+    n_q: usize,
     n_k: usize,
 ) -> String {
     match (
-        default_plan(device, dtype, d, n_k),
+        default_plan(device, dtype, d, n_q, n_k),
         plans(device, dtype, d).is_empty(),
     ) {
         (Some(p), _) => format!("ours, {p}"),

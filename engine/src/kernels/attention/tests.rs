@@ -177,7 +177,7 @@ fn flash_attention_matches_burn_attention() {
             // Two query rows a lane (the default plan paired), where a lane's slice allows:
             // 40 wide alone, 80 and 160 split over 2 and 4 lanes (their scores pooled).
             if dtype == DType::F16 && [40, 80, 160].contains(&d) {
-                let plan = super::default_plan(&device, dtype, d, n_k).expect("ours");
+                let plan = super::default_plan(&device, dtype, d, n_q, n_k).expect("ours");
                 let paired = plan.paired(2, 32 * 1024).expect("pairs");
                 assert_eq!((paired.lane_rows, paired.bq), (2, 2 * plan.bq));
                 let ours = super::attention_planned(at(&q), at(&k), at(&v), heads, d, paired)
