@@ -13,6 +13,7 @@
 //! or head relayout, and the output comes back as `[b, n_q, heads · d]`, ready for `to_out`.
 //! The twin is [`crate::attention::multi_head_attention`] (burn's attention).
 
+mod choose;
 mod kernel;
 mod knobs;
 mod plan;
@@ -24,15 +25,15 @@ use burn::cubecl::prelude::*;
 use burn::tensor::Tensor;
 
 use super::{Element, buffer_arg, output, resolve, vector_arg};
+#[cfg(test)]
+use choose::{ours_is_faster, pairs_fit_registers, preferred_with};
+use choose::{paired_over_many, preferred};
 use kernel::{flash_attention, flash_attention_rows};
 pub use knobs::{
     ROWS_KEYS16_WIDEST, ROWS_PAIRS_MIN_QUERIES, set_planes_rows, set_planes_rule, set_planes_tile,
     set_planes_wide, set_rows_keys16, set_rows_pairs, set_rows_scalar,
 };
-use knobs::{
-    planes_rows, planes_rule, planes_tile, planes_wide, rows_keys16_widest, rows_pairs_min_queries,
-    rows_vector,
-};
+use knobs::{planes_rows, rows_vector};
 pub use plan::{Fragment, Plan, device_fragment, device_fragments};
 use plan::{LANES, SHARED_BUDGET};
 use planes::flash_attention_planes;
@@ -111,37 +112,6 @@ pub fn attention(
     )
 }
 
-/// `plan` with two query rows a lane ([`Plan::paired`]) where it is the per-row kernel on
-/// vectors over at least [`knobs::ROWS_PAIRS_MIN_QUERIES`] queries, the device's lanes have the
-/// registers ([`pairs_fit_registers`]) and the pair fits its workgroup memory; else `plan`.
-fn paired_over_many(
-    plan: Plan,
-    client: &cubecl::client::Client,
-    dtype: burn::tensor::DType,
-    d: usize,
-    n_q: usize,
-) -> Plan {
-    let hardware = &client.properties().hardware;
-    if n_q < rows_pairs_min_queries()
-        || !rows_vector(d, plan.parts)
-        || !pairs_fit_registers(hardware.plane_size_min as usize)
-    {
-        return plan;
-    }
-    let budget = SHARED_BUDGET.min(hardware.max_shared_memory_size);
-    plan.paired(dtype.size(), budget).unwrap_or(plan)
-}
-
-/// Whether a device whose planes run as narrow as `plane_size_min` lanes gives a lane the
-/// ~200 f32 registers two 40-wide rows take. Intel's EUs (planes of 8 to 32 lanes) hold 128 f32
-/// a lane in SIMD8 on Iris Xe and Meteor Lake (Arc's large-register mode aside): there the
-/// paired kernel would spill to memory, which a bandwidth-bound iGPU can least afford, so they
-/// keep one row a lane (not measured on Intel: no device here). Planes of 16 lanes or more
-/// (NVIDIA, AMD, Apple) have the registers.
-fn pairs_fit_registers(plane_size_min: usize) -> bool {
-    plane_size_min >= 16
-}
-
 /// The tiling [`attention`] runs for head width `d` with `n_q` queries over `n_k` keys
 /// ([`preferred`], paired where [`paired_over_many`] says). A fixed rule rather than a timing at
 /// run time, so that a seed gives the same image on every run of one machine.
@@ -158,65 +128,6 @@ pub fn default_plan(
     let probe = resolve(Tensor::<1>::zeros([1], (device, dtype)))?;
     let plan = preferred(plans_on(&probe.client, dtype, d), d, n_k)?;
     Some(paired_over_many(plan, &probe.client, dtype, d, n_q))
-}
-
-/// The plan [`default_plan`] takes from `all` (cooperative-matrix tilings first where the device
-/// has them). With cooperative matrices: the first planes plan for heads up to
-/// [`WIDEST_PLANES`] over at least [`PLANES_MIN_KEYS`] keys, else the first per-row plan up to
-/// [`WIDEST_OURS_WITH_CMMA`], else burn's (`None`). On plain lanes: the first plan, or over
-/// many keys the first 16-key per-row plan for heads up to [`ROWS_KEYS16_WIDEST`] wide.
-fn preferred(all: Vec<Plan>, d: usize, n_k: usize) -> Option<Plan> {
-    preferred_with(all, d, n_k, rows_keys16_widest())
-}
-
-/// [`preferred`] with the per-row kernel's 16-key rule ([`knobs::ROWS_KEYS16_WIDEST`]): on
-/// plain lanes, heads up to `keys16_widest` wide over at least [`FEW_KEYS`] keys take 16-key
-/// tiles.
-fn preferred_with(all: Vec<Plan>, d: usize, n_k: usize, keys16_widest: usize) -> Option<Plan> {
-    let cmma = all.iter().any(|p| p.fragment.is_some());
-    let (prefetch, widest, min_keys) = planes_rule();
-    let wide = planes_wide();
-    if cmma && d <= widest && n_k >= min_keys {
-        let mut planes = all.iter().filter(|p| {
-            p.plane.is_some()
-                && prefetch.is_none_or(|f| p.prefetch == f)
-                && wide.is_none_or(|w| p.wide_loads == w)
-        });
-        // Over a few keys (the 77 prompt tokens) the narrowest key tile wastes least.
-        let chosen = match (n_k < FEW_KEYS, planes_tile()) {
-            (true, _) => planes.min_by_key(|p| p.bk),
-            (false, Some(tile)) => {
-                let first = planes.clone().next();
-                planes.find(|p| (p.bq, p.bk) == tile).or(first)
-            }
-            (false, None) => planes.next(),
-        };
-        if let Some(planes) = chosen {
-            return Some(*planes);
-        }
-    }
-    if !cmma
-        && d <= keys16_widest
-        && n_k >= FEW_KEYS
-        && let Some(plan) = all.iter().find(|p| p.per_row && p.bk == 16)
-    {
-        return Some(*plan).filter(|_| ours_is_faster(cmma, d));
-    }
-    all.into_iter()
-        .find(|p| !cmma || p.per_row)
-        .filter(|_| ours_is_faster(cmma, d))
-}
-
-/// On plain lanes ours beat burn's (unfused) attention at every UNet head width; the VAE's
-/// 512-wide head, which only the per-row kernel fits, stays with burn until measured.
-const WIDEST_OURS_PLAIN: usize = 160;
-
-/// The measured rule of [`default_plan`], on a device with or without cooperative matrices.
-fn ours_is_faster(cmma: bool, d: usize) -> bool {
-    match cmma {
-        true => d <= WIDEST_OURS_WITH_CMMA,
-        false => d <= WIDEST_OURS_PLAIN,
-    }
 }
 
 /// Which attention kernel runs for head width `d` with `n_q` queries over `n_k` keys in `dtype`
