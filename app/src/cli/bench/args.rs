@@ -88,7 +88,7 @@ pub struct BenchArgs {
     /// `--simt-linears` names them; default burn,4x4,8x8,4x4v,8x8v): burn's matmul or the SIMT
     /// product (where the product's rules reach: f32 on a card, f16 without cooperative
     /// matrices), interleaved over five rounds in the same process.
-    #[arg(long, num_args = 0..=1, value_delimiter = ',', default_missing_value = super::unet::PRODUCT_AB_DEFAULT)]
+    #[arg(long, num_args = 0..=1, value_delimiter = ',', default_missing_value = super::simt::PRODUCT_AB_DEFAULT)]
     pub(super) product_ab: Option<Vec<String>>,
     /// The linears on a card for the whole run: `burn` (burn's matmul), `4x4` or `8x8` (the SIMT
     /// product, 8 × 8 where the tiles fit; `4x4v`, `8x8v` with vector staging, `4x4vp`, `8x8vp`
@@ -210,7 +210,7 @@ impl BenchArgs {
         matmul::set_gemm_knobs(knobs);
         matmul::set_mma_linears(!self.burn_linears);
         if let Some(choice) = &self.simt_linears {
-            let rules = super::unet::simt_linears(choice).ok_or_else(|| {
+            let rules = super::simt::simt_linears(choice).ok_or_else(|| {
                 anyhow::anyhow!(
                     "--simt-linears {choice}: one of burn, 4x4, 8x8, 4x4v, 8x8v, 4x4vp, 8x8vp"
                 )
@@ -218,7 +218,7 @@ impl BenchArgs {
             matmul::set_product_rules(rules);
         }
         if let Some(choice) = &self.simt_conv {
-            let rules = super::unet::simt_conv(choice).ok_or_else(|| {
+            let rules = super::simt::simt_conv(choice).ok_or_else(|| {
                 anyhow::anyhow!("--simt-conv {choice}: one of 4x4, 4x4-16, 8x8, 8x8-16")
             })?;
             latent_engine::kernels::conv::set_conv_rules(rules);

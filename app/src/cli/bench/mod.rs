@@ -31,6 +31,7 @@ mod pipeline;
 mod profile;
 mod refiner;
 mod sdxl;
+mod simt;
 mod unet;
 
 pub use args::BenchArgs;
@@ -284,10 +285,10 @@ pub fn run(args: BenchArgs) -> Result<()> {
             unet::conv_ab(&model, &device, precision, args.runs, &x, &ctx)?;
         }
         if args.simt_ab {
-            unet::simt_ab(&model, &device, precision, args.runs, &x, &ctx)?;
+            simt::simt_ab(&model, &device, precision, args.runs, &x, &ctx)?;
         }
         if let Some(choices) = &args.product_ab {
-            unet::product_ab(&model, &device, precision, args.runs, &x, &ctx, choices)?;
+            simt::product_ab(&model, &device, precision, args.runs, &x, &ctx, choices)?;
         }
         if args.gemm_ab {
             unet::gemm_ab(&model, &device, precision, args.runs, &x, &ctx)?;
