@@ -1,5 +1,9 @@
 #!/bin/bash
 # Issue 13 on a lent GPU, one part per device call (each call may run 10 minutes):
+#   PART=by ours only, under SPIR-V with LATENT_STUDIO_CMMA=off: `--simt-ab` (f16 convolution
+#           8 × 8 or 4 × 4, 16 deep without prefetch among its variants), then one step profiled
+#           with `--simt-conv 8x8-16n` (whether f16's 8 × 8 penalty is the registers the
+#           prefetch keeps live)
 #   PART=bx PyTorch's fp16 and fp32 steps, then ours with two query rows a lane from 4096 queries
 #           (the default since bw): under SPIR-V with LATENT_STUDIO_CMMA=off the step profiled
 #           and `--simt-ab` (one row a lane; f16 convolution 8 × 8, 16 or 32 deep), then one step
@@ -268,6 +272,10 @@ bu)
   PARTS=${TORCH_PARTS:-unet16} timeout ${TORCH_TIMEOUT:-120} python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_bu.txt
   LATENT_STUDIO_COMPILER=wgsl timeout ${WGSL_TIMEOUT:-150} /tmp/ls bench --device gpu --precision f16 --runs 5 --unet-only --no-ops --no-profile --no-burn-ops --simt-ab $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_wgsl.txt
   LATENT_STUDIO_CMMA=off timeout ${SPIRV_TIMEOUT:-180} /tmp/ls bench --device gpu --precision f16 --runs 5 --unet-only --no-ops --no-profile --no-burn-ops --simt-ab --kernel-profile 1 $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_spirv_simt.txt
+  ;;
+by)
+  LATENT_STUDIO_CMMA=off timeout ${SPIRV_TIMEOUT:-200} /tmp/ls bench --device gpu --precision f16 --runs 5 --unet-only --no-ops --no-profile --no-burn-ops --simt-ab $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_spirv_simt.txt
+  LATENT_STUDIO_CMMA=off timeout ${WIDE_TIMEOUT:-100} /tmp/ls bench --device gpu --precision f16 --runs 5 --unet-only --no-ops --no-profile --no-burn-ops --simt-conv ${SIMT_CONV:-8x8-16n} --kernel-profile 1 $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_spirv_conv.txt
   ;;
 bx)
   PARTS=${TORCH_PARTS:-unet16,unet32} timeout ${TORCH_TIMEOUT:-150} python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_bx.txt

@@ -80,8 +80,9 @@ pub struct BenchArgs {
     pub(super) conv_ab: bool,
     /// After the UNet step, the same step with the per-row attention holding one query row a
     /// lane (the default: two from 4096 queries) and with f16's SIMT convolution in 8 × 8
-    /// blocks, 16 or 32 deep (where they run: no cooperative matrices, or f32 beside f16-only
-    /// ones), interleaved over five rounds in the same process.
+    /// blocks (16 deep with or without prefetch, 32 deep) or 4 × 4 blocks 16 deep without
+    /// prefetch (where they run: no cooperative matrices, or f32 beside f16-only ones),
+    /// interleaved over five rounds in the same process.
     #[arg(long)]
     pub(super) simt_ab: bool,
     /// After the UNet step, the same step with the linears on each of these choices (as
@@ -97,7 +98,7 @@ pub struct BenchArgs {
     pub(super) simt_linears: Option<String>,
     /// f16's SIMT convolution for the whole run: `4x4` (the default), `8x8` (8 × 8 lane blocks
     /// where 128 channels divide the layer), each with `-16` for 16 reduction indices a step
-    /// and the next prefetched (f32's staging) instead of 32.
+    /// and the next prefetched (f32's staging) instead of 32, or `-16n` for 16 without it.
     #[arg(long)]
     pub(super) simt_conv: Option<String>,
     /// After the UNet step: every kernel of this many launch-by-launch steps timed on the device
@@ -219,7 +220,9 @@ impl BenchArgs {
         }
         if let Some(choice) = &self.simt_conv {
             let rules = super::simt::simt_conv(choice).ok_or_else(|| {
-                anyhow::anyhow!("--simt-conv {choice}: one of 4x4, 4x4-16, 8x8, 8x8-16")
+                anyhow::anyhow!(
+                    "--simt-conv {choice}: one of 4x4, 4x4-16, 4x4-16n, 8x8, 8x8-16, 8x8-16n"
+                )
             })?;
             latent_engine::kernels::conv::set_conv_rules(rules);
         }

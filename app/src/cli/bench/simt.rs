@@ -10,9 +10,11 @@ use super::unet::{interleaved, step_ms};
 
 /// The same step, same process, with the per-row attention's two query rows a lane off (the
 /// default gives them from [`ROWS_PAIRS_MIN_QUERIES`] queries on) and with f16's SIMT
-/// convolution in 8 × 8 lane blocks, 16 deep with prefetch (f32's rule) or 32 deep (f16's
-/// staging), interleaved over five rounds. Where no layer takes the SIMT kernels (cooperative
-/// matrices in f16) the rounds are alike; in f32 the f16 rules change nothing.
+/// convolution in 8 × 8 lane blocks, 16 deep with prefetch (f32's rule), 32 deep (f16's
+/// staging) or 16 deep without prefetch, and in 4 × 4 blocks 16 deep without prefetch,
+/// interleaved over five rounds. Where no layer takes the SIMT kernels (cooperative
+/// matrices in f16) the rounds are alike; in f32 only the `-16n` rules differ from the default
+/// (they turn the prefetch off for f32 too).
 ///
 /// [`ROWS_PAIRS_MIN_QUERIES`]: latent_engine::kernels::attention::ROWS_PAIRS_MIN_QUERIES
 pub(super) fn simt_ab(
@@ -27,18 +29,21 @@ pub(super) fn simt_ab(
     use latent_engine::kernels::conv::{conv_rules, set_conv_rules};
     let d = conv_rules();
     let rules = |choice| simt_conv(choice).unwrap_or(d);
+    let pairs = ROWS_PAIRS_MIN_QUERIES;
     let variants = [
-        ("default", ROWS_PAIRS_MIN_QUERIES, d),
+        ("default", pairs, d),
         ("attention: one row a lane", usize::MAX, d),
+        ("f16 conv 8 x 8, 16 deep, prefetch", pairs, rules("8x8-16")),
+        ("f16 conv 8 x 8, 32 deep", pairs, rules("8x8")),
         (
-            "f16 convolution 8 x 8, 16 deep, prefetch",
-            ROWS_PAIRS_MIN_QUERIES,
-            rules("8x8-16"),
+            "f16 conv 8 x 8, 16 deep, no prefetch",
+            pairs,
+            rules("8x8-16n"),
         ),
         (
-            "f16 convolution 8 x 8, 32 deep",
-            ROWS_PAIRS_MIN_QUERIES,
-            rules("8x8"),
+            "f16 conv 4 x 4, 16 deep, no prefetch",
+            pairs,
+            rules("4x4-16n"),
         ),
     ];
     let names: Vec<&str> = variants.iter().map(|v| v.0).collect();
@@ -54,18 +59,22 @@ pub(super) fn simt_ab(
 
 /// The f16 SIMT convolution rules for `--simt-conv`: `4x4` (the default: 4 × 4 lane blocks, 32
 /// reduction indices a step), `8x8` (8 × 8 blocks where 128 channels divide the layer), and
-/// each with `-16`: 16 indices a step with the next one prefetched (f32's staging).
+/// each with `-16`: 16 indices a step with the next one prefetched (f32's staging), or `-16n`:
+/// 16 without the prefetch (the fewest registers live across the products; in f32 too).
 pub(super) fn simt_conv(choice: &str) -> Option<latent_engine::kernels::conv::ConvRules> {
-    let (wide, deep) = match choice.trim() {
-        "4x4" => (false, true),
-        "4x4-16" => (false, false),
-        "8x8" => (true, true),
-        "8x8-16" => (true, false),
+    let (wide, deep, prefetch) = match choice.trim() {
+        "4x4" => (false, true, true),
+        "4x4-16" => (false, false, true),
+        "4x4-16n" => (false, false, false),
+        "8x8" => (true, true, true),
+        "8x8-16" => (true, false, true),
+        "8x8-16n" => (true, false, false),
         _ => return None,
     };
     Some(latent_engine::kernels::conv::ConvRules {
         simt_wide_f16: wide,
         simt_deep_f16: deep,
+        simt_prefetch: prefetch,
         ..latent_engine::kernels::conv::ConvRules::DEFAULT
     })
 }
@@ -152,6 +161,8 @@ mod tests {
         let wide16 = simt_conv("8x8-16").expect("8x8-16");
         assert!(wide16.simt_wide_f16 && !wide16.simt_deep_f16);
         assert!(simt_conv("8x8").expect("8x8").simt_deep_f16);
+        let lean = simt_conv("8x8-16n").expect("8x8-16n");
+        assert!(lean.simt_wide_f16 && !lean.simt_deep_f16 && !lean.simt_prefetch);
         for bad in ["", "8x8-32", "wide"] {
             assert!(simt_conv(bad).is_none(), "{bad:?}");
         }

@@ -31,13 +31,14 @@ pub(super) fn paired_over_many(
 }
 
 /// Whether a device whose planes run as narrow as `plane_size_min` lanes gives a lane the
-/// ~200 f32 registers two 40-wide rows take. Intel's EUs (planes of 8 to 32 lanes) hold 128 f32
-/// a lane in SIMD8 on Iris Xe and Meteor Lake (Arc's large-register mode aside): there the
-/// paired kernel would spill to memory, which a bandwidth-bound iGPU can least afford, so they
-/// keep one row a lane (not measured on Intel: no device here). Planes of 16 lanes or more
-/// (NVIDIA, AMD, Apple) have the registers.
+/// ~200 f32 registers two 40-wide rows take. Intel's EUs run planes from 8 lanes (Xe-LP and
+/// Xe-HPG: 8–32) or 16 (Xe2: 16–32) and hold 128 f32 a lane in their narrowest mode (Arc's
+/// large-register mode aside): there the paired kernel would spill to memory, which a
+/// bandwidth-bound iGPU can least afford, so they keep one row a lane (not measured on Intel:
+/// no device here). Devices whose planes are never narrower than 32 lanes (NVIDIA, AMD, Apple)
+/// have the registers.
 pub(super) fn pairs_fit_registers(plane_size_min: usize) -> bool {
-    plane_size_min >= 16
+    plane_size_min >= 32
 }
 
 /// The plan [`super::default_plan`] takes from `all` (cooperative-matrix tilings first where the device

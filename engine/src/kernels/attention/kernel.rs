@@ -431,8 +431,8 @@ pub(super) fn flash_attention_rows<F: Float>(
     }
 }
 
-/// The scores of a query row whose columns `parts` lanes share, for the per-row kernels
-/// ([`flash_attention_rows`], [`super::rows::flash_attention_rows_vec`]): each lane's partial
+/// The scores of a query row whose columns `parts` lanes share, for the scalar per-row kernel
+/// ([`flash_attention_rows`]; the vector kernel pools its rows' scores in place): each lane's partial
 /// scores `s` over the tile's `bk` keys are exchanged through `partial` (key-major, so that
 /// neighbouring lanes write neighbouring banks) and summed, so every lane of the row holds the
 /// row's scores. Returns how many of the tile's keys (from `key0`) exist and the row's maximum

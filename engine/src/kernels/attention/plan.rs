@@ -95,7 +95,7 @@ pub struct Plan {
     pub dp: usize,
     pub fragment: Option<Fragment>,
     /// Query rows held in registers, q and the output, by `parts` lanes each (plain lanes):
-    /// the `flash_attention_rows` kernel, `bq · parts` lanes per cube.
+    /// the per-row kernels, `bq / lane_rows · parts` lanes per cube.
     pub per_row: bool,
     /// Lanes per query row of the per-row kernel (1 for heads up to 64 wide).
     pub parts: usize,

@@ -6,12 +6,14 @@
 //! so on a card the kernel is bound by those loads (~7 TFLOP/s on an H200 under WGSL,
 //! BENCHMARKS.md thirty-fourth session). Read as vectors of 4 it is one load per 4 products;
 //! each score is the sum of its vector's four partial sums (another order of the same f32
-//! additions). Same cubes, lanes, online softmax and partial-score exchange as the scalar
-//! kernel; head widths are multiples of 4 (40, 64, 80, 128, 160, 512), as are a lane's columns.
+//! additions). With one row a lane: the scalar kernel's cubes, lanes, online softmax and
+//! partial-score exchange; head widths are multiples of 4 (40, 64, 80, 128, 160, 512), as are a
+//! lane's columns.
 //!
-//! A lane may own two query rows ([`super::Plan::paired`]): each staged key and value vector it
-//! reads then serves two rows' products (one load per 8), and the partial scores of both rows
-//! are pooled behind one barrier. The arithmetic of each row is the one-row kernel's.
+//! A lane may own two query rows ([`super::Plan::paired`]; cubes twice as tall, the same lanes):
+//! each staged key and value vector it reads then serves two rows' products (one load per 8),
+//! and the partial scores of both rows are pooled behind one barrier (`partial` holds both
+//! rows' tiles). The arithmetic of each row is the one-row kernel's.
 
 use burn::cubecl;
 use burn::cubecl::prelude::*;
