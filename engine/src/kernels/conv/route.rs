@@ -71,7 +71,9 @@ pub struct ConvRules {
     /// in the thirty-sixth (SPIR-V without cooperative matrices): 82.46 ms 32 deep, 83.45 16 deep
     /// with prefetch, against 77.27; one step's profile put f16's 8 × 8 above f16's 4 × 4 on
     /// every 640- and 1280-channel layer, and 20–40 % above f32's 8 × 8 on the same layers
-    /// (1280 → 1280 at 32²: 2.85 ms against 2.04), a gap in f16 itself not yet explained.
+    /// (1280 → 1280 at 32²: 2.85 ms against 2.04). Mostly the prefetch's registers: 16 deep
+    /// without it, 78.98 ms against the default's 76.98 (83.20 with it), still behind on the
+    /// 1×1 layers and 16² maps.
     pub simt_wide_f16: bool,
     /// With `simt_vector`, the next step's global loads issued before this step's products.
     pub simt_prefetch: bool,
