@@ -268,26 +268,31 @@ fn run_with(
             .is_none_or(|t| t.dtype() == dtype && t.dims() == [b, c_out, oh, ow]);
     // The SIMT kernel narrows its tile to few output channels; the cooperative-matrix one's is
     // fixed.
-    let block = match weights {
-        Weights::Packed(_, simt) => tile_block(c_out, simt.wide),
-        Weights::Stored(..) => 4,
+    // The SIMT kernel's options (`None`: the cooperative-matrix kernel).
+    let simt = match weights {
+        Weights::Packed(_, simt) => Some(simt),
+        Weights::Stored(..) => None,
     };
-    let rows = match weights {
-        Weights::Packed(..) => tile_rows(c_out, block),
-        Weights::Stored(..) => BM,
+    let block = simt.map_or(4, |s| tile_block(c_out, s.wide));
+    let rows = if simt.is_some() {
+        tile_rows(c_out, block)
+    } else {
+        BM
     };
+    let vector = simt.is_some_and(|s| s.vector);
     // Pixel vectors a lane: `block / 4` (square blocks), or 2 for 4 × 8 blocks.
-    let pv = match weights {
-        Weights::Packed(_, simt) if simt.vector && simt.pixels8 && block == 4 && rows == BM => 2,
+    let pv = match simt {
+        Some(s) if s.vector && s.pixels8 && block == 4 && rows == BM => 2,
         _ => block / SV,
     };
-    let cols = match weights {
-        Weights::Packed(_, simt) if simt.vector => tile_cols(rows, block, pv),
-        _ => tile_pixels(rows, block),
+    let cols = if vector {
+        tile_cols(rows, block, pv)
+    } else {
+        tile_pixels(rows, block)
     };
     // The deep step where its staging fits 32 KiB (lavapipe's limit, and some iGPUs'): not the
     // 16-channel tiles, whose 256 pixels would take 34 KiB.
-    let deep = matches!(weights, Weights::Packed(_, simt) if simt.vector && simt.deep)
+    let deep = simt.is_some_and(|s| s.vector && s.deep)
         && step_depth(true) * (rows + cols) * 4 <= DEEP_STAGING_BYTES;
     let step = if deep { step_depth(true) } else { step };
     let (nx, ny) = (pixels.div_ceil(cols), c_out.div_ceil(rows));
