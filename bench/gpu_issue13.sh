@@ -1,5 +1,8 @@
 #!/bin/bash
 # Issue 13 on a lent GPU, one part per device call (each call may run 10 minutes):
+#   PART=bz PyTorch's fp16 step, then part by's runs with one step profiled under
+#           `--simt-conv 8x8-16` (the binary whose staging registers hold f16 as f16 until stored:
+#           whether the prefetch's 8 × 8 penalty in f16 goes)
 #   PART=by ours only, under SPIR-V with LATENT_STUDIO_CMMA=off: `--simt-ab` (f16 convolution
 #           8 × 8 or 4 × 4, 16 deep without prefetch among its variants), then one step profiled
 #           with `--simt-conv 8x8-16n` (whether f16's 8 × 8 penalty is the registers the
@@ -272,6 +275,11 @@ bu)
   PARTS=${TORCH_PARTS:-unet16} timeout ${TORCH_TIMEOUT:-120} python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_bu.txt
   LATENT_STUDIO_COMPILER=wgsl timeout ${WGSL_TIMEOUT:-150} /tmp/ls bench --device gpu --precision f16 --runs 5 --unet-only --no-ops --no-profile --no-burn-ops --simt-ab $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_wgsl.txt
   LATENT_STUDIO_CMMA=off timeout ${SPIRV_TIMEOUT:-180} /tmp/ls bench --device gpu --precision f16 --runs 5 --unet-only --no-ops --no-profile --no-burn-ops --simt-ab --kernel-profile 1 $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_spirv_simt.txt
+  ;;
+bz)
+  PARTS=${TORCH_PARTS:-unet16} timeout ${TORCH_TIMEOUT:-120} python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_bz.txt
+  LATENT_STUDIO_CMMA=off timeout ${SPIRV_TIMEOUT:-220} /tmp/ls bench --device gpu --precision f16 --runs 5 --unet-only --no-ops --no-profile --no-burn-ops --simt-ab $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_spirv_simt.txt
+  LATENT_STUDIO_CMMA=off timeout ${WIDE_TIMEOUT:-100} /tmp/ls bench --device gpu --precision f16 --runs 5 --unet-only --no-ops --no-profile --no-burn-ops --simt-conv ${SIMT_CONV:-8x8-16} --kernel-profile 1 $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_spirv_conv.txt
   ;;
 by)
   LATENT_STUDIO_CMMA=off timeout ${SPIRV_TIMEOUT:-200} /tmp/ls bench --device gpu --precision f16 --runs 5 --unet-only --no-ops --no-profile --no-burn-ops --simt-ab $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_spirv_simt.txt

@@ -11,8 +11,8 @@ use super::unet::{interleaved, step_ms};
 /// The same step, same process, with the per-row attention's two query rows a lane off (the
 /// default gives them from [`ROWS_PAIRS_MIN_QUERIES`] queries on) and with f16's SIMT
 /// convolution in 8 × 8 lane blocks, 16 deep with prefetch (f32's rule), 32 deep (f16's
-/// staging) or 16 deep without prefetch, and in 4 × 4 blocks 16 deep without prefetch,
-/// interleaved over five rounds. Where no layer takes the SIMT kernels (cooperative
+/// staging) or 16 deep without prefetch, and in 4 × 4 blocks 16 deep with and without
+/// prefetch, interleaved over five rounds. Where no layer takes the SIMT kernels (cooperative
 /// matrices in f16) the rounds are alike; in f32 only the `-16n` rules differ from the default
 /// (they turn the prefetch off for f32 too).
 ///
@@ -33,6 +33,7 @@ pub(super) fn simt_ab(
     let variants = [
         ("default", pairs, d),
         ("attention: one row a lane", usize::MAX, d),
+        ("f16 conv 4 x 4, 16 deep, prefetch", pairs, rules("4x4-16")),
         ("f16 conv 8 x 8, 16 deep, prefetch", pairs, rules("8x8-16")),
         ("f16 conv 8 x 8, 32 deep", pairs, rules("8x8")),
         (
