@@ -9,8 +9,7 @@
 //! (4 × 4), 4 for 64 (8 × 8). Staging stores vectors too: each lane gathers 4 neighbouring
 //! pixels of one reduction index, their coordinates computed once, and the index's channel and
 //! tap once for the four. With `prefetch`, the next step's global loads are issued before this
-//! step's products (their registers live across them, in the operands' own type: half as many
-//! in f16; converted to f32 as they are stored).
+//! step's products (their registers live across them).
 //!
 //! With `deep`, each step stages 32 reduction indices instead of 16: half the barriers and
 //! loop overhead a reduction, twice the workgroup memory (16 KiB for 64-channel tiles of 4 × 4
@@ -144,10 +143,8 @@ pub(super) fn conv2d_gemm_vec<F: Float, N: Size>(
             last = end;
         }
     }
-    // The staging registers hold the operands in their own type (half the registers in f16,
-    // which the prefetch keeps live across the products); converted as they are stored.
-    let mut a_reg = Array::<Vector<F, N>>::new(a_per);
-    let mut b_reg = Array::<Vector<F, N>>::new(b_per);
+    let mut a_reg = Array::<Vector<f32, N>>::new(a_per);
+    let mut b_reg = Array::<Vector<f32, N>>::new(b_per);
     if prefetch && first < last {
         load_vectors::<F, N>(
             w, x, &mut a_reg, &mut b_reg, first, a_k0, b_k0, co_stage, c_out, k_total, &p_valid,
@@ -165,12 +162,12 @@ pub(super) fn conv2d_gemm_vec<F: Float, N: Size>(
         for r in 0..a_per {
             let kk = a_k0 + a_kstep * r;
             if kk < bk {
-                a_s[kk * a_row_vecs + a_col] = Vector::<f32, N>::cast_from(a_reg[r]);
+                a_s[kk * a_row_vecs + a_col] = a_reg[r];
             }
         }
         #[unroll]
         for r in 0..b_per {
-            b_s[(b_k0 + b_kstep * r) * b_row_vecs + b_col] = Vector::<f32, N>::cast_from(b_reg[r]);
+            b_s[(b_k0 + b_kstep * r) * b_row_vecs + b_col] = b_reg[r];
         }
         sync_cube();
         if prefetch && s + 1 < last {
@@ -275,8 +272,8 @@ pub(super) fn conv2d_gemm_vec<F: Float, N: Size>(
 fn load_vectors<F: Float, N: Size>(
     w: &[F],
     x: &[F],
-    a_reg: &mut Array<Vector<F, N>>,
-    b_reg: &mut Array<Vector<F, N>>,
+    a_reg: &mut Array<Vector<f32, N>>,
+    b_reg: &mut Array<Vector<f32, N>>,
     s: usize,
     a_k0: usize,
     b_k0: usize,
@@ -303,13 +300,13 @@ fn load_vectors<F: Float, N: Size>(
     for r in 0..a_per {
         let kk = a_k0 + a_kstep * r;
         let k = s * bk + kk;
-        let mut v = Vector::<F, N>::new(F::new(0.0));
+        let mut v = Vector::<f32, N>::new(0.0f32);
         if kk < bk && k < k_total {
             #[unroll]
             for e in 0..SV {
                 let co = co_stage + e;
                 if co < c_out {
-                    v.insert(e, w[k * c_out + co]);
+                    v.insert(e, f32::cast_from(w[k * c_out + co]));
                 }
             }
         }
@@ -318,7 +315,7 @@ fn load_vectors<F: Float, N: Size>(
     #[unroll]
     for r in 0..b_per {
         let k = s * bk + b_k0 + b_kstep * r;
-        let mut v = Vector::<F, N>::new(F::new(0.0));
+        let mut v = Vector::<f32, N>::new(0.0f32);
         if k < k_total {
             // The reduction index's channel and tap, once for the four pixels.
             let taps = comptime!(kh * kw);
@@ -333,7 +330,7 @@ fn load_vectors<F: Float, N: Size>(
                 let ix = p_ix[e] + kx;
                 if p_valid[e] && iy >= pad && ix >= pad && iy - pad < h * up && ix - pad < wd * up {
                     let at = p_base[e] + (ci * h + (iy - pad) / up) * wd + (ix - pad) / up;
-                    v.insert(e, x[at]);
+                    v.insert(e, f32::cast_from(x[at]));
                 }
             }
         }
