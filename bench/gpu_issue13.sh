@@ -1,8 +1,8 @@
 #!/bin/bash
 # Issue 13 on a lent GPU, one part per device call (each call may run 10 minutes):
 #   PART=bz PyTorch's fp16 step, then part by's runs with one step profiled under
-#           `--simt-conv 8x8-16` (the binary whose staging registers hold f16 as f16 until stored:
-#           whether the prefetch's 8 × 8 penalty in f16 goes)
+#           `--simt-conv 8x8-16` (the binary whose staging registers held f16 as f16 until stored;
+#           cubecl-ir panicked compiling that to SPIR-V, the change was reverted)
 #   PART=by ours only, under SPIR-V with LATENT_STUDIO_CMMA=off: `--simt-ab` (f16 convolution
 #           8 × 8 or 4 × 4, 16 deep without prefetch among its variants), then one step profiled
 #           with `--simt-conv 8x8-16n` (whether f16's 8 × 8 penalty is the registers the
