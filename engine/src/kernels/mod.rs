@@ -355,8 +355,10 @@ pub(crate) fn grid(count: usize) -> Option<(u32, u32)> {
 pub(crate) mod testing {
     use burn::tensor::{DType, Device, DeviceKind, Tensor, TensorData};
 
-    /// The wgpu device the tests run on (lavapipe in CI).
+    /// The wgpu device the tests run on (lavapipe in CI), with the engine's compiler policy
+    /// (and, in these debug builds, our kernels compiled to SPIR-V too: [`crate::compiler`]).
     pub fn wgpu() -> Device {
+        crate::compiler::install();
         Device::wgpu(DeviceKind::DefaultDevice)
     }
 

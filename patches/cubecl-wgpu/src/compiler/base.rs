@@ -218,6 +218,8 @@ impl WgpuCompiler for AutoCompiler {
     ) -> Result<CompiledKernel<Self>, CompilationError> {
         match self {
             AutoCompiler::Wgsl(_) => {
+                #[cfg(feature = "spirv")]
+                shadow_spirv(&*kernel, &server.compilation_options)?;
                 CompiledKernel::compile(&*kernel, definition, self, &server.compilation_options)
             }
             #[cfg(feature = "spirv")]
@@ -596,4 +598,54 @@ mod tests {
                 .is_ok()
         );
     }
+}
+
+/// Which kernels compiled to WGSL are also compiled to SPIR-V (then dropped), by kernel name:
+/// so that a kernel the SPIR-V compiler rejects or panics on fails where only WGSL runs (a
+/// software adapter such as lavapipe, whose SPIR-V pipelines crash). Unset: none. Latent
+/// Studio's patch; the application sets it for its own kernels in debug builds.
+static SPIRV_SHADOW: std::sync::OnceLock<fn(&str) -> bool> = std::sync::OnceLock::new();
+
+/// Compiles the kernels `filter` accepts (by name) to SPIR-V too where they run as WGSL
+/// (see [`SPIRV_SHADOW`]). `false` if a filter was already set (the first one stays).
+pub fn set_spirv_shadow(filter: fn(&str) -> bool) -> bool {
+    SPIRV_SHADOW.set(filter).is_ok()
+}
+
+/// Compiles `kernel` to SPIR-V and drops the result, where [`SPIRV_SHADOW`] takes it: an error
+/// or a panic of the SPIR-V compiler becomes this kernel's compilation error.
+#[cfg(feature = "spirv")]
+fn shadow_spirv(
+    kernel: &dyn CubeKernel,
+    options: &WgpuCompilationOptions,
+) -> Result<(), CompilationError> {
+    if !SPIRV_SHADOW.get().is_some_and(|takes| takes(kernel.name())) {
+        return Ok(());
+    }
+    // A WGSL device carries no Vulkan options: a baseline Vulkan 1.1 device's (vectors of 4,
+    // SPIR-V 1.3, the minimum push-constant room), as `vulkan.rs` fills them on a real one.
+    let mut options = *options;
+    options.vulkan.max_vector_size = 4;
+    options.vulkan.max_spirv_version = (1, 3);
+    options.vulkan.push_constant_size = 128;
+    let definition = cubecl_core::define_kernel(kernel)?;
+    let compiled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        Compiler::compile(&mut SpirvCompiler, definition, &options)
+    }));
+    let reason = match compiled {
+        Ok(Ok(_)) => return Ok(()),
+        Ok(Err(error)) => format!("{error:?}"),
+        Err(panic) => panic
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a panic".to_string()),
+    };
+    Err(CompilationError::Generic {
+        reason: format!(
+            "`{}` compiles to WGSL but not to SPIR-V (the shadow compilation): {reason}",
+            kernel.name()
+        ),
+        backtrace: BackTrace::capture(),
+    })
 }
