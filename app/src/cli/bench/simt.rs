@@ -164,6 +164,10 @@ mod tests {
         assert!(simt_conv("8x8").expect("8x8").simt_deep_f16);
         let lean = simt_conv("8x8-16n").expect("8x8-16n");
         assert!(lean.simt_wide_f16 && !lean.simt_deep_f16 && !lean.simt_prefetch);
+        // Every choice `--simt-ab` names (a typo there would silently time the default).
+        for choice in ["4x4-16", "8x8-16", "8x8", "8x8-16n", "4x4-16n"] {
+            assert!(simt_conv(choice).is_some(), "{choice}");
+        }
         for bad in ["", "8x8-32", "wide"] {
             assert!(simt_conv(bad).is_none(), "{bad:?}");
         }
