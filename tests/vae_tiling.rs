@@ -146,32 +146,25 @@ fn tiled_decode_matches_whole_decode_in_f16() {
 /// first-use check decodes twice more, which doubles this test's kernel compilation on lavapipe
 /// (~50 s); tiling passes the verified kernels to the whole-latent layers only.
 ///
-/// Once in 35 CI runs (stop 35) the pair differed by 29/255 on lavapipe, and the same build never
-/// reproduced it here (alone, beside the suite, under CPU load, two threads on one device, a
-/// poisoned memory pool, 128-bit lanes). A seam is deterministic, so a pair that misses is
-/// decoded again: a seam fails both times, and the message says which decode moved between the
-/// two, so the next occurrence tells a seam from a device that does not repeat itself.
+/// Twice in ~48 CI runs this failed with the whole decode 29/255 off, repeatably within the run:
+/// when the autotune of the GroupNorm variance's fused reduction picked burn's unfused fallback,
+/// lavapipe summed the last block's 81920-value groups short (`engine/src/nn/rows.rs`, whose
+/// test now reproduces it without the autotune's help). GroupNorm sums long rows in pieces since.
 #[test]
 fn tiled_decode_matches_whole_decode_on_wgpu() {
     let device = Device::wgpu(DeviceKind::DefaultDevice);
     let model = tiny_model(&device);
     let z = latents(&device, 16, 20, 11);
-    let first = decode_both("wgpu", &model, &z, 12);
-    let first_diff = max_channel_diff(&first[1], &first[0]);
-    if first_diff <= 2 {
-        return assert_seamless("wgpu", &first);
+    let images = decode_both("wgpu", &model, &z, 12);
+    if max_channel_diff(&images[1], &images[0]) > 2 {
+        eprintln!(
+            "wgpu: worst pixel at {:?} of {}x{}",
+            worst_pixel(&images[1], &images[0]),
+            images[0].width,
+            images[0].height
+        );
     }
-    let again = decode_both("wgpu again", &model, &z, 12);
-    eprintln!(
-        "wgpu: tiled vs whole {first_diff}/255 at {:?} of {}x{}; decoded again, whole moved \
-         by {}, tiled by {}",
-        worst_pixel(&first[1], &first[0]),
-        first[0].width,
-        first[0].height,
-        max_channel_diff(&first[0], &again[0]),
-        max_channel_diff(&first[1], &again[1]),
-    );
-    assert_seamless("wgpu again", &again);
+    assert_seamless("wgpu", &images);
 }
 
 fn max_abs_diff(a: &Tensor<4>, b: &Tensor<4>) -> f32 {

@@ -12,6 +12,7 @@ use crate::weights::Weights;
 mod conv;
 pub mod isolated;
 mod linear;
+pub mod rows;
 
 pub use crate::attention::{MAX_SCORE_BYTES, multi_head_attention, wide_head_attention};
 pub use conv::Conv2d;
@@ -82,7 +83,10 @@ impl GroupNorm {
         let dtype = x.dtype();
         let dims = x.dims();
         let x = self.grouped(x);
-        let (var, mean) = x.clone().var_mean_bias(2);
+        // burn's `var_mean_bias`, with its sums in pieces (`rows`: long rows defeat lavapipe).
+        let mean = rows::mean_last(x.clone());
+        let deviation = x.clone() - mean.clone();
+        let var = rows::mean_last(deviation.clone() * deviation);
         self.normalize(x, mean, var, dims, dtype)
     }
 
@@ -102,10 +106,10 @@ impl GroupNorm {
             };
         }
         let x = self.grouped(x);
-        let mean = x.clone().mean_dim(2);
+        let mean = rows::mean_last(x.clone());
         // Deviations from the part's own mean: no cancellation, unlike a sum of squares.
         let deviation = x - mean.clone();
-        let m2 = (deviation.clone() * deviation).sum_dim(2);
+        let m2 = rows::sum_last(deviation.clone() * deviation);
         GroupMoments {
             count: ((c / self.groups) * h * w) as f64,
             mean,

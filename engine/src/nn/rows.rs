@@ -1,0 +1,101 @@
+//! Sums over long rows, in pieces short enough for every reduction burn may run.
+//!
+//! burn 0.22's row reduction with one lane per row (cubek's unit routine) loses part of a row on
+//! lavapipe once rows hold 65536 f32 or more (Mesa 22.3, found when CI's VAE tiling test failed
+//! twice in ~48 runs): summing `[8, 65536]` rows of ones came out short in rows 3 and 7,
+//! `[1, 262144]` 16 values short, `[8, 163840]` had four rows at zero, while rows of up to 49152
+//! values and `[64, 10240]` were exact. It is the only row reduction lavapipe runs, and burn's
+//! fusion runs it too whenever the autotune of a fused reduction picks the unfused fallback,
+//! which is why the VAE decode went wrong only now and then: its GroupNorms reduce
+//! `(c / groups)·h·w` values a group, 81920 in the tiny test VAE's last block and millions in
+//! SD's. Every long row is therefore summed as pieces of at most [`ROW_PIECE`] values, then the
+//! pieces' sums (shorter additions chains, so no less accurate than one long sum).
+
+use burn::tensor::Tensor;
+use burn::tensor::ops::PadMode;
+
+/// The longest row handed to one reduction: a quarter of the shortest row seen failing.
+pub const ROW_PIECE: usize = 16384;
+
+/// `x.sum_dim(2)` for `[b, g, n]`, reducing rows of at most [`ROW_PIECE`] values at a time.
+///
+/// # Shapes
+/// `[b, g, n] -> [b, g, 1]`
+pub fn sum_last(x: Tensor<3>) -> Tensor<3> {
+    let [b, g, n] = x.dims();
+    if n <= ROW_PIECE {
+        return x.sum_dim(2);
+    }
+    let piece = piece_len(n);
+    let padded = n.next_multiple_of(piece);
+    let x = match padded - n {
+        0 => x,
+        // Zeros leave the sum alone; only rows with no large divisor pay for this copy.
+        extra => x.pad((0, extra, 0, 0), PadMode::Constant(0.0)),
+    };
+    let pieces = padded / piece;
+    let partial = x.reshape([b, g * pieces, piece]).sum_dim(2);
+    sum_last(partial.reshape([b, g, pieces]))
+}
+
+/// `x.sum_dim(2) / n` for `[b, g, n]`, as [`sum_last`] sums.
+pub fn mean_last(x: Tensor<3>) -> Tensor<3> {
+    let n = x.dims()[2].max(1);
+    sum_last(x) / n as f64
+}
+
+/// How long the pieces of a row of `n > ROW_PIECE` values are: the largest divisor of `n` from a
+/// quarter of [`ROW_PIECE`] up (no padding), else [`ROW_PIECE`] (the row is padded).
+fn piece_len(n: usize) -> usize {
+    (ROW_PIECE / 4..=ROW_PIECE)
+        .rev()
+        .find(|d| n.is_multiple_of(*d))
+        .unwrap_or(ROW_PIECE)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::tensor::{DType, Device, TensorData};
+
+    #[test]
+    fn pieces_divide_the_row_or_pad_it() {
+        assert_eq!(piece_len(81920), 16384);
+        assert_eq!(piece_len(3 * 5 * 4099), 4099 * 3);
+        // 2 × a prime above ROW_PIECE: no divisor in range, so the row is padded.
+        assert_eq!(piece_len(2 * 16411), ROW_PIECE);
+    }
+
+    /// Rows of small integers sum exactly in f32, so any lost or repeated value shows. The shapes
+    /// include those burn's own row reduction got wrong on lavapipe (see the module docs) and a
+    /// row that needs padding.
+    fn sums_rows_exactly(device: &Device) {
+        for [g, n] in [
+            [8, 65536],
+            [8, 81920],
+            [1, 262144],
+            [8, 163840],
+            [2, 2 * 16411],
+            [3, 100],
+        ] {
+            let values: Vec<f32> = (0..g * n).map(|i| ((i % n) % 3) as f32).collect();
+            let expected: Vec<f32> = (0..g)
+                .map(|_| ((n / 3) * 3 + [0, 0, 1][n % 3]) as f32)
+                .collect();
+            let x =
+                Tensor::<3>::from_data(TensorData::new(values, [1, g, n]), (device, DType::F32));
+            let sums = sum_last(x).into_data().try_to_vec::<f32>().unwrap();
+            assert_eq!(sums, expected, "[1, {g}, {n}]");
+        }
+    }
+
+    #[test]
+    fn long_rows_sum_exactly_on_cpu() {
+        sums_rows_exactly(&Device::flex());
+    }
+
+    #[test]
+    fn long_rows_sum_exactly_on_wgpu() {
+        sums_rows_exactly(&crate::kernels::testing::wgpu());
+    }
+}
