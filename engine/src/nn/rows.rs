@@ -1,15 +1,18 @@
 //! Sums over long rows, in pieces short enough for every reduction burn may run.
 //!
-//! burn 0.22's row reduction with one lane per row (cubek's unit routine) loses part of a row on
-//! lavapipe once rows hold 65536 f32 or more (Mesa 22.3, found when CI's VAE tiling test failed
-//! twice in ~48 runs): summing `[8, 65536]` rows of ones came out short in rows 3 and 7,
-//! `[1, 262144]` 16 values short, `[8, 163840]` had four rows at zero, while rows of up to 49152
-//! values and `[64, 10240]` were exact. It is the only row reduction lavapipe runs, and burn's
-//! fusion runs it too whenever the autotune of a fused reduction picks the unfused fallback,
-//! which is why the VAE decode went wrong only now and then: its GroupNorms reduce
-//! `(c / groups)·h·w` values a group, 81920 in the tiny test VAE's last block and millions in
-//! SD's. Every long row is therefore summed as pieces of at most [`ROW_PIECE`] values, then the
-//! pieces' sums (shorter additions chains, so no less accurate than one long sum).
+//! lavapipe and llvmpipe (Mesa 22.3, CI's) end every shader loop after 65535 iterations (a
+//! kernel counting to 65536, 100000 or 200000 returned 65535 in every lane). burn 0.22's row
+//! reduction with one lane per row (cubek's unit routine) loses values from that threshold on:
+//! summing `[8, 65536]` rows of ones came out short in rows 3 and 7, `[1, 262144]` 16 values
+//! short, `[8, 163840]` had four rows at zero, while rows of up to 49152 values and `[64, 10240]`
+//! were exact. It is the only row reduction lavapipe runs, and burn's fusion runs it too whenever
+//! the autotune of a fused reduction picks the unfused fallback, which is why CI's VAE decode went
+//! wrong only now and then (twice in ~48 runs): its GroupNorms reduce `(c / groups)·h·w` values a
+//! group, 81920 in the tiny test VAE's last block and millions in SD's. Every long row is
+//! therefore summed as pieces of at most [`ROW_PIECE`] values, then the pieces' sums (shorter
+//! addition chains, so no less accurate than one long sum). Our own kernels' loops checked for
+//! the cap (the attention's key tiles, the convolutions' reduction steps, GroupNorm's chunks)
+//! stay far below it at any size the engine runs.
 
 use burn::tensor::Tensor;
 use burn::tensor::ops::PadMode;
