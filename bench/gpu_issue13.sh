@@ -1,5 +1,7 @@
 #!/bin/bash
 # Issue 13 on a lent GPU, one part per device call (each call may run 10 minutes):
+#   PART=ca the plain VAE decode before and after GroupNorm's sums in pieces (two binaries,
+#           interleaved; carry .gl and .gpu with latent-studio.xz and latent-studio-old.xz)
 #   PART=bz PyTorch's fp16 step, then part by's runs with one step profiled under
 #           `--simt-conv 8x8-16` (the binary whose staging registers held f16 as f16 until stored;
 #           cubecl-ir panicked compiling that to SPIR-V, the change was reverted)
@@ -271,6 +273,22 @@ peak() {
 }
 
 case ${PART:-a} in
+ca)
+  # The plain VAE decode (VAE compilation off: burn ops' GroupNorm) before and after its sums in
+  # pieces (engine/src/nn/rows.rs): .gpu/latent-studio-old.xz is the build before, one process
+  # each, interleaved; the compiled decode rides along (unchanged code).
+  unxz_py $OLDPWD/.gpu/latent-studio-old.xz > /tmp/ls-old && chmod +x /tmp/ls-old
+  for round in 1 2 3; do
+    for b in old new; do
+      bin=/tmp/ls; [ $b = old ] && bin=/tmp/ls-old
+      timeout 150 $bin bench --device gpu --precision f16 --runs 7 --vae-only 2>&1 | grep "VAE decode 512x512" | sed "s/^/$b round $round: /" | tee -a $OUT/ab.txt
+    done
+  done
+  for b in old new; do
+    bin=/tmp/ls; [ $b = old ] && bin=/tmp/ls-old
+    LATENT_STUDIO_COMPILER=wgsl timeout 150 $bin bench --device gpu --precision f16 --runs 7 --vae-only 2>&1 | grep "VAE decode 512x512" | sed "s/^/$b wgsl: /" | tee -a $OUT/ab.txt
+  done
+  ;;
 bu)
   PARTS=${TORCH_PARTS:-unet16} timeout ${TORCH_TIMEOUT:-120} python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_bu.txt
   LATENT_STUDIO_COMPILER=wgsl timeout ${WGSL_TIMEOUT:-150} /tmp/ls bench --device gpu --precision f16 --runs 5 --unet-only --no-ops --no-profile --no-burn-ops --simt-ab $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_wgsl.txt

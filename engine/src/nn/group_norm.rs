@@ -1,6 +1,8 @@
 //! GroupNorm (with the SiLU after it), by burn ops or our kernels, and its statistics for
 //! tiles that share them.
 
+use std::sync::OnceLock;
+
 use burn::tensor::activation;
 use burn::tensor::{DType, Tensor, TensorData};
 
@@ -24,6 +26,9 @@ pub struct GroupNorm {
     bias: Tensor<1>,
     groups: usize,
     eps: f64,
+    /// Whether the burn-op path sums its groups in pieces ([`rows::loops_capped`]), settled at
+    /// its first use.
+    pieces: OnceLock<bool>,
 }
 
 impl GroupNorm {
@@ -33,6 +38,7 @@ impl GroupNorm {
             bias: w.tensor("bias", [channels])?.cast(DType::F32),
             groups,
             eps,
+            pieces: OnceLock::new(),
         })
     }
 
@@ -43,6 +49,7 @@ impl GroupNorm {
             bias,
             groups,
             eps,
+            pieces: OnceLock::new(),
         }
     }
 
@@ -72,11 +79,12 @@ impl GroupNorm {
     fn forward_plain(&self, x: Tensor<4>) -> Tensor<4> {
         let dtype = x.dtype();
         let dims = x.dims();
+        let pieces = self.pieces(&x);
         let x = self.grouped(x);
-        // burn's `var_mean_bias`, with its sums in pieces (`rows`: long rows defeat lavapipe).
-        let mean = rows::mean_last(x.clone());
+        // burn's `var_mean_bias`, its sums in pieces where loops are capped (`rows`).
+        let mean = rows::mean_last(x.clone(), pieces);
         let deviation = x.clone() - mean.clone();
-        let var = rows::mean_last(deviation.clone() * deviation);
+        let var = rows::mean_last(deviation.clone() * deviation, pieces);
         self.normalize(x, mean, var, dims, dtype)
     }
 
@@ -95,11 +103,12 @@ impl GroupNorm {
                 m2: zeros(),
             };
         }
+        let pieces = self.pieces(&x);
         let x = self.grouped(x);
-        let mean = rows::mean_last(x.clone());
+        let mean = rows::mean_last(x.clone(), pieces);
         // Deviations from the part's own mean: no cancellation, unlike a sum of squares.
         let deviation = x - mean.clone();
-        let m2 = rows::sum_last(deviation.clone() * deviation);
+        let m2 = rows::sum_last(deviation.clone() * deviation, pieces);
         GroupMoments {
             count: ((c / self.groups) * h * w) as f64,
             mean,
@@ -121,6 +130,11 @@ impl GroupNorm {
         let var = moments.m2.clone() / moments.count.max(1.0);
         let y = self.normalize(x, moments.mean.clone(), var, dims, dtype);
         if silu { activation::silu(y) } else { y }
+    }
+
+    /// Whether this layer's device sums long rows in pieces (settled once).
+    fn pieces(&self, x: &Tensor<4>) -> bool {
+        *self.pieces.get_or_init(|| rows::loops_capped(&x.device()))
     }
 
     /// `[b, c, h, w]` -> f32 `[b, groups, c/groups·h·w]`.
@@ -278,6 +292,7 @@ mod tests {
             bias: vector(&bias),
             groups,
             eps,
+            pieces: OnceLock::new(),
         };
         let x = Tensor::<4>::from_data(TensorData::new(data, [b, c, h, w]), &device);
         for dtype in [DType::F32, DType::F16] {

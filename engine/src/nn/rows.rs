@@ -8,23 +8,50 @@
 //! were exact. It is the only row reduction lavapipe runs, and burn's fusion runs it too whenever
 //! the autotune of a fused reduction picks the unfused fallback, which is why CI's VAE decode went
 //! wrong only now and then (twice in ~48 runs): its GroupNorms reduce `(c / groups)·h·w` values a
-//! group, 81920 in the tiny test VAE's last block and millions in SD's. Every long row is
-//! therefore summed as pieces of at most [`ROW_PIECE`] values, then the pieces' sums (shorter
-//! addition chains, so no less accurate than one long sum). Our own kernels' loops checked for
-//! the cap (the attention's key tiles, the convolutions' reduction steps, GroupNorm's chunks)
-//! stay far below it at any size the engine runs.
+//! group, 81920 in the tiny test VAE's last block and millions in SD's. On software adapters
+//! every long row is therefore summed as pieces of at most [`ROW_PIECE`] values, then the pieces'
+//! sums; cards, without the cap, sum whole rows ([`loops_capped`]). Our own kernels' loops
+//! checked for the cap (the attention's key tiles, the convolutions' reduction steps,
+//! GroupNorm's chunks) stay far below it at any size the engine runs.
 
-use burn::tensor::Tensor;
 use burn::tensor::ops::PadMode;
+use burn::tensor::{Device, Tensor};
 
-/// The longest row handed to one reduction: a quarter of the shortest row seen failing.
+/// The longest row handed to one reduction where loops are capped: a quarter of the shortest
+/// row seen failing.
 pub const ROW_PIECE: usize = 16384;
+
+/// Whether `device` ends shader loops after 65535 iterations: software adapters (lavapipe,
+/// llvmpipe). Cards sum rows whole: on an H200 the pieces made the plain 512² VAE decode 5 %
+/// slower (47.1 → 49.5 ms, BENCHMARKS.md). Makes a tensor: callers settle it once per layer.
+pub fn loops_capped(device: &Device) -> bool {
+    crate::kernels::software(device)
+}
+
+/// `x.sum_dim(2)` for `[b, g, n]`; with `pieces` ([`loops_capped`]), rows longer than
+/// [`ROW_PIECE`] are summed in pieces ([`sum_in_pieces`]).
+///
+/// # Shapes
+/// `[b, g, n] -> [b, g, 1]`
+pub fn sum_last(x: Tensor<3>, pieces: bool) -> Tensor<3> {
+    if pieces {
+        sum_in_pieces(x)
+    } else {
+        x.sum_dim(2)
+    }
+}
+
+/// `x.sum_dim(2) / n` for `[b, g, n]`, summed as [`sum_last`] sums.
+pub fn mean_last(x: Tensor<3>, pieces: bool) -> Tensor<3> {
+    let n = x.dims()[2].max(1);
+    sum_last(x, pieces) / n as f64
+}
 
 /// `x.sum_dim(2)` for `[b, g, n]`, reducing rows of at most [`ROW_PIECE`] values at a time.
 ///
 /// # Shapes
 /// `[b, g, n] -> [b, g, 1]`
-pub fn sum_last(x: Tensor<3>) -> Tensor<3> {
+pub fn sum_in_pieces(x: Tensor<3>) -> Tensor<3> {
     let [b, g, n] = x.dims();
     if n <= ROW_PIECE {
         return x.sum_dim(2);
@@ -38,13 +65,7 @@ pub fn sum_last(x: Tensor<3>) -> Tensor<3> {
     };
     let pieces = padded / piece;
     let partial = x.reshape([b, g * pieces, piece]).sum_dim(2);
-    sum_last(partial.reshape([b, g, pieces]))
-}
-
-/// `x.sum_dim(2) / n` for `[b, g, n]`, as [`sum_last`] sums.
-pub fn mean_last(x: Tensor<3>) -> Tensor<3> {
-    let n = x.dims()[2].max(1);
-    sum_last(x) / n as f64
+    sum_in_pieces(partial.reshape([b, g, pieces]))
 }
 
 /// How long the pieces of a row of `n > ROW_PIECE` values are: the largest divisor of `n` from a
@@ -59,7 +80,7 @@ fn piece_len(n: usize) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use burn::tensor::{DType, Device, TensorData};
+    use burn::tensor::{DType, TensorData};
 
     #[test]
     fn pieces_divide_the_row_or_pad_it() {
@@ -71,7 +92,7 @@ mod tests {
 
     /// Rows of small integers sum exactly in f32, so any lost or repeated value shows. The shapes
     /// include those burn's own row reduction got wrong on lavapipe (see the module docs) and a
-    /// row that needs padding.
+    /// row that needs padding; summed in pieces, and as `sum_last` sums on this device.
     fn sums_rows_exactly(device: &Device) {
         for [g, n] in [
             [8, 65536],
@@ -87,8 +108,14 @@ mod tests {
                 .collect();
             let x =
                 Tensor::<3>::from_data(TensorData::new(values, [1, g, n]), (device, DType::F32));
-            let sums = sum_last(x).into_data().try_to_vec::<f32>().unwrap();
-            assert_eq!(sums, expected, "[1, {g}, {n}]");
+            let capped = loops_capped(device);
+            for (name, sums) in [
+                ("in pieces", sum_in_pieces(x.clone())),
+                ("as the device needs", sum_last(x, capped)),
+            ] {
+                let sums = sums.into_data().try_to_vec::<f32>().unwrap();
+                assert_eq!(sums, expected, "[1, {g}, {n}] {name} (capped: {capped})");
+            }
         }
     }
 
