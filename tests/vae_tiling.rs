@@ -148,9 +148,8 @@ fn tiled_decode_matches_whole_decode_in_f16() {
 ///
 /// Twice in ~48 CI runs this failed with the whole decode 29/255 off, repeatably within the run:
 /// when the autotune of the GroupNorm variance's fused reduction picked burn's unfused fallback,
-/// lavapipe summed the last block's 81920-value groups short (`engine/src/nn/rows.rs`, whose
-/// test now reproduces it without the autotune's help). GroupNorm sums long rows in pieces there
-/// since.
+/// lavapipe summed the last block's 81920-value groups short (`engine/src/nn/rows.rs`; its test
+/// fails on lavapipe with the loop cap ignored). GroupNorm sums long rows in pieces there since.
 #[test]
 fn tiled_decode_matches_whole_decode_on_wgpu() {
     let device = Device::wgpu(DeviceKind::DefaultDevice);

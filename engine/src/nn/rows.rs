@@ -21,9 +21,11 @@ use burn::tensor::{Device, Tensor};
 /// row seen failing.
 pub const ROW_PIECE: usize = 16384;
 
-/// Whether `device` ends shader loops after 65535 iterations: software adapters (lavapipe,
-/// llvmpipe). Cards sum rows whole: on an H200 the pieces made the plain 512² VAE decode 5 %
-/// slower (47.1 → 49.5 ms, BENCHMARKS.md). Makes a tensor: callers settle it once per layer.
+/// Whether `device` may end shader loops after 65535 iterations: taken to be every software
+/// adapter ([`crate::kernels::software`]: lavapipe and llvmpipe, which do, and SwiftShader or
+/// any adapter without a card, which may; pieces only cost time). Cards sum rows whole: on an
+/// H200 the pieces made the plain 512² VAE decode 5 % slower (47.1 → 49.5 ms, BENCHMARKS.md).
+/// Makes a tensor: callers settle it once per layer.
 pub fn loops_capped(device: &Device) -> bool {
     crate::kernels::software(device)
 }
@@ -90,9 +92,11 @@ mod tests {
         assert_eq!(piece_len(2 * 16411), ROW_PIECE);
     }
 
-    /// Rows of small integers sum exactly in f32, so any lost or repeated value shows. The shapes
-    /// include those burn's own row reduction got wrong on lavapipe (see the module docs) and a
-    /// row that needs padding; summed in pieces, and as `sum_last` sums on this device.
+    /// Rows of small integers sum exactly in f32, so any lost or repeated value shows; the values
+    /// run on across rows (`i mod 7` of the flat index), so each row's sum is its own and a piece
+    /// added to the wrong row shows too. The shapes include those burn's own row reduction got
+    /// wrong on lavapipe (see the module docs) and a row that needs padding; summed in pieces,
+    /// and as `sum_last` sums on this device.
     fn sums_rows_exactly(device: &Device) {
         for [g, n] in [
             [8, 65536],
@@ -102,19 +106,21 @@ mod tests {
             [2, 2 * 16411],
             [3, 100],
         ] {
-            let values: Vec<f32> = (0..g * n).map(|i| ((i % n) % 3) as f32).collect();
-            let expected: Vec<f32> = (0..g)
-                .map(|_| ((n / 3) * 3 + [0, 0, 1][n % 3]) as f32)
+            let b = 2;
+            let values: Vec<f32> = (0..b * g * n).map(|i| (i % 7) as f32).collect();
+            let expected: Vec<f32> = values
+                .chunks(n)
+                .map(|row| row.iter().map(|&v| f64::from(v)).sum::<f64>() as f32)
                 .collect();
             let x =
-                Tensor::<3>::from_data(TensorData::new(values, [1, g, n]), (device, DType::F32));
+                Tensor::<3>::from_data(TensorData::new(values, [b, g, n]), (device, DType::F32));
             let capped = loops_capped(device);
             for (name, sums) in [
                 ("in pieces", sum_in_pieces(x.clone())),
                 ("as the device needs", sum_last(x, capped)),
             ] {
                 let sums = sums.into_data().try_to_vec::<f32>().unwrap();
-                assert_eq!(sums, expected, "[1, {g}, {n}] {name} (capped: {capped})");
+                assert_eq!(sums, expected, "[{b}, {g}, {n}] {name} (capped: {capped})");
             }
         }
     }
