@@ -45,13 +45,21 @@ fn outputs(model: &StableDiffusion, exp: &Expected) -> Vec<(&'static str, Vec<f3
         ("unet.out.t1", 1.0),
         ("unet.out.t500.5", 500.5),
     ] {
-        out.push((name, to_vec(model.unet.forward(x.clone(), &[t], &ctx))));
+        out.push((
+            name,
+            to_vec(
+                model
+                    .unet()
+                    .expect("the UNet")
+                    .forward(x.clone(), &[t], &ctx),
+            ),
+        ));
     }
     let xw = exp.tensor::<4>("unet.x_wide", device, dtype);
     let ctx1 = ctx.clone().narrow(0, 0, 1);
     out.push((
         "unet.out_wide.t250",
-        to_vec(model.unet.forward(xw, &[250.0], &ctx1)),
+        to_vec(model.unet().expect("the UNet").forward(xw, &[250.0], &ctx1)),
     ));
 
     out.push((

@@ -96,7 +96,12 @@ fn text_encoder_and_unet_match_diffusers() {
                 ("unet.out.t1", 1.0),
                 ("unet.out.t500.5", 500.5),
             ] {
-                let got = to_vec(model.unet.forward(x.clone(), &[t], &ctx));
+                let got = to_vec(
+                    model
+                        .unet()
+                        .expect("the UNet")
+                        .forward(x.clone(), &[t], &ctx),
+                );
                 assert_close(&what(key), &got, &exp.values(key), dtype);
             }
         }

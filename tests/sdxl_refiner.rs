@@ -110,7 +110,7 @@ fn encoder_and_unet_match_diffusers() {
             ] {
                 let c = prompt::encode_sdxl(
                     None,
-                    &refiner.text_encoder,
+                    &refiner.text_encoder().expect("the encoder"),
                     &chunks(text),
                     1,
                     Emphasis::Original,
@@ -137,7 +137,7 @@ fn encoder_and_unet_match_diffusers() {
                 assert_close(&what(pooled), &to_vec(c.pooled), &exp.values(pooled), dtype);
             }
 
-            let unet = &refiner.unet;
+            let unet = &refiner.unet().expect("the UNet");
             let x = exp.tensor::<4>("unet.x", &device, dtype);
             let ctx = exp.tensor::<3>("unet.context", &device, dtype);
             let pooled = exp.tensor::<2>("unet.text_embeds", &device, dtype);
@@ -255,4 +255,143 @@ fn base_then_refiner_matches_diffusers() {
         assert!(e.to_string().contains("(0, 1]"), "{e}");
     }
     assert_eq!(cpu_images, 4, "two cases from each layout on the CPU");
+}
+
+/// What each step of a refined run saw: whether the base's and the refiner's UNets were on the
+/// device, and the pool's bytes in use after the step.
+struct Turns<'a> {
+    base: &'a StableDiffusion,
+    refiner: &'a Refiner,
+    device: &'a Device,
+    seen: Vec<(bool, bool, u64)>,
+}
+
+impl latent_engine::pipeline::Observer for Turns<'_> {
+    fn step(&mut self, _state: &latent_engine::pipeline::StepState<'_>) {
+        self.device.sync().expect("device sync");
+        let used = self
+            .device
+            .memory_pool_usage()
+            .map_or(0, |u| u.bytes_in_use);
+        self.seen.push((
+            self.base.unet_on_device(),
+            self.refiner.unet_on_device(),
+            used,
+        ));
+    }
+}
+
+/// A parked refiner (SDXL's default, `TextEncoders::Auto`) and the base model's UNet take turns
+/// on the device (what lets SDXL's pair run on an 8 GB card): over a batch of two, every base
+/// step runs with the refiner's UNet off the device and every refiner step with the base's off,
+/// holding less memory than a refiner kept beside the base by at least the base UNet's weights;
+/// the images are those of the resident refiner bit for bit, the base comes back for the second
+/// image and for the next run, and neither stays on the device for nothing. On lavapipe, on a
+/// device of its own (its pool's bytes in use are this test's).
+#[test]
+fn the_unets_take_turns_on_the_device() {
+    // Its own device: the memory it measures is this test's alone.
+    let device = common::private_wgpu();
+    let tokenizer = ClipTokenizer::new().expect("tokenizer");
+    let base = StableDiffusion::load(
+        &Checkpoint::open(&fixtures().join("tiny-sdxl")).expect("base"),
+        &device,
+        LoadOptions::default(),
+    )
+    .expect("loads");
+    let unet_bytes = base
+        .reports
+        .iter()
+        .find(|r| r.component == "UNet")
+        .map(|r| r.bytes)
+        .expect("the UNet's report");
+    // Evicted, the UNet's weights leave the device; brought back, it holds what the load did,
+    // each weight once (a fused layer's parts are views of its weight, as at load).
+    let in_use = || {
+        let _ = (burn::tensor::Tensor::<1>::ones([16], &device) * 2.0).into_data();
+        device.sync().expect("device sync");
+        device.memory_pool_usage().map_or(0, |u| u.bytes_in_use)
+    };
+    let (loaded, targets) = (in_use(), base.lora_targets());
+    base.evict_unet().expect("evicts");
+    assert!(!base.unet_on_device());
+    let evicted = in_use();
+    assert!(
+        evicted + unet_bytes <= loaded,
+        "{loaded} → {evicted} bytes in use"
+    );
+    assert_eq!(
+        base.lora_targets(),
+        targets,
+        "the LoRA targets, from host memory"
+    );
+    let _ = base.unet().expect("brought back");
+    assert_eq!((in_use(), base.unet_on_device()), (loaded, true));
+    let case = &cases()["ensemble"][0];
+    let c: PipelineCase = serde_json::from_value(case.clone()).expect("a case");
+    let mut req = c.request();
+    req.batch_count = 2;
+    req.refiner = Some(RefinerSwitch {
+        switch_at: case["switch_at"].as_f64().expect("switch"),
+        name: "tiny-sdxl-refiner [0123456789]".into(),
+    });
+    let run = |refiner: &Refiner| {
+        let mut turns = Turns {
+            base: &base,
+            refiner,
+            device: &device,
+            seen: Vec::new(),
+        };
+        let cancel = AtomicBool::new(false);
+        let out = txt2img_refined(&base, Some(refiner), &tokenizer, &req, &cancel, &mut turns)
+            .expect("a refined run");
+        (out, turns.seen)
+    };
+    let load = |place| {
+        Refiner::load_with(&open(LAYOUTS[0]), &device, Precision::F32, place).expect("loads")
+    };
+    let resident = load(latent_engine::TextEncoders::Device);
+    let parked = load(latent_engine::TextEncoders::Auto);
+    assert!(!resident.parked() && parked.parked());
+    assert!(
+        !parked.unet_on_device(),
+        "a parked refiner loads into host memory"
+    );
+
+    let (want, beside) = run(&resident);
+    drop(resident);
+    let (got, turns) = run(&parked);
+    assert_eq!(want.len(), 2);
+    for (w, g) in want.iter().zip(&got) {
+        assert!(
+            w.image.pixels == g.image.pixels,
+            "seed {}: images differ",
+            g.seed
+        );
+    }
+    assert!(beside.iter().all(|&(b, r, _)| b && r), "{beside:?}");
+    // Base steps, then refiner steps, for each image.
+    let per_image = turns.len() / 2;
+    let refined = turns.iter().filter(|t| !t.0).count() / 2;
+    assert!(refined >= 1 && refined < per_image, "{turns:?}");
+    for (i, &(b, r, used)) in turns.iter().enumerate() {
+        let refiner_step = i % per_image >= per_image - refined;
+        assert_eq!((b, r), (!refiner_step, refiner_step), "step {i}: {turns:?}");
+        if refiner_step {
+            assert!(
+                used + unet_bytes <= beside[i].2,
+                "step {i}: {used} bytes in use, {} with the refiner beside the base, whose UNet \
+                 has {unet_bytes}",
+                beside[i].2
+            );
+        }
+    }
+    // After the run neither UNet waits on the device; the next run brings the base back.
+    assert!(!parked.unet_on_device() && !base.unet_on_device());
+    req.refiner = None;
+    req.batch_count = 1;
+    let cancel = AtomicBool::new(false);
+    latent_engine::pipeline::txt2img(&base, &tokenizer, &req, &cancel, &mut Quiet)
+        .expect("a base run after the refined one");
+    assert!(base.unet_on_device());
 }

@@ -138,7 +138,7 @@ fn run_components(
     )
     .cast(dtype);
     // One step at t = 500, mid-schedule, where both noise and signal matter.
-    let unet = host(model.unet.forward(x.clone(), &[500.0], &context))?;
+    let unet = host(model.unet()?.forward(x.clone(), &[500.0], &context))?;
     let vae = host(model.vae.decode(x))?;
     Ok(Outputs { text, unet, vae })
 }

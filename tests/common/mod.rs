@@ -11,6 +11,20 @@ pub fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures")
 }
 
+/// A wgpu device of the test's own on lavapipe (the shared one's memory pool also counts the
+/// tensors of tests running beside it): for tests that measure device memory.
+pub fn private_wgpu() -> Device {
+    let lavapipe = latent_engine::adapters::enumerate()
+        .into_iter()
+        .find(|a| a.kind == latent_engine::adapters::AdapterKind::Software)
+        .expect("lavapipe (mesa-vulkan-drivers) for the wgpu tests");
+    let whole = latent_engine::limits::DeviceLimits {
+        max_buffer_bytes: u64::MAX,
+        max_binding_bytes: u64::MAX,
+    };
+    latent_engine::device::open_limited(&lavapipe, whole).expect("a device of the test's own")
+}
+
 /// The two backends every model test runs on. wgpu is lavapipe in CI: it must really run there.
 pub fn devices() -> Vec<(&'static str, Device)> {
     vec![

@@ -67,14 +67,10 @@ pub(super) fn encode_refiner(
     if let Some(known) = refiner.conditioning.get(&key) {
         return Ok(known);
     }
+    // A parked refiner's encoder comes to the device for this encode only.
+    let text_encoder = refiner.text_encoder()?;
     let conditioning = assemble(&key, |chunks| {
-        let c = prompt::encode_sdxl(
-            None,
-            &refiner.text_encoder,
-            chunks,
-            key.clip_skip,
-            key.emphasis,
-        )?;
+        let c = prompt::encode_sdxl(None, &text_encoder, chunks, key.clip_skip, key.emphasis)?;
         Ok((c.context, Some(c.pooled)))
     })?;
     refiner.conditioning.set(key, conditioning.clone());

@@ -44,6 +44,7 @@ use crate::prompt::{self, Conditioning};
 use crate::schedulers::{self, SamplerKind, Schedule};
 use crate::stable_diffusion::{Refiner, StableDiffusion};
 use crate::tokenizer::ClipTokenizer;
+use crate::unet::UNet2DConditionModel;
 use crate::unet::graph::UNetSteps;
 use crate::vae_tiling::TilingConfig;
 
@@ -192,7 +193,7 @@ fn generate(
     let guided = req.cfg_scale > 1.0;
     let (Conditioning { context, pooled }, ti_hashes) =
         conditioning::encode(model, tokenizer, req, guided, observer)?;
-    let refiner = match (&req.refiner, refiner) {
+    let mut refiner = match (&req.refiner, refiner) {
         (Some(switch), Some(r)) => Some(refiner::Stage::prepare(
             model, r, switch, tokenizer, req, guided,
         )?),
@@ -271,26 +272,32 @@ fn generate(
     // hires fix's are released before their decode, whose peak needs those pages.
     let keep_steps = req.loras.is_empty() && added.is_none() && req.hires.is_none();
     let parked = model.parked_steps.take().filter(|_| keep_steps);
-    let resumed = parked.and_then(|r| UNetSteps::resume(&unet, context.clone(), added.clone(), r));
-    let mut steps = match resumed {
-        Some(steps) => steps,
-        None => {
-            let mut steps = UNetSteps::new(&unet, context.clone());
-            if !first_pass {
-                steps = steps.tuned();
-            }
-            if let Some(added) = &added {
-                steps = steps.with_added(added.clone());
-            }
-            steps
+    let new_steps = |unet: &UNet2DConditionModel, tuned: bool| {
+        let mut steps = UNetSteps::new(unet, context.clone());
+        if tuned {
+            steps = steps.tuned();
         }
+        if let Some(added) = &added {
+            steps = steps.with_added(added.clone());
+        }
+        steps
     };
-    let mut second = |x: Tensor<4>, t: f32| {
+    let resumed = parked.and_then(|r| UNetSteps::resume(&unet, context.clone(), added.clone(), r));
+    // `None` while a parked refiner runs (the base UNet is off the device then).
+    let mut steps = Some(resumed.unwrap_or_else(|| new_steps(&unet, !first_pass)));
+    // The hires pass's UNet (a refined run has no hires pass: `refiner::check_pair`). No other
+    // handle on the base UNet stays here, so that a parked refiner's switch frees its memory.
+    let hires_unet = req.hires.is_some().then(|| unet.clone());
+    drop(unet);
+    let mut second = |x: Tensor<4>, t: f32| -> Result<Tensor<4>> {
+        let unet = hires_unet
+            .as_ref()
+            .ok_or_else(|| Error::InvalidInput("a hires pass without a hires request".into()))?;
         let b = x.dims()[0];
-        match &hires_added {
+        Ok(match &hires_added {
             Some(added) => unet.forward_added(x, &vec![t; b], &context, added),
             None => unet.forward(x, &vec![t; b], &context),
-        }
+        })
     };
     for image in 0..req.batch_count {
         let seed = req.seed.wrapping_add(image as u64);
@@ -320,13 +327,33 @@ fn generate(
             blend,
             unet_input: unet_input.map(|t| t.cast(dtype)),
         };
-        // The refiner, where there is one, takes the steps past its switch.
-        let mut first = |x: Tensor<4>, t: f32| match &refiner {
-            Some(stage) if stage.takes(t) => stage.forward(x, t),
-            _ => steps.forward(x, t),
+        // The refiner, where there is one, takes the steps past its switch. A parked one's UNet
+        // comes to the device as the base's leaves (its recorded step first), and the base's
+        // comes back for the next image's steps.
+        let mut first = |x: Tensor<4>, t: f32| -> Result<Tensor<4>> {
+            if let Some(stage) = refiner.as_mut()
+                && stage.takes(t)
+            {
+                if stage.swaps() && steps.take().is_some() {
+                    model.evict_unet()?;
+                }
+                return stage.forward(x, t);
+            }
+            let steps = match &mut steps {
+                Some(steps) => steps,
+                None => steps.insert(new_steps(&model.unet_for(&req.loras)?, true)),
+            };
+            Ok(steps.forward(x, t))
         };
-        let denoised = pass.denoise(&mut first, &plan, latents, &mut rng, req, cancel, observer)?;
-        if image + 1 == req.batch_count {
+        let denoised = pass.denoise(&mut first, &plan, latents, &mut rng, req, cancel, observer);
+        // A parked refiner's UNet leaves before the decode, whatever the steps came to.
+        if let Some(stage) = refiner.as_mut() {
+            stage.put_away()?;
+        }
+        let denoised = denoised?;
+        if image + 1 == req.batch_count
+            && let Some(steps) = steps.as_mut()
+        {
             // The recorded step keeps every page it touched for itself: released before the
             // last decode, that memory serves the decode (SDXL's peak at 1024²), or parked for
             // the next generation. Earlier images of a batch keep it, or each would record again.
@@ -420,7 +447,7 @@ impl Pass {
     #[allow(clippy::too_many_arguments)]
     fn denoise(
         &mut self,
-        unet: &mut dyn FnMut(Tensor<4>, f32) -> Tensor<4>,
+        unet: &mut dyn FnMut(Tensor<4>, f32) -> Result<Tensor<4>>,
         plan: &schedulers::Plan,
         mut latents: Tensor<4>,
         rng: &mut TorchRng,
@@ -446,7 +473,7 @@ impl Pass {
             } else {
                 input
             };
-            let eps = unet(input, t).cast(dtype);
+            let eps = unet(input, t)?.cast(dtype);
             let eps = if guided {
                 let [uncond, text] = split_batch(eps);
                 uncond.clone() + (text - uncond) * req.cfg_scale

@@ -55,9 +55,13 @@ impl RefinerSwitch {
 
 /// What the refiner's steps need, prepared once per request.
 pub(super) struct Stage<'a> {
-    unet: &'a UNet2DConditionModel,
+    refiner: &'a Refiner,
+    /// The refiner's UNet and its added conditioning, from its first step of an image on (a
+    /// parked refiner brings its UNet to the device then).
+    unet: Option<(UNet2DConditionModel, Tensor<2>)>,
     context: Tensor<3>,
-    added: Tensor<2>,
+    pooled: Tensor<2>,
+    time_ids: Vec<[f32; 5]>,
     cutoff: f32,
 }
 
@@ -81,13 +85,12 @@ impl<'a> Stage<'a> {
         let size = req
             .size_conditioning
             .unwrap_or_else(|| SizeConditioning::of_image(req.width, req.height));
-        let added = refiner
-            .unet
-            .added_conditioning(&pooled, &time_ids(size, guided))?;
         Ok(Self {
-            unet: &refiner.unet,
+            refiner,
+            unet: None,
             context: c.context,
-            added,
+            pooled,
+            time_ids: time_ids(size, guided),
             cutoff: switch.cutoff(model.config.scheduler.num_train_timesteps),
         })
     }
@@ -97,11 +100,33 @@ impl<'a> Stage<'a> {
         t < self.cutoff
     }
 
+    /// Whether the two UNets take turns on the device (a parked refiner): the base model's
+    /// leaves it before the refiner's first step of an image, the refiner's after its last.
+    pub(super) fn swaps(&self) -> bool {
+        self.refiner.parked()
+    }
+
     /// The refiner's prediction for `x` (the guided batch, unconditional first) at `t`.
-    pub(super) fn forward(&self, x: Tensor<4>, t: f32) -> Tensor<4> {
+    pub(super) fn forward(&mut self, x: Tensor<4>, t: f32) -> Result<Tensor<4>> {
+        let (unet, added) = match &self.unet {
+            Some(ready) => ready,
+            None => {
+                let unet = self.refiner.unet()?;
+                let added = unet.added_conditioning(&self.pooled, &self.time_ids)?;
+                self.unet.insert((unet, added))
+            }
+        };
         let b = x.dims()[0];
-        self.unet
-            .forward_added(x, &vec![t; b], &self.context, &self.added)
+        Ok(unet.forward_added(x, &vec![t; b], &self.context, added))
+    }
+
+    /// After an image's refiner steps: a parked refiner's UNet leaves the device (the decode,
+    /// and the next image's base steps, need the room).
+    pub(super) fn put_away(&mut self) -> Result<()> {
+        if self.unet.take().is_some() && self.swaps() {
+            self.refiner.evict_unet()?;
+        }
+        Ok(())
     }
 }
 

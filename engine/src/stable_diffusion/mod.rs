@@ -23,8 +23,10 @@ pub use crate::precision::Precision;
 mod encoders;
 mod random;
 mod refiner;
+mod unet_home;
 pub use encoders::TextEncoders;
 pub use refiner::{AESTHETIC_SCORE, NEGATIVE_AESTHETIC_SCORE, Refiner};
+use unet_home::UnetHome;
 
 /// Name prefixes of each component's tensors in a disk-cache file (text encoder, UNet, VAE).
 pub const CACHE_PREFIXES: [&str; 3] = ["text_encoder.", "unet.", "vae."];
@@ -45,7 +47,9 @@ pub struct StableDiffusion {
     pub text_encoder: ClipTextModel,
     /// SDXL's second text encoder (OpenCLIP ViT-bigG with its projection).
     pub text_encoder_2: Option<ClipTextModel>,
-    pub unet: UNet2DConditionModel,
+    /// The UNet and the tensors it was built from (LoRAs are merged into these): on the device,
+    /// or in host memory while a parked refiner runs ([`Self::evict_unet`]).
+    unet: UnetHome,
     pub vae: AutoencoderKL,
     pub config: ModelConfig,
     pub device: Device,
@@ -57,7 +61,7 @@ pub struct StableDiffusion {
     pub vae_compile: VaeCompiler,
     /// An f32 copy of the decoder, made the first time an f16 decode is not finite.
     vae_f32: OnceLock<AutoencoderKL>,
-    /// The tensors the text encoder and UNet were built from (LoRAs are merged into these).
+    /// The tensors the text encoders were built from (LoRAs are merged into these).
     kept: Option<Kept>,
     /// The networks of the last LoRA set asked for, while it is asked for again.
     with_loras: Mutex<Option<(LoraSet, Arc<Networks>)>>,
@@ -77,7 +81,6 @@ struct Kept {
     text_encoder: Arc<TensorMap>,
     /// SDXL's second text encoder.
     text_encoder_2: Option<Arc<TensorMap>>,
-    unet: Arc<TensorMap>,
 }
 
 /// The networks one request runs: the model's own, or copies with a LoRA set merged in (which
@@ -206,8 +209,16 @@ impl StableDiffusion {
                 .as_ref()
                 .filter(|_| text_encoder_2.is_some())
                 .map(|(w, _)| Arc::new(w.take_kept())),
-            unet: Arc::new(uw.take_kept()),
         };
+        let dtype = options.precision.dtype();
+        let unet = UnetHome::on_device(
+            unet,
+            Arc::new(uw.take_kept()),
+            &c.unet,
+            device,
+            dtype,
+            "UNet",
+        );
         let vae = AutoencoderKL::load(&vw, &c.vae, options.vae_encoder)?;
         let mut reports = vec![
             te.report(prefixes[0]),
@@ -277,6 +288,34 @@ impl StableDiffusion {
         Ok(self.resident_networks(set)?.unet.clone())
     }
 
+    /// The model's own UNet (no LoRA), on the device: built again from host memory if it was
+    /// evicted ([`Self::evict_unet`]).
+    pub fn unet(&self) -> Result<UNet2DConditionModel> {
+        self.unet.get()
+    }
+
+    /// Lets the UNet leave the device until it is next asked for: its tensors are copied to
+    /// host memory (the first time only), and the device's copies, the LoRA-merged networks and
+    /// the parked recorded step are dropped. The device memory is free once the caller holds no
+    /// handle on the UNet either. What a parked refiner's run does at its switch, so that the
+    /// two UNets are never on the device together (SDXL's pair in 8 GB). Nothing moves on the
+    /// CPU backend.
+    pub fn evict_unet(&self) -> Result<()> {
+        if crate::device::is_cpu(&self.device) {
+            return Ok(());
+        }
+        *self.with_loras.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        self.parked_steps.clear();
+        self.unet.evict()?;
+        crate::device::release_free(&self.device);
+        Ok(())
+    }
+
+    /// Whether the UNet is on the device now (it is, unless evicted and not asked for since).
+    pub fn unet_on_device(&self) -> bool {
+        self.unet.is_on_device()
+    }
+
     /// Drops the UNet step the last generation recorded and kept for the next one (its pool
     /// pages go back to the pool).
     pub fn release_parked_steps(&self) {
@@ -312,7 +351,7 @@ impl StableDiffusion {
             return Ok(Arc::new(Networks {
                 text_encoder: self.text_encoder.clone(),
                 text_encoder_2: self.text_encoder_2.clone(),
-                unet: self.unet.clone(),
+                unet: self.unet()?,
             }));
         }
         let mut slot = self.with_loras.lock().unwrap_or_else(|p| p.into_inner());
@@ -373,7 +412,8 @@ impl StableDiffusion {
                 .and_then(|k| k.strip_suffix(".weight"))
                 .map(str::to_string)
         };
-        let unet = lora::patches(Net::Unet, &kept.unet, set, &ldm_name, device, dtype)?;
+        let kept_unet = self.unet.kept()?;
+        let unet = lora::patches(Net::Unet, &kept_unet, set, &ldm_name, device, dtype)?;
         let patched = (te.len(), te2.len(), unet.len());
         let text_encoder = if te.is_empty() {
             self.text_encoder.clone()
@@ -401,9 +441,9 @@ impl StableDiffusion {
             _ => self.text_encoder_2.clone(),
         };
         let unet = if unet.is_empty() {
-            self.unet.clone()
+            self.unet()?
         } else {
-            let w = Weights::kept("UNet", kept.unet.clone(), Arc::new(unet), device, dtype);
+            let w = Weights::kept("UNet", kept_unet, Arc::new(unet), device, dtype);
             UNet2DConditionModel::load(&w, &self.config.unet)?
         };
         tracing::info!(
@@ -429,19 +469,34 @@ impl StableDiffusion {
         let Some(kept) = &self.kept else {
             return Vec::new();
         };
+        let shapes = |map: &TensorMap| -> Vec<(String, Vec<usize>)> {
+            map.names()
+                .map(|n| {
+                    (
+                        n.to_string(),
+                        map.get(n).map(|k| k.shape()).unwrap_or_default(),
+                    )
+                })
+                .collect()
+        };
+        let second = kept
+            .text_encoder_2
+            .iter()
+            .map(|m| (Net::TextEncoder2, shapes(m)));
         let mut out = Vec::new();
-        let second = kept.text_encoder_2.iter().map(|m| (Net::TextEncoder2, m));
-        for (net, map) in [
-            (Net::TextEncoder, &kept.text_encoder),
-            (Net::Unet, &kept.unet),
+        for (net, named) in [
+            (Net::TextEncoder, shapes(&kept.text_encoder)),
+            (
+                Net::Unet,
+                self.unet.tensors().map_or_else(Vec::new, |m| shapes(&m)),
+            ),
         ]
         .into_iter()
         .chain(second)
         {
-            for name in map.names() {
-                let shape = map.get(name).map(|k| k.shape()).unwrap_or_default();
+            for (name, shape) in named {
                 if name.ends_with(".weight") && shape.len() >= 2 && !name.contains("embedding") {
-                    out.push((net, name.to_string(), shape));
+                    out.push((net, name, shape));
                 }
             }
         }

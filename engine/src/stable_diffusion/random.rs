@@ -4,7 +4,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use burn::tensor::Device;
 
-use super::{Kept, StableDiffusion, TextEncoders, encoders};
+use super::{Kept, StableDiffusion, TextEncoders, UnetHome, encoders};
 use crate::checkpoint::{ModelConfig, Weights};
 use crate::clip::ClipTextModel;
 use crate::error::Result;
@@ -56,6 +56,14 @@ impl StableDiffusion {
             None => None,
         };
         let unet = UNet2DConditionModel::load(&uw, &config.unet)?;
+        let unet = UnetHome::on_device(
+            unet,
+            Arc::new(uw.take_kept()),
+            &config.unet,
+            device,
+            dtype,
+            "UNet",
+        );
         Ok(Self {
             text_encoder,
             text_encoder_2,
@@ -63,7 +71,6 @@ impl StableDiffusion {
             kept: Some(Kept {
                 text_encoder: Arc::new(te.take_kept()),
                 text_encoder_2: te2.map(|(w, _)| Arc::new(w.take_kept())),
-                unet: Arc::new(uw.take_kept()),
             }),
             with_loras: Mutex::default(),
             vae: AutoencoderKL::load(&Weights::random("VAE", device, dtype), &config.vae, false)?,

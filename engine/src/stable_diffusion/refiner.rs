@@ -4,13 +4,18 @@
 //! (conditioned on an aesthetic score instead of the target size) and SDXL's VAE, which the base
 //! model's decodes for it.
 
+use std::sync::Arc;
+
 use burn::tensor::Device;
 
+use super::{TextEncoders, UnetHome};
 use crate::checkpoint::{Checkpoint, Component, Family, ModelConfig};
 use crate::clip::ClipTextModel;
 use crate::error::{Error, Result};
 use crate::prompt::ConditioningMemo;
 use crate::unet::UNet2DConditionModel;
+use crate::weights::Weights;
+use crate::weights::kept::TensorMap;
 
 use super::Precision;
 
@@ -19,12 +24,16 @@ use super::Precision;
 pub const AESTHETIC_SCORE: f32 = 6.0;
 pub const NEGATIVE_AESTHETIC_SCORE: f32 = 2.5;
 
-/// A loaded refiner, on one device in one dtype.
+/// A loaded refiner, for one device in one dtype. Parked ([`TextEncoders`], as the base model
+/// parks its encoders: SDXL's default), its encoder and UNet wait in host memory: the encoder
+/// comes to the device for a new prompt, the UNet for the refiner's steps, while the base
+/// model's UNet leaves it ([`crate::pipeline::txt2img_refined`]). SDXL's base and refiner UNets
+/// together (9 GiB in f16) do not fit an 8 GB card.
 pub struct Refiner {
     /// OpenCLIP ViT-bigG with its projection (the base's second encoder; the refiner has no
-    /// first).
-    pub text_encoder: ClipTextModel,
-    pub unet: UNet2DConditionModel,
+    /// first): on the device, or its tensors in host memory.
+    text_encoder: Encoder,
+    unet: UnetHome,
     pub config: ModelConfig,
     pub device: Device,
     pub precision: Precision,
@@ -32,10 +41,28 @@ pub struct Refiner {
     pub(crate) conditioning: ConditioningMemo,
 }
 
+enum Encoder {
+    Device(Box<ClipTextModel>),
+    /// Parked: the tensors to build it from on the device, in host memory.
+    Host(Arc<TensorMap>),
+}
+
 impl Refiner {
-    /// Loads the refiner of `checkpoint` (opened with [`Checkpoint::open_refiner`]); its VAE is
-    /// not read (the base model's decodes).
+    /// Loads the refiner of `checkpoint` (opened with [`Checkpoint::open_refiner`]), parked as
+    /// `TextEncoders::Auto` parks SDXL's networks; its VAE is not read (the base model's
+    /// decodes).
     pub fn load(checkpoint: &Checkpoint, device: &Device, precision: Precision) -> Result<Self> {
+        Self::load_with(checkpoint, device, precision, TextEncoders::Auto)
+    }
+
+    /// [`Self::load`], parked where `place` says (`host` and `auto` park it, `device` keeps it on
+    /// the device beside the base model). Parked, it is built in host memory.
+    pub fn load_with(
+        checkpoint: &Checkpoint,
+        device: &Device,
+        precision: Precision,
+        place: TextEncoders,
+    ) -> Result<Self> {
         if checkpoint.family != Family::SdxlRefiner {
             return Err(Error::NotARefiner {
                 found: checkpoint.family.describe().to_string(),
@@ -43,18 +70,18 @@ impl Refiner {
             });
         }
         let config = checkpoint.config.clone();
-        let te_config = config.text_encoder_2.clone().ok_or_else(|| {
-            Error::Config("the SDXL refiner's text_encoder_2 config is missing".into())
-        })?;
+        let te_config = te_config(&config)?;
         let dtype = precision.dtype();
+        let home = place.device_for(&config, device);
         let te = checkpoint
-            .text_encoder_2_weights(device, dtype)
+            .text_encoder_2_weights(&home, dtype)
             .ok_or_else(|| Error::MissingTensor {
                 component: "SDXL refiner",
                 name: "text_encoder_2 (its text encoder's weights)".into(),
-            })?;
-        let uw = checkpoint.unet_weights(device, dtype);
-        let (text_encoder, unet) = crate::device::loaded(device, || -> Result<_> {
+            })?
+            .keeping();
+        let uw = checkpoint.unet_weights(&home, dtype).keeping();
+        let (text_encoder, unet) = crate::device::loaded(&home, || -> Result<_> {
             Ok((
                 ClipTextModel::load(&te, &te_config)?,
                 UNet2DConditionModel::load(&uw, &config.unet)?,
@@ -66,43 +93,144 @@ impl Refiner {
                 component = r.component,
                 tensors = r.loaded,
                 unused = r.unused.len(),
+                parked = super::encoders::parked_on(&home, device),
                 "refiner loaded"
             );
         }
+        let (te_kept, unet_kept) = (Arc::new(te.take_kept()), Arc::new(uw.take_kept()));
+        let refiner = Self::placed(
+            (text_encoder, te_kept),
+            (unet, unet_kept),
+            &home,
+            config,
+            device,
+            precision,
+        );
+        refiner.added_values()?;
+        Ok(refiner)
+    }
+
+    /// A full-size refiner of `config` with random weights, for benchmarks: built on the device
+    /// and then, parked where `place` says, moved to host memory (random values are made faster
+    /// there than on the CPU).
+    pub fn random(
+        config: &ModelConfig,
+        device: &Device,
+        precision: Precision,
+        place: TextEncoders,
+    ) -> Result<Self> {
+        let te_config = te_config(config)?;
+        let dtype = precision.dtype();
+        let te = Weights::random("refiner text encoder", device, dtype).keeping();
+        let uw = Weights::random("refiner UNet", device, dtype).keeping();
+        let (text_encoder, unet) = crate::device::loaded(device, || -> Result<_> {
+            Ok((
+                ClipTextModel::load(&te, &te_config)?,
+                UNet2DConditionModel::load(&uw, &config.unet)?,
+            ))
+        })?;
+        let kept = (Arc::new(te.take_kept()), Arc::new(uw.take_kept()));
+        let on_device = Self::placed(
+            (text_encoder, kept.0.clone()),
+            (unet, kept.1),
+            device,
+            config.clone(),
+            device,
+            precision,
+        );
+        if !place.parked(config) || crate::device::is_cpu(device) {
+            return Ok(on_device);
+        }
+        let host = Arc::new(kept.0.to_host());
+        on_device.unet.evict()?;
         let refiner = Self {
+            text_encoder: Encoder::Host(host),
+            ..on_device
+        };
+        crate::device::release_free(device);
+        Ok(refiner)
+    }
+
+    /// A refiner of networks built on `home` (host memory when parked) from the kept tensors.
+    fn placed(
+        (text_encoder, te_kept): (ClipTextModel, Arc<TensorMap>),
+        (unet, unet_kept): (UNet2DConditionModel, Arc<TensorMap>),
+        home: &Device,
+        config: ModelConfig,
+        device: &Device,
+        precision: Precision,
+    ) -> Self {
+        let dtype = precision.dtype();
+        let label = "refiner UNet";
+        let (text_encoder, unet) = match super::encoders::parked_on(home, device) {
+            // The host-built modules go; their tensors stay, to be built on the device.
+            true => (
+                Encoder::Host(te_kept),
+                UnetHome::on_host(unet_kept, &config.unet, device, dtype, label),
+            ),
+            false => (
+                Encoder::Device(Box::new(text_encoder)),
+                UnetHome::on_device(unet, unet_kept, &config.unet, device, dtype, label),
+            ),
+        };
+        Self {
             text_encoder,
             unet,
             config,
             device: device.clone(),
             precision,
             conditioning: ConditioningMemo::default(),
-        };
-        refiner.added_values()?;
-        Ok(refiner)
+        }
     }
 
-    /// A full-size refiner of `config` with random weights, for benchmarks.
-    pub fn random(config: &ModelConfig, device: &Device, precision: Precision) -> Result<Self> {
-        let te_config = config.text_encoder_2.clone().ok_or_else(|| {
-            Error::Config("the SDXL refiner's text_encoder_2 config is missing".into())
-        })?;
-        let dtype = precision.dtype();
-        let (text_encoder, unet) = crate::device::loaded(device, || -> Result<_> {
-            let te = crate::weights::Weights::random("refiner text encoder", device, dtype);
-            let uw = crate::weights::Weights::random("refiner UNet", device, dtype);
-            Ok((
-                ClipTextModel::load(&te, &te_config)?,
-                UNet2DConditionModel::load(&uw, &config.unet)?,
-            ))
-        })?;
-        Ok(Self {
-            text_encoder,
-            unet,
-            config: config.clone(),
-            device: device.clone(),
-            precision,
-            conditioning: ConditioningMemo::default(),
-        })
+    /// Whether the refiner waits in host memory between its runs' steps.
+    pub fn parked(&self) -> bool {
+        matches!(self.text_encoder, Encoder::Host(_))
+    }
+
+    /// Whether this refiner is where `place` would put it (a request with that setting can use
+    /// it).
+    pub fn parks_as(&self, place: TextEncoders) -> bool {
+        let home = place.device_for(&self.config, &self.device);
+        super::encoders::parked_on(&home, &self.device) == self.parked()
+    }
+
+    /// The text encoder on the device (a parked one built there for the caller, gone when the
+    /// caller drops it).
+    pub fn text_encoder(&self) -> Result<ClipTextModel> {
+        match &self.text_encoder {
+            Encoder::Device(te) => Ok(ClipTextModel::clone(te)),
+            Encoder::Host(map) => {
+                let (device, dtype) = (&self.device, self.precision.dtype());
+                let base = Arc::new(map.to_device(device));
+                let w = Weights::kept(
+                    "refiner text encoder",
+                    base,
+                    Arc::new(TensorMap::default()),
+                    device,
+                    dtype,
+                );
+                ClipTextModel::load(&w, &te_config(&self.config)?)
+            }
+        }
+    }
+
+    /// The UNet on the device (a parked one brought there, and kept until
+    /// [`Self::evict_unet`]).
+    pub fn unet(&self) -> Result<UNet2DConditionModel> {
+        self.unet.get()
+    }
+
+    /// Lets the UNet leave the device (its memory is free once the caller drops its handles).
+    pub fn evict_unet(&self) -> Result<()> {
+        self.unet.evict()?;
+        crate::device::release_free(&self.device);
+        Ok(())
+    }
+
+    /// Whether the UNet is on the device now.
+    pub fn unet_on_device(&self) -> bool {
+        self.unet.is_on_device()
     }
 
     /// The added conditioning's values beside the pooled embedding: the refiner's five (sizes,
@@ -128,4 +256,12 @@ impl Refiner {
     pub fn conditioning_encodes(&self) -> usize {
         self.conditioning.encodes()
     }
+}
+
+/// The refiner's encoder config (bigG, its `text_encoder_2`).
+fn te_config(config: &ModelConfig) -> Result<crate::clip::ClipConfig> {
+    config
+        .text_encoder_2
+        .clone()
+        .ok_or_else(|| Error::Config("the SDXL refiner's text_encoder_2 config is missing".into()))
 }

@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 
-use burn::tensor::Tensor;
+use burn::tensor::{Device, Tensor, TensorData};
 
 /// One kept tensor, as it was built (a UNet rebuilt from reshaped views ran its step 2.5 ms
 /// slower on an H200), or in row chunks (a token table above the device's buffer limit,
@@ -72,6 +72,11 @@ impl TensorMap {
         self.0.insert(name, kept);
     }
 
+    /// Every tensor of `other` in place of this map's of the same name.
+    pub fn overlay(&mut self, other: TensorMap) {
+        self.0.extend(other.0);
+    }
+
     pub fn get(&self, name: &str) -> Option<&Kept> {
         self.0.get(name)
     }
@@ -122,8 +127,75 @@ impl TensorMap {
         TensorMap(self.0.iter().map(|(k, v)| (k.clone(), moved(v))).collect())
     }
 
+    /// A copy of every tensor in host memory (the CPU backend) that owns its bytes. burn's
+    /// `to_device` from wgpu to the CPU adopts the read-back bytes as they come, and those can
+    /// be a mapped staging buffer of the device's pool: such a "host" copy keeps device memory
+    /// in use for as long as it lives (measured on lavapipe: a map's device memory was not freed
+    /// until its host copy was dropped).
+    pub fn to_host(&self) -> TensorMap {
+        let host = Device::flex();
+        let owned = |kept: &Kept| match kept {
+            Kept::R1(t) => Kept::R1(owned_on(t, &host)),
+            Kept::R2(t) => Kept::R2(owned_on(t, &host)),
+            Kept::R3(t) => Kept::R3(owned_on(t, &host)),
+            Kept::R4(t) => Kept::R4(owned_on(t, &host)),
+            Kept::Rows(rows) => Kept::Rows(rows.iter().map(|t| owned_on(t, &host)).collect()),
+        };
+        TensorMap(self.0.iter().map(|(k, v)| (k.clone(), owned(v))).collect())
+    }
+
     /// The whole tensor `name` in `shape` (same element count as kept).
     pub fn whole<const D: usize>(&self, name: &str, shape: [usize; D]) -> Option<Tensor<D>> {
         self.0.get(name)?.as_shape(shape)
+    }
+}
+
+/// `t` read back and built on `device` from bytes of its own ([`TensorMap::to_host`]).
+fn owned_on<const D: usize>(t: &Tensor<D>, device: &Device) -> Tensor<D> {
+    let data = t.clone().into_data();
+    let dtype = data.dtype();
+    let owned = TensorData::from_bytes_vec(data.as_bytes().to_vec(), data.shape().clone(), dtype);
+    Tensor::from_data(owned, (device, dtype))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A host copy holds no device memory: once the device's tensors are dropped, the pool's
+    /// bytes in use fall back, and the copy keeps every value (`to_device` to the CPU kept them
+    /// in use until the copy itself was dropped). On lavapipe, on a device of the test's own.
+    #[test]
+    fn a_host_copy_holds_no_device_memory() {
+        let device = crate::kernels::testing::private_wgpu();
+        let in_use = || {
+            // Work after the drops, then a sync: fusion frees what was dropped as it runs.
+            let _ = (Tensor::<1>::ones([16], &device) * 2.0).into_data();
+            device.sync().expect("device sync");
+            device.memory_pool_usage().map_or(0, |u| u.bytes_in_use)
+        };
+        let before = in_use();
+        let mut map = TensorMap::default();
+        for i in 0..40 {
+            let t = Tensor::<2>::ones([64, 64], &device) * (i as f32);
+            map.insert(format!("t{i}"), Kept::of(t).expect("rank 2"));
+        }
+        let rows = vec![Tensor::<2>::ones([3, 64], &device); 2];
+        map.insert("rows".into(), Kept::Rows(rows));
+        let made = in_use();
+        assert!(made >= before + 40 * 64 * 64 * 4, "{before} → {made}");
+        let host = map.to_host();
+        drop(map);
+        let after = in_use();
+        assert!(
+            after < before + 64 * 64 * 4,
+            "{before} → {made} → {after} bytes in use"
+        );
+        assert!(crate::device::is_cpu(
+            &host.whole::<2>("t7", [64, 64]).expect("t7").device()
+        ));
+        let t7 = host.whole::<2>("t7", [64, 64]).expect("t7").into_data();
+        assert!(t7.try_to_vec::<f32>().expect("f32").iter().all(|v| *v == 7.0));
+        assert_eq!(host.get("rows").map(Kept::shape), Some(vec![6, 64]));
     }
 }

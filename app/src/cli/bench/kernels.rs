@@ -160,7 +160,7 @@ pub fn unet_report(
     let x = Tensor::<4>::random([2, 4, 64, 64], normal, (device, dtype));
     let ctx = Tensor::<3>::random([2, 77, 768], normal, (device, dtype));
     let recording = Recording::start();
-    let _ = model.unet.forward(x, &[500.0], &ctx);
+    let _ = model.unet()?.forward(x, &[500.0], &ctx);
     let ops = recording.finish();
     super::sync(device)?;
     let decisions = log.as_mut().map(|l| l.take_new()).unwrap_or_default();

@@ -111,7 +111,7 @@ pub(super) fn lora_bench(
     let merged_again = model.networks(&set(0.8))?;
     // One recorded graph at a time, as a generation keeps one (a second recording would run
     // launch by launch): each network records its own step, is timed, and releases it.
-    let nets = [&model.unet, &merged_again.unet, &rebuilt.unet];
+    let nets = [&model.unet()?, &merged_again.unet, &rebuilt.unet];
     let mut times = [Vec::new(), Vec::new(), Vec::new()];
     for _ in 0..3 {
         for (unet, t) in nets.iter().zip(&mut times) {
@@ -137,7 +137,7 @@ pub(super) fn lora_bench(
 
     // The alternative: the same rank's products beside every UNet layer of one step.
     let recording = Recording::start();
-    let _ = model.unet.forward(x.clone(), &[500.0], ctx);
+    let _ = model.unet()?.forward(x.clone(), &[500.0], ctx);
     let ops = recording.finish();
     sync(device)?;
     let dtype = precision.dtype();

@@ -243,8 +243,9 @@ pub fn run(args: BenchArgs) -> Result<()> {
             Distribution::Normal(0.0, 1.0),
             (&device, dtype),
         );
+        let base_unet = model.unet()?;
         let unet = time_ms(&device, 3, args.runs, || {
-            let _ = model.unet.forward(x.clone(), &[500.0], &ctx);
+            let _ = base_unet.forward(x.clone(), &[500.0], &ctx);
         })?;
         println!("[{precision:?}] UNet step, batch 2 (CFG), 64x64 latents: median {unet:.2} ms");
         // Host-bound or device-bound: how long enqueueing one step takes on this thread, against
@@ -252,7 +253,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         let mut enqueue = Vec::new();
         for _ in 0..args.runs.max(1) {
             let t = Instant::now();
-            let _ = model.unet.forward(x.clone(), &[500.0], &ctx);
+            let _ = model.unet()?.forward(x.clone(), &[500.0], &ctx);
             enqueue.push(t.elapsed().as_secs_f64() * 1e3);
             sync(&device)?;
         }
@@ -299,12 +300,13 @@ pub fn run(args: BenchArgs) -> Result<()> {
         if latent_engine::kernels::available(&device) && !args.no_burn_ops {
             // The same step with burn ops where our kernels (GroupNorm+SiLU, LayerNorm) run.
             let read = read_f32::<4>;
-            let ours = read(model.unet.forward(x.clone(), &[500.0], &ctx));
+            let ours = read(model.unet()?.forward(x.clone(), &[500.0], &ctx));
             latent_engine::kernels::set_enabled(false);
+            let base_unet = model.unet()?;
             let plain = time_ms(&device, 3, args.runs, || {
-                let _ = model.unet.forward(x.clone(), &[500.0], &ctx);
+                let _ = base_unet.forward(x.clone(), &[500.0], &ctx);
             });
-            let burn_out = read(model.unet.forward(x.clone(), &[500.0], &ctx));
+            let burn_out = read(model.unet()?.forward(x.clone(), &[500.0], &ctx));
             latent_engine::kernels::set_enabled(true);
             let plain = plain?;
             // Every kernel of ours against burn's ops on the whole step: a wrong kernel shows
@@ -320,9 +322,11 @@ pub fn run(args: BenchArgs) -> Result<()> {
         }
         if !args.no_profile {
             let dev = device.clone();
-            let profile = model.unet.forward_profiled(x.clone(), &[500.0], &ctx, &|| {
-                let _ = dev.sync();
-            });
+            let profile = model
+                .unet()?
+                .forward_profiled(x.clone(), &[500.0], &ctx, &|| {
+                    let _ = dev.sync();
+                });
             for (block, t) in profile {
                 println!(
                     "[{precision:?}]   UNet {block:<28} {:8.2} ms",

@@ -255,8 +255,9 @@ pub(super) fn kernel_profile(
     x: &Tensor<4>,
     ctx: &Tensor<3>,
 ) -> Result<()> {
+    let base_unet = model.unet()?;
     kernel_profile_of(device, &format!("{precision:?}"), steps, || {
-        let _ = model.unet.forward(x.clone(), &[500.0], ctx);
+        let _ = base_unet.forward(x.clone(), &[500.0], ctx);
     })
 }
 

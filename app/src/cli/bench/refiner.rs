@@ -12,7 +12,7 @@ use latent_engine::checkpoint::ModelConfig;
 use latent_engine::pipeline::{RefinerSwitch, Txt2ImgRequest, txt2img_refined};
 use latent_engine::stable_diffusion::{AESTHETIC_SCORE, NEGATIVE_AESTHETIC_SCORE};
 use latent_engine::tokenizer::ClipTokenizer;
-use latent_engine::{Refiner, StableDiffusion};
+use latent_engine::{Refiner, StableDiffusion, TextEncoders};
 
 use super::sdxl::{Phases, memory};
 use super::{bench_request, sync, time_ms};
@@ -24,11 +24,19 @@ pub(super) fn refiner_runs(
     [steps, runs, size]: [usize; 3],
 ) -> Result<()> {
     let t = Instant::now();
-    let refiner = Refiner::random(&ModelConfig::sdxl_refiner(), device, model.precision)?;
+    // Parked as the base parks its encoders (the memory-saving mode), as the studio does.
+    let place = match model.parked() {
+        true => TextEncoders::Host,
+        false => TextEncoders::Device,
+    };
+    let refiner = Refiner::random(&ModelConfig::sdxl_refiner(), device, model.precision, place)?;
     sync(device)?;
+    let where_ = match refiner.parked() {
+        true => "parked in host memory: the UNets take turns on the device",
+        false => "on the device beside the base",
+    };
     println!(
-        "[SDXL refiner] build full-size refiner (random weights, f16, its encoder on the device): \
-         {:.0} ms",
+        "[SDXL refiner] build full-size refiner (random weights, f16, {where_}): {:.0} ms",
         t.elapsed().as_secs_f64() * 1e3
     );
     memory(device, "the refiner's weights loaded too");
@@ -45,16 +53,19 @@ pub(super) fn refiner_runs(
         [side, side, 0.0, 0.0, NEGATIVE_AESTHETIC_SCORE],
         [side, side, 0.0, 0.0, AESTHETIC_SCORE],
     ];
-    let added = refiner.unet.added_conditioning(&pooled, &ids)?;
+    // The step alone, on the device beside the base UNet (an H200 has the room).
+    let refiner_unet = refiner.unet()?;
+    let added = refiner_unet.added_conditioning(&pooled, &ids)?;
     let unet = time_ms(device, 2, runs, || {
-        let _ = refiner
-            .unet
-            .forward_added(x.clone(), &[100.0], &ctx, &added);
+        let _ = refiner_unet.forward_added(x.clone(), &[100.0], &ctx, &added);
     })?;
     println!(
         "[SDXL refiner] UNet step, batch 2 (CFG), {latent}x{latent} latents: median {unet:.2} ms"
     );
-    drop((x, ctx, pooled, added));
+    drop((x, ctx, pooled, added, refiner_unet));
+    if refiner.parked() {
+        refiner.evict_unet()?;
+    }
 
     let req = Txt2ImgRequest {
         width: size,

@@ -71,9 +71,10 @@ pub(super) fn sdxl_bench(
         .ok_or_else(|| anyhow::anyhow!("the SDXL model has no projected second text encoder"))?;
     let pooled = Tensor::<2>::random([2, pooled_width], normal, (device, dtype));
     let ids = SizeConditioning::of_image(size, size).time_ids();
-    let added = model.unet.added_conditioning(&pooled, &[ids; 2])?;
+    let added = model.unet()?.added_conditioning(&pooled, &[ids; 2])?;
+    let base_unet = model.unet()?;
     let unet = time_ms(device, 2, runs, || {
-        let _ = model.unet.forward_added(x.clone(), &[500.0], &ctx, &added);
+        let _ = base_unet.forward_added(x.clone(), &[500.0], &ctx, &added);
     })?;
     println!("[SDXL] UNet step, batch 2 (CFG), {latent}x{latent} latents: median {unet:.2} ms");
     memory(device, "after the UNet steps");
@@ -90,8 +91,9 @@ pub(super) fn sdxl_bench(
         super::unet::interleaved(precision, "SDXL planes tiling", &names, 3, |i| {
             set_planes_tile(rules[i].0);
             set_planes_rows(rules[i].1);
+            let base_unet = model.unet()?;
             let ms = time_ms(device, 1, runs, || {
-                let _ = model.unet.forward_added(x.clone(), &[500.0], &ctx, &added);
+                let _ = base_unet.forward_added(x.clone(), &[500.0], &ctx, &added);
             });
             set_planes_tile(None);
             set_planes_rows(None);
@@ -99,13 +101,15 @@ pub(super) fn sdxl_bench(
         })?;
     }
     if args.conv_ab {
+        let base_unet = model.unet()?;
         rules_ab(device, runs, || {
-            model.unet.forward_added(x.clone(), &[500.0], &ctx, &added)
+            base_unet.forward_added(x.clone(), &[500.0], &ctx, &added)
         })?;
     }
     if let Some(steps) = args.kernel_profile {
+        let base_unet = model.unet()?;
         super::profile::kernel_profile_of(device, "SDXL", steps, || {
-            let _ = model.unet.forward_added(x.clone(), &[500.0], &ctx, &added);
+            let _ = base_unet.forward_added(x.clone(), &[500.0], &ctx, &added);
         })?;
     }
     drop((x, ctx, pooled, added));

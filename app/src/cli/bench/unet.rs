@@ -21,7 +21,7 @@ pub(super) fn graph_bench(
     plain_ms: f64,
 ) -> Result<()> {
     use latent_engine::unet::graph::{UNetSteps, WARMUP_RUNS};
-    let mut steps = UNetSteps::new(&model.unet, ctx.clone());
+    let mut steps = UNetSteps::new(&model.unet()?, ctx.clone());
     for _ in 0..=WARMUP_RUNS {
         let _ = steps.forward(x.clone(), 500.0);
         sync(device)?;
@@ -42,7 +42,7 @@ pub(super) fn graph_bench(
     }
     enqueue.sort_by(f64::total_cmp);
     let read = super::read_f32::<4>;
-    let want = read(model.unet.forward(x.clone(), &[500.0], ctx))?;
+    let want = read(model.unet()?.forward(x.clone(), &[500.0], ctx))?;
     let got = read(steps.forward(x.clone(), 500.0))?;
     let scale = want.iter().fold(1e-6f32, |m, v| m.max(v.abs()));
     let diff = want
@@ -149,14 +149,15 @@ pub(super) fn step_ms(
     // Replayed from a graph captured under the rule being timed: launch by launch the step is
     // bound by the host's enqueueing (BENCHMARKS.md), which would hide the kernels' difference.
     use latent_engine::unet::graph::{UNetSteps, WARMUP_RUNS};
-    let mut steps = UNetSteps::new(&model.unet, ctx.clone());
+    let mut steps = UNetSteps::new(&model.unet()?, ctx.clone());
     for _ in 0..=WARMUP_RUNS {
         let _ = steps.forward(x.clone(), 500.0);
         sync(device)?;
     }
     if !steps.is_replaying() {
+        let base_unet = model.unet()?;
         return time_ms(device, 2, runs, || {
-            let _ = model.unet.forward(x.clone(), &[500.0], ctx);
+            let _ = base_unet.forward(x.clone(), &[500.0], ctx);
         });
     }
     time_ms(device, 2, runs, || {
@@ -342,7 +343,7 @@ pub(super) fn gemm_ab(
         set_gemm_knobs(*k);
         set_mma_linears(*linears);
         set_conv_rules(*c);
-        let out = super::read_f32(model.unet.forward(x.clone(), &[500.0], ctx))?;
+        let out = super::read_f32(model.unet()?.forward(x.clone(), &[500.0], ctx))?;
         match &first {
             None => first = Some(out),
             Some(want) => println!(

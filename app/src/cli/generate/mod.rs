@@ -343,8 +343,15 @@ pub fn run(args: GenerateArgs) -> Result<()> {
             let started = Instant::now();
             let checkpoint = latent_engine::checkpoint::Checkpoint::open_refiner(path)
                 .with_context(|| format!("opening the refiner {}", path.display()))?;
-            let refiner = latent_engine::Refiner::load(&checkpoint, &device, precision)
-                .with_context(|| format!("loading the refiner {}", path.display()))?;
+            // Parked as the model's encoders are (SDXL's default): the two UNets then take turns
+            // on the device, which an 8 GB card needs.
+            let refiner = latent_engine::Refiner::load_with(
+                &checkpoint,
+                &device,
+                precision,
+                args.text_encoders,
+            )
+            .with_context(|| format!("loading the refiner {}", path.display()))?;
             eprintln!("refiner loaded in {:.2} s", started.elapsed().as_secs_f64());
             // A1111's `Refiner` value: the checkpoint's short title, `name [hash]`.
             let name = match cache.short_hash(&checkpoint) {

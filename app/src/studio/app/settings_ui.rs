@@ -212,7 +212,9 @@ impl StudioApp {
                         .response
                         .on_hover_text(
                             "Parked in main memory, the text encoders come to the GPU only to \
-                             encode a prompt: SDXL's take 1.6 GB, which lets SDXL fit an 8 GB card",
+                             encode a prompt: SDXL's take 1.6 GB, which lets SDXL fit an 8 GB card. \
+                             The SDXL refiner follows this setting: parked, its UNet and SDXL's \
+                             take turns on the GPU",
                         )
                         .labelled_by(label.id);
                     ui.end_row();

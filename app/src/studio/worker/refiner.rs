@@ -66,9 +66,11 @@ impl Worker {
         let chosen = self.refiner.as_mut().ok_or_else(|| {
             anyhow!("the refiner is on, but none is chosen: pick one in the model panel")
         })?;
+        let place = self.config.text_encoders;
         if let Some(r) = &chosen.loaded
             && r.device == device
             && r.precision == precision
+            && r.parks_as(place)
         {
             return Ok((r.clone(), name));
         }
@@ -91,7 +93,7 @@ impl Worker {
             }
         };
         let refiner = latent_engine::checkpoint::controlled(self.cancel.clone(), progress, || {
-            Refiner::load(&checkpoint, &device, precision)
+            Refiner::load_with(&checkpoint, &device, precision, place)
         })
         .with_context(|| format!("loading the refiner {name}"))?;
         let refiner = Arc::new(refiner);

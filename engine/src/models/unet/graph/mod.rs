@@ -43,8 +43,10 @@ pub fn available(device: &Device) -> bool {
 }
 
 /// Runs one generation's UNet steps (one latent shape, one text conditioning).
-pub struct UNetSteps<'a> {
-    unet: &'a UNet2DConditionModel,
+pub struct UNetSteps {
+    /// The steps' own handle on the UNet (its weights' buffers are shared, not copied): the
+    /// caller's may go, e.g. a model's UNet evicted while the refiner runs.
+    unet: UNet2DConditionModel,
     context: Tensor<3>,
     /// SDXL's added conditioning, where the model has one.
     added: Option<Tensor<2>>,
@@ -130,9 +132,9 @@ impl ParkedSteps {
     }
 }
 
-impl<'a> UNetSteps<'a> {
+impl UNetSteps {
     /// Steps of `unet` conditioned on `context` `[b, 77, d]`.
-    pub fn new(unet: &'a UNet2DConditionModel, context: Tensor<3>) -> Self {
+    pub fn new(unet: &UNet2DConditionModel, context: Tensor<3>) -> Self {
         let device = context.device();
         let state = if available(&device) && Dispatch::graph_prepare(device.as_dispatch()).is_ok() {
             State::Warming { runs: 0 }
@@ -140,7 +142,7 @@ impl<'a> UNetSteps<'a> {
             State::Plain
         };
         Self {
-            unet,
+            unet: unet.clone(),
             context,
             added: None,
             device,
@@ -179,7 +181,7 @@ impl<'a> UNetSteps<'a> {
     /// the first step on. `None` (the recording dropped) where it does not fit them or the
     /// conditioning cannot be copied in.
     pub fn resume(
-        unet: &'a UNet2DConditionModel,
+        unet: &UNet2DConditionModel,
         context: Tensor<3>,
         added: Option<Tensor<2>>,
         recording: Recording,
@@ -202,7 +204,7 @@ impl<'a> UNetSteps<'a> {
             copy_into(&kernels::resolve(a.clone())?, buffer)?;
         }
         Some(Self {
-            unet,
+            unet: unet.clone(),
             device: context.device(),
             context,
             added,
@@ -398,7 +400,7 @@ impl<'a> UNetSteps<'a> {
     }
 }
 
-impl Drop for UNetSteps<'_> {
+impl Drop for UNetSteps {
     fn drop(&mut self) {
         // A prepared capture that never recorded still holds the stream apart: closed here.
         self.release();

@@ -15,7 +15,7 @@ fn replayed_steps_equal_the_steps_run_launch_by_launch() {
         .join("../tests/fixtures/tiny-sd.safetensors");
     let ckpt = Checkpoint::open(&path).unwrap();
     let model = StableDiffusion::load(&ckpt, &device, LoadOptions::default()).unwrap();
-    let unet = &model.unet;
+    let unet = &model.unet().expect("the UNet");
     let d = unet.config().cross_attention_dim;
     let random =
         |shape: [usize; 3]| Tensor::<3>::random(shape, Distribution::Normal(0.0, 1.0), &device);
