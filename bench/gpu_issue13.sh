@@ -1,5 +1,12 @@
 #!/bin/bash
 # Issue 13 on a lent GPU, one part per device call (each call may run 10 minutes):
+#   PART=cc `--text-encoders auto` placing SDXL's refiner by the adapter's memory (cut short)
+#   PART=cb SDXL's refiner pair within 8 GiB (issue 15): PyTorch's base and refined 1024² txt2img,
+#           then ours in two processes sharing a tuning folder (the first tunes), each the base's
+#           runs then the refined runs with everything parked (`--text-encoders host`: the
+#           UNets take turns on the device), under the peak sampler; then one process with
+#           everything on the device (`--text-encoders device`: the time without the turns);
+#           SWAPS=n times n turns leg by leg first, RUNS picks the processes (host1 host2 device)
 #   PART=ca the plain VAE decode before and after GroupNorm's sums in pieces (two binaries,
 #           interleaved; carry .gl and .gpu with latent-studio.xz and latent-studio-old.xz)
 #   PART=bz PyTorch's fp16 step, then part by's runs with one step profiled under
@@ -273,6 +280,23 @@ peak() {
 }
 
 case ${PART:-a} in
+cc)
+  # `auto` placing the refiner by the adapter's memory (`devices` above prints it): the H200's
+  # 141 GiB keep it on the device beside the base.
+  timeout ${OURS_TIMEOUT:-75} /tmp/ls bench --device auto --precision f16 --runs 3 --steps 20 --sdxl --pipeline-only --refiner --text-encoders auto 2>&1 | grep -v "step [0-9]*/20 at" | tee $OUT/auto.txt
+  ;;
+cb)
+  PARTS=${TORCH_PARTS:-sdxl_e2e,sdxl_refiner} timeout ${TORCH_TIMEOUT:-200} python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_cb.txt
+  export LATENT_STUDIO_TUNING_CACHE=/tmp/tuning
+  # The turns' uploads and host copies are logged at info.
+  export RUST_LOG=warn,latent_engine::stable_diffusion=info
+  for run in ${RUNS:-host1 host2 device}; do
+    place=host; [ $run = device ] && place=device
+    peak sdxl_pair_$run timeout $([ $run = host1 ] && echo ${FIRST_TIMEOUT:-200} || echo ${LATER_TIMEOUT:-130}) /tmp/ls bench --device gpu --precision f16 --runs 3 --steps 20 --sdxl --pipeline-only --refiner --text-encoders $place --swaps ${SWAPS:-0}
+    python3 $OLDPWD/bench/mem_phases.py $OUT/sdxl_pair_$run.txt /tmp/mem-sdxl_pair_$run.txt | sed "s/^/$run /" | tee -a $OUT/memory.txt
+  done
+  export RUST_LOG=warn
+  ;;
 ca)
   # The plain VAE decode (VAE compilation off: burn ops' GroupNorm) before and after its sums in
   # pieces (engine/src/nn/rows.rs): .gpu/latent-studio-old.xz is the build before, one process

@@ -276,6 +276,7 @@ mod tests {
             max_buffer_size: 1 << 32,
             max_storage_binding: 1 << 31,
             shader_f16: true,
+            device_memory: None,
         };
         let timeout = Duration::from_secs(20);
         let ok = fake_child(

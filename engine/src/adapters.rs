@@ -64,6 +64,9 @@ pub struct AdapterSummary {
     pub max_buffer_size: u64,
     pub max_storage_binding: u64,
     pub shader_f16: bool,
+    /// Its largest device-local memory heap in bytes, where Vulkan reports heaps: a discrete
+    /// card's VRAM; on an integrated GPU, the share of system memory its driver offers.
+    pub device_memory: Option<u64>,
 }
 
 impl AdapterSummary {
@@ -112,7 +115,8 @@ impl fmt::Display for AdapterSummary {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "gpu:{} {} ({}, {}, {}) driver {} | max buffer {} MiB, max storage binding {} MiB, f16 {}",
+            "gpu:{} {} ({}, {}, {}) driver {} | max buffer {} MiB, max storage binding {} MiB, f16 {}, \
+             memory {}",
             self.index,
             self.name,
             self.vendor_name(),
@@ -126,6 +130,11 @@ impl fmt::Display for AdapterSummary {
             self.max_buffer_size >> 20,
             self.max_storage_binding >> 20,
             if self.shader_f16 { "yes" } else { "no" },
+            self.device_memory
+                .map_or("unknown".to_string(), |b| format!(
+                    "{:.1} GiB",
+                    b as f64 / (1u64 << 30) as f64
+                )),
         )
     }
 }
@@ -217,6 +226,30 @@ pub fn choose_named<'a>(
     }
 }
 
+/// `adapter`'s largest device-local memory heap in bytes, where it is a Vulkan adapter.
+#[cfg(not(any(target_os = "macos", target_family = "wasm")))]
+fn device_memory(adapter: &burn::backend::wgpu::wgpu::Adapter) -> Option<u64> {
+    use burn::backend::wgpu::wgpu::hal;
+    // SAFETY: the hal adapter is only read, while `adapter` (which owns it) lives.
+    let vulkan = unsafe { adapter.as_hal::<hal::api::Vulkan>() }?;
+    let instance = vulkan.shared_instance().raw_instance();
+    // SAFETY: a physical device of the instance it was enumerated from; a query, no state.
+    let properties =
+        unsafe { instance.get_physical_device_memory_properties(vulkan.raw_physical_device()) };
+    properties
+        .memory_heaps_as_slice()
+        .iter()
+        .filter(|heap| heap.flags.contains(ash::vk::MemoryHeapFlags::DEVICE_LOCAL))
+        .map(|heap| heap.size)
+        .max()
+}
+
+/// Without wgpu's Vulkan backend there are no heaps to read.
+#[cfg(any(target_os = "macos", target_family = "wasm"))]
+fn device_memory(_adapter: &burn::backend::wgpu::wgpu::Adapter) -> Option<u64> {
+    None
+}
+
 /// Every adapter of the graphics API the engine runs on (Vulkan where present, then Metal, DX12,
 /// GL), in wgpu's enumeration order.
 pub fn enumerate() -> Vec<AdapterSummary> {
@@ -253,6 +286,7 @@ pub fn enumerate() -> Vec<AdapterSummary> {
                     max_buffer_size: limits.max_buffer_size,
                     max_storage_binding: limits.max_storage_buffer_binding_size,
                     shader_f16: adapter.features().contains(wgpu::Features::SHADER_F16),
+                    device_memory: device_memory(adapter),
                 }
             })
             .collect();
@@ -321,6 +355,7 @@ mod tests {
             max_buffer_size: 1 << 30,
             max_storage_binding: 1 << 27,
             shader_f16: true,
+            device_memory: None,
         }
     }
 

@@ -226,6 +226,7 @@ mod tests {
             max_buffer_size: 1 << 30,
             max_storage_binding: 1 << 27,
             shader_f16: true,
+            device_memory: None,
         }
     }
 

@@ -57,6 +57,28 @@ pub fn release_free(device: &Device) {
     }
 }
 
+/// The device-local memory of the devices opened from a known adapter, by device (few per
+/// process, so a list).
+static SIZES: std::sync::Mutex<Vec<(Device, u64)>> = std::sync::Mutex::new(Vec::new());
+
+/// Remembers `device`'s memory size ([`device_memory`]), where its adapter reports one.
+pub(super) fn remember_size(device: &Device, bytes: Option<u64>) {
+    let Some(bytes) = bytes else {
+        return;
+    };
+    let mut sizes = SIZES.lock().unwrap_or_else(|e| e.into_inner());
+    sizes.retain(|(d, _)| d != device);
+    sizes.push((device.clone(), bytes));
+}
+
+/// The device-local memory of `device`'s adapter in bytes, where the device was opened from an
+/// adapter that reports it ([`crate::adapters::AdapterSummary::device_memory`]: Vulkan's
+/// largest device-local heap); `None` for the CPU, the default GPU and other backends.
+pub fn device_memory(device: &Device) -> Option<u64> {
+    let sizes = SIZES.lock().unwrap_or_else(|e| e.into_inner());
+    sizes.iter().find(|(d, _)| d == device).map(|(_, b)| *b)
+}
+
 /// burn asks for a `Fn + Send` closure with `Send` input and output, yet every implementation
 /// in burn 0.22 (the default, burn-fusion's, cubecl's window) calls it once, on the calling
 /// thread: burn-fusion records on it and cubecl opens the window around it. So a one-shot task

@@ -16,7 +16,7 @@ use crate::limits::DeviceLimits;
 
 mod memory;
 pub mod tuning;
-pub use memory::{loaded, persistent, release_free};
+pub use memory::{device_memory, loaded, persistent, release_free};
 
 /// How long opening a device and compiling its first kernels may take by default.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
@@ -130,7 +130,11 @@ pub fn open(target: &Target, all: &[AdapterSummary]) -> Device {
     match target {
         Target::Cpu => Device::flex(),
         Target::DefaultGpu => Device::wgpu(DeviceKind::DefaultDevice),
-        Target::Adapter(a) => Device::wgpu(a.device_kind(all)),
+        Target::Adapter(a) => {
+            let device = Device::wgpu(a.device_kind(all));
+            memory::remember_size(&device, a.device_memory);
+            device
+        }
     }
 }
 
@@ -419,6 +423,9 @@ pub fn open_shared(choice: &DeviceChoice, timeout: Duration) -> Result<Option<Sh
             .device_kind(kind)
             .init_with_setup()
             .map_err(|e| Error::Device(format!("cannot open {}: {e}", target.label())))?;
+        if let Target::Adapter(a) = &target {
+            memory::remember_size(&device, a.device_memory);
+        }
         let gpu = SharedGpu {
             choice: match &target {
                 Target::Adapter(a) => DeviceChoice::Gpu(Some(a.index)),

@@ -26,6 +26,7 @@ fn choices_resolve_against_adapter_lists() {
         max_buffer_size: 1 << 32,
         max_storage_binding: 1 << 31,
         shader_f16: true,
+        device_memory: None,
     };
     let all = [arc.clone()];
     let named = DeviceChoice::Named("ARC".into());
@@ -57,6 +58,7 @@ fn software_adapters_are_driven_through_wgsl() {
         max_buffer_size: 1 << 31,
         max_storage_binding: 1 << 27,
         shader_f16: true,
+        device_memory: None,
     };
     let only_software = [lavapipe.clone()];
     // Auto takes lavapipe (one binary: it gets WGSL, where SPIR-V would crash it).
@@ -144,4 +146,25 @@ fn cpu_is_recognised_and_runs_f32() {
     let cpu = Device::flex();
     assert!(is_cpu(&cpu), "{cpu:?}");
     assert_eq!(preferred_precision(&cpu), crate::precision::Precision::F32);
+}
+
+/// A Vulkan adapter reports its device-local memory (lavapipe in CI: a heap of system memory),
+/// and its device, registered as [`open`] registers it, answers [`device_memory`] with that size;
+/// the CPU has none known. (Not `open` itself: it binds the process's kernel-tuning file, which
+/// the tuning tests running beside this one set.)
+#[test]
+fn a_vulkan_adapter_reports_its_memory_to_its_device() {
+    let all = crate::adapters::enumerate();
+    let lavapipe = all
+        .iter()
+        .find(|a| a.kind == AdapterKind::Software && a.backend == "Vulkan")
+        .expect("lavapipe (mesa-vulkan-drivers) for the wgpu tests");
+    let bytes = lavapipe.device_memory.expect("Vulkan reports its heaps");
+    assert!(bytes >= 256 << 20, "{bytes} bytes");
+    assert!(lavapipe.to_string().contains(" GiB"), "{lavapipe}");
+    // A lazy device: nothing runs on it.
+    let device = Device::wgpu(lavapipe.device_kind(&all));
+    memory::remember_size(&device, lavapipe.device_memory);
+    assert_eq!(device_memory(&device), Some(bytes));
+    assert_eq!(device_memory(&Device::flex()), None);
 }

@@ -306,9 +306,7 @@ impl StableDiffusion {
         }
         *self.with_loras.lock().unwrap_or_else(|p| p.into_inner()) = None;
         self.parked_steps.clear();
-        self.unet.evict()?;
-        crate::device::release_free(&self.device);
-        Ok(())
+        self.unet.evict()
     }
 
     /// Whether the UNet is on the device now (it is, unless evicted and not asked for since).

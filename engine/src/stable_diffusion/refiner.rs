@@ -48,14 +48,14 @@ enum Encoder {
 }
 
 impl Refiner {
-    /// Loads the refiner of `checkpoint` (opened with [`Checkpoint::open_refiner`]), parked as
-    /// `TextEncoders::Auto` parks SDXL's networks; its VAE is not read (the base model's
+    /// Loads the refiner of `checkpoint` (opened with [`Checkpoint::open_refiner`]), parked or
+    /// not as `TextEncoders::Auto` decides ([`parks`]); its VAE is not read (the base model's
     /// decodes).
     pub fn load(checkpoint: &Checkpoint, device: &Device, precision: Precision) -> Result<Self> {
         Self::load_with(checkpoint, device, precision, TextEncoders::Auto)
     }
 
-    /// [`Self::load`], parked where `place` says (`host` and `auto` park it, `device` keeps it on
+    /// [`Self::load`], parked where `place` says ([`parks`]: `host` parks it, `device` keeps it on
     /// the device beside the base model). Parked, it is built in host memory.
     pub fn load_with(
         checkpoint: &Checkpoint,
@@ -72,7 +72,10 @@ impl Refiner {
         let config = checkpoint.config.clone();
         let te_config = te_config(&config)?;
         let dtype = precision.dtype();
-        let home = place.device_for(&config, device);
+        let home = match parks(place, device) {
+            true => Device::flex(),
+            false => device.clone(),
+        };
         let te = checkpoint
             .text_encoder_2_weights(&home, dtype)
             .ok_or_else(|| Error::MissingTensor {
@@ -138,7 +141,7 @@ impl Refiner {
             device,
             precision,
         );
-        if !place.parked(config) || crate::device::is_cpu(device) {
+        if !parks(place, device) {
             return Ok(on_device);
         }
         let host = Arc::new(kept.0.to_host());
@@ -191,8 +194,7 @@ impl Refiner {
     /// Whether this refiner is where `place` would put it (a request with that setting can use
     /// it).
     pub fn parks_as(&self, place: TextEncoders) -> bool {
-        let home = place.device_for(&self.config, &self.device);
-        super::encoders::parked_on(&home, &self.device) == self.parked()
+        parks(place, &self.device) == self.parked()
     }
 
     /// The text encoder on the device (a parked one built there for the caller, gone when the
@@ -223,9 +225,7 @@ impl Refiner {
 
     /// Lets the UNet leave the device (its memory is free once the caller drops its handles).
     pub fn evict_unet(&self) -> Result<()> {
-        self.unet.evict()?;
-        crate::device::release_free(&self.device);
-        Ok(())
+        self.unet.evict()
     }
 
     /// Whether the UNet is on the device now.
@@ -264,4 +264,48 @@ fn te_config(config: &ModelConfig) -> Result<crate::clip::ClipConfig> {
         .text_encoder_2
         .clone()
         .ok_or_else(|| Error::Config("the SDXL refiner's text_encoder_2 config is missing".into()))
+}
+
+/// Device memory under which `auto` parks a refiner: SDXL's base and refiner both on the device
+/// with a 1024² run peaked at 14.35 GiB on an H200 (BENCHMARKS.md, thirty-eighth session), and
+/// taking turns costs 3–4 s of uploads an image there.
+pub const PAIR_RESIDENT_BYTES: u64 = 16 << 30;
+
+/// Whether a refiner for `device` placed by `place` is parked in host memory: `host` always,
+/// `device` never, `auto` unless the device reports at least [`PAIR_RESIDENT_BYTES`] of memory
+/// (an unknown size parks it: it fits, only slower). The CPU backend parks nothing.
+pub fn parks(place: TextEncoders, device: &Device) -> bool {
+    if crate::device::is_cpu(device) {
+        return false;
+    }
+    auto_or(place, crate::device::device_memory(device))
+}
+
+/// [`parks`] for a device of `memory` bytes (`None`: unknown).
+fn auto_or(place: TextEncoders, memory: Option<u64>) -> bool {
+    match place {
+        TextEncoders::Host => true,
+        TextEncoders::Device => false,
+        TextEncoders::Auto => memory.is_none_or(|bytes| bytes < PAIR_RESIDENT_BYTES),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{PAIR_RESIDENT_BYTES, TextEncoders, auto_or};
+
+    /// `auto` keeps the pair on a 16 GiB or larger card, parks it on an 8 or 12 GiB one and
+    /// where the size is unknown; the explicit places are what they say.
+    #[test]
+    fn auto_parks_a_refiner_where_the_pair_would_not_fit() {
+        let gib = |n: u64| Some(n << 30);
+        assert!(auto_or(TextEncoders::Auto, gib(8)));
+        assert!(auto_or(TextEncoders::Auto, gib(12)));
+        assert!(auto_or(TextEncoders::Auto, None));
+        assert!(!auto_or(TextEncoders::Auto, Some(PAIR_RESIDENT_BYTES)));
+        assert!(!auto_or(TextEncoders::Auto, gib(141)));
+        assert!(auto_or(TextEncoders::Host, gib(141)));
+        assert!(!auto_or(TextEncoders::Device, gib(8)));
+        assert!(!auto_or(TextEncoders::Device, None));
+    }
 }

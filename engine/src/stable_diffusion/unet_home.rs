@@ -111,8 +111,10 @@ impl UnetHome {
         })?;
         let start = Instant::now();
         let (device, dtype) = (&self.device, self.dtype);
+        let mut uploaded_ms = 0.0;
         let built = crate::device::loaded(device, || -> Result<_> {
             let uploaded = Arc::new(host.to_device(device));
+            uploaded_ms = start.elapsed().as_secs_f64() * 1e3;
             let w = Weights::kept(
                 self.label,
                 uploaded.clone(),
@@ -129,8 +131,15 @@ impl UnetHome {
             kept.overlay(w.take_kept());
             Ok((unet, Arc::new(kept)))
         })?;
+        let built_ms = start.elapsed().as_secs_f64() * 1e3;
+        // Waited for here, so that the time is the transfer's (the next step would wait anyway).
+        device
+            .sync()
+            .map_err(|e| crate::error::Error::Device(format!("bringing the UNet back: {e:?}")))?;
         tracing::info!(
             unet = self.label,
+            uploaded_ms,
+            built_ms,
             ms = start.elapsed().as_secs_f64() * 1e3,
             "UNet brought to the device"
         );
@@ -140,7 +149,8 @@ impl UnetHome {
 
     /// Lets the UNet leave the device: its tensors are copied to host memory the first time,
     /// then the device's copies are dropped (their memory is free once every other handle on
-    /// them is gone: a run's steps, LoRA-merged copies). On the CPU backend nothing moves.
+    /// them is gone: a run's steps, LoRA-merged copies) and the pool's free pages returned. On
+    /// the CPU backend nothing moves.
     pub(crate) fn evict(&self) -> Result<()> {
         if crate::device::is_cpu(&self.device) {
             return Ok(());
@@ -158,7 +168,15 @@ impl UnetHome {
                 "UNet copied to host memory (once)"
             );
         }
+        let start = Instant::now();
         state.on_device = None;
+        drop(state);
+        crate::device::release_free(&self.device);
+        tracing::info!(
+            unet = self.label,
+            ms = start.elapsed().as_secs_f64() * 1e3,
+            "UNet left the device"
+        );
         Ok(())
     }
 

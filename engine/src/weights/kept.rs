@@ -195,7 +195,12 @@ mod tests {
             &host.whole::<2>("t7", [64, 64]).expect("t7").device()
         ));
         let t7 = host.whole::<2>("t7", [64, 64]).expect("t7").into_data();
-        assert!(t7.try_to_vec::<f32>().expect("f32").iter().all(|v| *v == 7.0));
+        assert!(
+            t7.try_to_vec::<f32>()
+                .expect("f32")
+                .iter()
+                .all(|v| *v == 7.0)
+        );
         assert_eq!(host.get("rows").map(Kept::shape), Some(vec![6, 64]));
     }
 }

@@ -159,10 +159,15 @@ pub struct BenchArgs {
     /// reserved bytes and each phase's wall-clock time.
     #[arg(long)]
     pub(super) sdxl: bool,
-    /// With `--sdxl`: also a full-size refiner (random weights): its UNet step, and the 1024²
+    /// With `--sdxl`: also a full-size refiner (random weights), parked as `--text-encoders`
+    /// parks the base's encoders: its UNet step (not with `--pipeline-only`), and the 1024²
     /// txt2img again with it taking over at 0.8 (A1111's default switch).
     #[arg(long)]
     pub(super) refiner: bool,
+    /// With `--sdxl --refiner --pipeline-only`: this many turns of the two UNets on the device
+    /// timed leg by leg, after the base's runs.
+    #[arg(long, default_value_t = 0)]
+    pub(super) swaps: usize,
     /// With `--sdxl`: where the text encoders wait between prompts (auto parks SDXL's in host
     /// memory). The pool keeps pages, so compare two processes.
     #[arg(long, default_value_t = latent_engine::TextEncoders::Auto)]

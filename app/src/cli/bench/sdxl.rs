@@ -30,9 +30,17 @@ pub(super) fn sdxl_bench(
     let (runs, steps, size) = (args.runs, args.steps, args.sdxl_size);
     let precision = Precision::F16;
     let dtype = precision.dtype();
+    // With `--pipeline-only`, the refiner is built first (a parked one on the device alone
+    // before it moves to host memory, as a checkpoint's parked refiner never is there), so that
+    // the process's peak is the runs'.
+    let sdxl = ModelConfig::sdxl();
+    let place = args.text_encoders;
+    let early_refiner = match args.refiner && args.pipeline_only {
+        true => Some(super::refiner::random_refiner(device, precision, place)?),
+        false => None,
+    };
     let t = Instant::now();
-    let model =
-        StableDiffusion::random_with(&ModelConfig::sdxl(), device, precision, args.text_encoders)?;
+    let model = StableDiffusion::random_with(&sdxl, device, precision, args.text_encoders)?;
     sync(device)?;
     println!(
         "[SDXL] build full-size SDXL (random weights, f16, text encoders {}): {:.0} ms",
@@ -45,7 +53,15 @@ pub(super) fn sdxl_bench(
     );
     memory(device, "the weights loaded");
     if args.pipeline_only {
-        return txt2img_runs(device, tokenizer, &model, [steps, runs, size]);
+        txt2img_runs(device, tokenizer, &model, [steps, runs, size])?;
+        if let Some(refiner) = &early_refiner {
+            if args.swaps > 0 {
+                super::refiner::swap_cycles(device, &model, refiner, args.swaps, size)?;
+            }
+            let shape = [steps, runs, size];
+            super::refiner::refiner_runs(device, tokenizer, &model, refiner, false, shape)?;
+        }
+        return Ok(());
     }
     let normal = Distribution::Normal(0.0, 1.0);
     let latent = size / model.config.vae.downscale();
@@ -120,7 +136,15 @@ pub(super) fn sdxl_bench(
         txt2img_runs(device, tokenizer, &model, [steps, runs, size])?;
     }
     if args.refiner {
-        super::refiner::refiner_runs(device, tokenizer, &model, [steps, runs, size])?;
+        let refiner = super::refiner::random_refiner(device, precision, args.text_encoders)?;
+        super::refiner::refiner_runs(
+            device,
+            tokenizer,
+            &model,
+            &refiner,
+            true,
+            [steps, runs, size],
+        )?;
     }
     Ok(())
 }

@@ -146,8 +146,9 @@ pub struct GenerateArgs {
     pub(super) precision: Option<Precision>,
     /// Where the text encoders wait while the UNet runs: `host` (main memory: they come to the
     /// GPU only to encode the prompt; SDXL's 1.6 GB then leave room for the image on an 8 GB
-    /// card), `device`, or `auto` (host for SDXL). A refiner (`--refiner`) follows it: parked,
-    /// its encoder and UNet wait in main memory and the two UNets take turns on the GPU.
+    /// card), `device`, or `auto` (host for SDXL). A refiner (`--refiner`) follows it: parked
+    /// (`host`; `auto` on a GPU with less than 16 GiB or of unknown size), its encoder and UNet
+    /// wait in main memory and the two UNets take turns on the GPU, 3-4 s of uploads an image.
     #[arg(long, default_value_t = TextEncoders::Auto)]
     pub(super) text_encoders: TextEncoders,
     /// Output PNG; without it, a new numbered file in --outputs.
