@@ -362,20 +362,6 @@ pub(crate) mod testing {
         Device::wgpu(DeviceKind::DefaultDevice)
     }
 
-    /// A wgpu device of the test's own on lavapipe, for tests that measure its memory (the shared
-    /// device's pool also counts the tensors of tests running beside them).
-    pub fn private_wgpu() -> Device {
-        let lavapipe = crate::adapters::enumerate()
-            .into_iter()
-            .find(|a| a.kind == crate::adapters::AdapterKind::Software)
-            .expect("lavapipe (mesa-vulkan-drivers) for the wgpu tests");
-        let whole = crate::limits::DeviceLimits {
-            max_buffer_bytes: u64::MAX,
-            max_binding_bytes: u64::MAX,
-        };
-        crate::device::open_limited(&lavapipe, whole).expect("a device of the test's own")
-    }
-
     /// Deterministic values with a nonzero mean and spread (catches a missing mean subtraction).
     pub fn values(n: usize, offset: f32) -> Vec<f32> {
         (0..n)

@@ -162,45 +162,27 @@ fn owned_on<const D: usize>(t: &Tensor<D>, device: &Device) -> Tensor<D> {
 mod tests {
     use super::*;
 
-    /// A host copy holds no device memory: once the device's tensors are dropped, the pool's
-    /// bytes in use fall back, and the copy keeps every value (`to_device` to the CPU kept them
-    /// in use until the copy itself was dropped). On lavapipe, on a device of the test's own.
+    /// The host copy is on the CPU backend with every value and shape, rows included. (That it
+    /// holds no device memory is measured where the memory is the test's alone, on a device of
+    /// its own: `tests/sdxl_refiner.rs`, whose evicted UNet frees its weights only with this copy;
+    /// a second lavapipe device in this binary made its other tests 2.5× slower.)
     #[test]
-    fn a_host_copy_holds_no_device_memory() {
-        let device = crate::kernels::testing::private_wgpu();
-        let in_use = || {
-            // Work after the drops, then a sync: fusion frees what was dropped as it runs.
-            let _ = (Tensor::<1>::ones([16], &device) * 2.0).into_data();
-            device.sync().expect("device sync");
-            device.memory_pool_usage().map_or(0, |u| u.bytes_in_use)
-        };
-        let before = in_use();
+    fn a_host_copy_keeps_every_value_on_the_cpu() {
+        let device = crate::kernels::testing::wgpu();
         let mut map = TensorMap::default();
-        for i in 0..40 {
+        for i in 0..4 {
             let t = Tensor::<2>::ones([64, 64], &device) * (i as f32);
             map.insert(format!("t{i}"), Kept::of(t).expect("rank 2"));
         }
         let rows = vec![Tensor::<2>::ones([3, 64], &device); 2];
         map.insert("rows".into(), Kept::Rows(rows));
-        let made = in_use();
-        assert!(made >= before + 40 * 64 * 64 * 4, "{before} → {made}");
         let host = map.to_host();
         drop(map);
-        let after = in_use();
-        assert!(
-            after < before + 64 * 64 * 4,
-            "{before} → {made} → {after} bytes in use"
-        );
-        assert!(crate::device::is_cpu(
-            &host.whole::<2>("t7", [64, 64]).expect("t7").device()
-        ));
-        let t7 = host.whole::<2>("t7", [64, 64]).expect("t7").into_data();
-        assert!(
-            t7.try_to_vec::<f32>()
-                .expect("f32")
-                .iter()
-                .all(|v| *v == 7.0)
-        );
+        let t3 = host.whole::<2>("t3", [64, 64]).expect("t3");
+        assert!(crate::device::is_cpu(&t3.device()));
+        let values = t3.into_data().try_to_vec::<f32>().expect("f32");
+        assert!(values.iter().all(|v| *v == 3.0));
         assert_eq!(host.get("rows").map(Kept::shape), Some(vec![6, 64]));
+        assert_eq!(host.len(), 5);
     }
 }
