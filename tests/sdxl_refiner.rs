@@ -281,7 +281,7 @@ impl latent_engine::pipeline::Observer for Turns<'_> {
     }
 }
 
-/// A parked refiner (SDXL's default, `TextEncoders::Auto`) and the base model's UNet take turns
+/// A parked refiner (`host`; `auto` below 15 GiB) and the base model's UNet take turns
 /// on the device (what lets SDXL's pair run on an 8 GB card): over a batch of two, every base
 /// step runs with the refiner's UNet off the device and every refiner step with the base's off,
 /// holding less memory than a refiner kept beside the base by at least the base UNet's weights;
@@ -351,7 +351,7 @@ fn the_unets_take_turns_on_the_device() {
         Refiner::load_with(&open(LAYOUTS[0]), &device, Precision::F32, place).expect("loads")
     };
     let resident = load(latent_engine::TextEncoders::Device);
-    let parked = load(latent_engine::TextEncoders::Auto);
+    let parked = load(latent_engine::TextEncoders::Host);
     assert!(!resident.parked() && parked.parked());
     assert!(
         !parked.unet_on_device(),

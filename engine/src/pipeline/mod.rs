@@ -346,11 +346,11 @@ fn generate(
             Ok(steps.forward(x, t))
         };
         let denoised = pass.denoise(&mut first, &plan, latents, &mut rng, req, cancel, observer);
-        // A parked refiner's UNet leaves before the decode, whatever the steps came to.
-        if let Some(stage) = refiner.as_mut() {
-            stage.put_away()?;
-        }
+        // A parked refiner's UNet leaves before the decode, whatever the steps came to (the
+        // steps' error first where both failed).
+        let put_away = refiner.as_mut().map_or(Ok(()), |stage| stage.put_away());
         let denoised = denoised?;
+        put_away?;
         if image + 1 == req.batch_count
             && let Some(steps) = steps.as_mut()
         {

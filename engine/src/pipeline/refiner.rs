@@ -123,10 +123,12 @@ impl<'a> Stage<'a> {
     /// After an image's refiner steps: a parked refiner's UNet leaves the device (the decode,
     /// and the next image's base steps, need the room).
     pub(super) fn put_away(&mut self) -> Result<()> {
-        if self.unet.take().is_some() && self.swaps() {
-            self.refiner.evict_unet()?;
+        self.unet = None;
+        // Whether or not this stage holds it (a failed conditioning after the upload does not).
+        match self.swaps() {
+            true => self.refiner.evict_unet(),
+            false => Ok(()),
         }
-        Ok(())
     }
 }
 

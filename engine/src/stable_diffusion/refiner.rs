@@ -145,13 +145,27 @@ impl Refiner {
             return Ok(on_device);
         }
         let host = Arc::new(kept.0.to_host());
+        drop(kept.0);
         on_device.unet.evict()?;
-        let refiner = Self {
-            text_encoder: Encoder::Host(host),
-            ..on_device
-        };
+        let Self {
+            text_encoder: on_device_encoder,
+            unet,
+            config,
+            device: _,
+            precision,
+            conditioning,
+        } = on_device;
+        // The device's encoder goes before the pool's free pages are returned.
+        drop(on_device_encoder);
         crate::device::release_free(device);
-        Ok(refiner)
+        Ok(Self {
+            text_encoder: Encoder::Host(host),
+            unet,
+            config,
+            device: device.clone(),
+            precision,
+            conditioning,
+        })
     }
 
     /// A refiner of networks built on `home` (host memory when parked) from the kept tensors.
@@ -268,12 +282,15 @@ fn te_config(config: &ModelConfig) -> Result<crate::clip::ClipConfig> {
 
 /// Device memory under which `auto` parks a refiner: SDXL's base and refiner both on the device
 /// with a 1024² run peaked at 14.35 GiB on an H200 (BENCHMARKS.md, thirty-eighth session), and
-/// taking turns costs 3–4 s of uploads an image there.
-pub const PAIR_RESIDENT_BYTES: u64 = 16 << 30;
+/// taking turns cost ~14 s an image there (5–6 s of it uploads). 15 GiB, so that a 16 GB card
+/// (whose heap reads a little under 16 GiB) keeps both.
+pub const PAIR_RESIDENT_BYTES: u64 = 15 << 30;
 
 /// Whether a refiner for `device` placed by `place` is parked in host memory: `host` always,
 /// `device` never, `auto` unless the device reports at least [`PAIR_RESIDENT_BYTES`] of memory
-/// (an unknown size parks it: it fits, only slower). The CPU backend parks nothing.
+/// (an unknown size parks it: it fits, only slower; the size is known for a device opened from a
+/// Vulkan adapter the engine chose or was named, not for `--device gpu`). The CPU backend parks
+/// nothing.
 pub fn parks(place: TextEncoders, device: &Device) -> bool {
     if crate::device::is_cpu(device) {
         return false;
@@ -294,8 +311,8 @@ fn auto_or(place: TextEncoders, memory: Option<u64>) -> bool {
 mod tests {
     use super::{PAIR_RESIDENT_BYTES, TextEncoders, auto_or};
 
-    /// `auto` keeps the pair on a 16 GiB or larger card, parks it on an 8 or 12 GiB one and
-    /// where the size is unknown; the explicit places are what they say.
+    /// `auto` keeps the pair on a 16 GB card (its heap reads 16376 MiB) or larger, parks it on an
+    /// 8 or 12 GB one and where the size is unknown; the explicit places are what they say.
     #[test]
     fn auto_parks_a_refiner_where_the_pair_would_not_fit() {
         let gib = |n: u64| Some(n << 30);
@@ -303,6 +320,7 @@ mod tests {
         assert!(auto_or(TextEncoders::Auto, gib(12)));
         assert!(auto_or(TextEncoders::Auto, None));
         assert!(!auto_or(TextEncoders::Auto, Some(PAIR_RESIDENT_BYTES)));
+        assert!(!auto_or(TextEncoders::Auto, Some(16376 << 20)));
         assert!(!auto_or(TextEncoders::Auto, gib(141)));
         assert!(auto_or(TextEncoders::Host, gib(141)));
         assert!(!auto_or(TextEncoders::Device, gib(8)));

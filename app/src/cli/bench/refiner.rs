@@ -102,13 +102,8 @@ fn refiner_step(
     refiner: &Refiner,
     [runs, size]: [usize; 2],
 ) -> Result<()> {
-    let normal = Distribution::Normal(0.0, 1.0);
-    let dtype = model.precision.dtype();
-    let latent = size / model.config.vae.downscale();
-    let x = Tensor::<4>::random([2, 4, latent, latent], normal, (device, dtype));
-    let context = refiner.config.unet.cross_attention_dim;
-    let ctx = Tensor::<3>::random([2, 77, context], normal, (device, dtype));
-    let pooled = Tensor::<2>::random([2, 1280], normal, (device, dtype));
+    let (x, ctx, pooled) = step_inputs(device, model, refiner, size);
+    let latent = x.dims()[2];
     let side = size as f32;
     let ids = [
         [side, side, 0.0, 0.0, NEGATIVE_AESTHETIC_SCORE],
@@ -141,13 +136,7 @@ pub(super) fn swap_cycles(
     cycles: usize,
     size: usize,
 ) -> Result<()> {
-    let normal = Distribution::Normal(0.0, 1.0);
-    let dtype = model.precision.dtype();
-    let latent = size / model.config.vae.downscale();
-    let x = Tensor::<4>::random([2, 4, latent, latent], normal, (device, dtype));
-    let context = refiner.config.unet.cross_attention_dim;
-    let ctx = Tensor::<3>::random([2, 77, context], normal, (device, dtype));
-    let pooled = Tensor::<2>::random([2, 1280], normal, (device, dtype));
+    let (x, ctx, pooled) = step_inputs(device, model, refiner, size);
     let side = size as f32;
     let ids = [[side, side, 0.0, 0.0, AESTHETIC_SCORE]; 2];
     let timed = |f: &mut dyn FnMut() -> Result<()>| -> Result<f64> {
@@ -187,4 +176,22 @@ pub(super) fn swap_cycles(
         );
     }
     Ok(())
+}
+
+/// Random inputs of the refiner's step at the base's `size`: latents `[2, 4, h, w]`, context and
+/// pooled embedding (batch 2: CFG).
+fn step_inputs(
+    device: &Device,
+    model: &StableDiffusion,
+    refiner: &Refiner,
+    size: usize,
+) -> (Tensor<4>, Tensor<3>, Tensor<2>) {
+    let normal = Distribution::Normal(0.0, 1.0);
+    let dtype = model.precision.dtype();
+    let latent = size / model.config.vae.downscale();
+    let x = Tensor::<4>::random([2, 4, latent, latent], normal, (device, dtype));
+    let context = refiner.config.unet.cross_attention_dim;
+    let ctx = Tensor::<3>::random([2, 77, context], normal, (device, dtype));
+    let pooled = Tensor::<2>::random([2, 1280], normal, (device, dtype));
+    (x, ctx, pooled)
 }

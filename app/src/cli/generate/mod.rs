@@ -343,7 +343,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
             let started = Instant::now();
             let checkpoint = latent_engine::checkpoint::Checkpoint::open_refiner(path)
                 .with_context(|| format!("opening the refiner {}", path.display()))?;
-            // Parked where the setting says (`auto`: below 16 GiB of device memory): the two
+            // Parked where the setting says (`auto`: below 15 GiB of device memory): the two
             // UNets then take turns on the device, which an 8 GB card needs.
             let refiner = latent_engine::Refiner::load_with(
                 &checkpoint,

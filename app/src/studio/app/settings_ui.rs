@@ -214,8 +214,9 @@ impl StudioApp {
                             "Parked in main memory, the text encoders come to the GPU only to \
                              encode a prompt: SDXL's take 1.6 GB, which lets SDXL fit an 8 GB card. \
                              The SDXL refiner follows this setting (auto parks it on a GPU \
-                             under 16 GB): parked, its UNet and SDXL's take turns on the GPU, \
-                             which lets the pair fit 8 GB at a few seconds of uploads an image",
+                             under 15 GB or of unknown size): parked, its UNet and SDXL's take \
+                             turns on the GPU, which lets the pair fit 8 GB at 5-6 s of uploads \
+                             an image",
                         )
                         .labelled_by(label.id);
                     ui.end_row();
