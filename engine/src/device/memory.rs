@@ -61,14 +61,14 @@ pub fn release_free(device: &Device) {
 /// process, so a list).
 static SIZES: std::sync::Mutex<Vec<(Device, u64)>> = std::sync::Mutex::new(Vec::new());
 
-/// Remembers `device`'s memory size ([`device_memory`]), where its adapter reports one.
+/// Remembers `device`'s memory size ([`device_memory`]); `None` (its adapter reports none)
+/// forgets any size remembered for it.
 pub(super) fn remember_size(device: &Device, bytes: Option<u64>) {
-    let Some(bytes) = bytes else {
-        return;
-    };
     let mut sizes = SIZES.lock().unwrap_or_else(|e| e.into_inner());
     sizes.retain(|(d, _)| d != device);
-    sizes.push((device.clone(), bytes));
+    if let Some(bytes) = bytes {
+        sizes.push((device.clone(), bytes));
+    }
 }
 
 /// The device-local memory of `device`'s adapter in bytes, where the device was opened from an
