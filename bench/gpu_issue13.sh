@@ -1,5 +1,10 @@
 #!/bin/bash
 # Issue 13 on a lent GPU, one part per device call (each call may run 10 minutes):
+#   PART=ce PyTorch's SDXL and SD 1.5 steps, then part cd, then both steps under `--planes-ab`
+#           (in the thirty-ninth session's binary, with the scores computed transposed, k·qᵀ,
+#           among the rules: no gain, removed)
+#   PART=cd the planes attention kernel's parts alone (`bench --attention-ceiling`: every planes
+#           tiling whole, then the ladder down to no plane barriers and no score stores)
 #   PART=cc `--text-encoders auto` placing SDXL's refiner by the adapter's memory (cut short)
 #   PART=cb SDXL's refiner pair within 8 GiB (issue 15): PyTorch's base and refined 1024² txt2img,
 #           then ours in two processes sharing a tuning folder (the first tunes), each the base's
@@ -280,6 +285,15 @@ peak() {
 }
 
 case ${PART:-a} in
+ce)
+  PARTS=sdxl,unet16 timeout ${TORCH_TIMEOUT:-80} python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v "Warning\|kept in float32" | tee $OUT/torch_ce.txt
+  timeout ${CEILING_TIMEOUT:-170} /tmp/ls bench --device gpu --precision f16 --runs 5 --attention-ceiling $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/attention_ce.txt
+  timeout ${SDXL_TIMEOUT:-190} /tmp/ls bench --device gpu --precision f16 --runs 5 --sdxl --no-pipeline --planes-ab $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/sdxl_ce.txt
+  timeout ${OURS_TIMEOUT:-110} /tmp/ls bench --device gpu --precision f16 --runs 7 --unet-only --no-ops --no-profile --no-burn-ops --planes-ab $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/sd15_ce.txt
+  ;;
+cd)
+  timeout ${CEILING_TIMEOUT:-150} /tmp/ls bench --device gpu --precision f16 --runs 5 --attention-ceiling $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/attention_cd.txt
+  ;;
 cc)
   # `auto` placing the refiner by the adapter's memory (`devices` above prints it): the H200's
   # 141 GiB keep it on the device beside the base.

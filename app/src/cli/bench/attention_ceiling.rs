@@ -1,8 +1,9 @@
 //! `bench --attention-ceiling`: where the planes attention kernel's time goes. Each long shape
 //! of SD 1.5 and SDXL under its default tiling, with parts of the kernel left out in turn
 //! (`latent_engine::kernels::attention::planes_knock`: the output's rescaling, the row-maximum
-//! pass, the scalar softmax, the key/value global loads, their staging and the cube barriers),
-//! with one and with two fragments of query rows a plane; device-timed medians. The whole
+//! pass, the scalar softmax, the key/value global loads, their staging and the cube barriers,
+//! the plane barriers), with one and with two fragments of query rows a plane; before that
+//! every planes tiling of the default's compilation whole. Device-timed medians. Every whole
 //! kernel's output (nothing left out) is checked against burn's attention on the same inputs.
 
 use anyhow::Result;
@@ -12,14 +13,14 @@ use burn::tensor::{DType, Device, Distribution, Tensor};
 use latent_engine::Precision;
 use latent_engine::attention::Heads;
 use latent_engine::kernels::attention::{
-    attention_knocked, default_plan, planes_knock as knock, set_planes_rows,
+    attention_knocked, default_plan, planes_knock as knock, plans, set_planes_rows,
 };
 use latent_engine::profile::OpShape;
 
 use super::profile::device_ms;
 
 /// The ladder timed: each step leaves out one more part (the first is the whole kernel).
-const LADDER: [(u32, &str); 6] = [
+const LADDER: [(u32, &str); 8] = [
     (0, "whole kernel"),
     (knock::RESCALE, "no rescale"),
     (knock::RESCALE | knock::MAX_PASS, "no rescale, no max pass"),
@@ -31,6 +32,14 @@ const LADDER: [(u32, &str); 6] = [
     (
         knock::RESCALE | knock::SOFTMAX | knock::STAGE,
         "no scalar softmax, no staging or cube barriers",
+    ),
+    (
+        knock::RESCALE | knock::SOFTMAX | knock::STAGE | knock::PLANE_SYNC,
+        "+ no plane barriers",
+    ),
+    (
+        knock::RESCALE | knock::PLANE_SYNC,
+        "no rescale, no plane barriers (softmax kept)",
     ),
 ];
 
@@ -92,19 +101,39 @@ pub fn report(device: &Device, precision: Precision, runs: usize) -> Result<()> 
             tensor: t,
             column: 0,
         };
-        for rows in [1usize, 2] {
-            set_planes_rows(Some(rows));
+        let check = |plan| {
             let whole = attention_knocked(at(&qt), at(&kt), at(&vt), heads, d, plan, 0);
-            let rel = match (whole.and_then(read), &reference) {
+            match (whole.and_then(read), &reference) {
                 (Some(a), Some(r)) => latent_engine::vae_compile::relative_difference(&a, r),
                 _ => f32::NAN,
-            };
+            }
+        };
+        // Every planes tiling of the default's compilation.
+        let tilings = plans(device, dtype, d).into_iter().filter(|p| {
+            p.plane.is_some() && p.wide_loads == plan.wide_loads && p.prefetch == plan.prefetch
+        });
+        for tiling in tilings {
+            let rel = check(tiling);
+            let ms = device_ms(device, runs, || {
+                let _ = attention_knocked(at(&qt), at(&kt), at(&vt), heads, d, tiling, 0);
+            });
+            match ms {
+                Ok(ms) => println!(
+                    "  {op} {tiling}: {ms:8.3} ms  {:7.1} TFLOP/s  (max rel diff to burn's {rel:.1e})",
+                    op.flops() / (ms * 1e-3) / 1e12
+                ),
+                Err(e) => println!("  {op} {tiling}: not timed: {e}"),
+            }
+        }
+        for rows in [1usize, 2] {
+            set_planes_rows(Some(rows));
+            let rel = check(plan);
             println!(
                 "  {op} {plan}, {rows} row fragment(s) a plane: max rel diff to burn's {rel:.1e}"
             );
-            for (bits, name) in LADDER {
+            for (bits, name) in &LADDER {
                 let ms = device_ms(device, runs, || {
-                    let _ = attention_knocked(at(&qt), at(&kt), at(&vt), heads, d, plan, bits);
+                    let _ = attention_knocked(at(&qt), at(&kt), at(&vt), heads, d, plan, *bits);
                 });
                 match ms {
                     Ok(ms) => println!(

@@ -54,6 +54,8 @@ pub mod knock {
     pub const STAGE: u32 = 8;
     /// The row-maximum pass skipped (the reference stays where the first tile put it).
     pub const MAX_PASS: u32 = 16;
+    /// No plane barriers between the score stores, the scalar pass and the probability loads.
+    pub const PLANE_SYNC: u32 = 32;
 }
 
 /// Cube `(t, bh)`: query rows `t·planes·rows·fm ..` of batch `bh / heads`, head `bh % heads`;
@@ -290,7 +292,9 @@ pub(super) fn flash_attention_planes<F: Float, N: Size>(
                 );
             }
         }
-        sync_plane();
+        if comptime!(knock & knock::PLANE_SYNC == 0) {
+            sync_plane();
+        }
 
         // The tile's row maximum, its keys spread over the row's `lpr` lanes.
         let mut valid = n_k - key0;
@@ -347,7 +351,9 @@ pub(super) fn flash_attention_planes<F: Float, N: Size>(
         }
         l = l * alpha + sum;
         m = reference;
-        sync_plane();
+        if comptime!(knock & knock::PLANE_SYNC == 0) {
+            sync_plane();
+        }
 
         // Where a row's reference moved, its accumulated output is scaled to the new one: the
         // plane's fragments go through its (now free) score rows. Nothing to scale at first.
