@@ -180,11 +180,20 @@ impl Refiner {
         let dtype = precision.dtype();
         let label = "refiner UNet";
         let (text_encoder, unet) = match super::encoders::parked_on(home, device) {
-            // The host-built modules go; their tensors stay, to be built on the device.
-            true => (
-                Encoder::Host(te_kept),
-                UnetHome::on_host(unet_kept, &config.unet, device, dtype, label),
-            ),
+            // The host-built modules go; their tensors stay, to be built on the device, as host
+            // bytes that are then copied once an upload.
+            true => {
+                drop((text_encoder, unet));
+                let host = |kept: Arc<TensorMap>| {
+                    Arc::new(
+                        Arc::try_unwrap(kept).map_or_else(|k| k.to_host(), TensorMap::into_host),
+                    )
+                };
+                (
+                    Encoder::Host(host(te_kept)),
+                    UnetHome::on_host(host(unet_kept), &config.unet, device, dtype, label),
+                )
+            }
             false => (
                 Encoder::Device(Box::new(text_encoder)),
                 UnetHome::on_device(unet, unet_kept, &config.unet, device, dtype, label),

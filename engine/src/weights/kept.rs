@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 
-use burn::tensor::{Device, Tensor, TensorData};
+use burn::tensor::{Bytes, Device, Tensor, TensorData};
 
 /// One kept tensor, as it was built (a UNet rebuilt from reshaped views ran its step 2.5 ms
 /// slower on an H200), or in row chunks (a token table above the device's buffer limit,
@@ -17,6 +17,11 @@ pub enum Kept {
     R3(Tensor<3>),
     R4(Tensor<4>),
     Rows(Vec<Tensor<2>>),
+    /// In host memory as bytes its clones share ([`TensorMap::to_host`]): an upload copies
+    /// them once, into the device's staging. (A CPU tensor kept in a shared map is copied out
+    /// first on every upload: burn's CPU backend hands out its bytes only when it holds them
+    /// alone.)
+    Host(TensorData),
 }
 
 impl Kept {
@@ -44,6 +49,14 @@ impl Kept {
             Kept::R3(t) => t.clone().reshape(shape),
             Kept::R4(t) => t.clone().reshape(shape),
             Kept::Rows(_) => return None,
+            // The CPU backend adopts the shared bytes: no copy.
+            Kept::Host(data) => {
+                let (bytes, dtype) = (data.bytes().clone(), data.dtype());
+                Tensor::from_data(
+                    TensorData::from_bytes(bytes, shape, dtype),
+                    (&Device::flex(), dtype),
+                )
+            }
         })
     }
 
@@ -59,6 +72,7 @@ impl Kept {
                 let cols = chunks.first().map_or(0, |c| c.dims()[1]);
                 vec![rows, cols]
             }
+            Kept::Host(data) => data.shape().iter().copied().collect(),
         }
     }
 }
@@ -106,6 +120,7 @@ impl TensorMap {
             Kept::R2(t) => Kept::R2(t.clone().to_device(device)),
             Kept::R3(t) => Kept::R3(t.clone().to_device(device)),
             Kept::R4(t) => Kept::R4(t.clone().to_device(device)),
+            Kept::Host(data) => uploaded(data, device),
             // Chunked again for the target's buffer limit, in equal chunks (the embedding finds
             // a row's chunk by division); the host holds the whole table.
             Kept::Rows(rows) => {
@@ -127,21 +142,47 @@ impl TensorMap {
         TensorMap(self.0.iter().map(|(k, v)| (k.clone(), moved(v))).collect())
     }
 
-    /// A copy of every tensor in host memory (the CPU backend) that owns its bytes. burn's
-    /// `to_device` from wgpu to the CPU adopts the read-back bytes as they come, and those can
-    /// be a mapped staging buffer of the device's pool: such a "host" copy keeps device memory
-    /// in use for as long as it lives (measured on lavapipe: a map's device memory was not freed
-    /// until its host copy was dropped).
+    /// A copy of every tensor in host memory, as bytes of its own that its clones share
+    /// ([`Kept::Host`]; row chunks as CPU tensors). burn's `to_device` from wgpu to the CPU
+    /// adopts the read-back bytes as they come, and those can be a mapped staging buffer of the
+    /// device's pool: such a "host" copy kept device memory in use for as long as it lived
+    /// (measured on lavapipe: a map's device memory was not freed until its host copy was
+    /// dropped), so the bytes are copied out. Tensors already on the CPU are copied out once
+    /// too, so that later uploads copy them once instead of twice.
     pub fn to_host(&self) -> TensorMap {
         let host = Device::flex();
         let owned = |kept: &Kept| match kept {
-            Kept::R1(t) => Kept::R1(owned_on(t, &host)),
-            Kept::R2(t) => Kept::R2(owned_on(t, &host)),
-            Kept::R3(t) => Kept::R3(owned_on(t, &host)),
-            Kept::R4(t) => Kept::R4(owned_on(t, &host)),
+            Kept::R1(t) => Kept::Host(shared_copy(t)),
+            Kept::R2(t) => Kept::Host(shared_copy(t)),
+            Kept::R3(t) => Kept::Host(shared_copy(t)),
+            Kept::R4(t) => Kept::Host(shared_copy(t)),
             Kept::Rows(rows) => Kept::Rows(rows.iter().map(|t| owned_on(t, &host)).collect()),
+            Kept::Host(data) => Kept::Host(data.clone()),
         };
         TensorMap(self.0.iter().map(|(k, v)| (k.clone(), owned(v))).collect())
+    }
+
+    /// [`Self::to_host`] for a map the caller gives up: a CPU tensor no one else holds becomes
+    /// host bytes without a copy (a parked network's tensors, once its host-built modules are
+    /// gone).
+    pub fn into_host(self) -> TensorMap {
+        let host = Device::flex();
+        let owned = |kept: Kept| match kept {
+            Kept::R1(t) => Kept::Host(host_data(t)),
+            Kept::R2(t) => Kept::Host(host_data(t)),
+            Kept::R3(t) => Kept::Host(host_data(t)),
+            Kept::R4(t) => Kept::Host(host_data(t)),
+            Kept::Rows(rows) => Kept::Rows(
+                rows.into_iter()
+                    .map(|t| match crate::device::is_cpu(&t.device()) {
+                        true => t,
+                        false => owned_on(&t, &host),
+                    })
+                    .collect(),
+            ),
+            Kept::Host(data) => Kept::Host(data),
+        };
+        TensorMap(self.0.into_iter().map(|(k, v)| (k, owned(v))).collect())
     }
 
     /// The whole tensor `name` in `shape` (same element count as kept).
@@ -156,6 +197,37 @@ fn owned_on<const D: usize>(t: &Tensor<D>, device: &Device) -> Tensor<D> {
     let dtype = data.dtype();
     let owned = TensorData::from_bytes_vec(data.as_bytes().to_vec(), data.shape().clone(), dtype);
     Tensor::from_data(owned, (device, dtype))
+}
+
+/// `t`'s values in bytes of their own, shared by the copy's clones ([`Kept::Host`]).
+fn shared_copy<const D: usize>(t: &Tensor<D>) -> TensorData {
+    let data = t.clone().into_data();
+    let bytes = Bytes::from_bytes_vec(data.as_bytes().to_vec()).shared();
+    TensorData::from_bytes(bytes, data.shape().clone(), data.dtype())
+}
+
+/// `t`'s values as shared host bytes: a CPU tensor held nowhere else gives its own bytes (burn's
+/// CPU backend copies them out only when they are shared), a device's are copied out of the
+/// read-back staging ([`TensorMap::to_host`]).
+fn host_data<const D: usize>(t: Tensor<D>) -> TensorData {
+    if !crate::device::is_cpu(&t.device()) {
+        return shared_copy(&t);
+    }
+    let (bytes, shape, dtype) = t.into_data().into_parts();
+    TensorData::from_bytes(bytes.shared(), shape, dtype)
+}
+
+/// A host tensor on `device` at its own rank; the shared bytes are copied once, by the
+/// device's upload.
+fn uploaded(data: &TensorData, device: &Device) -> Kept {
+    let on = (device, data.dtype());
+    match data.shape().len() {
+        1 => Kept::R1(Tensor::from_data(data.clone(), on)),
+        2 => Kept::R2(Tensor::from_data(data.clone(), on)),
+        3 => Kept::R3(Tensor::from_data(data.clone(), on)),
+        // `Kept::of` keeps ranks 1 to 4 only.
+        _ => Kept::R4(Tensor::from_data(data.clone(), on)),
+    }
 }
 
 #[cfg(test)]
@@ -184,5 +256,53 @@ mod tests {
         assert!(values.iter().all(|v| *v == 3.0));
         assert_eq!(host.get("rows").map(Kept::shape), Some(vec![6, 64]));
         assert_eq!(host.len(), 5);
+    }
+
+    /// Host bytes are shared by the map's clones (an upload copies them once), come back to the
+    /// device with every value at their rank, and a CPU-built map given up keeps its values.
+    #[test]
+    fn host_bytes_are_shared_and_go_back_to_the_device_whole() {
+        let device = crate::kernels::testing::wgpu();
+        let mut map = TensorMap::default();
+        let values: Vec<f32> = (0..96).map(|i| i as f32 * 0.5).collect();
+        let t = Tensor::<3>::from_data(TensorData::new(values.clone(), [2, 3, 16]), &device);
+        map.insert("t".into(), Kept::of(t).expect("rank 3"));
+        let host = map.to_host();
+        let Some(Kept::Host(data)) = host.get("t") else {
+            panic!("not host bytes");
+        };
+        let copy = host.clone();
+        let Some(Kept::Host(again)) = copy.get("t") else {
+            panic!("not host bytes");
+        };
+        assert_eq!(
+            data.as_bytes().as_ptr(),
+            again.as_bytes().as_ptr(),
+            "a clone shares the bytes"
+        );
+        assert_eq!(host.get("t").map(Kept::shape), Some(vec![2, 3, 16]));
+        let back = host.to_device(&device);
+        let Some(Kept::R3(t)) = back.get("t") else {
+            panic!("not rank 3 on the device");
+        };
+        assert!(!crate::device::is_cpu(&t.device()));
+        assert_eq!(
+            t.clone().into_data().try_to_vec::<f32>().ok(),
+            Some(values.clone())
+        );
+        let flat = host.whole::<2>("t", [6, 16]).expect("6 x 16");
+        assert_eq!(
+            flat.into_data().try_to_vec::<f32>().ok(),
+            Some(values.clone())
+        );
+
+        let cpu = Device::flex();
+        let mut built = TensorMap::default();
+        let t = Tensor::<2>::from_data(TensorData::new(values.clone(), [6, 16]), &cpu);
+        built.insert("t".into(), Kept::of(t).expect("rank 2"));
+        let given = built.into_host();
+        assert!(matches!(given.get("t"), Some(Kept::Host(_))));
+        let t = given.whole::<2>("t", [6, 16]).expect("6 x 16");
+        assert_eq!(t.into_data().try_to_vec::<f32>().ok(), Some(values));
     }
 }
