@@ -79,6 +79,39 @@ impl std::str::FromStr for TextEncoders {
     }
 }
 
+/// Parked encoders built on the host again from their tensors as shared host bytes
+/// ([`TensorMap::into_host`]): the first modules go, so the bytes are given up without a copy,
+/// and the new ones share them, so every later upload copies each tensor once, into the
+/// device's staging (from CPU tensors shared with a module burn copied each one out first).
+pub(super) fn as_host_bytes(
+    (first, second): (ClipTextModel, Option<ClipTextModel>),
+    kept: super::Kept,
+    (te, te2): (&Weights, Option<&Weights>),
+    config: &crate::checkpoint::ModelConfig,
+) -> Result<(ClipTextModel, Option<ClipTextModel>, super::Kept)> {
+    drop((first, second));
+    let host = |map: Arc<TensorMap>| {
+        Arc::new(Arc::try_unwrap(map).map_or_else(|m| m.to_host(), TensorMap::into_host))
+    };
+    let kept = super::Kept {
+        text_encoder: host(kept.text_encoder),
+        text_encoder_2: kept.text_encoder_2.map(host),
+    };
+    let build = |label, map: &Arc<TensorMap>, w: &Weights, config| {
+        let none = Arc::new(TensorMap::default());
+        ClipTextModel::load(
+            &Weights::kept(label, map.clone(), none, w.device(), w.dtype()),
+            config,
+        )
+    };
+    let first = build("text encoder", &kept.text_encoder, te, &config.text_encoder)?;
+    let second = match (&kept.text_encoder_2, te2, &config.text_encoder_2) {
+        (Some(map), Some(w), Some(c)) => Some(build("second text encoder", map, w, c)?),
+        _ => None,
+    };
+    Ok((first, second, kept))
+}
+
 impl StableDiffusion {
     /// The parked encoders on the device, built from their kept tensors with `set`'s
     /// text-encoder LoRAs merged (the checkpoint is not read).

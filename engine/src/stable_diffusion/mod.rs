@@ -77,7 +77,7 @@ pub struct StableDiffusion {
     pub(crate) parked_steps: ParkedSteps,
 }
 
-struct Kept {
+pub(super) struct Kept {
     text_encoder: Arc<TensorMap>,
     /// SDXL's second text encoder.
     text_encoder_2: Option<Arc<TensorMap>>,
@@ -209,6 +209,15 @@ impl StableDiffusion {
                 .as_ref()
                 .filter(|_| text_encoder_2.is_some())
                 .map(|(w, _)| Arc::new(w.take_kept())),
+        };
+        let (text_encoder, text_encoder_2, kept) = match parked {
+            true => encoders::as_host_bytes(
+                (text_encoder, text_encoder_2),
+                kept,
+                (&te, second.as_ref().map(|(w, _)| w)),
+                c,
+            )?,
+            false => (text_encoder, text_encoder_2, kept),
         };
         let dtype = options.precision.dtype();
         let unet = UnetHome::on_device(

@@ -64,14 +64,25 @@ impl StableDiffusion {
             dtype,
             "UNet",
         );
+        let kept = Kept {
+            text_encoder: Arc::new(te.take_kept()),
+            text_encoder_2: te2.as_ref().map(|(w, _)| Arc::new(w.take_kept())),
+        };
+        // Parked encoders as a loaded model holds them (host bytes), so the bench times that.
+        let (text_encoder, text_encoder_2, kept) = match parked {
+            true => encoders::as_host_bytes(
+                (text_encoder, text_encoder_2),
+                kept,
+                (&te, te2.as_ref().map(|(w, _)| w)),
+                config,
+            )?,
+            false => (text_encoder, text_encoder_2, kept),
+        };
         Ok(Self {
             text_encoder,
             text_encoder_2,
             unet,
-            kept: Some(Kept {
-                text_encoder: Arc::new(te.take_kept()),
-                text_encoder_2: te2.map(|(w, _)| Arc::new(w.take_kept())),
-            }),
+            kept: Some(kept),
             with_loras: Mutex::default(),
             vae: AutoencoderKL::load(&Weights::random("VAE", device, dtype), &config.vae, false)?,
             config: config.clone(),
