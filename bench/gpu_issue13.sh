@@ -4,7 +4,8 @@
 #           (in the thirty-ninth session's binary, with the scores computed transposed, k·qᵀ,
 #           among the rules: no gain, removed)
 #   PART=cd the planes attention kernel's parts alone (`bench --attention-ceiling`: every planes
-#           tiling whole, then the ladder down to no plane barriers and no score stores)
+#           tiling whole, then the ladder down to no plane barriers; in the thirty-ninth
+#           session's second call also no score stores, a rung since removed)
 #   PART=cc `--text-encoders auto` placing SDXL's refiner by the adapter's memory (cut short)
 #   PART=cb SDXL's refiner pair within 8 GiB (issue 15): PyTorch's base and refined 1024² txt2img,
 #           then ours in two processes sharing a tuning folder (the first tunes), each the base's

@@ -83,6 +83,7 @@ impl std::str::FromStr for TextEncoders {
 /// ([`TensorMap::into_host`]): the first modules go, so the bytes are given up without a copy,
 /// and the new ones share them, so every later upload copies each tensor once, into the
 /// device's staging (from CPU tensors shared with a module burn copied each one out first).
+/// The token tables, kept in row chunks, stay CPU tensors and are still copied twice.
 pub(super) fn as_host_bytes(
     (first, second): (ClipTextModel, Option<ClipTextModel>),
     kept: super::Kept,
@@ -91,7 +92,13 @@ pub(super) fn as_host_bytes(
 ) -> Result<(ClipTextModel, Option<ClipTextModel>, super::Kept)> {
     drop((first, second));
     let host = |map: Arc<TensorMap>| {
-        Arc::new(Arc::try_unwrap(map).map_or_else(|m| m.to_host(), TensorMap::into_host))
+        Arc::new(Arc::try_unwrap(map).map_or_else(
+            |shared| {
+                tracing::warn!("parked tensors shared elsewhere: copied to host bytes");
+                shared.to_host()
+            },
+            TensorMap::into_host,
+        ))
     };
     let kept = super::Kept {
         text_encoder: host(kept.text_encoder),

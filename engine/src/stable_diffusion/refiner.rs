@@ -185,9 +185,15 @@ impl Refiner {
             true => {
                 drop((text_encoder, unet));
                 let host = |kept: Arc<TensorMap>| {
-                    Arc::new(
-                        Arc::try_unwrap(kept).map_or_else(|k| k.to_host(), TensorMap::into_host),
-                    )
+                    Arc::new(Arc::try_unwrap(kept).map_or_else(
+                        |shared| {
+                            tracing::warn!(
+                                "refiner tensors shared elsewhere: copied to host bytes"
+                            );
+                            shared.to_host()
+                        },
+                        TensorMap::into_host,
+                    ))
                 };
                 (
                     Encoder::Host(host(te_kept)),

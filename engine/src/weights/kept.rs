@@ -164,7 +164,8 @@ impl TensorMap {
 
     /// [`Self::to_host`] for a map the caller gives up: a CPU tensor no one else holds becomes
     /// host bytes without a copy (a parked network's tensors, once its host-built modules are
-    /// gone).
+    /// gone). The parts of a fused weight (q, k and v kept as its slices) are copied out, in
+    /// name order so that one layer's fused buffer at a time is held twice.
     pub fn into_host(self) -> TensorMap {
         let host = Device::flex();
         let owned = |kept: Kept| match kept {
@@ -182,7 +183,9 @@ impl TensorMap {
             ),
             Kept::Host(data) => Kept::Host(data),
         };
-        TensorMap(self.0.into_iter().map(|(k, v)| (k, owned(v))).collect())
+        let mut entries: Vec<_> = self.0.into_iter().collect();
+        entries.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        TensorMap(entries.into_iter().map(|(k, v)| (k, owned(v))).collect())
     }
 
     /// The whole tensor `name` in `shape` (same element count as kept).
@@ -225,8 +228,8 @@ fn uploaded(data: &TensorData, device: &Device) -> Kept {
         1 => Kept::R1(Tensor::from_data(data.clone(), on)),
         2 => Kept::R2(Tensor::from_data(data.clone(), on)),
         3 => Kept::R3(Tensor::from_data(data.clone(), on)),
-        // `Kept::of` keeps ranks 1 to 4 only.
-        _ => Kept::R4(Tensor::from_data(data.clone(), on)),
+        4 => Kept::R4(Tensor::from_data(data.clone(), on)),
+        rank => unreachable!("host bytes come from `Kept` tensors of rank 1 to 4, not {rank}"),
     }
 }
 
@@ -298,10 +301,15 @@ mod tests {
 
         let cpu = Device::flex();
         let mut built = TensorMap::default();
-        let t = Tensor::<2>::from_data(TensorData::new(values.clone(), [6, 16]), &cpu);
+        let data = TensorData::new(values.clone(), [6, 16]);
+        let at = data.as_bytes().as_ptr();
+        let t = Tensor::<2>::from_data(data, &cpu);
         built.insert("t".into(), Kept::of(t).expect("rank 2"));
         let given = built.into_host();
-        assert!(matches!(given.get("t"), Some(Kept::Host(_))));
+        let Some(Kept::Host(data)) = given.get("t") else {
+            panic!("not host bytes");
+        };
+        assert_eq!(data.as_bytes().as_ptr(), at, "given up without a copy");
         let t = given.whole::<2>("t", [6, 16]).expect("6 x 16");
         assert_eq!(t.into_data().try_to_vec::<f32>().ok(), Some(values));
     }

@@ -286,18 +286,25 @@ impl Weights {
         } else {
             base
         };
-        map.whole(full, shape).ok_or_else(|| match map.get(full) {
-            None => Error::MissingTensor {
-                component: self.inner.component,
-                name: full.to_string(),
-            },
-            Some(kept) => Error::ShapeMismatch {
-                component: self.inner.component,
-                name: full.to_string(),
-                expected: shape.to_vec(),
-                found: kept.shape(),
-            },
-        })
+        // Host bytes come up as CPU tensors: a build for another device takes them there.
+        let on_device = |t: Tensor<D>| match t.device() == self.inner.device {
+            true => t,
+            false => t.to_device(&self.inner.device),
+        };
+        map.whole(full, shape)
+            .map(on_device)
+            .ok_or_else(|| match map.get(full) {
+                None => Error::MissingTensor {
+                    component: self.inner.component,
+                    name: full.to_string(),
+                },
+                Some(kept) => Error::ShapeMismatch {
+                    component: self.inner.component,
+                    name: full.to_string(),
+                    expected: shape.to_vec(),
+                    found: kept.shape(),
+                },
+            })
     }
 
     /// Where keeping, keeps `tensor` as `name` in place of the tensor loaded under that name:

@@ -19,7 +19,8 @@ use latent_engine::profile::OpShape;
 
 use super::profile::device_ms;
 
-/// The ladder timed: each step leaves out one more part (the first is the whole kernel).
+/// The ladder timed: each step leaves out one more part (the first is the whole kernel), but
+/// the last, which leaves out the rescale and the plane barriers only.
 const LADDER: [(u32, &str); 8] = [
     (0, "whole kernel"),
     (knock::RESCALE, "no rescale"),
@@ -35,7 +36,7 @@ const LADDER: [(u32, &str); 8] = [
     ),
     (
         knock::RESCALE | knock::SOFTMAX | knock::STAGE | knock::PLANE_SYNC,
-        "+ no plane barriers",
+        "no softmax, staging or plane barriers",
     ),
     (
         knock::RESCALE | knock::PLANE_SYNC,
