@@ -286,12 +286,6 @@ peak() {
 }
 
 case ${PART:-a} in
-ce)
-  PARTS=sdxl,unet16 timeout ${TORCH_TIMEOUT:-80} python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v "Warning\|kept in float32" | tee $OUT/torch_ce.txt
-  timeout ${CEILING_TIMEOUT:-170} /tmp/ls bench --device gpu --precision f16 --runs 5 --attention-ceiling $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/attention_ce.txt
-  timeout ${SDXL_TIMEOUT:-190} /tmp/ls bench --device gpu --precision f16 --runs 5 --sdxl --no-pipeline --planes-ab $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/sdxl_ce.txt
-  timeout ${OURS_TIMEOUT:-110} /tmp/ls bench --device gpu --precision f16 --runs 7 --unet-only --no-ops --no-profile --no-burn-ops --planes-ab $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/sd15_ce.txt
-  ;;
 cd)
   timeout ${CEILING_TIMEOUT:-150} /tmp/ls bench --device gpu --precision f16 --runs 5 --attention-ceiling $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/attention_cd.txt
   ;;
@@ -424,11 +418,13 @@ bj)
   timeout ${SDXL_TIMEOUT:-220} /tmp/ls bench --device gpu --precision f16 --runs 5 --sdxl --no-pipeline --conv-ab --kernel-profile 1 $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/sdxl_bj.txt
   LATENT_STUDIO_BENCH_KNOBS=small timeout ${OURS_TIMEOUT:-120} /tmp/ls bench --device gpu --precision f16 --runs 7 --unet-only --no-ops --no-profile --no-burn-ops --gemm-ab $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/sd15_bj.txt
   ;;
-bk)
-  PARTS=sdxl,unet16 timeout ${TORCH_TIMEOUT:-100} python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v "Warning\|kept in float32" | tee $OUT/torch_bk.txt
-  timeout ${CEILING_TIMEOUT:-100} /tmp/ls bench --device gpu --precision f16 --runs 5 --attention-ceiling $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/attention_bk.txt
-  timeout ${SDXL_TIMEOUT:-200} /tmp/ls bench --device gpu --precision f16 --runs 5 --sdxl --no-pipeline --planes-ab $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/sdxl_bk.txt
-  timeout ${OURS_TIMEOUT:-110} /tmp/ls bench --device gpu --precision f16 --runs 7 --unet-only --no-ops --no-profile --no-burn-ops --planes-ab $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/sd15_bk.txt
+bk|ce)
+  # ce: the same runs under the thirty-ninth session's longer ceiling (its ladder grew).
+  ceiling=100; [ $PART = ce ] && ceiling=170
+  PARTS=sdxl,unet16 timeout ${TORCH_TIMEOUT:-100} python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v "Warning\|kept in float32" | tee $OUT/torch_$PART.txt
+  timeout ${CEILING_TIMEOUT:-$ceiling} /tmp/ls bench --device gpu --precision f16 --runs 5 --attention-ceiling $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/attention_$PART.txt
+  timeout ${SDXL_TIMEOUT:-200} /tmp/ls bench --device gpu --precision f16 --runs 5 --sdxl --no-pipeline --planes-ab $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/sdxl_$PART.txt
+  timeout ${OURS_TIMEOUT:-110} /tmp/ls bench --device gpu --precision f16 --runs 7 --unet-only --no-ops --no-profile --no-burn-ops --planes-ab $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/sd15_$PART.txt
   ;;
 bm)
   PARTS=${TORCH_PARTS:-e2e} timeout ${TORCH_TIMEOUT:-120} python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v Warning | tee $OUT/torch_bm.txt

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use burn::tensor::Device;
+use burn::tensor::{DType, Device};
 
 use super::StableDiffusion;
 use crate::checkpoint::{ModelConfig, Weights};
@@ -87,33 +87,24 @@ impl std::str::FromStr for TextEncoders {
 pub(super) fn as_host_bytes(
     (first, second): (ClipTextModel, Option<ClipTextModel>),
     kept: super::Kept,
-    (te, te2): (&Weights, Option<&Weights>),
-    config: &crate::checkpoint::ModelConfig,
+    (home, dtype): (&Device, DType),
+    config: &ModelConfig,
 ) -> Result<(ClipTextModel, Option<ClipTextModel>, super::Kept)> {
     drop((first, second));
-    let host = |map: Arc<TensorMap>| {
-        Arc::new(Arc::try_unwrap(map).map_or_else(
-            |shared| {
-                tracing::warn!("parked tensors shared elsewhere: copied to host bytes");
-                shared.to_host()
-            },
-            TensorMap::into_host,
-        ))
-    };
     let kept = super::Kept {
-        text_encoder: host(kept.text_encoder),
-        text_encoder_2: kept.text_encoder_2.map(host),
+        text_encoder: TensorMap::given_to_host(kept.text_encoder),
+        text_encoder_2: kept.text_encoder_2.map(TensorMap::given_to_host),
     };
-    let build = |label, map: &Arc<TensorMap>, w: &Weights, config| {
+    let build = |label, map: &Arc<TensorMap>, config| {
         let none = Arc::new(TensorMap::default());
         ClipTextModel::load(
-            &Weights::kept(label, map.clone(), none, w.device(), w.dtype()),
+            &Weights::kept(label, map.clone(), none, home, dtype),
             config,
         )
     };
-    let first = build("text encoder", &kept.text_encoder, te, &config.text_encoder)?;
-    let second = match (&kept.text_encoder_2, te2, &config.text_encoder_2) {
-        (Some(map), Some(w), Some(c)) => Some(build("second text encoder", map, w, c)?),
+    let first = build("text encoder", &kept.text_encoder, &config.text_encoder)?;
+    let second = match (&kept.text_encoder_2, &config.text_encoder_2) {
+        (Some(map), Some(c)) => Some(build("second text encoder", map, c)?),
         _ => None,
     };
     Ok((first, second, kept))

@@ -214,7 +214,7 @@ impl StableDiffusion {
             true => encoders::as_host_bytes(
                 (text_encoder, text_encoder_2),
                 kept,
-                (&te, second.as_ref().map(|(w, _)| w)),
+                (te.device(), te.dtype()),
                 c,
             )?,
             false => (text_encoder, text_encoder_2, kept),

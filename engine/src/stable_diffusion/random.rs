@@ -73,7 +73,7 @@ impl StableDiffusion {
             true => encoders::as_host_bytes(
                 (text_encoder, text_encoder_2),
                 kept,
-                (&te, te2.as_ref().map(|(w, _)| w)),
+                (&te_device, dtype),
                 config,
             )?,
             false => (text_encoder, text_encoder_2, kept),

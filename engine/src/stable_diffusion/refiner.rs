@@ -184,20 +184,15 @@ impl Refiner {
             // bytes that are then copied once an upload.
             true => {
                 drop((text_encoder, unet));
-                let host = |kept: Arc<TensorMap>| {
-                    Arc::new(Arc::try_unwrap(kept).map_or_else(
-                        |shared| {
-                            tracing::warn!(
-                                "refiner tensors shared elsewhere: copied to host bytes"
-                            );
-                            shared.to_host()
-                        },
-                        TensorMap::into_host,
-                    ))
-                };
                 (
-                    Encoder::Host(host(te_kept)),
-                    UnetHome::on_host(host(unet_kept), &config.unet, device, dtype, label),
+                    Encoder::Host(TensorMap::given_to_host(te_kept)),
+                    UnetHome::on_host(
+                        TensorMap::given_to_host(unet_kept),
+                        &config.unet,
+                        device,
+                        dtype,
+                        label,
+                    ),
                 )
             }
             false => (

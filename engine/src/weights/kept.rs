@@ -148,18 +148,22 @@ impl TensorMap {
     /// device's pool: such a "host" copy kept device memory in use for as long as it lived
     /// (measured on lavapipe: a map's device memory was not freed until its host copy was
     /// dropped), so the bytes are copied out. Tensors already on the CPU are copied out once
-    /// too, so that later uploads copy them once instead of twice.
+    /// too (this map keeps them), so that later uploads copy them once instead of twice.
     pub fn to_host(&self) -> TensorMap {
-        let host = Device::flex();
-        let owned = |kept: &Kept| match kept {
-            Kept::R1(t) => Kept::Host(shared_copy(t)),
-            Kept::R2(t) => Kept::Host(shared_copy(t)),
-            Kept::R3(t) => Kept::Host(shared_copy(t)),
-            Kept::R4(t) => Kept::Host(shared_copy(t)),
-            Kept::Rows(rows) => Kept::Rows(rows.iter().map(|t| owned_on(t, &host)).collect()),
-            Kept::Host(data) => Kept::Host(data.clone()),
-        };
-        TensorMap(self.0.iter().map(|(k, v)| (k.clone(), owned(v))).collect())
+        self.clone().into_host()
+    }
+
+    /// A map given up to host memory ([`Self::into_host`]), copied instead where someone else
+    /// still holds it (which no caller means to: it warns).
+    pub fn given_to_host(map: std::sync::Arc<TensorMap>) -> std::sync::Arc<TensorMap> {
+        let host = std::sync::Arc::try_unwrap(map).map_or_else(
+            |shared| {
+                tracing::warn!("tensors shared elsewhere: copied to host bytes");
+                shared.to_host()
+            },
+            TensorMap::into_host,
+        );
+        std::sync::Arc::new(host)
     }
 
     /// [`Self::to_host`] for a map the caller gives up: a CPU tensor no one else holds becomes
