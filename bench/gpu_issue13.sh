@@ -1,5 +1,7 @@
 #!/bin/bash
 # Issue 13 on a lent GPU, one part per device call (each call may run 10 minutes):
+#   PART=cf the GEMM on workgroup-scope cooperative matrices (VK_NV_cooperative_matrix2:
+#           `bench --workgroup-gemm`, each tile checked against the plane-scope GEMM and timed)
 #   PART=ce PyTorch's SDXL and SD 1.5 steps, then part cd, then both steps under `--planes-ab`
 #           (in the thirty-ninth session's binary, with the scores computed transposed, k·qᵀ,
 #           among the rules: no gain, removed)
@@ -286,6 +288,13 @@ peak() {
 }
 
 case ${PART:-a} in
+cf)
+  # One process a variant (WG="lanes:bmxbnxbk ..."): a variant that loses the device poisons
+  # every later launch in its process.
+  for v in ${WG:-256:128x128x32}; do
+    LATENT_STUDIO_BENCH_WG=$v timeout ${OURS_TIMEOUT:-60} /tmp/ls bench --device gpu --precision f16 --runs 5 --workgroup-gemm $EXTRA 2>&1 | grep -v "Caused by\|Too m\|Requested\|acktrace\|^shader\|^SIMT\|^our GEMM\|^device:" | tail -c 6000 | tee -a $OUT/workgroup.txt
+  done
+  ;;
 cd)
   timeout ${CEILING_TIMEOUT:-150} /tmp/ls bench --device gpu --precision f16 --runs 5 --attention-ceiling $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/attention_cd.txt
   ;;

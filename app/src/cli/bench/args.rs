@@ -113,6 +113,11 @@ pub struct BenchArgs {
     /// from workgroup memory, and with its barriers, per plane arrangement (no global memory).
     #[arg(long)]
     pub(super) mma_ceiling: bool,
+    /// Only the workgroup-scope GEMM (NVIDIA's `VK_NV_cooperative_matrix2`): the device's
+    /// configurations, then each tile on a 4096³ product and SDXL's linears, checked against
+    /// our plane-scope GEMM and timed beside it.
+    #[arg(long)]
+    pub(super) workgroup_gemm: bool,
     /// Only the planes attention kernel's parts: SD 1.5's and SDXL's long shapes with the
     /// output's rescaling, the softmax, the global loads and the staging left out in turn, with
     /// one and two fragments of query rows a plane.

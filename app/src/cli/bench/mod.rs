@@ -33,6 +33,7 @@ mod refiner;
 mod sdxl;
 mod simt;
 mod unet;
+mod workgroup;
 
 pub use args::BenchArgs;
 
@@ -144,6 +145,10 @@ pub fn run(args: BenchArgs) -> Result<()> {
         }
         if args.mma_ceiling {
             ceiling::report(&device, precision, args.runs)?;
+            continue;
+        }
+        if args.workgroup_gemm {
+            workgroup::report(&device, args.runs)?;
             continue;
         }
         if args.attention_ceiling {

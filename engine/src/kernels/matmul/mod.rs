@@ -29,6 +29,7 @@ mod staging;
 #[cfg(test)]
 mod tests;
 mod vector;
+mod workgroup;
 
 pub use route::{Place, ProductRules, product_rules, set_product_rules, wide_fits};
 
@@ -40,6 +41,10 @@ pub use knobs::{
     set_mma_linears, split_slices,
 };
 pub use linear_mma::{LinearEpilogue, linear_mma};
+pub use workgroup::{
+    WorkgroupGemm, WorkgroupTile, describe as describe_workgroup, linear_workgroup,
+    workgroup_gemm_into, workgroup_gemm_on, workgroup_gemms,
+};
 
 mod gemm;
 mod knobs;
