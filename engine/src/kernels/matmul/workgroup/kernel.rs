@@ -4,6 +4,20 @@
 use burn::cubecl;
 use burn::cubecl::prelude::*;
 
+/// A workgroup-scope matrix of the cube's `bm × bn` product over `depth`, not yet loaded: every
+/// caller loads it before any other use (reading it unloaded is invalid on Vulkan).
+#[cube]
+fn unloaded<F: Float>(
+    #[comptime] ident: cmma::MatrixIdent,
+    #[comptime] bm: usize,
+    #[comptime] bn: usize,
+    #[comptime] depth: usize,
+    layout: cmma::MatrixLayout,
+) -> cmma::Matrix<F, cmma::Cube> {
+    // SAFETY: see above; each call site loads the matrix on the next line.
+    unsafe { cmma::Matrix::<F, cmma::Cube>::uninitialized(ident, bm, bn, depth, layout) }
+}
+
 #[cube]
 #[allow(clippy::too_many_arguments)]
 fn first_value<F: Float>(
@@ -16,15 +30,13 @@ fn first_value<F: Float>(
     #[comptime] add_residual: bool,
 ) -> cmma::Matrix<f32, cmma::Cube> {
     if comptime!(add_residual) {
-        let mut r = unsafe {
-            cmma::Matrix::<F, cmma::Cube>::uninitialized(
-                cmma::MatrixIdent::Accumulator,
-                bm,
-                bn,
-                bk,
-                cmma::MatrixLayout::RowMajor,
-            )
-        };
+        let mut r = unloaded::<F>(
+            cmma::MatrixIdent::Accumulator,
+            bm,
+            bn,
+            bk,
+            cmma::MatrixLayout::RowMajor,
+        );
         cmma::load_with_layout(
             &mut r,
             &residual[start..residual.len()],
@@ -83,15 +95,13 @@ pub(super) fn gemm_workgroup<F: Float>(
         // stride), the other operand `1 / kg`, so the sum over `kg` is the bias itself.
         let share = F::new(comptime!(1.0 / kg as f32));
         if comptime!(bias_per_row) {
-            let mut ba = unsafe {
-                cmma::Matrix::<F, cmma::Cube>::uninitialized(
-                    cmma::MatrixIdent::A,
-                    bm,
-                    bn,
-                    kg,
-                    cmma::MatrixLayout::ColMajor,
-                )
-            };
+            let mut ba = unloaded::<F>(
+                cmma::MatrixIdent::A,
+                bm,
+                bn,
+                kg,
+                cmma::MatrixLayout::ColMajor,
+            );
             cmma::load(&mut ba, &bias[row0..bias.len()], 0u32);
             let ones = cmma::Matrix::<F, cmma::Cube>::from_value(
                 cmma::MatrixIdent::B,
@@ -111,15 +121,13 @@ pub(super) fn gemm_workgroup<F: Float>(
                 cmma::MatrixLayout::RowMajor,
                 share,
             );
-            let mut bb = unsafe {
-                cmma::Matrix::<F, cmma::Cube>::uninitialized(
-                    cmma::MatrixIdent::B,
-                    bm,
-                    bn,
-                    kg,
-                    cmma::MatrixLayout::RowMajor,
-                )
-            };
+            let mut bb = unloaded::<F>(
+                cmma::MatrixIdent::B,
+                bm,
+                bn,
+                kg,
+                cmma::MatrixLayout::RowMajor,
+            );
             cmma::load(&mut bb, &bias[col0..bias.len()], 0u32);
             cmma::execute(&ones, &bb, &acc, &acc);
         }
@@ -177,26 +185,22 @@ fn strided_steps<F: Float>(
     let steps = k / bk;
     for s in 0..steps {
         let kk = s * bk;
-        let mut am = unsafe {
-            cmma::Matrix::<F, cmma::Cube>::uninitialized(
-                cmma::MatrixIdent::A,
+        let mut am = unloaded::<F>(
+            cmma::MatrixIdent::A,
+            bm,
+            bn,
+            bk,
+            cmma::MatrixLayout::RowMajor,
+        );
+        cmma::load(&mut am, &a[a_start + kk..a.len()], k as u32);
+        if comptime!(b_nk) {
+            let mut bmat = unloaded::<F>(
+                cmma::MatrixIdent::B,
                 bm,
                 bn,
                 bk,
-                cmma::MatrixLayout::RowMajor,
-            )
-        };
-        cmma::load(&mut am, &a[a_start + kk..a.len()], k as u32);
-        if comptime!(b_nk) {
-            let mut bmat = unsafe {
-                cmma::Matrix::<F, cmma::Cube>::uninitialized(
-                    cmma::MatrixIdent::B,
-                    bm,
-                    bn,
-                    bk,
-                    cmma::MatrixLayout::ColMajor,
-                )
-            };
+                cmma::MatrixLayout::ColMajor,
+            );
             cmma::load(
                 &mut bmat,
                 &b[z * b_batch + col0 * k + kk..b.len()],
@@ -204,15 +208,13 @@ fn strided_steps<F: Float>(
             );
             cmma::execute(&am, &bmat, acc, acc);
         } else {
-            let mut bmat = unsafe {
-                cmma::Matrix::<F, cmma::Cube>::uninitialized(
-                    cmma::MatrixIdent::B,
-                    bm,
-                    bn,
-                    bk,
-                    cmma::MatrixLayout::RowMajor,
-                )
-            };
+            let mut bmat = unloaded::<F>(
+                cmma::MatrixIdent::B,
+                bm,
+                bn,
+                bk,
+                cmma::MatrixLayout::RowMajor,
+            );
             cmma::load(
                 &mut bmat,
                 &b[z * b_batch + kk * n + col0..b.len()],
@@ -270,25 +272,21 @@ fn tensor_steps<F: Float>(
         let mut a_span = Sequence::<u32>::new();
         a_span.push(bm as u32);
         a_span.push(bk as u32);
-        let mut am = unsafe {
-            cmma::Matrix::<F, cmma::Cube>::uninitialized(
-                cmma::MatrixIdent::A,
-                bm,
-                bn,
-                bk,
-                cmma::MatrixLayout::Undefined,
-            )
-        };
+        let mut am = unloaded::<F>(
+            cmma::MatrixIdent::A,
+            bm,
+            bn,
+            bk,
+            cmma::MatrixLayout::Undefined,
+        );
         cmma::load_tensor(&mut am, &a_view.slice(a_offs, a_span));
-        let mut bmat = unsafe {
-            cmma::Matrix::<F, cmma::Cube>::uninitialized(
-                cmma::MatrixIdent::B,
-                bm,
-                bn,
-                bk,
-                cmma::MatrixLayout::Undefined,
-            )
-        };
+        let mut bmat = unloaded::<F>(
+            cmma::MatrixIdent::B,
+            bm,
+            bn,
+            bk,
+            cmma::MatrixLayout::Undefined,
+        );
         let mut b_offs = Sequence::<u32>::new();
         let mut b_span = Sequence::<u32>::new();
         if comptime!(b_nk) {

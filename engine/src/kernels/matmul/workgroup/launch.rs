@@ -41,15 +41,15 @@ pub fn workgroup_gemm_into(
         return None;
     }
     let out_cols = if geglu { n / 2 } else { n };
-    if !wg.allows(tile)
-        || !(kg <= wg.max_dim && bm.is_multiple_of(wg.granularity[0]))
-        || m == 0
-        || batch == 0
-        || !m.is_multiple_of(bm)
-        || !n.is_multiple_of(bn)
-        || !k.is_multiple_of(bk)
-        || (residual.is_some() && !wg.f16_accumulator)
-    {
+    // Whole tiles only (the device's granularity, the bias product's depth included, is
+    // `allows`'s).
+    let whole = wg.allows(tile)
+        && m > 0
+        && batch > 0
+        && m.is_multiple_of(bm)
+        && n.is_multiple_of(bn)
+        && k.is_multiple_of(bk);
+    if !whole || (residual.is_some() && !wg.f16_accumulator) {
         return None;
     }
     let holds = |t: &CubeTensor, stride: usize, len: usize| {
