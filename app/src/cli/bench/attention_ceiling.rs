@@ -97,6 +97,14 @@ pub fn report(device: &Device, precision: Precision, runs: usize) -> Result<()> 
             attention(q.clone(), k.clone(), v.clone(), None, None, options),
             n_q,
         ));
+        // Scores spread far past any first tile's maximum: a walk with tiles in registers must
+        // spill into its second walk and still agree.
+        let loud = q.clone() * 12.0;
+        let loud_reference = read(tokens(
+            attention(loud.clone(), k.clone(), v.clone(), None, None, options),
+            n_q,
+        ));
+        let loud = tokens(loud, n_q);
         let (qt, kt, vt) = (tokens(q, n_q), tokens(k, n_k), tokens(v, n_k));
         let at = |t| Heads {
             tensor: t,
@@ -115,6 +123,16 @@ pub fn report(device: &Device, precision: Precision, runs: usize) -> Result<()> 
         });
         for tiling in tilings {
             let rel = check(tiling);
+            if tiling.elementwise {
+                let whole = attention_knocked(at(&loud), at(&kt), at(&vt), heads, d, tiling, 0);
+                let rel = match (whole.and_then(read), &loud_reference) {
+                    (Some(a), Some(r)) => latent_engine::vae_compile::relative_difference(&a, r),
+                    _ => f32::NAN,
+                };
+                println!(
+                    "  {op} {tiling}, q × 12 (second walks): max rel diff to burn's {rel:.1e}"
+                );
+            }
             let ms = device_ms(device, runs, || {
                 let _ = attention_knocked(at(&qt), at(&kt), at(&vt), heads, d, tiling, 0);
             });
@@ -126,7 +144,9 @@ pub fn report(device: &Device, precision: Precision, runs: usize) -> Result<()> 
                 Err(e) => println!("  {op} {tiling}: not timed: {e}"),
             }
         }
-        for rows in [1usize, 2] {
+        // LATENT_STUDIO_BENCH_LADDER=0: the tilings only.
+        let ladder = std::env::var("LATENT_STUDIO_BENCH_LADDER").map_or(true, |v| v != "0");
+        for rows in [1usize, 2].into_iter().filter(|_| ladder) {
             set_planes_rows(Some(rows));
             let rel = check(plan);
             println!(

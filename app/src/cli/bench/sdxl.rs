@@ -95,24 +95,36 @@ pub(super) fn sdxl_bench(
     println!("[SDXL] UNet step, batch 2 (CFG), {latent}x{latent} latents: median {unet:.2} ms");
     memory(device, "after the UNet steps");
     if args.planes_ab {
-        use latent_engine::kernels::attention::{set_planes_rows, set_planes_tile};
-        // (tiling over many keys, row fragments a plane): the default, then two fragments of
-        // query rows a plane (each key and value fragment loaded once for two products).
-        let rules = [(None, None), (None, Some(2)), (Some((64, 32)), Some(2))];
-        let names = [
-            "default planes tiling",
-            "two row fragments a plane",
-            "two row fragments a plane, 64 query rows over 32-key tiles",
+        use latent_engine::kernels::attention::{
+            set_planes_registers, set_planes_rows, set_planes_tile,
+        };
+        // (whole tiles' probabilities in registers, row fragments a plane, tiling over many
+        // keys): the default, then the tiles in registers where the device offers them, with
+        // one and two fragments of query rows a plane (each key and value fragment loaded once
+        // for two products), and over 32-key tiles.
+        let rules = [
+            (Some(false), None, None),
+            (Some(true), None, None),
+            (Some(true), Some(2), None),
+            (Some(true), None, Some((32, 32))),
         ];
-        super::unet::interleaved(precision, "SDXL planes tiling", &names, 3, |i| {
-            set_planes_tile(rules[i].0);
+        let names = [
+            "round trip (default)",
+            "tiles in registers",
+            "tiles in registers, two row fragments a plane",
+            "tiles in registers, 32 query rows over 32 keys",
+        ];
+        super::unet::interleaved(precision, "SDXL planes rule", &names, 3, |i| {
+            set_planes_registers(rules[i].0);
             set_planes_rows(rules[i].1);
+            set_planes_tile(rules[i].2);
             let base_unet = model.unet()?;
             let ms = time_ms(device, 1, runs, || {
                 let _ = base_unet.forward_added(x.clone(), &[500.0], &ctx, &added);
             });
-            set_planes_tile(None);
+            set_planes_registers(None);
             set_planes_rows(None);
+            set_planes_tile(None);
             ms
         })?;
     }

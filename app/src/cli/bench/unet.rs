@@ -61,8 +61,9 @@ pub(super) fn graph_bench(
 }
 
 /// The same step, same process (kernels already tuned), under other rules for the planes
-/// attention kernel (its compilations, the prefetch, wider heads), the rules interleaved over
-/// three rounds so that drift over the run falls on each alike.
+/// attention kernel (whole tiles' probabilities in registers where the device offers them, two
+/// fragments of query rows a plane), the rules interleaved over three rounds so that drift over
+/// the run falls on each alike.
 pub(super) fn planes_ab(
     model: &StableDiffusion,
     device: &Device,
@@ -72,68 +73,41 @@ pub(super) fn planes_ab(
     ctx: &Tensor<3>,
 ) -> Result<()> {
     use latent_engine::kernels::attention::{
-        PLANES_MIN_KEYS, WIDEST_PLANES, set_planes_rows, set_planes_rule, set_planes_tile,
-        set_planes_wide,
+        set_planes_registers, set_planes_rows, set_planes_tile,
     };
-    // (prefetch, widest head, 16-byte loads, tiling over many keys, name)
+    // (whole tiles' probabilities in registers, row fragments a plane, tiling over many keys)
     let rules = [
-        (None, WIDEST_PLANES, None, None, "default rule"),
-        (None, WIDEST_PLANES, None, None, "two row fragments a plane"),
+        (Some(false), None, None, "round trip (default)"),
+        (Some(true), None, None, "tiles in registers"),
         (
-            Some(false),
-            WIDEST_PLANES,
-            Some(false),
+            Some(true),
+            Some(2),
             None,
-            "single-element loads, no prefetch (the twenty-fourth session's kernel)",
+            "tiles in registers, two row fragments a plane",
         ),
         (
-            None,
-            WIDEST_PLANES,
-            None,
-            Some((64, 32)),
-            "64 query rows over 32-key tiles",
-        ),
-        (
-            None,
-            WIDEST_PLANES,
-            None,
-            Some((64, 16)),
-            "64 query rows over 16-key tiles",
-        ),
-        (
-            None,
-            WIDEST_PLANES,
+            Some(true),
             None,
             Some((32, 32)),
-            "32 query rows over 32-key tiles",
+            "tiles in registers, 32 query rows over 32 keys",
         ),
         (
+            Some(true),
             None,
-            WIDEST_PLANES,
-            None,
-            Some((32, 64)),
-            "32 query rows over 64-key tiles",
-        ),
-        (
-            None,
-            160,
-            None,
-            None,
-            "planes for self-attention up to 160 wide",
+            Some((64, 32)),
+            "tiles in registers, 64 query rows over 32 keys",
         ),
     ];
-    let names: Vec<&str> = rules.iter().map(|r| r.4).collect();
+    let names: Vec<&str> = rules.iter().map(|r| r.3).collect();
     interleaved(precision, "planes rule", &names, 3, |i| {
-        let (prefetch, widest, wide, tile, _) = rules[i];
-        set_planes_rule(prefetch, widest, PLANES_MIN_KEYS);
-        set_planes_wide(wide);
+        let (registers, rows, tile, _) = rules[i];
+        set_planes_registers(registers);
+        set_planes_rows(rows);
         set_planes_tile(tile);
-        set_planes_rows((i == 1).then_some(2));
         let ms = step_ms(model, device, runs, x, ctx);
-        set_planes_rule(None, WIDEST_PLANES, PLANES_MIN_KEYS);
-        set_planes_wide(None);
-        set_planes_tile(None);
+        set_planes_registers(None);
         set_planes_rows(None);
+        set_planes_tile(None);
         ms
     })
 }

@@ -4,7 +4,8 @@
 use burn::cubecl;
 
 use super::knobs::{
-    planes_rule, planes_tile, planes_wide, rows_keys16_widest, rows_pairs_min_queries, rows_vector,
+    planes_registers, planes_rule, planes_tile, planes_wide, rows_keys16_widest,
+    rows_pairs_min_queries, rows_vector,
 };
 use super::plan::SHARED_BUDGET;
 use super::{FEW_KEYS, Plan, WIDEST_OURS_WITH_CMMA};
@@ -62,11 +63,13 @@ pub(super) fn preferred_with(
     let cmma = all.iter().any(|p| p.fragment.is_some());
     let (prefetch, widest, min_keys) = planes_rule();
     let wide = planes_wide();
+    let registers = planes_registers();
     if cmma && d <= widest && n_k >= min_keys {
         let mut planes = all.iter().filter(|p| {
             p.plane.is_some()
                 && prefetch.is_none_or(|f| p.prefetch == f)
                 && wide.is_none_or(|w| p.wide_loads == w)
+                && registers.is_none_or(|r| p.elementwise == r)
         });
         // Over a few keys (the 77 prompt tokens) the narrowest key tile wastes least.
         let chosen = match (n_k < FEW_KEYS, planes_tile()) {

@@ -55,6 +55,22 @@ pub(super) fn planes_tile() -> Option<(usize, usize)> {
     }
 }
 
+/// The bench's switch for tiles in registers (0: [`Plan`]'s order, 1: never, 2: where offered).
+static PLANES_REGISTERS: AtomicU8 = AtomicU8::new(0);
+
+/// Makes [`super::default_plan`] take the planes kernel with whole tiles' probabilities in
+/// registers ([`super::elementwise`]) or without (`None`: [`Plan`]'s order). For measuring only.
+pub fn set_planes_registers(registers: Option<bool>) {
+    PLANES_REGISTERS.store(registers.map_or(0, |r| 1 + u8::from(r)), Ordering::Relaxed);
+}
+
+pub(super) fn planes_registers() -> Option<bool> {
+    match PLANES_REGISTERS.load(Ordering::Relaxed) {
+        0 => None,
+        c => Some(c == 2),
+    }
+}
+
 pub(super) fn planes_wide() -> Option<bool> {
     match PLANES_WIDE.load(Ordering::Relaxed) {
         0 => None,

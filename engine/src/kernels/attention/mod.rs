@@ -14,6 +14,7 @@
 //! The twin is [`crate::attention::multi_head_attention`] (burn's attention).
 
 mod choose;
+mod elementwise;
 mod kernel;
 mod knobs;
 mod plan;
@@ -30,8 +31,9 @@ use choose::{ours_is_faster, pairs_fit_registers, preferred_with};
 use choose::{paired_over_many, preferred};
 use kernel::{flash_attention, flash_attention_rows};
 pub use knobs::{
-    ROWS_KEYS16_WIDEST, ROWS_PAIRS_MIN_QUERIES, set_planes_rows, set_planes_rule, set_planes_tile,
-    set_planes_wide, set_rows_keys16, set_rows_pairs, set_rows_scalar,
+    ROWS_KEYS16_WIDEST, ROWS_PAIRS_MIN_QUERIES, set_planes_registers, set_planes_rows,
+    set_planes_rule, set_planes_tile, set_planes_wide, set_rows_keys16, set_rows_pairs,
+    set_rows_scalar,
 };
 use knobs::{planes_rows, rows_vector};
 pub use plan::{Fragment, Plan, device_fragment, device_fragments};
@@ -194,6 +196,7 @@ fn plans_on(client: &cubecl::client::Client, dtype: burn::tensor::DType, d: usiz
             plane,
             max_lanes,
             budget,
+            per_element_operations(client),
         ));
     }
     all.extend(Plan::fitting(d, dtype.size(), fragment, budget));
@@ -201,6 +204,15 @@ fn plans_on(client: &cubecl::client::Client, dtype: burn::tensor::DType, d: usiz
         all.extend(Plan::fitting(d, dtype.size(), None, budget));
     }
     all
+}
+
+/// Whether the device's cooperative matrices take per-element operations and conversions
+/// between uses (`VK_NV_cooperative_matrix2`): cubecl registers workgroup-scope configurations
+/// only where that extension is enabled, and NVIDIA's drivers offer its per-element operations
+/// and conversions with it. `LATENT_STUDIO_ATTENTION_REGISTERS=off` hides them.
+fn per_element_operations(client: &cubecl::client::Client) -> bool {
+    let off = std::env::var("LATENT_STUDIO_ATTENTION_REGISTERS").is_ok_and(|v| v == "off");
+    !off && !client.features().matmul.cube_mma.is_empty()
 }
 
 /// [`attention`] with a given tiling (one of [`plans`]).
@@ -340,6 +352,7 @@ fn launch(
                     vec,
                     rows,
                     knock,
+                    plan.elementwise,
                 )
             } else if vector_rows {
                 flash_attention_rows_vec::launch::<$t>(

@@ -33,6 +33,21 @@ const PLANE_TILES: [(usize, usize); 7] = [
     (2, 16),
 ];
 
+/// The same with whole tiles' probabilities in registers ([`super::elementwise`]), best first.
+/// On an H200 (BENCHMARKS.md, forty-first session; whole steps replayed, three interleaved
+/// rounds) two planes over 32 keys took SD 1.5's step from 30.75 ms (the round trip's tiles) to
+/// 29.66 and SDXL's from 178.39 to 171.96; the round trip's own order in registers lost
+/// (31.05 and 181.62), as did 64 query rows over 32 keys (30.58 on SD 1.5).
+const REGISTER_TILES: [(usize, usize); 7] = [
+    (2, 32),
+    (4, 64),
+    (4, 16),
+    (4, 32),
+    (2, 64),
+    (8, 32),
+    (2, 16),
+];
+
 /// The planes kernel's compilations, `(wide_loads, prefetch)` ([`Plan::wide_loads`],
 /// [`Plan::prefetch`]), best first for each tiling. On SD 1.5 steps replayed on an H200
 /// (BENCHMARKS.md, twenty-fifth session, three interleaved rounds): 16-byte loads with the next
@@ -111,6 +126,9 @@ pub struct Plan {
     /// The planes kernel moves q, k, v and its output 8 elements a load where the head width
     /// and the operands' offsets allow (else one).
     pub wide_loads: bool,
+    /// The planes kernel takes the probabilities of whole tiles in registers
+    /// ([`super::elementwise`]: NVIDIA's per-element operations on cooperative matrices).
+    pub elementwise: bool,
 }
 
 impl Plan {
@@ -160,6 +178,7 @@ impl Plan {
                 plane: None,
                 prefetch: false,
                 wide_loads: false,
+                elementwise: false,
             })
             .collect()
     }
@@ -193,6 +212,7 @@ impl Plan {
         plane: usize,
         max_lanes: usize,
         budget: usize,
+        elementwise: bool,
     ) -> Vec<Self> {
         let f = fragment;
         if d == 0 || plane == 0 || f.m == 0 || !plane.is_multiple_of(f.m) {
@@ -203,9 +223,17 @@ impl Plan {
         if !lpr.is_power_of_two() || !dp.is_multiple_of(lpr) {
             return Vec::new();
         }
-        PLANE_TILES
+        // Tiles in registers (first, where offered) need the scores' fragment to be the next
+        // product's left operand and a row's lanes to divide it.
+        let registers = elementwise && f.n == f.k && f.n.is_multiple_of(lpr);
+        let in_registers = REGISTER_TILES
             .iter()
-            .flat_map(|&(planes, bk)| {
+            .filter(|_| registers)
+            .map(|&t| (t, true));
+        let round_trip = PLANE_TILES.iter().map(|&t| (t, false));
+        in_registers
+            .chain(round_trip)
+            .flat_map(|((planes, bk), elementwise)| {
                 PLANE_VARIANTS.map(|(wide_loads, prefetch)| Plan {
                     bq: planes * f.m,
                     bk,
@@ -217,6 +245,7 @@ impl Plan {
                     plane: Some(plane),
                     prefetch,
                     wide_loads,
+                    elementwise,
                 })
             })
             .filter(|p| {
@@ -271,6 +300,7 @@ impl Plan {
             plane: None,
             prefetch: false,
             wide_loads: false,
+            elementwise: false,
         });
         // On plain lanes the per-row kernel comes first.
         let per_row = match fragment {
@@ -340,9 +370,10 @@ impl std::fmt::Display for Plan {
             Some(m) if self.plane.is_some() => {
                 let prefetch = if self.prefetch { " prefetch" } else { "" };
                 let wide = if self.wide_loads { " wide" } else { "" };
+                let registers = if self.elementwise { " registers" } else { "" };
                 write!(
                     f,
-                    "cmma planes{wide}{prefetch} {}x{}x{} q{} k{}",
+                    "cmma planes{wide}{prefetch}{registers} {}x{}x{} q{} k{}",
                     m.m, m.n, m.k, self.bq, self.bk
                 )
             }
@@ -374,14 +405,14 @@ mod tests {
             k: 16,
         };
         let first = |d: usize| {
-            Plan::on_planes(d, 2, square, 32, 256, 48 * 1024)
+            Plan::on_planes(d, 2, square, 32, 256, 48 * 1024, false)
                 .first()
                 .copied()
         };
         let p = first(40).expect("fits");
         assert_eq!((p.bq, p.bk, p.dp, p.plane), (64, 64, 48, Some(32)));
         // 16-byte loads with the next tile prefetched first, then each backed out.
-        let first_variants: Vec<_> = Plan::on_planes(40, 2, square, 32, 256, 48 * 1024)
+        let first_variants: Vec<_> = Plan::on_planes(40, 2, square, 32, 256, 48 * 1024, false)
             .iter()
             .take(4)
             .map(|p| (p.bq, p.bk, p.wide_loads, p.prefetch))
@@ -401,16 +432,52 @@ mod tests {
         // 160 wide: only two planes over 16 keys fit.
         assert_eq!(first(160).map(|p| (p.bq, p.bk)), Some((32, 16)));
         assert!(first(208).is_none());
-        for p in Plan::on_planes(64, 2, square, 32, 128, 48 * 1024) {
+        for p in Plan::on_planes(64, 2, square, 32, 128, 48 * 1024, false) {
             assert!(p.bq / 16 * 32 <= 128 && p.to_string().contains("planes"));
         }
         // A plane narrower than the fragment's rows, or an odd split, gets nothing.
-        assert!(Plan::on_planes(40, 2, square, 8, 256, 48 * 1024).is_empty());
-        assert!(Plan::on_planes(40, 2, square, 48, 256, 48 * 1024).is_empty());
+        assert!(Plan::on_planes(40, 2, square, 8, 256, 48 * 1024, false).is_empty());
+        assert!(Plan::on_planes(40, 2, square, 48, 256, 48 * 1024, false).is_empty());
         // Intel's 8×16×16 on 16-lane planes: two lanes a row, 8 rows a plane.
         let arc = Fragment { m: 8, n: 16, k: 16 };
-        let p = Plan::on_planes(40, 2, arc, 16, 256, 48 * 1024)[0];
+        let p = Plan::on_planes(40, 2, arc, 16, 256, 48 * 1024, false)[0];
         assert_eq!((p.bq, p.bk), (32, 64));
+    }
+
+    /// Where the device offers per-element operations, the planes plans with tiles in registers
+    /// come first (two planes over 32 keys first), the round trip's after them; a fragment whose
+    /// scores cannot be the next left operand (16×8×16: scores 16 × 8, operand 16 × 16) gets
+    /// none.
+    #[test]
+    fn register_plans_come_first_where_offered() {
+        let square = Fragment {
+            m: 16,
+            n: 16,
+            k: 16,
+        };
+        let all = Plan::on_planes(40, 2, square, 32, 256, 48 * 1024, true);
+        let first = all[0];
+        assert!(first.elementwise && first.wide_loads && first.prefetch);
+        assert_eq!((first.bq, first.bk), (32, 32));
+        assert!(first.to_string().contains("registers"));
+        let split = all
+            .iter()
+            .position(|p| !p.elementwise)
+            .expect("round trip plans");
+        assert!(all[split..].iter().all(|p| !p.elementwise));
+        assert_eq!(
+            all[split..].to_vec(),
+            Plan::on_planes(40, 2, square, 32, 256, 48 * 1024, false)
+        );
+        // 160 wide: the one tiling that fits, in registers first.
+        let wide = Plan::on_planes(160, 2, square, 32, 256, 48 * 1024, true);
+        assert_eq!(
+            (wide[0].bq, wide[0].bk, wide[0].elementwise),
+            (32, 16, true)
+        );
+        let narrow = Fragment { m: 16, n: 8, k: 16 };
+        let plans = Plan::on_planes(40, 2, narrow, 32, 256, 48 * 1024, true);
+        assert!(!plans.is_empty() && plans.iter().all(|p| !p.elementwise));
     }
 
     /// Tiles fit the budget for SD's head widths, pad to the fragment, and the VAE's 512-wide

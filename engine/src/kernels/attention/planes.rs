@@ -18,6 +18,11 @@
 //! are loaded once, the probability fragments once per tile, and with `prefetch` each lane loads
 //! its share of the next key and value tile into registers while the plane multiplies this one.
 //!
+//! With `elementwise` (where the device has NVIDIA's per-element operations on cooperative
+//! matrices) whole key tiles after the first take their probabilities in registers instead, with
+//! no score round trip ([`super::elementwise`]); the first tile, a partial last one and a walk
+//! whose probabilities left f16's range take the round trip above.
+//!
 //! q, k, v and the output move `vec` elements a load: 8 (16 bytes of f16, staged as such, so
 //! fragment loads read 16-byte aligned rows) where the head width and every operand's offset
 //! allow, else 1. With 8 and the prefetch, an SD 1.5 step replayed took 32.71 ms on an H200
@@ -29,6 +34,8 @@
 
 use burn::cubecl;
 use burn::cubecl::prelude::*;
+
+use super::elementwise::{elementwise_tile, rescale_sums};
 
 /// f32 words of padding per score row in workgroup memory: 16 bytes keeps fragment stores aligned
 /// and spreads the rows a plane's lanes read over the banks.
@@ -94,6 +101,7 @@ pub(super) fn flash_attention_planes<F: Float, N: Size>(
     #[comptime] vec: usize,
     #[comptime] rows: usize,
     #[comptime] knock: u32,
+    #[comptime] elementwise: bool,
 ) {
     let lanes = comptime!(planes * plane);
     // Vectors per staged row, and those that carry the head (the rest pad it to `dp`).
@@ -168,7 +176,8 @@ pub(super) fn flash_attention_planes<F: Float, N: Size>(
             qf.push(f);
         }
     }
-    // The plane's output rows, resident for the whole walk.
+    // The plane's output rows, resident for the whole walk; with `elementwise`, also their row
+    // sums (each tile's probabilities times a fragment of ones: every column is the sum).
     let mut acc = Sequence::<cmma::Matrix<f32>>::new();
     #[unroll]
     for _ in 0..comptime!(rows * (dp / fn_)) {
@@ -181,6 +190,29 @@ pub(super) fn flash_attention_planes<F: Float, N: Size>(
             0.0f32,
         ));
     }
+    let mut sums = Sequence::<cmma::Matrix<f32>>::new();
+    let mut ones = Sequence::<cmma::Matrix<F>>::new();
+    if comptime!(elementwise) {
+        #[unroll]
+        for _ in 0..rows {
+            sums.push(cmma::Matrix::<f32>::from_value(
+                cmma::MatrixIdent::Accumulator,
+                fm,
+                fn_,
+                fk,
+                cmma::MatrixLayout::Undefined,
+                0.0f32,
+            ));
+        }
+        ones.push(cmma::Matrix::<F>::from_value(
+            cmma::MatrixIdent::B,
+            fm,
+            fn_,
+            fk,
+            cmma::MatrixLayout::RowMajor,
+            F::new(1.0),
+        ));
+    }
     let mut m = f32::cast_from(-1.0e30f32);
     let mut l = 0.0f32;
 
@@ -190,251 +222,372 @@ pub(super) fn flash_attention_planes<F: Float, N: Size>(
     // This lane's share of a key/value tile, on its way to workgroup memory.
     let mut kr = Array::<Vector<F, N>>::new(per_lane);
     let mut vr = Array::<Vector<F, N>>::new(per_lane);
-    if comptime!(prefetch) {
-        load_tile::<F, N>(
-            k, v, &mut kr, &mut vr, k_base, k_row, v_base, v_row, 0usize, n_k, lane, dv, dpv, bk,
-            lanes, vec,
-        );
-    }
     let staged = comptime!(knock & knock::STAGE == 0);
     let loads = comptime!(staged && knock & knock::GLOBAL == 0);
-    for t in 0..tiles {
-        let key0 = t * bk;
-        if comptime!(staged) {
-            // Every lane is done with the previous tile.
-            sync_cube();
-            // Without prefetch, this tile is loaded now; with it, it was loaded during the last.
-            if comptime!(!prefetch && loads) {
-                load_tile::<F, N>(
-                    k, v, &mut kr, &mut vr, k_base, k_row, v_base, v_row, key0, n_k, lane, dv, dpv,
-                    bk, lanes, vec,
-                );
-            }
-            #[unroll]
-            for e in 0..per_lane {
-                let i = lane + e * lanes;
-                if i < comptime!(bk * dpv) {
-                    k_s[i] = kr[e];
-                    v_s[i] = vr[e];
-                }
-            }
-            sync_cube();
-        }
-        if comptime!(prefetch && loads) {
-            // The next tile's loads are in flight while this one is multiplied.
-            if t + 1 < tiles {
-                load_tile::<F, N>(
-                    k,
-                    v,
-                    &mut kr,
-                    &mut vr,
-                    k_base,
-                    k_row,
-                    v_base,
-                    v_row,
-                    key0 + bk,
-                    n_k,
-                    lane,
-                    dv,
-                    dpv,
-                    bk,
-                    lanes,
-                    vec,
-                );
-            }
-        }
-
-        // Scores s = q·kᵀ (unscaled) for this plane's rows.
-        #[unroll]
-        for fc in 0..bk / fn_ {
-            let mut sf = Sequence::<cmma::Matrix<f32>>::new();
-            #[unroll]
-            for _ in 0..rows {
-                sf.push(cmma::Matrix::<f32>::from_value(
-                    cmma::MatrixIdent::Accumulator,
-                    fm,
-                    fn_,
-                    fk,
-                    cmma::MatrixLayout::Undefined,
-                    0.0f32,
-                ));
-            }
-            #[unroll]
-            for kk in 0..dp / fk {
-                // kᵀ's column j is k's row j: column-major with the row stride.
-                let mut b = unsafe {
-                    cmma::Matrix::<F>::uninitialized(
-                        cmma::MatrixIdent::B,
-                        fm,
-                        fn_,
-                        fk,
-                        cmma::MatrixLayout::ColMajor,
-                    )
-                };
-                cmma::load(
-                    &mut b,
-                    &k_s[(fc * fn_ * dp + kk * fk) / vec..comptime!(bk * dpv)],
-                    dp as u32,
-                );
+    // With `elementwise`, a walk whose probabilities left f16's range somewhere in the cube is
+    // walked again with every tile's scores through workgroup memory (the second attempt). The
+    // attempts are unrolled: in a `loop`, cubecl 0.11.3 counted the workgroup memory used
+    // inside it twice and refused the launch (57 344 bytes for 32 768).
+    let mut done = false;
+    #[unroll]
+    for attempt in 0..comptime!(if elementwise { 2usize } else { 1usize }) {
+        if !done {
+            if comptime!(attempt > 0) {
                 #[unroll]
-                for rb in 0..rows {
-                    let s = sf.index(rb);
-                    cmma::execute(qf.index(rb * comptime!(dp / fk) + kk), &b, s, s);
+                for i in 0..comptime!(rows * (dp / fn_)) {
+                    cmma::fill(acc.index_mut(i), 0.0f32);
                 }
+                #[unroll]
+                for i in 0..comptime!(if elementwise { rows } else { 0 }) {
+                    cmma::fill(sums.index_mut(i), 0.0f32);
+                }
+                m = f32::cast_from(-1.0e30f32);
+                l = 0.0f32;
             }
-            #[unroll]
-            for rb in 0..rows {
-                cmma::store(
-                    &mut s_s[s_at_plane + rb * comptime!(fm * s_row) + fc * fn_..bq * s_row],
-                    sf.index(rb),
-                    s_row as u32,
-                    cmma::MatrixLayout::RowMajor,
+            if comptime!(prefetch) {
+                load_tile::<F, N>(
+                    k, v, &mut kr, &mut vr, k_base, k_row, v_base, v_row, 0usize, n_k, lane, dv,
+                    dpv, bk, lanes, vec,
                 );
             }
-        }
-        if comptime!(knock & knock::PLANE_SYNC == 0) {
-            sync_plane();
-        }
-
-        // The tile's row maximum, its keys spread over the row's `lpr` lanes.
-        let mut valid = n_k - key0;
-        if valid > bk {
-            valid = bk;
-        }
-        let mut local = f32::cast_from(-1.0e30f32);
-        if comptime!(knock & (knock::MAX_PASS | knock::SOFTMAX) == 0) {
-            #[unroll]
-            for jj in 0..bk / lpr {
-                let j = part + jj * lpr;
-                let s = s_s[s_at_row + j] * scale;
-                if j < valid && s > local {
-                    local = s;
-                }
-            }
-            let mut mask = 1u32;
-            #[unroll]
-            for _ in 0..comptime!(lpr.trailing_zeros() as usize) {
-                let other = plane_shuffle_xor(local, mask);
-                if other > local {
-                    local = other;
-                }
-                mask *= 2;
-            }
-        } else {
-            local = 0.0f32;
-        }
-        // The reference moves only past the margin (always on the first tile).
-        let grow = local > m + RESCALE_MARGIN;
-        let mut reference = m;
-        if grow {
-            reference = local;
-        }
-        let alpha = f32::exp(m - reference);
-        let mut sum = 0.0f32;
-        if comptime!(knock & knock::SOFTMAX == 0) {
-            #[unroll]
-            for jj in 0..bk / lpr {
-                let j = part + jj * lpr;
-                let mut p = 0.0f32;
-                if j < valid {
-                    p = f32::exp(s_s[s_at_row + j] * scale - reference);
-                }
-                p_s[p_at_row + j] = F::cast_from(p);
-                sum += p;
-            }
-            let mut mask = 1u32;
-            #[unroll]
-            for _ in 0..comptime!(lpr.trailing_zeros() as usize) {
-                sum += plane_shuffle_xor(sum, mask);
-                mask *= 2;
-            }
-        }
-        l = l * alpha + sum;
-        m = reference;
-        if comptime!(knock & knock::PLANE_SYNC == 0) {
-            sync_plane();
-        }
-
-        // Where a row's reference moved, its accumulated output is scaled to the new one: the
-        // plane's fragments go through its (now free) score rows. Nothing to scale at first.
-        let moved = plane_any(grow);
-        if comptime!(knock & knock::RESCALE == 0) {
-            if t > 0 && moved {
-                #[unroll]
-                for rb in 0..rows {
+            for t in 0..tiles {
+                let key0 = t * bk;
+                if comptime!(staged) {
+                    // Every lane is done with the previous tile.
+                    sync_cube();
+                    // Without prefetch, this tile is loaded now; with it, it was loaded during the last.
+                    if comptime!(!prefetch && loads) {
+                        load_tile::<F, N>(
+                            k, v, &mut kr, &mut vr, k_base, k_row, v_base, v_row, key0, n_k, lane,
+                            dv, dpv, bk, lanes, vec,
+                        );
+                    }
                     #[unroll]
-                    for fc in 0..dp / fn_ {
-                        cmma::store(
-                            &mut s_s
-                                [s_at_plane + rb * comptime!(fm * s_row) + fc * fn_..bq * s_row],
-                            acc.index(rb * comptime!(dp / fn_) + fc),
-                            s_row as u32,
-                            cmma::MatrixLayout::RowMajor,
+                    for e in 0..per_lane {
+                        let i = lane + e * lanes;
+                        if i < comptime!(bk * dpv) {
+                            k_s[i] = kr[e];
+                            v_s[i] = vr[e];
+                        }
+                    }
+                    sync_cube();
+                }
+                if comptime!(prefetch && loads) {
+                    // The next tile's loads are in flight while this one is multiplied.
+                    if t + 1 < tiles {
+                        load_tile::<F, N>(
+                            k,
+                            v,
+                            &mut kr,
+                            &mut vr,
+                            k_base,
+                            k_row,
+                            v_base,
+                            v_row,
+                            key0 + bk,
+                            n_k,
+                            lane,
+                            dv,
+                            dpv,
+                            bk,
+                            lanes,
+                            vec,
                         );
                     }
                 }
-                sync_plane();
-                #[unroll]
-                for c in 0..cols {
-                    let at = s_at_row + part + c * lpr;
-                    s_s[at] *= alpha;
-                }
-                sync_plane();
-                #[unroll]
-                for rb in 0..rows {
-                    #[unroll]
-                    for fc in 0..dp / fn_ {
-                        cmma::load_with_layout(
-                            acc.index_mut(rb * comptime!(dp / fn_) + fc),
-                            &s_s[s_at_plane + rb * comptime!(fm * s_row) + fc * fn_..bq * s_row],
-                            s_row as u32,
-                            cmma::MatrixLayout::RowMajor,
-                        );
-                    }
-                }
-            }
-        }
-
-        // This tile's p·v, added to the resident output.
-        let mut pf = Sequence::<cmma::Matrix<F>>::new();
-        #[unroll]
-        for rb in 0..rows {
-            #[unroll]
-            for kk in 0..bk / fk {
-                pf.push(cmma::Matrix::<F>::from_slice(
-                    cmma::MatrixIdent::A,
-                    fm,
-                    fn_,
-                    fk,
-                    cmma::MatrixLayout::RowMajor,
-                    &p_s[p_at_plane + rb * comptime!(fm * p_row) + kk * fk..bq * p_row],
-                    p_row as u32,
-                ));
-            }
-        }
-        #[unroll]
-        for fc in 0..dp / fn_ {
-            #[unroll]
-            for kk in 0..bk / fk {
-                let mut b = unsafe {
-                    cmma::Matrix::<F>::uninitialized(
-                        cmma::MatrixIdent::B,
+                // A whole tile after the first, on the first attempt, takes its probabilities in
+                // registers against the references the last round trip left.
+                let in_registers =
+                    comptime!(elementwise && attempt == 0) && t > 0 && key0 + bk <= n_k;
+                if in_registers {
+                    elementwise_tile::<F, N>(
+                        &k_s,
+                        &v_s,
+                        &s_s,
+                        &qf,
+                        &mut acc,
+                        &mut sums,
+                        &ones,
+                        s_at_plane,
+                        scale,
+                        dp,
+                        bk,
                         fm,
                         fn_,
                         fk,
+                        rows,
+                        vec,
+                        s_row,
+                        bq * s_row,
+                        bk * dpv,
+                    );
+                } else {
+                    // Scores s = q·kᵀ (unscaled) for this plane's rows.
+                    #[unroll]
+                    for fc in 0..bk / fn_ {
+                        let mut sf = Sequence::<cmma::Matrix<f32>>::new();
+                        #[unroll]
+                        for _ in 0..rows {
+                            sf.push(cmma::Matrix::<f32>::from_value(
+                                cmma::MatrixIdent::Accumulator,
+                                fm,
+                                fn_,
+                                fk,
+                                cmma::MatrixLayout::Undefined,
+                                0.0f32,
+                            ));
+                        }
+                        #[unroll]
+                        for kk in 0..dp / fk {
+                            // kᵀ's column j is k's row j: column-major with the row stride.
+                            let mut b = unsafe {
+                                cmma::Matrix::<F>::uninitialized(
+                                    cmma::MatrixIdent::B,
+                                    fm,
+                                    fn_,
+                                    fk,
+                                    cmma::MatrixLayout::ColMajor,
+                                )
+                            };
+                            cmma::load(
+                                &mut b,
+                                &k_s[(fc * fn_ * dp + kk * fk) / vec..comptime!(bk * dpv)],
+                                dp as u32,
+                            );
+                            #[unroll]
+                            for rb in 0..rows {
+                                let s = sf.index(rb);
+                                cmma::execute(qf.index(rb * comptime!(dp / fk) + kk), &b, s, s);
+                            }
+                        }
+                        #[unroll]
+                        for rb in 0..rows {
+                            cmma::store(
+                                &mut s_s[s_at_plane + rb * comptime!(fm * s_row) + fc * fn_
+                                    ..bq * s_row],
+                                sf.index(rb),
+                                s_row as u32,
+                                cmma::MatrixLayout::RowMajor,
+                            );
+                        }
+                    }
+                    if comptime!(knock & knock::PLANE_SYNC == 0) {
+                        sync_plane();
+                    }
+
+                    // The tile's row maximum, its keys spread over the row's `lpr` lanes.
+                    let mut valid = n_k - key0;
+                    if valid > bk {
+                        valid = bk;
+                    }
+                    let mut local = f32::cast_from(-1.0e30f32);
+                    if comptime!(knock & (knock::MAX_PASS | knock::SOFTMAX) == 0) {
+                        #[unroll]
+                        for jj in 0..bk / lpr {
+                            let j = part + jj * lpr;
+                            let s = s_s[s_at_row + j] * scale;
+                            if j < valid && s > local {
+                                local = s;
+                            }
+                        }
+                        let mut mask = 1u32;
+                        #[unroll]
+                        for _ in 0..comptime!(lpr.trailing_zeros() as usize) {
+                            let other = plane_shuffle_xor(local, mask);
+                            if other > local {
+                                local = other;
+                            }
+                            mask *= 2;
+                        }
+                    } else {
+                        local = 0.0f32;
+                    }
+                    // The reference moves only past the margin (always on the first tile).
+                    let grow = local > m + RESCALE_MARGIN;
+                    let mut reference = m;
+                    if grow {
+                        reference = local;
+                    }
+                    let alpha = f32::exp(m - reference);
+                    let mut sum = 0.0f32;
+                    if comptime!(knock & knock::SOFTMAX == 0) {
+                        #[unroll]
+                        for jj in 0..bk / lpr {
+                            let j = part + jj * lpr;
+                            let mut p = 0.0f32;
+                            if j < valid {
+                                p = f32::exp(s_s[s_at_row + j] * scale - reference);
+                            }
+                            p_s[p_at_row + j] = F::cast_from(p);
+                            sum += p;
+                        }
+                        let mut mask = 1u32;
+                        #[unroll]
+                        for _ in 0..comptime!(lpr.trailing_zeros() as usize) {
+                            sum += plane_shuffle_xor(sum, mask);
+                            mask *= 2;
+                        }
+                    }
+                    l = l * alpha + sum;
+                    m = reference;
+                    if comptime!(knock & knock::PLANE_SYNC == 0) {
+                        sync_plane();
+                    }
+
+                    // Where a row's reference moved, its accumulated output is scaled to the new one: the
+                    // plane's fragments go through its (now free) score rows. Nothing to scale at first.
+                    let moved = plane_any(grow);
+                    if comptime!(knock & knock::RESCALE == 0) {
+                        if t > 0 && moved {
+                            #[unroll]
+                            for rb in 0..rows {
+                                #[unroll]
+                                for fc in 0..dp / fn_ {
+                                    cmma::store(
+                                        &mut s_s[s_at_plane + rb * comptime!(fm * s_row) + fc * fn_
+                                            ..bq * s_row],
+                                        acc.index(rb * comptime!(dp / fn_) + fc),
+                                        s_row as u32,
+                                        cmma::MatrixLayout::RowMajor,
+                                    );
+                                }
+                            }
+                            sync_plane();
+                            #[unroll]
+                            for c in 0..cols {
+                                let at = s_at_row + part + c * lpr;
+                                s_s[at] *= alpha;
+                            }
+                            sync_plane();
+                            #[unroll]
+                            for rb in 0..rows {
+                                #[unroll]
+                                for fc in 0..dp / fn_ {
+                                    cmma::load_with_layout(
+                                        acc.index_mut(rb * comptime!(dp / fn_) + fc),
+                                        &s_s[s_at_plane + rb * comptime!(fm * s_row) + fc * fn_
+                                            ..bq * s_row],
+                                        s_row as u32,
+                                        cmma::MatrixLayout::RowMajor,
+                                    );
+                                }
+                            }
+                        }
+                    }
+                    if comptime!(elementwise) {
+                        if t > 0 && moved {
+                            rescale_sums(
+                                &mut s_s,
+                                &mut sums,
+                                alpha,
+                                s_at_plane,
+                                s_at_row,
+                                part,
+                                fm,
+                                fn_,
+                                rows,
+                                lpr,
+                                s_row,
+                                bq * s_row,
+                            );
+                        }
+                        // The rows' references, negated and over the scale, for the tiles taken
+                        // in registers (their scores' first value).
+                        sync_plane();
+                        #[unroll]
+                        for c in 0..comptime!(fn_ / lpr) {
+                            s_s[s_at_row + part + c * lpr] = -m / scale;
+                        }
+                        sync_plane();
+                    }
+
+                    // This tile's p·v, added to the resident output.
+                    let mut pf = Sequence::<cmma::Matrix<F>>::new();
+                    #[unroll]
+                    for rb in 0..rows {
+                        #[unroll]
+                        for kk in 0..bk / fk {
+                            pf.push(cmma::Matrix::<F>::from_slice(
+                                cmma::MatrixIdent::A,
+                                fm,
+                                fn_,
+                                fk,
+                                cmma::MatrixLayout::RowMajor,
+                                &p_s[p_at_plane + rb * comptime!(fm * p_row) + kk * fk..bq * p_row],
+                                p_row as u32,
+                            ));
+                        }
+                    }
+                    #[unroll]
+                    for fc in 0..dp / fn_ {
+                        #[unroll]
+                        for kk in 0..bk / fk {
+                            let mut b = unsafe {
+                                cmma::Matrix::<F>::uninitialized(
+                                    cmma::MatrixIdent::B,
+                                    fm,
+                                    fn_,
+                                    fk,
+                                    cmma::MatrixLayout::RowMajor,
+                                )
+                            };
+                            cmma::load(
+                                &mut b,
+                                &v_s[(kk * fk * dp + fc * fn_) / vec..comptime!(bk * dpv)],
+                                dp as u32,
+                            );
+                            #[unroll]
+                            for rb in 0..rows {
+                                let o = acc.index(rb * comptime!(dp / fn_) + fc);
+                                cmma::execute(pf.index(rb * comptime!(bk / fk) + kk), &b, o, o);
+                            }
+                        }
+                    }
+                    if comptime!(elementwise) {
+                        #[unroll]
+                        for kk in 0..bk / fk {
+                            #[unroll]
+                            for rb in 0..rows {
+                                let s = sums.index(rb);
+                                cmma::execute(
+                                    pf.index(rb * comptime!(bk / fk) + kk),
+                                    ones.index(0),
+                                    s,
+                                    s,
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+            if comptime!(elementwise) {
+                // The row sums, through the plane's score rows; a row whose sum is not finite passed
+                // f16's range in some tile (or its inputs hold NaN, which a second walk keeps).
+                sync_plane();
+                #[unroll]
+                for rb in 0..rows {
+                    cmma::store(
+                        &mut s_s[s_at_plane + rb * comptime!(fm * s_row)..bq * s_row],
+                        sums.index(rb),
+                        s_row as u32,
                         cmma::MatrixLayout::RowMajor,
-                    )
-                };
-                cmma::load(
-                    &mut b,
-                    &v_s[(kk * fk * dp + fc * fn_) / vec..comptime!(bk * dpv)],
-                    dp as u32,
-                );
-                #[unroll]
-                for rb in 0..rows {
-                    let o = acc.index(rb * comptime!(dp / fn_) + fc);
-                    cmma::execute(pf.index(rb * comptime!(bk / fk) + kk), &b, o, o);
+                    );
                 }
+                sync_plane();
+                l = s_s[s_at_row];
+                let spilled = plane_any(!(l < 3.0e38f32));
+                // One flag for the cube (its key tiles are shared): the first probability row's first
+                // element, free between walks.
+                sync_cube();
+                if lane == 0 {
+                    p_s[0] = F::new(0.0);
+                }
+                sync_cube();
+                if spilled && in_plane == 0 {
+                    p_s[0] = F::new(1.0);
+                }
+                sync_cube();
+                done = p_s[0] == F::new(0.0);
             }
         }
     }

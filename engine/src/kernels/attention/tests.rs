@@ -49,22 +49,26 @@ fn default_plan_rule() {
         (160, 256),
         (160, 77),
     ] {
-        let planes = Plan::on_planes(d, 2, fragment, 32, 256, 48 * 1024);
-        let narrowest = planes.iter().min_by_key(|p| p.bk).copied();
-        let mut all = planes.clone();
-        all.extend(Plan::fitting(d, 2, square, 48 * 1024));
-        all.extend(Plan::fitting(d, 2, None, 48 * 1024));
-        let chosen = super::preferred(all, d, n_k).expect("ours");
-        let want = if n_k < 256 {
-            narrowest
-        } else {
-            planes.first().copied()
-        };
-        assert_eq!(Some(chosen), want, "d {d} keys {n_k}");
-        assert!(
-            chosen.plane.is_some() && !chosen.per_row,
-            "d {d} keys {n_k}"
-        );
+        for registers in [false, true] {
+            let planes = Plan::on_planes(d, 2, fragment, 32, 256, 48 * 1024, registers);
+            let narrowest = planes.iter().min_by_key(|p| p.bk).copied();
+            let mut all = planes.clone();
+            all.extend(Plan::fitting(d, 2, square, 48 * 1024));
+            all.extend(Plan::fitting(d, 2, None, 48 * 1024));
+            let chosen = super::preferred(all, d, n_k).expect("ours");
+            let want = if n_k < 256 {
+                narrowest
+            } else {
+                planes.first().copied()
+            };
+            assert_eq!(Some(chosen), want, "d {d} keys {n_k}");
+            assert!(
+                chosen.plane.is_some() && !chosen.per_row,
+                "d {d} keys {n_k}"
+            );
+            // Tiles in registers wherever the device offers them.
+            assert_eq!(chosen.elementwise, registers, "d {d} keys {n_k}");
+        }
     }
     // The 16-key rule on plain lanes: heads up to the width it names, over many keys.
     for (d, n_k, keys) in [(40, 4096, 16), (80, 1024, 16), (40, 77, 8), (160, 1024, 8)] {
