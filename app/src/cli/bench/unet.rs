@@ -77,25 +77,29 @@ pub(super) fn planes_ab(
     };
     // (whole tiles' probabilities in registers, row fragments a plane, tiling over many keys)
     let rules = [
-        (Some(false), None, None, "round trip (default)"),
-        (Some(true), None, None, "tiles in registers"),
+        (
+            None,
+            None,
+            None,
+            "default (tiles in registers where offered)",
+        ),
+        (
+            Some(false),
+            None,
+            None,
+            "round trip (the fortieth session's default)",
+        ),
+        (
+            Some(false),
+            None,
+            Some((32, 32)),
+            "round trip, 32 query rows over 32 keys",
+        ),
         (
             Some(true),
             Some(2),
             None,
             "tiles in registers, two row fragments a plane",
-        ),
-        (
-            Some(true),
-            None,
-            Some((32, 32)),
-            "tiles in registers, 32 query rows over 32 keys",
-        ),
-        (
-            Some(true),
-            None,
-            Some((64, 32)),
-            "tiles in registers, 64 query rows over 32 keys",
         ),
     ];
     let names: Vec<&str> = rules.iter().map(|r| r.3).collect();

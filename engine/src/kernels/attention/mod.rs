@@ -19,6 +19,7 @@ mod kernel;
 mod knobs;
 mod plan;
 mod planes;
+mod round_trip;
 mod rows;
 
 use burn::cubecl;

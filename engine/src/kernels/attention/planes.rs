@@ -35,7 +35,8 @@
 use burn::cubecl;
 use burn::cubecl::prelude::*;
 
-use super::elementwise::{elementwise_tile, rescale_sums};
+use super::elementwise::elementwise_tile;
+use super::round_trip::{add_probabilities, rescale_rows, scores_to_rows};
 
 /// f32 words of padding per score row in workgroup memory: 16 bytes keeps fragment stores aligned
 /// and spreads the rows a plane's lanes read over the banks.
@@ -111,7 +112,6 @@ pub(super) fn flash_attention_planes<F: Float, N: Size>(
     let pr = comptime!(rows * fm);
     let bq = comptime!(planes * pr);
     let lpr = comptime!(plane / pr);
-    let cols = comptime!(dp / lpr);
     let s_row = comptime!(bk.max(dp) + SCORE_PAD);
     let p_row = comptime!(bk + PROB_PAD);
     // Key/value elements each lane stages per tile.
@@ -322,55 +322,10 @@ pub(super) fn flash_attention_planes<F: Float, N: Size>(
                         bk * dpv,
                     );
                 } else {
-                    // Scores s = q·kᵀ (unscaled) for this plane's rows.
-                    #[unroll]
-                    for fc in 0..bk / fn_ {
-                        let mut sf = Sequence::<cmma::Matrix<f32>>::new();
-                        #[unroll]
-                        for _ in 0..rows {
-                            sf.push(cmma::Matrix::<f32>::from_value(
-                                cmma::MatrixIdent::Accumulator,
-                                fm,
-                                fn_,
-                                fk,
-                                cmma::MatrixLayout::Undefined,
-                                0.0f32,
-                            ));
-                        }
-                        #[unroll]
-                        for kk in 0..dp / fk {
-                            // kᵀ's column j is k's row j: column-major with the row stride.
-                            let mut b = unsafe {
-                                cmma::Matrix::<F>::uninitialized(
-                                    cmma::MatrixIdent::B,
-                                    fm,
-                                    fn_,
-                                    fk,
-                                    cmma::MatrixLayout::ColMajor,
-                                )
-                            };
-                            cmma::load(
-                                &mut b,
-                                &k_s[(fc * fn_ * dp + kk * fk) / vec..comptime!(bk * dpv)],
-                                dp as u32,
-                            );
-                            #[unroll]
-                            for rb in 0..rows {
-                                let s = sf.index(rb);
-                                cmma::execute(qf.index(rb * comptime!(dp / fk) + kk), &b, s, s);
-                            }
-                        }
-                        #[unroll]
-                        for rb in 0..rows {
-                            cmma::store(
-                                &mut s_s[s_at_plane + rb * comptime!(fm * s_row) + fc * fn_
-                                    ..bq * s_row],
-                                sf.index(rb),
-                                s_row as u32,
-                                cmma::MatrixLayout::RowMajor,
-                            );
-                        }
-                    }
+                    scores_to_rows::<F, N>(
+                        &k_s, &mut s_s, &qf, s_at_plane, dp, bk, bq, fm, fn_, fk, rows, vec, s_row,
+                        dpv,
+                    );
                     if comptime!(knock & knock::PLANE_SYNC == 0) {
                         sync_plane();
                     }
@@ -439,50 +394,33 @@ pub(super) fn flash_attention_planes<F: Float, N: Size>(
                     let moved = plane_any(grow);
                     if comptime!(knock & knock::RESCALE == 0) {
                         if t > 0 && moved {
-                            #[unroll]
-                            for rb in 0..rows {
-                                #[unroll]
-                                for fc in 0..dp / fn_ {
-                                    cmma::store(
-                                        &mut s_s[s_at_plane + rb * comptime!(fm * s_row) + fc * fn_
-                                            ..bq * s_row],
-                                        acc.index(rb * comptime!(dp / fn_) + fc),
-                                        s_row as u32,
-                                        cmma::MatrixLayout::RowMajor,
-                                    );
-                                }
-                            }
-                            sync_plane();
-                            #[unroll]
-                            for c in 0..cols {
-                                let at = s_at_row + part + c * lpr;
-                                s_s[at] *= alpha;
-                            }
-                            sync_plane();
-                            #[unroll]
-                            for rb in 0..rows {
-                                #[unroll]
-                                for fc in 0..dp / fn_ {
-                                    cmma::load_with_layout(
-                                        acc.index_mut(rb * comptime!(dp / fn_) + fc),
-                                        &s_s[s_at_plane + rb * comptime!(fm * s_row) + fc * fn_
-                                            ..bq * s_row],
-                                        s_row as u32,
-                                        cmma::MatrixLayout::RowMajor,
-                                    );
-                                }
-                            }
+                            rescale_rows(
+                                &mut s_s,
+                                &mut acc,
+                                alpha,
+                                s_at_plane,
+                                s_at_row,
+                                part,
+                                comptime!(dp / fn_),
+                                fm,
+                                fn_,
+                                rows,
+                                lpr,
+                                s_row,
+                                bq * s_row,
+                            );
                         }
                     }
                     if comptime!(elementwise) {
                         if t > 0 && moved {
-                            rescale_sums(
+                            rescale_rows(
                                 &mut s_s,
                                 &mut sums,
                                 alpha,
                                 s_at_plane,
                                 s_at_row,
                                 part,
+                                1usize,
                                 fm,
                                 fn_,
                                 rows,
@@ -501,63 +439,25 @@ pub(super) fn flash_attention_planes<F: Float, N: Size>(
                         sync_plane();
                     }
 
-                    // This tile's p·v, added to the resident output.
-                    let mut pf = Sequence::<cmma::Matrix<F>>::new();
-                    #[unroll]
-                    for rb in 0..rows {
-                        #[unroll]
-                        for kk in 0..bk / fk {
-                            pf.push(cmma::Matrix::<F>::from_slice(
-                                cmma::MatrixIdent::A,
-                                fm,
-                                fn_,
-                                fk,
-                                cmma::MatrixLayout::RowMajor,
-                                &p_s[p_at_plane + rb * comptime!(fm * p_row) + kk * fk..bq * p_row],
-                                p_row as u32,
-                            ));
-                        }
-                    }
-                    #[unroll]
-                    for fc in 0..dp / fn_ {
-                        #[unroll]
-                        for kk in 0..bk / fk {
-                            let mut b = unsafe {
-                                cmma::Matrix::<F>::uninitialized(
-                                    cmma::MatrixIdent::B,
-                                    fm,
-                                    fn_,
-                                    fk,
-                                    cmma::MatrixLayout::RowMajor,
-                                )
-                            };
-                            cmma::load(
-                                &mut b,
-                                &v_s[(kk * fk * dp + fc * fn_) / vec..comptime!(bk * dpv)],
-                                dp as u32,
-                            );
-                            #[unroll]
-                            for rb in 0..rows {
-                                let o = acc.index(rb * comptime!(dp / fn_) + fc);
-                                cmma::execute(pf.index(rb * comptime!(bk / fk) + kk), &b, o, o);
-                            }
-                        }
-                    }
-                    if comptime!(elementwise) {
-                        #[unroll]
-                        for kk in 0..bk / fk {
-                            #[unroll]
-                            for rb in 0..rows {
-                                let s = sums.index(rb);
-                                cmma::execute(
-                                    pf.index(rb * comptime!(bk / fk) + kk),
-                                    ones.index(0),
-                                    s,
-                                    s,
-                                );
-                            }
-                        }
-                    }
+                    add_probabilities::<F, N>(
+                        &p_s,
+                        &v_s,
+                        &mut acc,
+                        &mut sums,
+                        &ones,
+                        p_at_plane,
+                        dp,
+                        bk,
+                        bq,
+                        fm,
+                        fn_,
+                        fk,
+                        rows,
+                        vec,
+                        p_row,
+                        dpv,
+                        elementwise,
+                    );
                 }
             }
             if comptime!(elementwise) {
