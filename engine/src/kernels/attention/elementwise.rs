@@ -17,6 +17,8 @@
 use burn::cubecl;
 use burn::cubecl::prelude::*;
 
+use super::round_trip::staged_operand;
+
 /// How far (natural log) above its row's reference a score may lie in a tile taken in
 /// registers: e^11 ≈ 59 874 is within f16's 65 504.
 pub(super) const OVERFLOW: f32 = 11.0;
@@ -79,19 +81,15 @@ pub(super) fn elementwise_tile<F: Float, N: Size>(
         #[unroll]
         for kk in 0..dp / fk {
             // kᵀ's column j is k's row j: column-major with the row stride.
-            let mut b = unsafe {
-                cmma::Matrix::<F>::uninitialized(
-                    cmma::MatrixIdent::B,
-                    fm,
-                    fn_,
-                    fk,
-                    cmma::MatrixLayout::ColMajor,
-                )
-            };
-            cmma::load(
-                &mut b,
-                &k_s[(j * fn_ * dp + kk * fk) / vec..kv_end],
-                dp as u32,
+            let b = staged_operand::<F, N>(
+                k_s,
+                (j * fn_ * dp + kk * fk) / vec,
+                kv_end,
+                dp,
+                fm,
+                fn_,
+                fk,
+                cmma::MatrixLayout::ColMajor,
             );
             #[unroll]
             for rb in 0..rows {
@@ -117,19 +115,15 @@ pub(super) fn elementwise_tile<F: Float, N: Size>(
         }
         #[unroll]
         for fc in 0..dp / fn_ {
-            let mut b = unsafe {
-                cmma::Matrix::<F>::uninitialized(
-                    cmma::MatrixIdent::B,
-                    fm,
-                    fn_,
-                    fk,
-                    cmma::MatrixLayout::RowMajor,
-                )
-            };
-            cmma::load(
-                &mut b,
-                &v_s[(j * fk * dp + fc * fn_) / vec..kv_end],
-                dp as u32,
+            let b = staged_operand::<F, N>(
+                v_s,
+                (j * fk * dp + fc * fn_) / vec,
+                kv_end,
+                dp,
+                fm,
+                fn_,
+                fk,
+                cmma::MatrixLayout::RowMajor,
             );
             #[unroll]
             for rb in 0..rows {

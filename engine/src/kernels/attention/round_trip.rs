@@ -43,19 +43,15 @@ pub(super) fn scores_to_rows<F: Float, N: Size>(
         #[unroll]
         for kk in 0..dp / fk {
             // kᵀ's column j is k's row j: column-major with the row stride.
-            let mut b = unsafe {
-                cmma::Matrix::<F>::uninitialized(
-                    cmma::MatrixIdent::B,
-                    fm,
-                    fn_,
-                    fk,
-                    cmma::MatrixLayout::ColMajor,
-                )
-            };
-            cmma::load(
-                &mut b,
-                &k_s[(fc * fn_ * dp + kk * fk) / vec..comptime!(bk * dpv)],
-                dp as u32,
+            let b = staged_operand::<F, N>(
+                k_s,
+                (fc * fn_ * dp + kk * fk) / vec,
+                comptime!(bk * dpv),
+                dp,
+                fm,
+                fn_,
+                fk,
+                cmma::MatrixLayout::ColMajor,
             );
             #[unroll]
             for rb in 0..rows {
@@ -173,19 +169,15 @@ pub(super) fn add_probabilities<F: Float, N: Size>(
     for fc in 0..dp / fn_ {
         #[unroll]
         for kk in 0..bk / fk {
-            let mut b = unsafe {
-                cmma::Matrix::<F>::uninitialized(
-                    cmma::MatrixIdent::B,
-                    fm,
-                    fn_,
-                    fk,
-                    cmma::MatrixLayout::RowMajor,
-                )
-            };
-            cmma::load(
-                &mut b,
-                &v_s[(kk * fk * dp + fc * fn_) / vec..comptime!(bk * dpv)],
-                dp as u32,
+            let b = staged_operand::<F, N>(
+                v_s,
+                (kk * fk * dp + fc * fn_) / vec,
+                comptime!(bk * dpv),
+                dp,
+                fm,
+                fn_,
+                fk,
+                cmma::MatrixLayout::RowMajor,
             );
             #[unroll]
             for rb in 0..rows {
@@ -204,4 +196,25 @@ pub(super) fn add_probabilities<F: Float, N: Size>(
             }
         }
     }
+}
+
+/// A right operand from a staged key or value tile at vector `at`, rows `stride` elements apart:
+/// kᵀ's fragment column-major (k's rows are its columns), v's row-major.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+pub(super) fn staged_operand<F: Float, N: Size>(
+    tile: &Shared<[Vector<F, N>]>,
+    at: usize,
+    #[comptime] end: usize,
+    #[comptime] stride: usize,
+    #[comptime] fm: usize,
+    #[comptime] fn_: usize,
+    #[comptime] fk: usize,
+    layout: cmma::MatrixLayout,
+) -> cmma::Matrix<F> {
+    // SAFETY: loaded on the next line, before any use.
+    let mut b =
+        unsafe { cmma::Matrix::<F>::uninitialized(cmma::MatrixIdent::B, fm, fn_, fk, layout) };
+    cmma::load(&mut b, &tile[at..end], stride as u32);
+    b
 }
