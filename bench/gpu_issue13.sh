@@ -1,5 +1,24 @@
 #!/bin/bash
 # Issue 13 on a lent GPU, one part per device call (each call may run 10 minutes):
+#   PART=ck SD 1.5's step (replayed) and SDXL's under `--rows-ab` (SD 1.5's outputs compared; in
+#           that call's binary the planes attention's tile offsets formed once were a third rule:
+#           lost, removed)
+#   PART=cj PyTorch's SD 1.5 step, VAE decode, 20-step txt2img and SDXL step, then ours in the
+#           same call: SD 1.5's step (replayed) under `--rows-ab` (outputs compared), the 20-step
+#           512² txt2img, the VAE decode, SDXL's step under `--rows-ab`
+#   PART=ci our GEMM's products alone with each lane's row offsets formed once before the
+#           reduction or at every step, then SD 1.5's step (replayed) and SDXL's under
+#           `--rows-ab` (in that call's binary also a diagnostic reading a GEGLU's weight rows in
+#           order, since removed)
+#   PART=ch (the forty-second session's second call, its binary) our GEMM's GEGLU products
+#           alone under each value hold (f32, f16, no gelu, the weight's rows read in order),
+#           then SD 1.5's step with 3×3 weights stored channels-last or OIHW (`--weights-ab`,
+#           since removed) and under `--geglu-ab` (now `--rows-ab`), the VAE under `--weights-ab`
+#   PART=cg PyTorch's SD 1.5 and SDXL steps and SD 1.5's VAE decode, each also by kernel class
+#           (torch.profiler); our GEMM's GEGLU products alone under each value hold and beside
+#           the same products with the bias alone (`--workgroup-gemm`, no workgroup variant);
+#           then SD 1.5's step (replayed) and SDXL's under `--rows-ab` (in that call: `--geglu-ab`, its value holds), each profiled by kernel
+#           (`--kernel-profile`), and the VAE decode profiled
 #   PART=cf the GEMM on workgroup-scope cooperative matrices (VK_NV_cooperative_matrix2:
 #           `bench --workgroup-gemm`, each tile checked against the plane-scope GEMM and timed)
 #   PART=ce PyTorch's SDXL and SD 1.5 steps, then part cd, then both steps under `--planes-ab`
@@ -288,6 +307,33 @@ peak() {
 }
 
 case ${PART:-a} in
+ck)
+  export LATENT_STUDIO_TUNING_CACHE=/tmp/tuning
+  timeout ${OURS_TIMEOUT:-140} /tmp/ls bench --device gpu --precision f16 --runs 7 --unet-only --no-ops --no-profile --no-burn-ops --rows-ab 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/sd15_ck.txt
+  timeout ${SDXL_TIMEOUT:-170} /tmp/ls bench --device gpu --precision f16 --runs 5 --sdxl --no-pipeline --rows-ab 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/sdxl_ck.txt
+  ;;
+cj)
+  PARTS=${TORCH_PARTS:-unet16,vae,e2e,sdxl} timeout ${TORCH_TIMEOUT:-150} python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v "Warning\|kept in float32" | tee $OUT/torch_cj.txt
+  export LATENT_STUDIO_TUNING_CACHE=/tmp/tuning
+  timeout ${OURS_TIMEOUT:-130} /tmp/ls bench --device gpu --precision f16 --runs 7 --unet-only --no-ops --no-profile --no-burn-ops --rows-ab 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/sd15_cj.txt
+  timeout ${E2E_TIMEOUT:-110} /tmp/ls bench --device gpu --precision f16 --runs 3 --steps 20 --pipeline-only 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace\|step [0-9]*/20 at" | tee $OUT/e2e_cj.txt
+  timeout ${VAE_TIMEOUT:-60} /tmp/ls bench --device gpu --precision f16 --runs 5 --vae-only 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/vae_cj.txt
+  timeout ${SDXL_TIMEOUT:-150} /tmp/ls bench --device gpu --precision f16 --runs 5 --sdxl --no-pipeline --rows-ab 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/sdxl_cj.txt
+  ;;
+ci)
+  export LATENT_STUDIO_TUNING_CACHE=/tmp/tuning
+  LATENT_STUDIO_BENCH_WG=none timeout ${GEMM_TIMEOUT:-80} /tmp/ls bench --device gpu --precision f16 --runs 5 --workgroup-gemm 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/rows_ci.txt
+  timeout ${OURS_TIMEOUT:-150} /tmp/ls bench --device gpu --precision f16 --runs 7 --unet-only --no-ops --no-profile --no-burn-ops --rows-ab $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/sd15_ci.txt
+  [ "${SDXL:-1}" = 1 ] && timeout ${SDXL_TIMEOUT:-200} /tmp/ls bench --device gpu --precision f16 --runs 5 --sdxl --no-pipeline --rows-ab $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/sdxl_ci.txt
+  ;;
+cg)
+  PARTS=${TORCH_PARTS:-unet16,prof,vae,sdxl,sdxl_prof} timeout ${TORCH_TIMEOUT:-150} python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v "Warning\|kept in float32" | tee $OUT/torch_cg.txt
+  export LATENT_STUDIO_TUNING_CACHE=/tmp/tuning
+  LATENT_STUDIO_BENCH_WG=none timeout ${GEMM_TIMEOUT:-100} /tmp/ls bench --device gpu --precision f16 --runs 5 --workgroup-gemm 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/geglu_cg.txt
+  timeout ${OURS_TIMEOUT:-150} /tmp/ls bench --device gpu --precision f16 --runs 7 --unet-only --no-ops --no-profile --no-burn-ops --rows-ab --kernel-profile 2 $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/sd15_cg.txt
+  timeout ${SDXL_TIMEOUT:-200} /tmp/ls bench --device gpu --precision f16 --runs 5 --sdxl --no-pipeline --rows-ab --kernel-profile 1 $EXTRA 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/sdxl_cg.txt
+  [ "${VAE:-1}" = 1 ] && timeout ${VAE_TIMEOUT:-80} /tmp/ls bench --device gpu --precision f16 --runs 5 --vae-only --kernel-profile 2 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/vae_cg.txt
+  ;;
 cf)
   # One process a variant (WG="lanes:bmxbnxbk ..."): a variant that loses the device poisons
   # every later launch in its process.

@@ -12,8 +12,9 @@ from diffusers import UNet2DConditionModel, AutoencoderKL, AutoencoderTiny
 from transformers import CLIPTextConfig, CLIPTextModel
 
 # PARTS (comma separated) picks sections; unset runs them all: unet16, euler20, vae, taesd, clip,
-# e2e, hires, unet32, compile, sdxl, sdxl_e2e, sdxl_refiner. (Latent Studio's copy: the shared script plus
-# this switch and the refiner.)
+# e2e, hires, unet32, compile, sdxl, sdxl_e2e, sdxl_refiner, prof (SD 1.5's UNet step and VAE decode by
+# kernel class), sdxl_prof (SDXL's step by kernel class). (Latent Studio's copy: the shared script
+# plus this switch, the refiner and the kernel profiles.)
 PARTS = set(p for p in os.environ.get("PARTS", "").split(",") if p)
 
 
@@ -46,6 +47,56 @@ def bench(name, fn, iters=30, warm=5):
     print(f"{name:40s} median {med:9.3f} ms  min {times[0]:9.3f}  max {times[-1]:9.3f}  peak {peak:6.2f} GiB", flush=True)
 
 
+def kernel_class(name):
+    """What a CUDA kernel does, from its name (cuDNN's, cuBLAS's, PyTorch's own)."""
+    n = name.lower()
+    if any(k in n for k in ("flash", "fmha", "attention", "attn", "softmax")):
+        return "attention"
+    if any(k in n for k in ("fprop", "conv", "winograd", "implicit")):
+        return "convolution"
+    if any(k in n for k in ("nchwtonhwc", "nhwctonchw", "transpose", "permute")):
+        return "layout"
+    if any(k in n for k in ("gemm", "cutlass", "xmma", "cublas", "gemv", "nvjet")):
+        return "gemm"
+    if "norm" in n:
+        return "norm"
+    if "memcpy" in n or "memset" in n:
+        return "memory"
+    return "elementwise/other"
+
+
+def profile_kernels(name, fn, steps=5):
+    """Device time of every kernel over `steps` calls of `fn` (torch.profiler), per call: the
+    total by class, then the 25 largest kernels."""
+    from torch.profiler import profile, ProfilerActivity
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            fn()
+        torch.cuda.synchronize()
+    by_name = {}
+    for e in prof.events():
+        if e.device_type != torch.autograd.DeviceType.CUDA:
+            continue
+        tr = getattr(e, "time_range", None)
+        us = (tr.end - tr.start) if tr is not None else getattr(e, "device_time", 0)
+        ms, count = by_name.get(e.name, (0.0, 0))
+        by_name[e.name] = (ms + us / 1000.0, count + 1)
+    classes = {}
+    for k, (ms, count) in by_name.items():
+        c = kernel_class(k)
+        cms, ccount = classes.get(c, (0.0, 0))
+        classes[c] = (cms + ms, ccount + count)
+    total = sum(ms for ms, _ in classes.values()) / steps
+    print(f"{name}: {total:.2f} ms of kernels a call (torch.profiler, {steps} calls)", flush=True)
+    for c, (ms, count) in sorted(classes.items(), key=lambda kv: -kv[1][0]):
+        print(f"  {c:20s} {ms / steps:8.3f} ms  {count / steps:6.1f} launches", flush=True)
+    for k, (ms, count) in sorted(by_name.items(), key=lambda kv: -kv[1][0])[:25]:
+        print(f"  {ms / steps:8.3f} ms {count / steps:6.1f}x  [{kernel_class(k)}] {k[:150]}", flush=True)
+
+
 @torch.inference_mode()
 def main():
     print(torch.__version__, torch.cuda.get_device_name(0), flush=True)
@@ -56,6 +107,8 @@ def main():
     t = torch.tensor([500.0, 500.0], device=dev)
     if want("unet16"):
         bench("sd15_unet_b2_64x64_fp16", lambda: unet(x, t, ctx).sample)
+    if want("prof"):
+        profile_kernels("sd15_unet_b2_64x64_fp16", lambda: unet(x, t, ctx).sample)
 
     def euler20():
         lat = torch.randn(1, 4, 64, 64, device=dev, dtype=dt)
@@ -75,6 +128,9 @@ def main():
     z = torch.randn(1, 4, 64, 64, device=dev, dtype=dt)
     if want("vae"):
         bench("sd15_vae_decode_512_fp16", lambda: vae.decode(z).sample, iters=20)
+    if want("prof"):
+        profile_kernels("sd15_vae_decode_512_fp16", lambda: vae.decode(z).sample)
+    if want("vae"):
         vae32 = vae.to(torch.float32)
         z32 = z.float()
         bench("sd15_vae_decode_512_fp32", lambda: vae32.decode(z32).sample, iters=10)
@@ -162,7 +218,7 @@ def main():
     del unet
     torch.cuda.empty_cache()
 
-    if want("sdxl") or want("sdxl_e2e") or want("sdxl_refiner"):
+    if want("sdxl") or want("sdxl_prof") or want("sdxl_e2e") or want("sdxl_refiner"):
         sdxl(t)
 
     out = os.environ.get("OUT", ".")
@@ -185,6 +241,8 @@ def sdxl(t):
     add = {"text_embeds": torch.randn(2, 1280, device=dev, dtype=dt), "time_ids": torch.randn(2, 6, device=dev, dtype=dt)}
     if want("sdxl"):
         bench("sdxl_unet_b2_128x128_fp16", lambda: xl(xx, t, cx, added_cond_kwargs=add).sample, iters=20)
+    if want("sdxl_prof"):
+        profile_kernels("sdxl_unet_b2_128x128_fp16", lambda: xl(xx, t, cx, added_cond_kwargs=add).sample)
     if not (want("sdxl_e2e") or want("sdxl_refiner")):
         return
     # The whole 20-step 1024^2 txt2img as StableDiffusionXLPipeline runs it (tokenizing aside):

@@ -73,6 +73,11 @@ pub struct BenchArgs {
     /// tiles), interleaved over three rounds in the same process.
     #[arg(long)]
     pub(super) planes_ab: bool,
+    /// After the UNet step (SD 1.5 replayed, or SDXL's with `--sdxl`), the same step with our
+    /// GEMM's step-invariant offsets formed at every step instead of once before the reduction
+    /// (SD 1.5's outputs compared), interleaved over three rounds.
+    #[arg(long)]
+    pub(super) rows_ab: bool,
     /// After the UNet step, the same step with our cooperative-matrix convolution on more or
     /// fewer map sizes (with `--sdxl`: SDXL's step under convolution and GEMM rules),
     /// interleaved over three rounds in the same process.

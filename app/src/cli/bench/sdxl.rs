@@ -125,6 +125,14 @@ pub(super) fn sdxl_bench(
             ms
         })?;
     }
+    if args.rows_ab {
+        let base_unet = model.unet()?;
+        super::unet::rows_ab(precision, None, |_| {
+            time_ms(device, 1, runs, || {
+                let _ = base_unet.forward_added(x.clone(), &[500.0], &ctx, &added);
+            })
+        })?;
+    }
     if args.conv_ab {
         let base_unet = model.unet()?;
         rules_ab(device, runs, || {

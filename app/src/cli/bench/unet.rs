@@ -116,6 +116,49 @@ pub(super) fn planes_ab(
     })
 }
 
+/// A step timed by `step` (`step(i)` under rule `i`) with our GEMM's step-invariant offsets
+/// formed once before the reduction (the default) or at every step, interleaved over three
+/// rounds; `check`, where given, reads the step's output to compare the second rule's with the
+/// first's. (The planes attention's tile offsets formed once too lost on SD 1.5's replayed
+/// step, 29.39 ms against 28.66 on an H200: forty-second session.)
+pub(super) fn rows_ab(
+    precision: Precision,
+    check: Option<&dyn Fn() -> Result<Vec<f32>>>,
+    mut step: impl FnMut(usize) -> Result<f64>,
+) -> Result<()> {
+    use latent_engine::kernels::matmul::{GemmKnobs, gemm_knobs, set_gemm_knobs};
+    let knobs = gemm_knobs();
+    let rules = [
+        (true, "offsets formed once (default)"),
+        (false, "offsets formed at every step"),
+    ];
+    let set = |i: usize| {
+        set_gemm_knobs(GemmKnobs {
+            hoist_rows: rules[i].0,
+            ..knobs
+        })
+    };
+    if let Some(read) = check {
+        set(0);
+        let first = read();
+        set(1);
+        let second = read();
+        set_gemm_knobs(knobs);
+        println!(
+            "[{precision:?}] UNet step, GEMM rows: {}: max relative difference from the first rule {:.2e}",
+            rules[1].1,
+            latent_engine::vae_compile::relative_difference(&second?, &first?)
+        );
+    }
+    let names: Vec<&str> = rules.iter().map(|r| r.1).collect();
+    interleaved(precision, "GEMM rows", &names, 3, |i| {
+        set(i);
+        let ms = step(i);
+        set_gemm_knobs(knobs);
+        ms
+    })
+}
+
 /// The median of `runs` launch-by-launch steps (after two untimed ones) under the rules in force.
 pub(super) fn step_ms(
     model: &StableDiffusion,

@@ -32,8 +32,9 @@ enum Extra {
     Geglu,
 }
 
-/// `(rows, in, out, bias, extra)`: SDXL's linears (a GEGLU's `out` counts values and gates).
-const SHAPES: [(usize, usize, usize, bool, Extra); 11] = [
+/// `(rows, in, out, bias, extra)`: SDXL's linears (a GEGLU's `out` counts values and gates),
+/// then SD 1.5's GEGLU products and each GEGLU product with its bias alone.
+const SHAPES: [(usize, usize, usize, bool, Extra); 17] = [
     (4096, 4096, 4096, false, Extra::Nothing),
     (8192, 640, 640, true, Extra::Nothing),
     (8192, 640, 1920, false, Extra::Nothing),
@@ -45,6 +46,12 @@ const SHAPES: [(usize, usize, usize, bool, Extra); 11] = [
     (2048, 1280, 10240, true, Extra::Nothing),
     (2048, 5120, 1280, true, Extra::Residual),
     (8192, 320, 320, true, Extra::Nothing),
+    (8192, 640, 5120, true, Extra::Nothing),
+    (8192, 320, 2560, true, Extra::Geglu),
+    (8192, 320, 2560, true, Extra::Nothing),
+    (2048, 640, 5120, true, Extra::Geglu),
+    (2048, 640, 5120, true, Extra::Nothing),
+    (512, 1280, 10240, true, Extra::Geglu),
 ];
 
 fn relative(got: &[f32], want: &[f32]) -> f32 {
@@ -119,21 +126,8 @@ pub fn report(device: &Device, runs: usize) -> Result<()> {
         };
         let flops = 2.0 * (rows * d_in * d_out) as f64;
         let tflops = |ms: f64| flops / (ms * 1e-3) / 1e12;
-        let Some(want) = matmul::linear_mma(
-            plane_gemm,
-            x.clone(),
-            &w,
-            WeightLayout::OutIn,
-            bias.as_ref(),
-            None,
-            epilogue(),
-        ) else {
-            println!("{rows} x {d_in} -> {d_out}: the plane-scope GEMM refused it");
-            continue;
-        };
-        let want = values(want);
-        let plane_ms = device_ms(device, runs, || {
-            let _ = matmul::linear_mma(
+        let plane = || {
+            matmul::linear_mma(
                 plane_gemm,
                 x.clone(),
                 &w,
@@ -141,7 +135,15 @@ pub fn report(device: &Device, runs: usize) -> Result<()> {
                 bias.as_ref(),
                 None,
                 epilogue(),
-            );
+            )
+        };
+        let Some(want) = plane() else {
+            println!("{rows} x {d_in} -> {d_out}: the plane-scope GEMM refused it");
+            continue;
+        };
+        let want = values(want);
+        let plane_ms = device_ms(device, runs, || {
+            let _ = plane();
         })?;
         let burn_ms = device_ms(device, runs, || {
             let _ = x.clone().matmul(w.clone());
@@ -154,6 +156,7 @@ pub fn report(device: &Device, runs: usize) -> Result<()> {
             tflops(plane_ms),
             tflops(burn_ms)
         );
+        row_rules(device, runs, &want, plane_ms, tflops, plane)?;
         for wg in &all {
             for ((bm, bn, bk), tensor) in TILES.into_iter().flat_map(|t| [(t, false), (t, true)]) {
                 if !wanted(wg.lanes, (bm, bn, bk), tensor) {
@@ -208,5 +211,38 @@ pub fn report(device: &Device, runs: usize) -> Result<()> {
             }
         }
     }
+    Ok(())
+}
+
+/// A product on the plane-scope GEMM with its step-invariant offsets formed the other way
+/// (once before the reduction, or at every step), checked against the default's output `want`
+/// and timed.
+fn row_rules(
+    device: &Device,
+    runs: usize,
+    want: &[f32],
+    default_ms: f64,
+    tflops: impl Fn(f64) -> f64,
+    run: impl Fn() -> Option<Tensor<2>>,
+) -> Result<()> {
+    use matmul::{gemm_knobs, set_gemm_knobs};
+    let knobs = gemm_knobs();
+    set_gemm_knobs(matmul::GemmKnobs {
+        hoist_rows: !knobs.hoist_rows,
+        ..knobs
+    });
+    let diff = run().map(|t| relative(&values(t), want));
+    let ms = device_ms(device, runs, || {
+        let _ = run();
+    });
+    set_gemm_knobs(knobs);
+    let ms = ms?;
+    println!(
+        "  offsets formed once {}: {ms:.3} ms ({:.1} TFLOP/s), {:.2}x the default's time, off by {}",
+        !knobs.hoist_rows,
+        tflops(ms),
+        ms / default_ms,
+        diff.map_or("(refused)".to_string(), |d| format!("{d:.2e}"))
+    );
     Ok(())
 }

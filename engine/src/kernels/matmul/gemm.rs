@@ -336,6 +336,7 @@ fn launch_gemm(
                 bias_per_row,
                 matches!(epilogue, GemmEpilogue::Residual(_)) && !split,
                 geglu && !split,
+                knobs.hoist_rows,
                 split,
                 taps,
             )

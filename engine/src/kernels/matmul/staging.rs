@@ -24,6 +24,7 @@ pub(super) fn weight_row(c: usize, half: usize, #[comptime] f: usize) -> usize {
 #[allow(clippy::too_many_arguments)]
 fn load_a<F: Float, N: Size>(
     a: &[Vector<F, N>],
+    a_rows: &Array<usize>,
     s: usize,
     lane: usize,
     m0: usize,
@@ -33,6 +34,7 @@ fn load_a<F: Float, N: Size>(
     #[comptime] i: usize,
     #[comptime] bk: usize,
     #[comptime] lanes: usize,
+    #[comptime] hoist: bool,
 ) -> Vector<F, N> {
     let per_k = comptime!(bk / VEC);
     let v = lane + i * lanes;
@@ -40,7 +42,11 @@ fn load_a<F: Float, N: Size>(
     let kk = s * bk + (v % per_k) * VEC;
     let mut x = Vector::<F, N>::new(F::new(0.0));
     if row < m && kk < k {
-        x = a[(a_base + row * k + kk) / VEC];
+        if hoist {
+            x = a[(a_base + a_rows[i] + kk) / VEC];
+        } else {
+            x = a[(a_base + row * k + kk) / VEC];
+        }
     }
     x
 }
@@ -51,6 +57,7 @@ fn load_a<F: Float, N: Size>(
 #[allow(clippy::too_many_arguments)]
 fn load_b<F: Float, N: Size>(
     b: &[Vector<F, N>],
+    b_rows: &Array<usize>,
     s: usize,
     lane: usize,
     n0: usize,
@@ -67,6 +74,7 @@ fn load_b<F: Float, N: Size>(
     #[comptime] lanes: usize,
     #[comptime] b_nk: bool,
     #[comptime] geglu: bool,
+    #[comptime] hoist: bool,
     #[comptime] conv: ConvTaps,
 ) -> Vector<F, N> {
     let k0 = s * bk;
@@ -77,18 +85,24 @@ fn load_b<F: Float, N: Size>(
         let col = n0 + v / per_k;
         let kk = k0 + (v % per_k) * VEC;
         if col < cols && kk < k {
-            let mut row = col;
-            if geglu {
-                row = weight_row(col, cols / 2, fn_);
+            if hoist {
+                x = b[(b_base + b_rows[i] + kk) / VEC];
+            } else {
+                let mut row = col;
+                if geglu {
+                    row = weight_row(col, cols / 2, fn_);
+                }
+                x = b[(b_base + row * k + kk) / VEC];
             }
-            x = b[(b_base + row * k + kk) / VEC];
         }
     } else {
         let per_row = comptime!(bn / VEC);
         let kk = k0 + v / per_row;
         let col = n0 + (v % per_row) * VEC;
         if col < cols && kk < k {
-            if comptime!(conv.k > 0) {
+            if comptime!(hoist && conv.k == 0) {
+                x = b[(b_base + k0 * cols + b_rows[i]) / VEC];
+            } else if comptime!(conv.k > 0) {
                 x = conv_b_vector::<F, N>(
                     b,
                     b_base,
@@ -108,7 +122,9 @@ fn load_b<F: Float, N: Size>(
     x
 }
 
-/// Step `s`'s vectors of this lane into registers ([`load_a`], [`load_b`]).
+/// Step `s`'s vectors of this lane into registers ([`load_a`], [`load_b`]); with `hoist`, at the
+/// offsets `a_rows` and `b_rows` formed before the reduction (not for a convolution's input read
+/// in place, which forms its own).
 #[cube]
 #[allow(clippy::too_many_arguments)]
 pub(super) fn load_step<F: Float, N: Size>(
@@ -116,6 +132,8 @@ pub(super) fn load_step<F: Float, N: Size>(
     b: &[Vector<F, N>],
     a_reg: &mut Array<Vector<F, N>>,
     b_reg: &mut Array<Vector<F, N>>,
+    a_rows: &Array<usize>,
+    b_rows: &Array<usize>,
     s: usize,
     lane: usize,
     m0: usize,
@@ -135,17 +153,18 @@ pub(super) fn load_step<F: Float, N: Size>(
     #[comptime] lanes: usize,
     #[comptime] b_nk: bool,
     #[comptime] geglu: bool,
+    #[comptime] hoist: bool,
     #[comptime] conv: ConvTaps,
 ) {
     #[unroll]
     for i in 0..comptime!(bm * bk / VEC / lanes) {
-        a_reg[i] = load_a::<F, N>(a, s, lane, m0, m, k, a_base, i, bk, lanes);
+        a_reg[i] = load_a::<F, N>(a, a_rows, s, lane, m0, m, k, a_base, i, bk, lanes, hoist);
     }
     #[unroll]
     for i in 0..comptime!(bn * bk / VEC / lanes) {
         b_reg[i] = load_b::<F, N>(
-            b, s, lane, n0, cols, k, b_base, geometry, conv_oy, conv_ox, i, bn, bk, fn_, lanes,
-            b_nk, geglu, conv,
+            b, b_rows, s, lane, n0, cols, k, b_base, geometry, conv_oy, conv_ox, i, bn, bk, fn_,
+            lanes, b_nk, geglu, hoist, conv,
         );
     }
 }
