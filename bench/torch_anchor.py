@@ -12,14 +12,18 @@ from diffusers import UNet2DConditionModel, AutoencoderKL, AutoencoderTiny
 from transformers import CLIPTextConfig, CLIPTextModel
 
 # PARTS (comma separated) picks sections; unset runs them all: unet16, euler20, vae, taesd, clip,
-# e2e, hires, unet32, compile, sdxl, sdxl_e2e, sdxl_refiner, prof (SD 1.5's UNet step and VAE decode by
-# kernel class), sdxl_prof (SDXL's step by kernel class). (Latent Studio's copy: the shared script
+# e2e, hires, unet32, compile, sdxl, sdxl_e2e, sdxl_refiner; only when named: prof (SD 1.5's UNet step
+# and VAE decode by kernel class), sdxl_prof (SDXL's step by kernel class). (Latent Studio's copy: the shared script
 # plus this switch, the refiner and the kernel profiles.)
 PARTS = set(p for p in os.environ.get("PARTS", "").split(",") if p)
 
 
+# Parts that run only when named (kernel profiles: slower, and not timings).
+OPT_IN = {"prof", "sdxl_prof"}
+
+
 def want(part):
-    return not PARTS or part in PARTS
+    return part in PARTS if part in OPT_IN else (not PARTS or part in PARTS)
 
 
 dev = "cuda"
@@ -58,7 +62,7 @@ def kernel_class(name):
         return "layout"
     if any(k in n for k in ("gemm", "cutlass", "xmma", "cublas", "gemv", "nvjet")):
         return "gemm"
-    if "norm" in n:
+    if "norm" in n or "moments" in n:
         return "norm"
     if "memcpy" in n or "memset" in n:
         return "memory"

@@ -159,7 +159,8 @@ pub(super) fn rows_ab(
     })
 }
 
-/// The median of `runs` launch-by-launch steps (after two untimed ones) under the rules in force.
+/// The median of `runs` steps (after two untimed ones) under the rules in force, replayed from a
+/// graph recorded under them (launch by launch where the step does not replay).
 pub(super) fn step_ms(
     model: &StableDiffusion,
     device: &Device,

@@ -33,7 +33,7 @@ enum Extra {
 }
 
 /// `(rows, in, out, bias, extra)`: SDXL's linears (a GEGLU's `out` counts values and gates),
-/// then SD 1.5's GEGLU products and each GEGLU product with its bias alone.
+/// then SD 1.5's GEGLU products, most beside the same product with its bias alone.
 const SHAPES: [(usize, usize, usize, bool, Extra); 17] = [
     (4096, 4096, 4096, false, Extra::Nothing),
     (8192, 640, 640, true, Extra::Nothing),

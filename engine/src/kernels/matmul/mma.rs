@@ -175,8 +175,9 @@ pub(super) fn gemm_mma<F: Float, N: Size>(
     // With `hoist` each staged vector's offset that does not change from step to step is formed
     // once here: its row of `a`, and its row of a `[n, k]` `b` (a GEGLU's interleaved weight
     // row included) or its row within the step and column of a `[k, n]` one. Formed at every
-    // step instead, SDXL's step took 170.5 ms against 154.9 (H200, forty-second session): the
-    // GEGLU's interleaved rows alone cost ~12 ms of that.
+    // step instead, SDXL's step took 170.5 ms against 154.9 (H200, forty-second session); with
+    // only a GEGLU's weight rows read in order (a diagnostic) it took 155.6, so nearly all of
+    // that was the interleaved rows' arithmetic.
     let mut a_rows = Array::<usize>::new(a_per);
     let mut b_rows = Array::<usize>::new(b_per);
     if hoist {
