@@ -77,12 +77,18 @@ impl Conv2d {
         self.run(x, false, channel, residual, false).0
     }
 
-    /// [`Self::forward`] with the bias left to the caller where burn's convolution runs on a GPU:
-    /// the map comes back without it and the bias as `[b, c_out]` (f32), for the GroupNorm that
-    /// follows to add on its way ([`crate::nn::GroupNorm::forward_shifted`]) instead of a pass
-    /// over the map of its own. Elsewhere (our kernels' epilogue, the CPU) it is added here.
-    pub fn forward_unbiased(&self, x: Tensor<4>) -> (Tensor<4>, Option<Tensor<2>>) {
-        self.run(x, false, None, None, true)
+    /// [`Self::forward_adding`] without a residual, with the bias and `channel` left to the
+    /// caller where the map comes back channels-last (burn's convolution on a GPU, or ours
+    /// channels-last): the map without them and their sum as `[b, c_out]` (f32), for the
+    /// GroupNorm that follows to add on its way ([`crate::nn::GroupNorm::forward_shifted`])
+    /// instead of a pass over the map of its own. Elsewhere (our other kernels' epilogue, the
+    /// CPU) they are added here.
+    pub fn forward_deferred(
+        &self,
+        x: Tensor<4>,
+        channel: Option<Columns<'_>>,
+    ) -> (Tensor<4>, Option<Tensor<2>>) {
+        self.run(x, false, channel, None, true)
     }
 
     /// A 1×1 layer over a map held as tokens `[b, h·w, c_in]`, plus `residual`
@@ -162,10 +168,24 @@ impl Conv2d {
             padding: self.padding,
             upsample,
         };
+        let gpu = !crate::device::is_cpu(&x.device());
+        // Channels-last on our GEMM, the bias and channel term can be left to the norm after.
+        if defer_bias
+            && residual.is_none()
+            && self
+                .ours
+                .channels_last_for(&x, &self.weight, geometry)
+                .is_some()
+        {
+            let bare = Epilogue::default();
+            if let Some(y) = self.ours.forward(&x, &self.weight, geometry, &bare) {
+                let [b, c, _, _] = y.dims();
+                return (y, Some(self.deferred(channel, b, c)));
+            }
+        }
         if let Some(y) = self.ours.forward(&x, &self.weight, geometry, &epilogue) {
             return (y, None);
         }
-        let gpu = !crate::device::is_cpu(&x.device());
         let x = match upsample {
             // burn's convolution on a GPU computes channels-last: upsampled in that layout, the
             // map is read as it lies (one copy, not the upsample's and then the relayout's).
@@ -175,17 +195,24 @@ impl Conv2d {
         };
         let options = ConvOptions::new([self.stride; 2], [self.padding; 2], [1, 1], 1);
         let y = conv2d(x, self.weight.clone(), None, options);
-        match (
-            &self.bias,
-            defer_bias && gpu && channel.is_none() && residual.is_none(),
-        ) {
-            (Some(bias), true) => {
-                let [b, c, _, _] = y.dims();
-                let bias = bias.clone().cast(DType::F32).reshape([1, c]).expand([b, c]);
-                (y, Some(bias))
-            }
-            _ => (epilogue.apply(y), None),
+        if defer_bias && gpu && residual.is_none() {
+            let [b, c, _, _] = y.dims();
+            return (y, Some(self.deferred(channel, b, c)));
         }
+        (epilogue.apply(y), None)
+    }
+
+    /// The bias and `channel` terms as one `[b, c]` f32 tensor (zeros where there are none).
+    fn deferred(&self, channel: Option<Columns<'_>>, b: usize, c: usize) -> Tensor<2> {
+        let device = self.weight.device();
+        let mut pre = match &self.bias {
+            Some(bias) => bias.clone().cast(DType::F32).reshape([1, c]).expand([b, c]),
+            None => Tensor::<2>::zeros([b, c], (&device, DType::F32)),
+        };
+        if let Some(t) = channel {
+            pre = pre + t.take(c).cast(DType::F32);
+        }
+        pre
     }
 
     /// A copy with its weights in `dtype`.
@@ -242,8 +269,10 @@ mod tests {
     }
 
     /// Where burn's convolution runs on a GPU (a 5×5 layer: ours takes 3×3 and 1×1), the bias
-    /// comes back for the next GroupNorm, which adds it on its way over the channels-last map:
-    /// the same as the convolution with its bias, normalised (CPU twin), in f32 and f16.
+    /// and a per-image channel term (columns of a wider tensor, as the UNet's time embeddings)
+    /// come back for the next GroupNorm, which adds them on its way over the channels-last map:
+    /// the same as the convolution with its bias and the term, normalised (CPU twin), in f32
+    /// and f16.
     #[test]
     fn a_bias_left_to_the_norm_equals_the_biased_convolution() {
         let device = Device::wgpu(DeviceKind::DefaultDevice);
@@ -256,9 +285,15 @@ mod tests {
         let x = Tensor::<4>::random([2, 16, 9, 7], normal, &cpu);
         let gamma = Tensor::<1>::random([64], Distribution::Uniform(0.5, 1.5), &cpu);
         let beta = Tensor::<1>::random([64], normal, &cpu);
+        let temb = Tensor::<2>::random([2, 80], normal, &cpu);
+        let columns = |tensor| super::Columns { tensor, column: 16 };
         let plain = Conv2d::from_tensors(weight.clone(), Some(bias.clone()), 1, 2);
         let norm = GroupNorm::from_tensors(gamma.clone(), beta.clone(), 32, 1e-5);
-        let want = norm.forward_with(plain.forward(x.clone()), true, Kernels::Plain);
+        let want = norm.forward_with(
+            plain.forward_adding(x.clone(), Some(columns(&temb)), None),
+            true,
+            Kernels::Plain,
+        );
         let want: Vec<f32> = want.into_data().convert::<f32>().try_to_vec().unwrap();
         for dtype in [DType::F32, DType::F16] {
             let on = |t: &Tensor<4>| Tensor::from_data(t.to_data(), (&device, dtype));
@@ -274,8 +309,13 @@ mod tests {
                 32,
                 1e-5,
             );
-            let (y, left) = conv.forward_unbiased(on(&x));
-            assert!(left.is_some(), "the bias is left to the norm");
+            let on_temb = Tensor::<2>::from_data(temb.to_data(), (&device, dtype));
+            let term = super::Columns {
+                tensor: &on_temb,
+                column: 16,
+            };
+            let (y, left) = conv.forward_deferred(on(&x), Some(term));
+            assert!(left.is_some(), "the bias and term are left to the norm");
             let strided = crate::kernels::resolve_strided(y.clone()).unwrap();
             assert!(crate::kernels::group_norm::is_channels_last(&strided));
             let got = norm.forward_shifted(y, left, true, Kernels::Fused);

@@ -161,7 +161,7 @@ impl GroupNorm {
     }
 
     /// [`Self::forward_with`] of `x + pre` (`pre` `[b, c]`, f32: a convolution's bias left to
-    /// this norm, [`Conv2d::forward_unbiased`]): added on the way by our kernels where the map is
+    /// this norm, [`Conv2d::forward_deferred`]): added on the way by our kernels where the map is
     /// channels-last, as a burn op before the norm otherwise.
     pub fn forward_shifted(
         &self,

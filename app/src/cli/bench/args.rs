@@ -83,6 +83,10 @@ pub struct BenchArgs {
     /// interleaved over three rounds in the same process.
     #[arg(long)]
     pub(super) conv_ab: bool,
+    /// Layers of at least this many 64 × 64 output tiles run channels-last on our GEMM for the
+    /// whole run (0: every layer it takes; default: the engine's rule).
+    #[arg(long)]
+    pub(super) channels_last_min_tiles: Option<usize>,
     /// After the UNet step, the same step with the per-row attention holding one query row a
     /// lane (the default: two from 4096 queries) and with f16's SIMT convolution in 8 × 8
     /// blocks (16 deep with or without prefetch, 32 deep) or 4 × 4 blocks 16 deep without
@@ -245,6 +249,17 @@ impl BenchArgs {
         println!(
             "our GEMM: {knobs:?}, linears on it where it runs: {}",
             matmul::mma_linears()
+        );
+        if let Some(tiles) = self.channels_last_min_tiles {
+            use latent_engine::kernels::conv::{ConvRules, conv_rules, set_conv_rules};
+            set_conv_rules(ConvRules {
+                channels_last_min_tiles: tiles,
+                ..conv_rules()
+            });
+        }
+        println!(
+            "convolution rules: {:?}",
+            latent_engine::kernels::conv::conv_rules()
         );
         if self.gemm_all {
             use latent_engine::kernels::conv::{ConvRules, set_conv_rules};

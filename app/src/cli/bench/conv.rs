@@ -357,37 +357,19 @@ pub fn gemm_report(
     Ok(())
 }
 
-/// The 512² VAE decode (compiled, as the pipeline decodes) under the default convolution rules
-/// and with the GEMM reading its inputs in place, on its layers or on every 3×3 and 1×1 layer,
-/// interleaved over five rounds in one process, with each rule's difference from the default's
-/// output.
+/// The 512² VAE decode (compiled, as the pipeline decodes) under the rules in force and
+/// channels-last on our GEMM ([`super::unet::channels_last_rules`]), interleaved over five
+/// rounds in one process, with each rule's difference from the first's output.
 pub fn vae_ab(
     vae: &latent_engine::vae::AutoencoderKL,
     device: &Device,
     precision: Precision,
     runs: usize,
 ) -> Result<()> {
-    use conv::{ConvRules, conv_rules, set_conv_rules};
+    use conv::{conv_rules, set_conv_rules};
     use latent_engine::nn::Kernels;
     let d = conv_rules();
-    let rules = [
-        (d, "default rules"),
-        (
-            ConvRules {
-                gemm_max_tiles: usize::MAX,
-                ..d
-            },
-            "the GEMM on every 3×3 and 1×1 (input unrolled where it fits)",
-        ),
-        (
-            ConvRules {
-                implicit_min_tiles: 0,
-                gemm_max_tiles: usize::MAX,
-                ..d
-            },
-            "the GEMM on every 3×3 and 1×1, reading the input in place",
-        ),
-    ];
+    let rules = super::unet::channels_last_rules(d);
     let z = Tensor::<4>::random(
         [1, 4, 64, 64],
         Distribution::Normal(0.0, 1.0),

@@ -166,40 +166,14 @@ pub(super) fn sdxl_bench(
     Ok(())
 }
 
-/// SDXL's step under other convolution and GEMM rules, interleaved over three rounds: its 128²
-/// and 64² maps' 3×3 layers go to burn's convolution by default (more than 160 tiles, fewer than
-/// 1280 outputs), a rule measured on SD 1.5's maps only; the GEMM's reduction step as the rule
-/// picks it or forced either way.
+/// SDXL's step under the rules in force and channels-last on our GEMM
+/// ([`super::unet::channels_last_rules`]), interleaved over three rounds, each rule's output
+/// compared with the first's.
 fn rules_ab(device: &Device, runs: usize, step: impl Fn() -> Tensor<4>) -> Result<()> {
-    use latent_engine::kernels::conv::{ConvRules, set_conv_rules};
-    use latent_engine::kernels::matmul::{GemmKnobs, gemm_knobs, set_gemm_knobs};
-    let (c, k) = (ConvRules::DEFAULT, gemm_knobs());
-    let every = ConvRules {
-        gemm_max_tiles: usize::MAX,
-        ..c
-    };
-    let rules = [
-        (c, k, "default"),
-        (every, k, "GEMM for every 3×3 and 1×1 (unrolled)"),
-        (
-            ConvRules {
-                implicit_min_tiles: 161,
-                ..every
-            },
-            k,
-            "GEMM for every 3×3 and 1×1, reading in place above 160 tiles",
-        ),
-        (
-            c,
-            GemmKnobs { bk: Some(32), ..k },
-            "default, the GEMM's reduction step 32 everywhere",
-        ),
-        (
-            c,
-            GemmKnobs { bk: Some(64), ..k },
-            "default, the GEMM's reduction step 64 everywhere",
-        ),
-    ];
+    use latent_engine::kernels::conv::{conv_rules, set_conv_rules};
+    use latent_engine::kernels::matmul::{gemm_knobs, set_gemm_knobs};
+    let (c, k) = (conv_rules(), gemm_knobs());
+    let rules = super::unet::channels_last_rules(c).map(|(rule, name)| (rule, k, name));
     // Each rule's output against the default's: a wrong kernel differs by the output's order,
     // not by f16 rounding.
     let want = super::read_f32(step())?;

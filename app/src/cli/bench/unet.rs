@@ -223,8 +223,11 @@ pub(super) fn print_rounds(precision: Precision, what: &str, names: &[&str], tim
 }
 
 /// The same step, same process (kernels already tuned), under other convolution rules
-/// ([`ConvRules`]): the sixteenth session's (our split kernel up to 160 tiles, burn's above), the
-/// default, and variants, interleaved over three rounds.
+/// ([`ConvRules`]): the rules in force, and channels-last on our GEMM where burn's convolution
+/// runs by default (above 160 tiles) or on every layer it takes, interleaved over five rounds,
+/// each rule's output compared with the first's. (The sixteenth to twenty-seventh sessions'
+/// variants, the split kernel and the GEMM reading channels-first inputs in place, are in
+/// BENCHMARKS.md.)
 pub(super) fn conv_ab(
     model: &StableDiffusion,
     device: &Device,
@@ -233,69 +236,18 @@ pub(super) fn conv_ab(
     x: &Tensor<4>,
     ctx: &Tensor<3>,
 ) -> Result<()> {
-    use latent_engine::kernels::conv::{ConvRules, set_conv_rules};
-    let d = ConvRules::DEFAULT;
-    let rules = [
-        (
-            d,
-            "default: split at 8×8, GEMM ≤ 160 tiles or ≥ 1280 out and 1×1, burn's above",
-        ),
-        (
-            ConvRules::SPLIT_ONLY,
-            "sixteenth session's: split ≤ 160 tiles, burn's above",
-        ),
-        (
-            ConvRules {
-                split_max_tiles: 0,
-                ..d
-            },
-            "default without the split kernel at 8×8 (the GEMM there)",
-        ),
-        (
-            ConvRules {
-                gemm_one_by_one: false,
-                ..d
-            },
-            "default with burn's 1×1",
-        ),
-        (
-            ConvRules {
-                gemm_max_tiles: 400,
-                ..d
-            },
-            "GEMM ≤ 400 tiles (the 32×32 level too), burn's above",
-        ),
-        (
-            ConvRules {
-                gemm_max_tiles: usize::MAX,
-                ..d
-            },
-            "GEMM for every 3×3 and 1×1",
-        ),
-        (
-            ConvRules {
-                implicit_min_tiles: 0,
-                ..d
-            },
-            "default, the GEMM reading its 3×3 inputs in place",
-        ),
-        (
-            ConvRules {
-                implicit_min_tiles: 0,
-                gemm_max_tiles: usize::MAX,
-                ..d
-            },
-            "GEMM for every 3×3 and 1×1, reading the input in place",
-        ),
-        (
-            ConvRules {
-                implicit_min_tiles: 161,
-                gemm_max_tiles: usize::MAX,
-                ..d
-            },
-            "GEMM for every 3×3 and 1×1, reading in place above 160 tiles",
-        ),
-    ];
+    use latent_engine::kernels::conv::{conv_rules, set_conv_rules};
+    let d = conv_rules();
+    let rules = channels_last_rules(d);
+    let read = || super::read_f32(model.unet()?.forward(x.clone(), &[500.0], ctx));
+    let want = read()?;
+    for (rule, name) in &rules[1..] {
+        set_conv_rules(*rule);
+        let got = read();
+        set_conv_rules(d);
+        let diff = latent_engine::vae_compile::relative_difference(&got?, &want);
+        println!("[{precision:?}] UNet step, {name}: max relative difference from the first {diff:.2e}");
+    }
     let names: Vec<&str> = rules.iter().map(|r| r.1).collect();
     interleaved(precision, "convolution rule", &names, 5, |i| {
         set_conv_rules(rules[i].0);
@@ -303,6 +255,30 @@ pub(super) fn conv_ab(
         set_conv_rules(d);
         ms
     })
+}
+
+/// The rules in force `d`, then channels-last above 160 tiles and on every layer.
+pub(super) fn channels_last_rules(
+    d: latent_engine::kernels::conv::ConvRules,
+) -> [(latent_engine::kernels::conv::ConvRules, &'static str); 3] {
+    use latent_engine::kernels::conv::ConvRules;
+    [
+        (d, "rules in force"),
+        (
+            ConvRules {
+                channels_last_min_tiles: 161,
+                ..d
+            },
+            "channels-last on our GEMM above 160 tiles",
+        ),
+        (
+            ConvRules {
+                channels_last_min_tiles: 0,
+                ..d
+            },
+            "channels-last on our GEMM for every layer",
+        ),
+    ]
 }
 
 /// The same step, same process, with the linear layers on burn's matmul or our

@@ -40,6 +40,7 @@
 //! cooperative-matrix implicit GEMM on the wide maps of few channels. Not yet here (issue 13): a
 //! channels-last layout.
 
+mod channels_last;
 mod cmma;
 mod epilogue;
 mod kernel;
@@ -55,9 +56,12 @@ use burn::tensor::{DType, Tensor};
 pub use super::Geometry;
 use super::{Element, buffer_arg, grid, output, resolve};
 use cmma::{BK_MMA, conv2d_gemm_mma};
+pub use channels_last::{conv2d_channels_last, pack_taps};
 pub use epilogue::{Columns, Epilogue};
 use kernel::{BK, BM, LANES, conv2d_gemm, conv2d_split_sum, tile_block, tile_pixels, tile_rows};
-pub use route::{ConvRules, Mma, Prepared, conv_rules, mma_on, runs_for, set_conv_rules};
+pub use route::{
+    ConvRules, Mma, Prepared, channels_last_maps, conv_rules, mma_on, runs_for, set_conv_rules,
+};
 #[cfg(test)]
 pub(in crate::kernels) use unrolled::unroll;
 use unrolled::unroll_into;

@@ -90,6 +90,11 @@ pub struct ConvRules {
     /// took 96.65 ms against 87.97 under WGSL in f16, 84.29 against 79.24 under SPIR-V without
     /// cooperative matrices, 76.61 against 75.91 in f32.
     pub simt_pixels8: bool,
+    /// On cooperative matrices, layers of at least this many 64 × 64 output tiles (3×3 of at
+    /// least [`MIN_OUT_CHANNELS`] outputs, and 1×1) run channels-last on our GEMM
+    /// ([`super::channels_last`]), their input read in place as the product's rows, where the
+    /// channels allow (`usize::MAX`: never).
+    pub channels_last_min_tiles: usize,
 }
 
 impl ConvRules {
@@ -108,6 +113,7 @@ impl ConvRules {
         simt_prefetch: true,
         simt_deep_f16: true,
         simt_pixels8: false,
+        channels_last_min_tiles: usize::MAX,
     };
     /// The sixteenth session's: our split kernel up to 160 tiles, burn's above, no GEMM.
     pub const SPLIT_ONLY: ConvRules = ConvRules {
@@ -124,7 +130,15 @@ impl ConvRules {
         simt_prefetch: false,
         simt_deep_f16: false,
         simt_pixels8: false,
+        channels_last_min_tiles: usize::MAX,
     };
+}
+
+/// Whether some layers run channels-last on our GEMM ([`ConvRules::channels_last_min_tiles`]):
+/// the models then keep their maps channels-last where they would otherwise choose a layout
+/// (the skip connections' concatenation, a transformer's tokens back to a map).
+pub fn channels_last_maps() -> bool {
+    conv_rules().channels_last_min_tiles != usize::MAX
 }
 
 /// The rules in force.
@@ -264,7 +278,7 @@ enum Use {
 /// the SIMT kernel, its packed weights, both settled at the first call (a layer's weights live
 /// on one device in one dtype; a cast makes a new layer). Clones share it.
 #[derive(Debug, Clone, Default)]
-pub struct Prepared(Arc<OnceLock<Use>>);
+pub struct Prepared(Arc<OnceLock<Use>>, Arc<OnceLock<Tensor<2>>>);
 
 impl Prepared {
     /// Whether the first call packed the weights for the SIMT kernel.
@@ -308,12 +322,81 @@ impl Prepared {
         if !super::super::available(&device) || weight.dims()[2..] != [1, 1] {
             return None;
         }
+        let [b, _, c_in] = tokens.dims();
+        let [h, w] = hw;
+        if let Some(mma) = self.channels_last(&device, tokens.dtype(), weight, [b, c_in, h, w]) {
+            let epilogue = Epilogue {
+                bias,
+                channel: None,
+                residual,
+            };
+            let packed = self.taps(&device, weight);
+            if let Some(y) =
+                super::channels_last::tokens_channels_last(tokens, hw, packed, &epilogue, mma)
+            {
+                return Some(y);
+            }
+        }
         match self.settle(&device, tokens.dtype(), weight) {
             Use::BurnOnMma(mma) if conv_rules().gemm_one_by_one => {
                 super::one_by_one_from_tokens(tokens, weight, bias, residual, hw, gemm_of(*mma)?)
             }
             _ => None,
         }
+    }
+
+    /// The GEMM where this layer runs channels-last at this input ([`ConvRules::
+    /// channels_last_min_tiles`]), `None` elsewhere.
+    pub fn channels_last_for(
+        &self,
+        x: &Tensor<4>,
+        weight: &Tensor<4>,
+        geometry: Geometry,
+    ) -> Option<crate::kernels::matmul::MmaGemm> {
+        let [b, c_in, h, w] = x.dims();
+        let [oh, ow] = geometry.output(h, w)?;
+        if weight.dims()[2] != geometry.k {
+            return None;
+        }
+        self.channels_last(&x.device(), x.dtype(), weight, [b, c_in, oh, ow])
+    }
+
+    /// [`Self::channels_last_for`] by the output's size `[b, c_in, oh, ow]`.
+    fn channels_last(
+        &self,
+        device: &burn::tensor::Device,
+        dtype: DType,
+        weight: &Tensor<4>,
+        [b, c_in, oh, ow]: [usize; 4],
+    ) -> Option<crate::kernels::matmul::MmaGemm> {
+        let [c_out, wc_in, kh, _] = weight.dims();
+        let rules = conv_rules();
+        let tiles = (b * oh * ow).div_ceil(BN) * c_out.div_ceil(BM);
+        if rules.channels_last_min_tiles == usize::MAX
+            || tiles < rules.channels_last_min_tiles
+            || wc_in != c_in
+            || !super::channels_last::takes(c_in, c_out)
+            || !super::super::available(device)
+        {
+            return None;
+        }
+        match self.settle(device, dtype, weight) {
+            Use::Stored(mma) => gemm_of(*mma),
+            Use::BurnOnMma(mma) if kh == 1 => gemm_of(*mma),
+            _ => None,
+        }
+    }
+
+    /// The weights packed tap-major for the channels-last GEMM, once per layer.
+    fn taps(&self, device: &burn::tensor::Device, weight: &Tensor<4>) -> &Tensor<2> {
+        self.1.get_or_init(|| {
+            crate::device::persistent(device, || {
+                let packed = super::channels_last::pack_taps(weight);
+                // Materialised now, so each call reads it as it lies.
+                let _ = resolve(packed.clone());
+                packed
+            })
+        })
     }
 
     /// `x` through our kernel with `weight` (OIHW) and the `epilogue`, where it runs (see the
@@ -329,6 +412,16 @@ impl Prepared {
         let [c_out, _, kh, kw] = weight.dims();
         if !super::super::available(&device) || geometry.k != kh {
             return None;
+        }
+        if geometry.k == kw
+            && let Some(gemm) = self.channels_last_for(x, weight, geometry)
+        {
+            let packed = self.taps(&device, weight);
+            if let Some(y) =
+                super::channels_last::conv2d_channels_last(x.clone(), packed, geometry, epilogue, gemm)
+            {
+                return Some(y);
+            }
         }
         let prepared = self.settle(&device, x.dtype(), weight);
         let on_gemm = |mma: Mma, implicit: bool| {

@@ -13,7 +13,6 @@ use super::{Element, buffer_arg, cube_total, output, resolve, resolve_strided, s
 
 mod channels_last;
 
-#[cfg(test)]
 pub(crate) use channels_last::is_channels_last;
 
 /// Lanes per cube; the reductions below are written for this power of two.

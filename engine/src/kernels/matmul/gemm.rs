@@ -149,7 +149,7 @@ pub fn gemm_into(
         bias_per_row,
         tiles,
         epilogue,
-        None,
+        Implicit::None,
     )
 }
 
@@ -188,8 +188,61 @@ pub fn conv_gemm_into(
         true,
         tiles,
         GemmEpilogue::Plain,
-        Some(input),
+        Implicit::B(input),
     )
+}
+
+/// A convolution as the GEMM over its channels-last input read in place as `a`
+/// ([`super::channels_last`]): each of `images` images of `x` (`[images, h, w, c]` in memory)
+/// times `weights` `[c_out, k·k·c]` (tap-major: `[c_out, ky, kx, c]`), plus a per-channel
+/// `bias` and a `residual` laid out as the output, into `out` `[images·oh·ow, c_out]`
+/// (channels-last). `None` where a reduction step would straddle two taps
+/// ([`ConvInput::fits_rows`]), the alignment refuses the shapes or the grid is too large.
+#[allow(clippy::too_many_arguments)]
+pub fn conv_rows_gemm_into(
+    gemm: MmaGemm,
+    device: &burn::tensor::Device,
+    x: &CubeTensor,
+    weights: &CubeTensor,
+    bias: Option<&CubeTensor>,
+    residual: Option<&CubeTensor>,
+    out: &CubeTensor,
+    c_out: usize,
+    images: usize,
+    input: ConvInput,
+    tiles: Option<(usize, usize)>,
+) -> Option<()> {
+    let [oh, ow] = input.output()?;
+    let k = input.geometry.k;
+    let pixels = images.checked_mul(oh * ow)?;
+    let epilogue = match residual {
+        Some(r) => GemmEpilogue::Residual(r),
+        None => GemmEpilogue::Plain,
+    };
+    launch_gemm(
+        gemm,
+        device,
+        [x, weights, out],
+        bias,
+        [pixels, c_out, input.channels * k * k],
+        1,
+        [0, 0, 0],
+        true,
+        false,
+        tiles,
+        epilogue,
+        Implicit::A(input),
+    )
+}
+
+/// Which operand, if any, is a convolution's input read in place.
+#[derive(Debug, Clone, Copy)]
+enum Implicit {
+    None,
+    /// `b`, channels-first ([`super::implicit`]).
+    B(ConvInput),
+    /// `a`, channels-last ([`super::channels_last`]).
+    A(ConvInput),
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -205,7 +258,7 @@ fn launch_gemm(
     bias_per_row: bool,
     tiles: Option<(usize, usize)>,
     epilogue: GemmEpilogue<'_>,
-    conv: Option<ConvInput>,
+    implicit: Implicit,
 ) -> Option<()> {
     let aligned = |v: usize| v.is_multiple_of(VEC);
     let geglu = matches!(epilogue, GemmEpilogue::Geglu);
@@ -226,9 +279,19 @@ fn launch_gemm(
             .is_some_and(|end| end <= t.meta.num_elements())
     };
     let bias_len = if bias_per_row { m } else { n };
-    // An implicit convolution's `b` is the input it reads in place.
-    let b_len = conv.map_or(n * k, |c| c.image_len());
-    if !(holds(a, a_batch, m * k)
+    // An implicit convolution's operand is the input it reads in place.
+    let (a_len, b_len) = match implicit {
+        Implicit::None => (m * k, n * k),
+        Implicit::B(c) => (m * k, c.image_len()),
+        Implicit::A(c) => {
+            let map = c.output().map_or(0, |[oh, ow]| oh * ow);
+            if map == 0 || !m.is_multiple_of(map) {
+                return None;
+            }
+            ((m / map).checked_mul(c.image_len())?, n * k)
+        }
+    };
+    if !(holds(a, a_batch, a_len)
         && holds(b, b_batch, b_len)
         && holds(out, c_batch, m * out_cols)
         && bias.is_none_or(|t| t.meta.num_elements() >= bias_len)
@@ -261,6 +324,9 @@ fn launch_gemm(
     if !(bm * bk / VEC).is_multiple_of(lanes) || !(bn * bk / VEC).is_multiple_of(lanes) {
         return None;
     }
+    if matches!(implicit, Implicit::A(c) if !c.fits_rows(bk)) {
+        return None;
+    }
     // A product of few cubes over a long reduction splits it ([`split_slices`]); the slices'
     // f32 sums are finished by [`finish_split`] (which reads a GEGLU's values and gates as the
     // weight's rows lie, so the GEMM then reads its columns in order). Each matrix's output
@@ -289,9 +355,17 @@ fn launch_gemm(
         GemmEpilogue::Residual(r) => r,
         _ => &placeholder,
     };
-    let (geometry, taps) = match conv {
-        Some(c) => c.launch()?,
-        None => (ConvGeometryLaunch::new(0, 0, 0, 0, 0), ConvTaps::default()),
+    let none = ConvTaps::default();
+    let (geometry, taps, a_taps) = match implicit {
+        Implicit::B(c) => {
+            let (g, t) = c.launch()?;
+            (g, t, none)
+        }
+        Implicit::A(c) => {
+            let (g, t) = c.launch()?;
+            (g, none, t)
+        }
+        Implicit::None => (ConvGeometryLaunch::new(0, 0, 0, 0, 0, 0, 0), none, none),
     };
     let (_partial, partial) = if split {
         output([slices * batch * m * n], DType::F32, device)?
@@ -339,6 +413,7 @@ fn launch_gemm(
                 knobs.hoist_rows,
                 split,
                 taps,
+                a_taps,
             )
         };
     }

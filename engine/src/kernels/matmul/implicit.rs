@@ -59,6 +59,9 @@ pub struct ConvGeometry {
     pub ow: usize,
     pub stride: usize,
     pub pad: usize,
+    /// Channels and output pixels of one image (read by [`super::channels_last`] only).
+    pub channels: usize,
+    pub map: usize,
 }
 
 /// What the kernel compiles for: the taps' side (0: `b` is a plain matrix) and the upsampling.
@@ -71,10 +74,18 @@ pub struct ConvTaps {
 impl ConvInput {
     /// The kernel's run-time arguments and its compilation's.
     pub(super) fn launch(&self) -> Option<(ConvGeometryLaunch, ConvTaps)> {
-        let [_, ow] = self.output()?;
+        let [oh, ow] = self.output()?;
         let g = self.geometry;
         Some((
-            ConvGeometryLaunch::new(self.h, self.w, ow, g.stride, g.padding),
+            ConvGeometryLaunch::new(
+                self.h,
+                self.w,
+                ow,
+                g.stride,
+                g.padding,
+                self.channels,
+                oh * ow,
+            ),
             ConvTaps {
                 k: g.k,
                 upsample: g.upsample,

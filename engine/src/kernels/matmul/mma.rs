@@ -31,6 +31,8 @@
 //!
 //! With `conv` (its taps' side non-zero), `b` is a convolution's input read in place as its
 //! unrolled `[k, n]` operand ([`super::implicit`]); each lane splits its output column once.
+//! With `a_conv`, `a` is a channels-last input read in place as its unrolled `[pixels, k]`
+//! operand ([`super::channels_last`]); each lane splits its rows' pixels once.
 //!
 //! Requires `k`, `n` and the output's batch stride multiples of 8 and 16-byte aligned buffers
 //! (the launcher checks); any `m`.
@@ -51,6 +53,7 @@
 use burn::cubecl;
 use burn::cubecl::prelude::*;
 
+use super::channels_last::conv_a_row;
 use super::implicit::{ConvGeometry, ConvTaps};
 use super::products::step_products;
 use super::staging::{load_step, stage_step, weight_row};
@@ -97,6 +100,7 @@ pub(super) fn gemm_mma<F: Float, N: Size>(
     #[comptime] hoist: bool,
     #[comptime] split: bool,
     #[comptime] conv: ConvTaps,
+    #[comptime] a_conv: ConvTaps,
 ) {
     let lanes = comptime!(pm * pn * plane);
     let bm = comptime!(pm * tm * fm);
@@ -180,12 +184,26 @@ pub(super) fn gemm_mma<F: Float, N: Size>(
     // that was the interleaved rows' arithmetic.
     let mut a_rows = Array::<usize>::new(a_per);
     let mut b_rows = Array::<usize>::new(b_per);
-    if hoist {
+    // A channels-last convolution's `a` ([`super::channels_last`]): each row's image offset
+    // (in `a_rows`) and window corner, formed once whatever `hoist` says.
+    let mut a_oy = Array::<usize>::new(a_per);
+    let mut a_ox = Array::<usize>::new(a_per);
+    if comptime!(a_conv.k > 0) {
+        let per_k = comptime!(bk / VEC);
+        #[unroll]
+        for i in 0..a_per {
+            let row = m0 + (lane + i * lanes) / per_k;
+            conv_a_row(row, m, &geometry, &mut a_rows, &mut a_oy, &mut a_ox, i);
+        }
+    } else if hoist {
         let per_k = comptime!(bk / VEC);
         #[unroll]
         for i in 0..a_per {
             a_rows[i] = (m0 + (lane + i * lanes) / per_k) * k;
         }
+    }
+    if hoist {
+        let per_k = comptime!(bk / VEC);
         #[unroll]
         for i in 0..b_per {
             let v = lane + i * lanes;
@@ -207,16 +225,17 @@ pub(super) fn gemm_mma<F: Float, N: Size>(
     // other cubes on the SM hide the wait.
     if prefetch {
         load_step::<F, N>(
-            a, b, &mut a_reg, &mut b_reg, &a_rows, &b_rows, s0, lane, m0, n0, m, cols, k, a_base,
-            b_base, &geometry, conv_oy, conv_ox, bm, bn, bk, fn_, lanes, b_nk, geglu, hoist, conv,
+            a, b, &mut a_reg, &mut b_reg, &a_rows, &b_rows, &a_oy, &a_ox, s0, lane, m0, n0, m,
+            cols, k, a_base, b_base, &geometry, conv_oy, conv_ox, bm, bn, bk, fn_, lanes, b_nk,
+            geglu, hoist, conv, a_conv,
         );
     }
     for s in s0..s1 {
         if !prefetch {
             load_step::<F, N>(
-                a, b, &mut a_reg, &mut b_reg, &a_rows, &b_rows, s, lane, m0, n0, m, cols, k,
-                a_base, b_base, &geometry, conv_oy, conv_ox, bm, bn, bk, fn_, lanes, b_nk, geglu,
-                hoist, conv,
+                a, b, &mut a_reg, &mut b_reg, &a_rows, &b_rows, &a_oy, &a_ox, s, lane, m0, n0, m,
+                cols, k, a_base, b_base, &geometry, conv_oy, conv_ox, bm, bn, bk, fn_, lanes,
+                b_nk, geglu, hoist, conv, a_conv,
             );
         }
         stage_step::<F, N>(
@@ -232,6 +251,8 @@ pub(super) fn gemm_mma<F: Float, N: Size>(
                 &mut b_reg,
                 &a_rows,
                 &b_rows,
+                &a_oy,
+                &a_ox,
                 s + 1,
                 lane,
                 m0,
@@ -253,6 +274,7 @@ pub(super) fn gemm_mma<F: Float, N: Size>(
                 geglu,
                 hoist,
                 conv,
+                a_conv,
             );
         }
         let mut a_off = 0;

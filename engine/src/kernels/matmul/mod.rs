@@ -20,6 +20,7 @@
 //! `LATENT_STUDIO_MATMUL=burn` turns it off everywhere.
 
 mod ceiling;
+mod channels_last;
 mod implicit;
 mod kernel;
 mod mma;
@@ -34,7 +35,9 @@ mod workgroup;
 pub use route::{Place, ProductRules, product_rules, set_product_rules, wide_fits};
 
 pub use ceiling::{Ceiling, CeilingShape, mma_ceiling_launch, reported_fragments};
-pub use gemm::{GemmEpilogue, MMA_TILES, MmaGemm, conv_gemm_into, gemm_into, mma_gemm_on};
+pub use gemm::{
+    GemmEpilogue, MMA_TILES, MmaGemm, conv_gemm_into, conv_rows_gemm_into, gemm_into, mma_gemm_on,
+};
 pub use implicit::ConvInput;
 pub use knobs::{
     GEMM_PLANES, GEMM_STEPS, GemmKnobs, gemm_knobs, mma_linears, reduction_step, set_gemm_knobs,

@@ -6,6 +6,7 @@
 use burn::cubecl;
 use burn::cubecl::prelude::*;
 
+use super::channels_last::conv_a_vector;
 use super::implicit::{ConvGeometry, ConvTaps, conv_b_vector};
 use super::mma::VEC;
 
@@ -19,33 +20,55 @@ pub(super) fn weight_row(c: usize, half: usize, #[comptime] f: usize) -> usize {
 }
 
 /// Vector `i` of this lane's share of step `s` of `a`: row `v / p`, vector `v % p` of the step
-/// (`p = bk / 8`, `v = lane + lanes·i`).
+/// (`p = bk / 8`, `v = lane + lanes·i`); a channels-last convolution's input read in place with
+/// `a_conv` (the row's pixel split before the reduction: `a_rows`, `a_oy`, `a_ox`).
 #[cube]
 #[allow(clippy::too_many_arguments)]
 fn load_a<F: Float, N: Size>(
     a: &[Vector<F, N>],
     a_rows: &Array<usize>,
+    a_oy: &Array<usize>,
+    a_ox: &Array<usize>,
     s: usize,
     lane: usize,
     m0: usize,
     m: usize,
     k: usize,
     a_base: usize,
+    geometry: &ConvGeometry,
     #[comptime] i: usize,
     #[comptime] bk: usize,
     #[comptime] lanes: usize,
     #[comptime] hoist: bool,
+    #[comptime] a_conv: ConvTaps,
 ) -> Vector<F, N> {
     let per_k = comptime!(bk / VEC);
     let v = lane + i * lanes;
-    let row = m0 + v / per_k;
-    let kk = s * bk + (v % per_k) * VEC;
     let mut x = Vector::<F, N>::new(F::new(0.0));
-    if row < m && kk < k {
-        if hoist {
-            x = a[(a_base + a_rows[i] + kk) / VEC];
-        } else {
-            x = a[(a_base + row * k + kk) / VEC];
+    if comptime!(a_conv.k > 0) {
+        // The step lies in one tap (`channels_last::fits_rows`); padding and rows past `m`
+        // read as zeros.
+        x = conv_a_vector::<F, N>(
+            a,
+            a_rows[i],
+            a_oy[i],
+            a_ox[i],
+            s * bk,
+            (v % per_k) * VEC,
+            geometry,
+            a_conv.k,
+            a_conv.upsample,
+            VEC,
+        );
+    } else {
+        let row = m0 + v / per_k;
+        let kk = s * bk + (v % per_k) * VEC;
+        if row < m && kk < k {
+            if hoist {
+                x = a[(a_base + a_rows[i] + kk) / VEC];
+            } else {
+                x = a[(a_base + row * k + kk) / VEC];
+            }
         }
     }
     x
@@ -134,6 +157,8 @@ pub(super) fn load_step<F: Float, N: Size>(
     b_reg: &mut Array<Vector<F, N>>,
     a_rows: &Array<usize>,
     b_rows: &Array<usize>,
+    a_oy: &Array<usize>,
+    a_ox: &Array<usize>,
     s: usize,
     lane: usize,
     m0: usize,
@@ -155,10 +180,14 @@ pub(super) fn load_step<F: Float, N: Size>(
     #[comptime] geglu: bool,
     #[comptime] hoist: bool,
     #[comptime] conv: ConvTaps,
+    #[comptime] a_conv: ConvTaps,
 ) {
     #[unroll]
     for i in 0..comptime!(bm * bk / VEC / lanes) {
-        a_reg[i] = load_a::<F, N>(a, a_rows, s, lane, m0, m, k, a_base, i, bk, lanes, hoist);
+        a_reg[i] = load_a::<F, N>(
+            a, a_rows, a_oy, a_ox, s, lane, m0, m, k, a_base, geometry, i, bk, lanes, hoist,
+            a_conv,
+        );
     }
     #[unroll]
     for i in 0..comptime!(bn * bk / VEC / lanes) {

@@ -127,14 +127,14 @@ impl ResnetBlock2D {
             }
             _ => None,
         };
-        // The time embedding and the shortcut are added in the convolutions' epilogues. Without
-        // a time embedding (the VAE) and where burn's convolution runs, conv1's bias is left to
-        // norm2 (no pass over the map for it).
+        // The time embedding and the shortcut are added in the convolutions' epilogues; where
+        // conv1's map comes back channels-last (burn's convolution, or ours channels-last), its
+        // bias and the time embedding are left to norm2 (no pass over the map for them).
         let normed = self.norm1.forward_with(x.clone(), true, kernels);
-        let h = match t {
-            None if kernels == Kernels::Fused => {
-                let (h, bias) = self.conv1.forward_unbiased(normed);
-                self.norm2.forward_shifted(h, bias, true, kernels)
+        let h = match kernels {
+            Kernels::Fused => {
+                let (h, pre) = self.conv1.forward_deferred(normed, t);
+                self.norm2.forward_shifted(h, pre, true, kernels)
             }
             _ => self
                 .norm2

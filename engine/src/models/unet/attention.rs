@@ -256,7 +256,12 @@ impl Transformer2D {
         let [b, c, h, w] = x.dims();
         let residual = x.clone();
         let x = self.norm.forward_with(x, false, Kernels::Fused);
-        let to_tokens = |t: Tensor<4>| t.reshape([b, c, h * w]).swap_dims(1, 2); // [b, hw, c]
+        // Where the maps are kept channels-last, tokens and map are one buffer (no copy).
+        let last = crate::kernels::conv::channels_last_maps();
+        let to_tokens = |t: Tensor<4>| match last {
+            true => t.permute([0, 2, 3, 1]).reshape([b, h * w, c]),
+            false => t.reshape([b, c, h * w]).swap_dims(1, 2), // [b, hw, c]
+        };
         let mut tokens = match &self.proj_in {
             Projection::Conv(conv) => to_tokens(conv.forward(x)),
             Projection::Linear(lin) => lin.forward(to_tokens(x)),
@@ -264,7 +269,10 @@ impl Transformer2D {
         for block in &self.blocks {
             tokens = block.forward(tokens, context);
         }
-        let to_map = |t: Tensor<3>| t.swap_dims(1, 2).reshape([b, c, h, w]);
+        let to_map = |t: Tensor<3>| match last {
+            true => t.reshape([b, h, w, c]).permute([0, 3, 1, 2]),
+            false => t.swap_dims(1, 2).reshape([b, c, h, w]),
+        };
         match &self.proj_out {
             // The residual in the convolution's epilogue where ours runs: no pass of its own;
             // on our GEMM the tokens are read as they lie (no transpose back to a map).

@@ -211,7 +211,13 @@ impl UpBlock {
     ) -> Tensor<4> {
         for (i, resnet) in self.resnets.iter().enumerate() {
             if let Some(skip) = skips.pop() {
-                x = Tensor::cat(vec![x, skip], 1);
+                x = if crate::kernels::conv::channels_last_maps() {
+                    // Concatenated channels-last: the layout the convolutions keep.
+                    Tensor::cat(vec![x.permute([0, 2, 3, 1]), skip.permute([0, 2, 3, 1])], 3)
+                        .permute([0, 3, 1, 2])
+                } else {
+                    Tensor::cat(vec![x, skip], 1)
+                };
             }
             x = resnet.forward(x, Some(temb));
             if let Some(attn) = self.attentions.get(i) {
