@@ -1,5 +1,16 @@
 #!/bin/bash
 # Issue 13 on a lent GPU, one part per device call (each call may run 10 minutes):
+#   PART=cn ours with every layer channels-last (the default): SD 1.5's step (replayed) under
+#           `--gemm-ab` (the GEMM's compilations, now that the convolutions run on it), the VAE
+#           decode and SDXL's step profiled by kernel
+#   PART=cm PyTorch's SD 1.5 step, VAE decode, 20-step txt2img and SDXL step, then ours with
+#           every layer channels-last by default (weights packed at load): SD 1.5's step
+#           (replayed) and the VAE decode under `--conv-ab` (outputs compared), the 20-step 512²
+#           txt2img, SDXL's step under `--conv-ab` and its memory, SDXL's 1024² txt2img peak
+#   PART=cl convolutions channels-last on our GEMM (`--conv-ab`: the rules in force, channels-last
+#           above 160 tiles, on every layer; outputs compared): SD 1.5's step (replayed), the VAE
+#           decode, SDXL's step; then SD 1.5's step profiled by kernel with every layer
+#           channels-last
 #   PART=ck SD 1.5's step (replayed) and SDXL's under `--rows-ab` (SD 1.5's outputs compared; in
 #           that call's binary the planes attention's tile offsets formed once were a third rule:
 #           lost, removed)
@@ -307,6 +318,28 @@ peak() {
 }
 
 case ${PART:-a} in
+cn)
+  export LATENT_STUDIO_TUNING_CACHE=/tmp/tuning
+  timeout ${OURS_TIMEOUT:-200} /tmp/ls bench --device gpu --precision f16 --runs 7 --unet-only --no-ops --no-profile --no-burn-ops --gemm-ab 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/sd15_cn.txt
+  timeout ${VAE_TIMEOUT:-80} /tmp/ls bench --device gpu --precision f16 --runs 5 --vae-only --kernel-profile 2 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/vae_cn.txt
+  timeout ${SDXL_TIMEOUT:-150} /tmp/ls bench --device gpu --precision f16 --runs 5 --sdxl --no-pipeline --kernel-profile 1 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/sdxl_cn.txt
+  ;;
+cm)
+  PARTS=${TORCH_PARTS:-unet16,vae,e2e,sdxl} timeout ${TORCH_TIMEOUT:-150} python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v "Warning\|kept in float32" | tee $OUT/torch_cm.txt
+  export LATENT_STUDIO_TUNING_CACHE=/tmp/tuning
+  timeout ${OURS_TIMEOUT:-150} /tmp/ls bench --device gpu --precision f16 --runs 7 --unet-only --no-ops --no-profile --no-burn-ops --conv-ab 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/sd15_cm.txt
+  timeout ${E2E_TIMEOUT:-100} /tmp/ls bench --device gpu --precision f16 --runs 3 --steps 20 --pipeline-only 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace\|step [0-9]*/20 at" | tee $OUT/e2e_cm.txt
+  timeout ${VAE_TIMEOUT:-80} /tmp/ls bench --device gpu --precision f16 --runs 5 --vae-only --conv-ab 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/vae_cm.txt
+  timeout ${SDXL_TIMEOUT:-150} /tmp/ls bench --device gpu --precision f16 --runs 5 --sdxl --no-pipeline --conv-ab 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/sdxl_cm.txt
+  [ "${PEAK:-1}" = 1 ] && peak sdxl_peak_cm timeout ${PEAK_TIMEOUT:-90} /tmp/ls bench --device gpu --precision f16 --runs 1 --steps 20 --sdxl --pipeline-only
+  ;;
+cl)
+  export LATENT_STUDIO_TUNING_CACHE=/tmp/tuning
+  timeout ${OURS_TIMEOUT:-170} /tmp/ls bench --device gpu --precision f16 --runs 7 --unet-only --no-ops --no-profile --no-burn-ops --conv-ab 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/sd15_cl.txt
+  timeout ${VAE_TIMEOUT:-100} /tmp/ls bench --device gpu --precision f16 --runs 5 --vae-only --conv-ab 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/vae_cl.txt
+  timeout ${SDXL_TIMEOUT:-200} /tmp/ls bench --device gpu --precision f16 --runs 5 --sdxl --no-pipeline --conv-ab 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/sdxl_cl.txt
+  [ "${PROFILE:-1}" = 1 ] && timeout ${PROFILE_TIMEOUT:-90} /tmp/ls bench --device gpu --precision f16 --runs 5 --unet-only --no-ops --no-profile --no-burn-ops --channels-last-min-tiles 0 --kernel-profile 2 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/sd15_cl_prof.txt
+  ;;
 ck)
   export LATENT_STUDIO_TUNING_CACHE=/tmp/tuning
   timeout ${OURS_TIMEOUT:-140} /tmp/ls bench --device gpu --precision f16 --runs 7 --unet-only --no-ops --no-profile --no-burn-ops --rows-ab 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/sd15_ck.txt

@@ -28,12 +28,19 @@ impl Conv2d {
         stride: usize,
         padding: usize,
     ) -> Result<Self> {
+        // Packed once for our channels-last GEMM where it takes the layer, and held once: the
+        // model keeps (for rebuilding with a LoRA) the OIHW view of the packed buffer.
+        let (weight, packed) =
+            crate::kernels::conv::stored_weight(w.tensor("weight", [c_out, c_in, kernel, kernel])?);
+        if packed.is_some() {
+            w.keep_instead("weight", weight.clone());
+        }
         Ok(Self {
-            weight: w.tensor("weight", [c_out, c_in, kernel, kernel])?,
+            weight,
             bias: w.optional("bias", [c_out])?,
             stride,
             padding,
-            ours: Default::default(),
+            ours: packed.map_or_else(Default::default, crate::kernels::conv::Prepared::with_taps),
         })
     }
 

@@ -173,7 +173,10 @@ fn rules_ab(device: &Device, runs: usize, step: impl Fn() -> Tensor<4>) -> Resul
     use latent_engine::kernels::conv::{conv_rules, set_conv_rules};
     use latent_engine::kernels::matmul::{gemm_knobs, set_gemm_knobs};
     let (c, k) = (conv_rules(), gemm_knobs());
-    let rules = super::unet::channels_last_rules(c).map(|(rule, name)| (rule, k, name));
+    let rules: Vec<_> = super::unet::channels_last_rules(c)
+        .into_iter()
+        .map(|(rule, name)| (rule, k, name))
+        .collect();
     // Each rule's output against the default's: a wrong kernel differs by the output's order,
     // not by f16 rounding.
     let want = super::read_f32(step())?;

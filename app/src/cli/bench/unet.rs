@@ -257,28 +257,29 @@ pub(super) fn conv_ab(
     })
 }
 
-/// The rules in force `d`, then channels-last above 160 tiles and on every layer.
+/// The rules in force `d`, then (where they differ from it) our GEMM channels-last on every
+/// layer, above 160 tiles, and never (the layers on our GEMM over the unrolled input as before
+/// the forty-third session; the weights that load packed for channels-last are then relaid out
+/// at each call, which that rule did not pay then).
 pub(super) fn channels_last_rules(
     d: latent_engine::kernels::conv::ConvRules,
-) -> [(latent_engine::kernels::conv::ConvRules, &'static str); 3] {
+) -> Vec<(latent_engine::kernels::conv::ConvRules, &'static str)> {
     use latent_engine::kernels::conv::ConvRules;
-    [
-        (d, "rules in force"),
-        (
-            ConvRules {
-                channels_last_min_tiles: 161,
-                ..d
-            },
-            "channels-last on our GEMM above 160 tiles",
-        ),
-        (
-            ConvRules {
-                channels_last_min_tiles: 0,
-                ..d
-            },
-            "channels-last on our GEMM for every layer",
-        ),
-    ]
+    let with = |tiles| ConvRules {
+        channels_last_min_tiles: tiles,
+        ..d
+    };
+    let mut rules = vec![(d, "rules in force")];
+    for (tiles, name) in [
+        (0, "channels-last on our GEMM for every layer"),
+        (161, "channels-last on our GEMM above 160 tiles"),
+        (usize::MAX, "no channels-last (the GEMM over the unrolled input)"),
+    ] {
+        if d.channels_last_min_tiles != tiles {
+            rules.push((with(tiles), name));
+        }
+    }
+    rules
 }
 
 /// The same step, same process, with the linear layers on burn's matmul or our

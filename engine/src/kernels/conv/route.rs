@@ -113,7 +113,7 @@ impl ConvRules {
         simt_prefetch: true,
         simt_deep_f16: true,
         simt_pixels8: false,
-        channels_last_min_tiles: usize::MAX,
+        channels_last_min_tiles: 0,
     };
     /// The sixteenth session's: our split kernel up to 160 tiles, burn's above, no GEMM.
     pub const SPLIT_ONLY: ConvRules = ConvRules {
@@ -345,6 +345,11 @@ impl Prepared {
         }
     }
 
+    /// A layer whose weights were packed tap-major at load ([`stored_weight`]).
+    pub fn with_taps(packed: Tensor<2>) -> Self {
+        Self(Default::default(), Arc::new(OnceLock::from(packed)))
+    }
+
     /// The GEMM where this layer runs channels-last at this input ([`ConvRules::
     /// channels_last_min_tiles`]), `None` elsewhere.
     pub fn channels_last_for(
@@ -497,6 +502,32 @@ impl Prepared {
             }
         }
     }
+}
+
+/// An OIHW `weight` as its layer keeps it: where every layer runs channels-last on our GEMM
+/// (cooperative matrices, f16, [`ConvRules::channels_last_min_tiles`] 0) and this 3×3 layer's
+/// channels let it, packed tap-major once ([`super::pack_taps`]) and returned both as that
+/// matrix and as an OIHW view of the same buffer (for burn's convolution, which reads any
+/// layout), so the weights are held once; otherwise as it is.
+pub fn stored_weight(weight: Tensor<4>) -> (Tensor<4>, Option<Tensor<2>>) {
+    let [c_out, c_in, kh, kw] = weight.dims();
+    let takes = kh == 3
+        && kw == 3
+        && c_out >= MIN_OUT_CHANNELS
+        && super::channels_last::takes(c_in, c_out)
+        && conv_rules().channels_last_min_tiles == 0;
+    if !takes || mma_on(&weight.device(), weight.dtype()).is_none() {
+        return (weight, None);
+    }
+    let packed = super::pack_taps(&weight);
+    drop(weight);
+    // Materialised now: the view below and every launch read this one buffer.
+    let _ = resolve(packed.clone());
+    let view = packed
+        .clone()
+        .reshape([c_out, kh, kw, c_in])
+        .permute([0, 3, 1, 2]);
+    (view, Some(packed))
 }
 
 /// Whether a `k`×`k` convolution to `c_out` channels in `dtype` runs through our kernel on
