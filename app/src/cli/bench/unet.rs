@@ -246,7 +246,9 @@ pub(super) fn conv_ab(
         let got = read();
         set_conv_rules(d);
         let diff = latent_engine::vae_compile::relative_difference(&got?, &want);
-        println!("[{precision:?}] UNet step, {name}: max relative difference from the first {diff:.2e}");
+        println!(
+            "[{precision:?}] UNet step, {name}: max relative difference from the first {diff:.2e}"
+        );
     }
     let names: Vec<&str> = rules.iter().map(|r| r.1).collect();
     interleaved(precision, "convolution rule", &names, 5, |i| {
@@ -273,7 +275,10 @@ pub(super) fn channels_last_rules(
     for (tiles, name) in [
         (0, "channels-last on our GEMM for every layer"),
         (161, "channels-last on our GEMM above 160 tiles"),
-        (usize::MAX, "no channels-last (the GEMM over the unrolled input)"),
+        (
+            usize::MAX,
+            "no channels-last (the GEMM over the unrolled input)",
+        ),
     ] {
         if d.channels_last_min_tiles != tiles {
             rules.push((with(tiles), name));

@@ -30,15 +30,21 @@
 //! shape (the im2col matmul's dozens more), and on lavapipe those LLVM compiles were 290 of a cold
 //! parity test's 360 s.
 //!
-//! Where the device has cooperative matrices (f16), three kernels share the layers by
-//! [`ConvRules`]: on the 8×8 maps a cooperative-matrix variant of ours ([`cmma`]) with the
+//! Where the device has cooperative matrices (f16), every 3×3 layer of at least 32 output
+//! channels and every 1×1 layer whose channels allow it runs channels-last on our large-tile
+//! GEMM by default ([`channels_last`]: the input read in place as the product's rows, the
+//! weights packed tap-major once at load, the output channels-last, which is what burn's
+//! convolution and our GroupNorm keep, so the maps stay in one layout through the UNet and the
+//! VAE). On an H200 (BENCHMARKS.md, forty-third session) that took SD 1.5's step from 29.5 to
+//! 26.1 ms and the 512² VAE decode from 34.9 to 26.4. Under other [`ConvRules`] three kernels
+//! share the layers: on the 8×8 maps a cooperative-matrix variant of ours ([`cmma`]) with the
 //! reduction split, reading the weights as stored and the input unrolled by a first kernel
 //! ([`kernel::im2col`], `[c_in·kh·kw, pixels]`: gathered inside the product, each value's index
 //! arithmetic was repeated for every tile of output channels and cost more than the products);
 //! on the 16×16 maps, the stride-2 layers and the widest outputs the weights times the input
-//! unrolled batch-major on our large-tile GEMM ([`conv2d_unrolled_gemm`]); burn's
-//! cooperative-matrix implicit GEMM on the wide maps of few channels. Not yet here (issue 13): a
-//! channels-last layout.
+//! unrolled batch-major on our GEMM ([`conv2d_unrolled_gemm`]); burn's cooperative-matrix
+//! implicit GEMM on the wide maps of few channels (and, by default, on the layers channels-last
+//! refuses: 4-channel inputs and outputs).
 
 mod channels_last;
 mod cmma;
@@ -55,8 +61,8 @@ use burn::tensor::{DType, Tensor};
 
 pub use super::Geometry;
 use super::{Element, buffer_arg, grid, output, resolve};
-use cmma::{BK_MMA, conv2d_gemm_mma};
 pub use channels_last::{conv2d_channels_last, pack_taps};
+use cmma::{BK_MMA, conv2d_gemm_mma};
 pub use epilogue::{Columns, Epilogue};
 use kernel::{BK, BM, LANES, conv2d_gemm, conv2d_split_sum, tile_block, tile_pixels, tile_rows};
 pub use route::{

@@ -93,7 +93,14 @@ pub struct ConvRules {
     /// On cooperative matrices, layers of at least this many 64 × 64 output tiles (3×3 of at
     /// least [`MIN_OUT_CHANNELS`] outputs, and 1×1) run channels-last on our GEMM
     /// ([`super::channels_last`]), their input read in place as the product's rows, where the
-    /// channels allow (`usize::MAX`: never).
+    /// channels allow (`usize::MAX`: never). Every layer (0) by default, and then the 3×3
+    /// weights load packed for it ([`stored_weight`]). On an H200 (BENCHMARKS.md, forty-third
+    /// session, five interleaved rounds, outputs within f16 rounding of the old rules'): SD
+    /// 1.5's replayed step 29.05 ms without, 26.33 above 160 tiles (the maps burn's convolution
+    /// took), 26.59 on every layer (first call); with the weights loaded packed, 26.08 on every
+    /// layer against 26.81 above 160 tiles and 29.52 without (which then relay the weights out
+    /// per call); the VAE decode 33.68 → 25.95–26.72 ms; SDXL's step (launch by launch, ±5 ms
+    /// between rounds) unchanged at 158–167 ms, its kernels' sum 171.8 → 145.9 ms.
     pub channels_last_min_tiles: usize,
 }
 
@@ -422,9 +429,13 @@ impl Prepared {
             && let Some(gemm) = self.channels_last_for(x, weight, geometry)
         {
             let packed = self.taps(&device, weight);
-            if let Some(y) =
-                super::channels_last::conv2d_channels_last(x.clone(), packed, geometry, epilogue, gemm)
-            {
+            if let Some(y) = super::channels_last::conv2d_channels_last(
+                x.clone(),
+                packed,
+                geometry,
+                epilogue,
+                gemm,
+            ) {
                 return Some(y);
             }
         }

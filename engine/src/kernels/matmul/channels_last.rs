@@ -114,7 +114,9 @@ pub(super) fn unroll_channels_last<F: Float, N: Size>(
         let mut base = Array::<usize>::new(1usize);
         let mut oys = Array::<usize>::new(1usize);
         let mut oxs = Array::<usize>::new(1usize);
-        conv_a_row(row, pixels, &geometry, &mut base, &mut oys, &mut oxs, 0usize);
+        conv_a_row(
+            row, pixels, &geometry, &mut base, &mut oys, &mut oxs, 0usize,
+        );
         out[v] = conv_a_vector::<F, N>(
             x,
             base[0],
@@ -146,13 +148,16 @@ mod tests {
         let up = if g.upsample { 2 } else { 1 };
         let [oh, ow] = g.output(h, w).expect("fits");
         let mut out = Vec::new();
-        for (image, oy, ox) in (0..b).flat_map(|i| (0..oh).flat_map(move |y| (0..ow).map(move |x| (i, y, x)))) {
+        for (image, oy, ox) in
+            (0..b).flat_map(|i| (0..oh).flat_map(move |y| (0..ow).map(move |x| (i, y, x))))
+        {
             for ky in 0..g.k {
                 for kx in 0..g.k {
                     for ci in 0..c {
                         let vy = (oy * g.stride + ky) as isize - g.padding as isize;
                         let vx = (ox * g.stride + kx) as isize - g.padding as isize;
-                        let inside = vy >= 0 && vx >= 0 && (vy as usize) < h * up && (vx as usize) < w * up;
+                        let inside =
+                            vy >= 0 && vx >= 0 && (vy as usize) < h * up && (vx as usize) < w * up;
                         out.push(if inside {
                             let (iy, ix) = (vy as usize / up, vx as usize / up);
                             x[((image * h + iy) * w + ix) * c + ci]
@@ -232,7 +237,10 @@ mod tests {
                 }
                 let got = read(got);
                 let close = got.len() == want.len()
-                    && got.iter().zip(&want).all(|(g, w)| (g - w).abs() <= 1e-3 * w.abs().max(1.0));
+                    && got
+                        .iter()
+                        .zip(&want)
+                        .all(|(g, w)| (g - w).abs() <= 1e-3 * w.abs().max(1.0));
                 assert!(
                     close,
                     "{dtype:?} case {b} {c} {h}x{w} k{k} s{stride} up {upsample}: values differ"
@@ -256,8 +264,26 @@ mod tests {
             },
         };
         assert!(input.fits_rows(64));
-        assert!(!ConvInput { channels: 4, ..input }.fits_rows(64));
-        assert!(!ConvInput { channels: 96, ..input }.fits_rows(64));
-        assert!(ConvInput { channels: 96, ..input }.fits_rows(32));
+        assert!(
+            !ConvInput {
+                channels: 4,
+                ..input
+            }
+            .fits_rows(64)
+        );
+        assert!(
+            !ConvInput {
+                channels: 96,
+                ..input
+            }
+            .fits_rows(64)
+        );
+        assert!(
+            ConvInput {
+                channels: 96,
+                ..input
+            }
+            .fits_rows(32)
+        );
     }
 }

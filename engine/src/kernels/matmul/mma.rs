@@ -234,8 +234,8 @@ pub(super) fn gemm_mma<F: Float, N: Size>(
         if !prefetch {
             load_step::<F, N>(
                 a, b, &mut a_reg, &mut b_reg, &a_rows, &b_rows, &a_oy, &a_ox, s, lane, m0, n0, m,
-                cols, k, a_base, b_base, &geometry, conv_oy, conv_ox, bm, bn, bk, fn_, lanes,
-                b_nk, geglu, hoist, conv, a_conv,
+                cols, k, a_base, b_base, &geometry, conv_oy, conv_ox, bm, bn, bk, fn_, lanes, b_nk,
+                geglu, hoist, conv, a_conv,
             );
         }
         stage_step::<F, N>(

@@ -185,8 +185,7 @@ pub(super) fn load_step<F: Float, N: Size>(
     #[unroll]
     for i in 0..comptime!(bm * bk / VEC / lanes) {
         a_reg[i] = load_a::<F, N>(
-            a, a_rows, a_oy, a_ox, s, lane, m0, m, k, a_base, geometry, i, bk, lanes, hoist,
-            a_conv,
+            a, a_rows, a_oy, a_ox, s, lane, m0, m, k, a_base, geometry, i, bk, lanes, hoist, a_conv,
         );
     }
     #[unroll]
