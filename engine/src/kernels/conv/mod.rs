@@ -66,7 +66,7 @@ use cmma::{BK_MMA, conv2d_gemm_mma};
 pub use epilogue::{Columns, Epilogue};
 use kernel::{BK, BM, LANES, conv2d_gemm, conv2d_split_sum, tile_block, tile_pixels, tile_rows};
 pub use route::{
-    ConvRules, Mma, Prepared, channels_last_maps, conv_rules, mma_on, runs_for, set_conv_rules,
+    ChannelsLast, ConvRules, Mma, Prepared, conv_rules, mma_on, runs_for, set_conv_rules,
     stored_weight,
 };
 #[cfg(test)]

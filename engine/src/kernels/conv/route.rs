@@ -141,11 +141,22 @@ impl ConvRules {
     };
 }
 
-/// Whether some layers run channels-last on our GEMM ([`ConvRules::channels_last_min_tiles`]):
-/// the models then keep their maps channels-last where they would otherwise choose a layout
-/// (the skip connections' concatenation, a transformer's tokens back to a map).
-pub fn channels_last_maps() -> bool {
-    conv_rules().channels_last_min_tiles != usize::MAX
+/// Whether a model keeps its maps channels-last where it chooses a layout itself (the skip
+/// connections' concatenation, a transformer's tokens back to a map): where its convolutions
+/// run channels-last on our GEMM ([`ConvRules::channels_last_min_tiles`], cooperative matrices).
+/// The device's side is settled at the first call (a probe that makes a tensor, so never first
+/// inside a graph's recording, which follows ordinary steps); the rule is read at each.
+#[derive(Debug, Clone, Default)]
+pub struct ChannelsLast(Arc<OnceLock<bool>>);
+
+impl ChannelsLast {
+    /// Whether maps like `t` (its device and dtype) are kept channels-last.
+    pub fn keeps<const D: usize>(&self, t: &Tensor<D>) -> bool {
+        conv_rules().channels_last_min_tiles != usize::MAX
+            && *self
+                .0
+                .get_or_init(|| mma_on(&t.device(), t.dtype()).is_some())
+    }
 }
 
 /// The rules in force.

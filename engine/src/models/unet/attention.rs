@@ -214,6 +214,8 @@ pub struct Transformer2D {
     proj_in: Projection,
     blocks: Vec<BasicTransformerBlock>,
     proj_out: Projection,
+    /// Whether tokens and map share one channels-last buffer.
+    channels_last: crate::kernels::conv::ChannelsLast,
 }
 
 /// What shapes one `Transformer2D` has.
@@ -247,6 +249,7 @@ impl Transformer2D {
                 })
                 .collect::<Result<_>>()?,
             proj_out: Projection::load(&w.pp("proj_out"), c, c, s.linear_projection)?,
+            channels_last: Default::default(),
         })
     }
 
@@ -257,7 +260,7 @@ impl Transformer2D {
         let residual = x.clone();
         let x = self.norm.forward_with(x, false, Kernels::Fused);
         // Where the maps are kept channels-last, tokens and map are one buffer (no copy).
-        let last = crate::kernels::conv::channels_last_maps();
+        let last = self.channels_last.keeps(&x);
         let to_tokens = |t: Tensor<4>| match last {
             true => t.permute([0, 2, 3, 1]).reshape([b, h * w, c]),
             false => t.reshape([b, c, h * w]).swap_dims(1, 2), // [b, hw, c]

@@ -152,6 +152,8 @@ pub struct UpBlock {
     resnets: Vec<ResnetBlock2D>,
     attentions: Vec<Transformer2D>,
     upsampler: Option<Upsample>,
+    /// Whether the skip connections are concatenated channels-last.
+    channels_last: crate::kernels::conv::ChannelsLast,
 }
 
 /// Channel bookkeeping of one up block, as diffusers computes it.
@@ -195,6 +197,7 @@ impl UpBlock {
             resnets,
             attentions,
             upsampler,
+            channels_last: Default::default(),
         })
     }
 
@@ -211,7 +214,7 @@ impl UpBlock {
     ) -> Tensor<4> {
         for (i, resnet) in self.resnets.iter().enumerate() {
             if let Some(skip) = skips.pop() {
-                x = if crate::kernels::conv::channels_last_maps() {
+                x = if self.channels_last.keeps(&x) {
                     // Concatenated channels-last: the layout the convolutions keep.
                     Tensor::cat(vec![x.permute([0, 2, 3, 1]), skip.permute([0, 2, 3, 1])], 3)
                         .permute([0, 3, 1, 2])
