@@ -128,7 +128,7 @@ fn run(
         c_out,
         b,
         input,
-        None,
+        super::conv_rules().channels_last_tile,
     )?;
     let mut y = out.permute([0, 3, 1, 2]);
     if let Some(t) = epilogue.channel {

@@ -102,6 +102,9 @@ pub struct ConvRules {
     /// per call); the VAE decode 33.68 → 25.95–26.72 ms; SDXL's step (launch by launch, ±5 ms
     /// between rounds) unchanged at 158–167 ms, its kernels' sum 171.8 → 145.9 ms.
     pub channels_last_min_tiles: usize,
+    /// The channels-last GEMM's tile `(pixels, output channels)` (`None`: the GEMM's rule,
+    /// [`crate::kernels::matmul::MmaGemm::tiles_for`]).
+    pub channels_last_tile: Option<(usize, usize)>,
 }
 
 impl ConvRules {
@@ -121,6 +124,7 @@ impl ConvRules {
         simt_deep_f16: true,
         simt_pixels8: false,
         channels_last_min_tiles: 0,
+        channels_last_tile: None,
     };
     /// The sixteenth session's: our split kernel up to 160 tiles, burn's above, no GEMM.
     pub const SPLIT_ONLY: ConvRules = ConvRules {
@@ -138,6 +142,7 @@ impl ConvRules {
         simt_deep_f16: false,
         simt_pixels8: false,
         channels_last_min_tiles: usize::MAX,
+        channels_last_tile: None,
     };
 }
 
