@@ -1,5 +1,11 @@
 #!/bin/bash
 # Issue 13 on a lent GPU, one part per device call (each call may run 10 minutes):
+#   PART=cp PyTorch's SD 1.5 and SDXL steps, then ours with the channels-last GEMM's 128 × 128
+#           tiles by default: SD 1.5's step (replayed), SDXL's under `--conv-ab` (its rules and
+#           tiles, outputs compared)
+#   PART=co PyTorch's SD 1.5 step, VAE decode and 20-step txt2img, then ours: SD 1.5's step
+#           (replayed) and the VAE decode under `--conv-ab` (channels-last rules and the
+#           channels-last GEMM's tiles forced, outputs compared), the 20-step 512² txt2img
 #   PART=cn ours with every layer channels-last (the default): SD 1.5's step (replayed) under
 #           `--gemm-ab` (the GEMM's compilations, now that the convolutions run on it), the VAE
 #           decode and SDXL's step profiled by kernel
@@ -318,6 +324,19 @@ peak() {
 }
 
 case ${PART:-a} in
+cp)
+  PARTS=${TORCH_PARTS:-unet16,sdxl} timeout ${TORCH_TIMEOUT:-100} python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v "Warning\|kept in float32" | tee $OUT/torch_cp.txt
+  export LATENT_STUDIO_TUNING_CACHE=/tmp/tuning
+  timeout ${OURS_TIMEOUT:-120} /tmp/ls bench --device gpu --precision f16 --runs 7 --unet-only --no-ops --no-profile --no-burn-ops 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/sd15_cp.txt
+  timeout ${SDXL_TIMEOUT:-240} /tmp/ls bench --device gpu --precision f16 --runs 5 --sdxl --no-pipeline --conv-ab 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/sdxl_cp.txt
+  ;;
+co)
+  PARTS=${TORCH_PARTS:-unet16,vae,e2e} timeout ${TORCH_TIMEOUT:-120} python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v "Warning\|kept in float32" | tee $OUT/torch_co.txt
+  export LATENT_STUDIO_TUNING_CACHE=/tmp/tuning
+  timeout ${OURS_TIMEOUT:-200} /tmp/ls bench --device gpu --precision f16 --runs 7 --unet-only --no-ops --no-profile --no-burn-ops --conv-ab 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/sd15_co.txt
+  timeout ${VAE_TIMEOUT:-100} /tmp/ls bench --device gpu --precision f16 --runs 5 --vae-only --conv-ab 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/vae_co.txt
+  timeout ${E2E_TIMEOUT:-100} /tmp/ls bench --device gpu --precision f16 --runs 3 --steps 20 --pipeline-only 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace\|step [0-9]*/20 at" | tee $OUT/e2e_co.txt
+  ;;
 cn)
   export LATENT_STUDIO_TUNING_CACHE=/tmp/tuning
   timeout ${OURS_TIMEOUT:-200} /tmp/ls bench --device gpu --precision f16 --runs 7 --unet-only --no-ops --no-profile --no-burn-ops --gemm-ab 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/sd15_cn.txt

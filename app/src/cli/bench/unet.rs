@@ -262,8 +262,8 @@ pub(super) fn conv_ab(
 /// The rules in force `d`, then (where they differ from it) our GEMM channels-last on every
 /// layer, above 160 tiles, and never (the layers on our GEMM over the unrolled input as before
 /// the forty-third session; the weights that load packed for channels-last are then relaid out
-/// at each call, which that rule did not pay then); with every layer channels-last by the GEMM's
-/// tile rule, each tile forced on every layer.
+/// at each call, which that rule did not pay then); with every layer channels-last, the other
+/// tiles (the GEMM's rule, or one forced on every layer).
 pub(super) fn channels_last_rules(
     d: latent_engine::kernels::conv::ConvRules,
 ) -> Vec<(latent_engine::kernels::conv::ConvRules, &'static str)> {
@@ -285,20 +285,23 @@ pub(super) fn channels_last_rules(
             rules.push((with(tiles), name));
         }
     }
-    if d.channels_last_min_tiles == 0 && d.channels_last_tile.is_none() {
+    if d.channels_last_min_tiles == 0 {
         for (tile, name) in [
-            ((128, 128), "channels-last, 128 × 128 tiles"),
-            ((64, 128), "channels-last, 64 × 128 tiles"),
-            ((128, 64), "channels-last, 128 × 64 tiles"),
-            ((64, 64), "channels-last, 64 × 64 tiles"),
+            (None, "channels-last, tiles by the GEMM's rule"),
+            (Some((128, 128)), "channels-last, 128 × 128 tiles"),
+            (Some((64, 128)), "channels-last, 64 × 128 tiles"),
+            (Some((128, 64)), "channels-last, 128 × 64 tiles"),
+            (Some((64, 64)), "channels-last, 64 × 64 tiles"),
         ] {
-            rules.push((
-                ConvRules {
-                    channels_last_tile: Some(tile),
-                    ..d
-                },
-                name,
-            ));
+            if d.channels_last_tile != tile {
+                rules.push((
+                    ConvRules {
+                        channels_last_tile: tile,
+                        ..d
+                    },
+                    name,
+                ));
+            }
         }
     }
     rules

@@ -103,7 +103,12 @@ pub struct ConvRules {
     /// between rounds) unchanged at 158–167 ms, its kernels' sum 171.8 → 145.9 ms.
     pub channels_last_min_tiles: usize,
     /// The channels-last GEMM's tile `(pixels, output channels)` (`None`: the GEMM's rule,
-    /// [`crate::kernels::matmul::MmaGemm::tiles_for`]).
+    /// [`crate::kernels::matmul::MmaGemm::tiles_for`], which narrows the tile until the grid
+    /// has two cubes an SM). 128 × 128 on every layer by default: on an H200 (BENCHMARKS.md,
+    /// forty-third session, five interleaved rounds) SD 1.5's replayed step took 25.87 ms
+    /// against 26.12 by the GEMM's rule, 25.86 at 128 × 64, 26.04 at 64 × 64, 27.07 at 64 × 128;
+    /// the VAE decode 25.73 against 25.85, 30.26, 34.13 and 31.06 (small layers split their
+    /// reduction instead).
     pub channels_last_tile: Option<(usize, usize)>,
 }
 
@@ -124,7 +129,7 @@ impl ConvRules {
         simt_deep_f16: true,
         simt_pixels8: false,
         channels_last_min_tiles: 0,
-        channels_last_tile: None,
+        channels_last_tile: Some((128, 128)),
     };
     /// The sixteenth session's: our split kernel up to 160 tiles, burn's above, no GEMM.
     pub const SPLIT_ONLY: ConvRules = ConvRules {
