@@ -15,7 +15,8 @@ pub struct Conv2d {
     bias: Option<Tensor<1>>,
     stride: usize,
     padding: usize,
-    /// Our implicit-GEMM kernel, where it runs (devices without cooperative matrices).
+    /// Our kernels' use of this layer (the route settled at the first call, the weights packed
+    /// for them).
     ours: crate::kernels::conv::Prepared,
 }
 
@@ -73,8 +74,9 @@ impl Conv2d {
     }
 
     /// [`Self::forward`] plus `channel` `[b, c_out]` at every pixel (the time embedding) and
-    /// `residual` `[b, c_out, h', w']`: in our kernel's epilogue where it runs (no pass over the
-    /// map of their own), as burn ops otherwise.
+    /// `residual` `[b, c_out, h', w']`: in our kernel's epilogue where it has them (no pass over
+    /// the map of their own; the channels-last GEMM adds a residual that lies channels-last, and
+    /// `channel` with a burn op), as burn ops otherwise.
     pub fn forward_adding(
         &self,
         x: Tensor<4>,
@@ -187,7 +189,7 @@ impl Conv2d {
             let bare = Epilogue::default();
             if let Some(y) = self.ours.forward(&x, &self.weight, geometry, &bare) {
                 let [b, c, _, _] = y.dims();
-                return (y, Some(self.deferred(channel, b, c)));
+                return (y, self.deferred(channel, b, c));
             }
         }
         if let Some(y) = self.ours.forward(&x, &self.weight, geometry, &epilogue) {
@@ -204,22 +206,22 @@ impl Conv2d {
         let y = conv2d(x, self.weight.clone(), None, options);
         if defer_bias && gpu && residual.is_none() {
             let [b, c, _, _] = y.dims();
-            return (y, Some(self.deferred(channel, b, c)));
+            return (y, self.deferred(channel, b, c));
         }
         (epilogue.apply(y), None)
     }
 
-    /// The bias and `channel` terms as one `[b, c]` f32 tensor (zeros where there are none).
-    fn deferred(&self, channel: Option<Columns<'_>>, b: usize, c: usize) -> Tensor<2> {
-        let device = self.weight.device();
-        let mut pre = match &self.bias {
-            Some(bias) => bias.clone().cast(DType::F32).reshape([1, c]).expand([b, c]),
-            None => Tensor::<2>::zeros([b, c], (&device, DType::F32)),
-        };
-        if let Some(t) = channel {
-            pre = pre + t.take(c).cast(DType::F32);
+    /// The bias and `channel` terms as one `[b, c]` f32 tensor; `None` where there are none.
+    fn deferred(&self, channel: Option<Columns<'_>>, b: usize, c: usize) -> Option<Tensor<2>> {
+        let bias = self
+            .bias
+            .as_ref()
+            .map(|bias| bias.clone().cast(DType::F32).reshape([1, c]).expand([b, c]));
+        let channel = channel.map(|t| t.take(c).cast(DType::F32));
+        match (bias, channel) {
+            (Some(bias), Some(channel)) => Some(bias + channel),
+            (one, None) | (None, one) => one,
         }
-        pre
     }
 
     /// A copy with its weights in `dtype`.

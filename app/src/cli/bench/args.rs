@@ -257,12 +257,8 @@ impl BenchArgs {
                 ..conv_rules()
             });
         }
-        println!(
-            "convolution rules: {:?}",
-            latent_engine::kernels::conv::conv_rules()
-        );
         if self.gemm_all {
-            use latent_engine::kernels::conv::{ConvRules, set_conv_rules};
+            use latent_engine::kernels::conv::{ConvRules, conv_rules, set_conv_rules};
             latent_engine::kernels::matmul::set_mma_linears(true);
             set_conv_rules(ConvRules {
                 split_max_tiles: 0,
@@ -272,9 +268,13 @@ impl BenchArgs {
                 implicit_min_tiles: 0,
                 simt_wide: true,
                 simt_one_by_one_f32: true,
-                ..ConvRules::DEFAULT
+                ..conv_rules()
             });
         }
+        println!(
+            "convolution rules: {:?}",
+            latent_engine::kernels::conv::conv_rules()
+        );
         Ok(())
     }
 }

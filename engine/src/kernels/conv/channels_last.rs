@@ -24,9 +24,14 @@ pub fn pack_taps(weight: &Tensor<4>) -> Tensor<2> {
 }
 
 /// Whether the channels-last GEMM can take a layer before anything is copied: channels in
-/// whole reduction steps of 32 (the GEMM checks its own step), outputs in whole vectors.
+/// whole reduction steps of its longest step (64, what it takes with a `[n, k]` weight:
+/// `matmul::reduction_step`), so that no step straddles two taps; outputs in whole vectors.
 pub fn takes(c_in: usize, c_out: usize) -> bool {
-    c_in > 0 && c_in.is_multiple_of(32) && c_out > 0 && c_out.is_multiple_of(8)
+    let step = crate::kernels::matmul::GEMM_STEPS
+        .into_iter()
+        .max()
+        .unwrap_or(64);
+    c_in > 0 && c_in.is_multiple_of(step) && c_out > 0 && c_out.is_multiple_of(8)
 }
 
 /// `x` (`[b, c_in, h, w]`, any layout: copied channels-last where it is not) through the
@@ -42,6 +47,10 @@ pub fn conv2d_channels_last(
     gemm: MmaGemm,
 ) -> Option<Tensor<4>> {
     let [b, c_in, h, w] = x.dims();
+    // Refused before the input is copied.
+    if !checks(&x, [b, c_in, h, w], packed, geometry, epilogue) {
+        return None;
+    }
     let xc = match resolve_strided(x.clone()) {
         Some(s) if is_channels_last(&s) => s,
         _ => resolve(x.permute([0, 2, 3, 1]))?,
@@ -70,6 +79,30 @@ pub fn tokens_channels_last(
         upsample: false,
     };
     run(&xc, [b, c_in, h, w], packed, geometry, epilogue, gemm)
+}
+
+/// Whether [`run`] takes these shapes and dtypes (bias and residual as the output has them).
+fn checks(
+    x: &Tensor<4>,
+    [b, c_in, h, w]: [usize; 4],
+    packed: &Tensor<2>,
+    geometry: Geometry,
+    epilogue: &Epilogue<'_>,
+) -> bool {
+    let [c_out, k_total] = packed.dims();
+    let dtype = packed.dtype();
+    dtype == DType::F16
+        && x.dtype() == dtype
+        && k_total == c_in * geometry.k * geometry.k
+        && takes(c_in, c_out)
+        && epilogue
+            .bias
+            .is_none_or(|t| t.dtype() == dtype && t.dims() == [c_out])
+        && geometry.output(h, w).is_some_and(|[oh, ow]| {
+            epilogue
+                .residual
+                .is_none_or(|r| r.dims() == [b, c_out, oh, ow] && r.dtype() == dtype)
+        })
 }
 
 fn run(

@@ -154,18 +154,20 @@ impl ConvRules {
 /// Whether a model keeps its maps channels-last where it chooses a layout itself (the skip
 /// connections' concatenation, a transformer's tokens back to a map): where its convolutions
 /// run channels-last on our GEMM ([`ConvRules::channels_last_min_tiles`], cooperative matrices).
-/// The device's side is settled at the first call (a probe that makes a tensor, so never first
-/// inside a graph's recording, which follows ordinary steps); the rule is read at each.
+/// The device's side is settled at the first call whatever the rule (a probe that makes a
+/// tensor, so never first inside a graph's recording, which follows ordinary steps); the rule
+/// is read at each. Under a rule that takes only some layers (the bench's), the blocks keep
+/// their maps channels-last all the same.
 #[derive(Debug, Clone, Default)]
 pub struct ChannelsLast(Arc<OnceLock<bool>>);
 
 impl ChannelsLast {
     /// Whether maps like `t` (its device and dtype) are kept channels-last.
     pub fn keeps<const D: usize>(&self, t: &Tensor<D>) -> bool {
-        conv_rules().channels_last_min_tiles != usize::MAX
-            && *self
-                .0
-                .get_or_init(|| mma_on(&t.device(), t.dtype()).is_some())
+        let on_mma = *self
+            .0
+            .get_or_init(|| mma_on(&t.device(), t.dtype()).is_some());
+        on_mma && conv_rules().channels_last_min_tiles != usize::MAX
     }
 }
 
@@ -304,7 +306,9 @@ enum Use {
 
 /// One convolution layer's use of our kernel: whether it runs on the layer's device and, for
 /// the SIMT kernel, its packed weights, both settled at the first call (a layer's weights live
-/// on one device in one dtype; a cast makes a new layer). Clones share it.
+/// on one device in one dtype; a cast makes a new layer), and its weights packed tap-major for
+/// the channels-last GEMM (at load, [`stored_weight`], or at the first call that needs them).
+/// Clones share it.
 #[derive(Debug, Clone, Default)]
 pub struct Prepared(Arc<OnceLock<Use>>, Arc<OnceLock<Tensor<2>>>);
 
