@@ -6,11 +6,15 @@
 //! copies nothing. Nothing is unrolled into memory, and a 1×1 layer over tokens `[b, h·w, c]`
 //! reads them as they lie (they are the map, channels-last).
 
+use std::sync::{Arc, OnceLock};
+
 use burn::backend::wgpu::CubeTensor;
 use burn::tensor::{DType, Tensor};
 
 use super::super::group_norm::is_channels_last;
 use super::super::{output, resolve, resolve_strided};
+use super::route::{MIN_OUT_CHANNELS, mma_on};
+use super::rules::conv_rules;
 use super::{Epilogue, Geometry};
 use crate::kernels::matmul::{ConvInput, MmaGemm, conv_rows_gemm_into};
 
@@ -32,6 +36,52 @@ pub fn takes(c_in: usize, c_out: usize) -> bool {
         .max()
         .unwrap_or(64);
     c_in > 0 && c_in.is_multiple_of(step) && c_out > 0 && c_out.is_multiple_of(8)
+}
+
+/// An OIHW `weight` as its layer keeps it: where every layer runs channels-last on our GEMM
+/// (cooperative matrices, f16, [`ConvRules::channels_last_min_tiles`] 0) and this 3×3 layer's
+/// channels let it, packed tap-major once ([`pack_taps`]) and returned both as that
+/// matrix and as an OIHW view of the same buffer (for burn's convolution, which reads any
+/// layout), so the weights are held once; otherwise as it is.
+pub fn stored_weight(weight: Tensor<4>) -> (Tensor<4>, Option<Tensor<2>>) {
+    let [c_out, c_in, kh, kw] = weight.dims();
+    let takes = kh == 3
+        && kw == 3
+        && c_out >= MIN_OUT_CHANNELS
+        && takes(c_in, c_out)
+        && conv_rules().channels_last_min_tiles == 0;
+    if !takes || mma_on(&weight.device(), weight.dtype()).is_none() {
+        return (weight, None);
+    }
+    let packed = pack_taps(&weight);
+    drop(weight);
+    // Materialised now: the view below and every launch read this one buffer.
+    let _ = resolve(packed.clone());
+    let view = packed
+        .clone()
+        .reshape([c_out, kh, kw, c_in])
+        .permute([0, 3, 1, 2]);
+    (view, Some(packed))
+}
+
+/// Whether a model keeps its maps channels-last where it chooses a layout itself (the skip
+/// connections' concatenation, a transformer's tokens back to a map): where its convolutions
+/// run channels-last on our GEMM ([`ConvRules::channels_last_min_tiles`], cooperative matrices).
+/// The device's side is settled at the first call whatever the rule (a probe that makes a
+/// tensor, so never first inside a graph's recording, which follows ordinary steps); the rule
+/// is read at each. Under a rule that takes only some layers (the bench's), the blocks keep
+/// their maps channels-last all the same.
+#[derive(Debug, Clone, Default)]
+pub struct ChannelsLast(Arc<OnceLock<bool>>);
+
+impl ChannelsLast {
+    /// Whether maps like `t` (its device and dtype) are kept channels-last.
+    pub fn keeps<const D: usize>(&self, t: &Tensor<D>) -> bool {
+        let on_mma = *self
+            .0
+            .get_or_init(|| mma_on(&t.device(), t.dtype()).is_some());
+        on_mma && conv_rules().channels_last_min_tiles != usize::MAX
+    }
 }
 
 /// `x` (`[b, c_in, h, w]`, any layout: copied channels-last where it is not) through the

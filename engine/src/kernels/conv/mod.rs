@@ -51,6 +51,7 @@ mod cmma;
 mod epilogue;
 mod kernel;
 mod route;
+mod rules;
 #[cfg(test)]
 mod tests;
 mod unrolled;
@@ -61,14 +62,12 @@ use burn::tensor::{DType, Tensor};
 
 pub use super::Geometry;
 use super::{Element, buffer_arg, grid, output, resolve};
-pub use channels_last::{conv2d_channels_last, pack_taps};
+pub use channels_last::{ChannelsLast, conv2d_channels_last, pack_taps, stored_weight};
 use cmma::{BK_MMA, conv2d_gemm_mma};
 pub use epilogue::{Columns, Epilogue};
 use kernel::{BK, BM, LANES, conv2d_gemm, conv2d_split_sum, tile_block, tile_pixels, tile_rows};
-pub use route::{
-    ChannelsLast, ConvRules, Mma, Prepared, conv_rules, mma_on, runs_for, set_conv_rules,
-    stored_weight,
-};
+pub use route::{Mma, Prepared, mma_on, runs_for};
+pub use rules::{ConvRules, conv_rules, set_conv_rules};
 #[cfg(test)]
 pub(in crate::kernels) use unrolled::unroll;
 use unrolled::unroll_into;

@@ -26,6 +26,7 @@ mod kernel;
 mod mma;
 mod products;
 mod route;
+mod split_sum;
 mod staging;
 #[cfg(test)]
 mod tests;

@@ -5,7 +5,8 @@ use burn::cubecl::prelude::*;
 use burn::tensor::{DType, Tensor};
 
 use super::super::super::{buffer_arg, output, resolve};
-use super::super::gemm::{Finish, GemmEpilogue, finish_split};
+use super::super::gemm::GemmEpilogue;
+use super::super::split_sum::{Finish, finish_split};
 use super::kernel::gemm_workgroup;
 use super::{WorkgroupGemm, WorkgroupTile};
 
