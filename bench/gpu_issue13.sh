@@ -1,5 +1,12 @@
 #!/bin/bash
 # Issue 13 on a lent GPU, one part per device call (each call may run 10 minutes):
+#   PART=cr SDXL's 1024² txt2img in two processes sharing a tuning folder (the first tunes), each
+#           under the peak sampler (issue 15's 8 GiB once the kernels are tuned), then PyTorch's
+#           SD 1.5 step and ours (replayed)
+#   PART=cq PyTorch's SD 1.5 step, VAE decode and 20-step txt2img, then ours: the VAE decode
+#           compiled launch by launch against replayed from a recorded graph (interleaved,
+#           outputs compared), the 20-step 512² txt2img (its decodes replayed from the second
+#           image on), SD 1.5's step (replayed)
 #   PART=cp PyTorch's SD 1.5 and SDXL steps, then ours with the channels-last GEMM's 128 × 128
 #           tiles by default: SD 1.5's step (replayed), SDXL's under `--conv-ab` (its rules and
 #           tiles, outputs compared)
@@ -324,6 +331,20 @@ peak() {
 }
 
 case ${PART:-a} in
+cq)
+  PARTS=${TORCH_PARTS:-unet16,vae,e2e} timeout ${TORCH_TIMEOUT:-120} python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v "Warning\|kept in float32" | tee $OUT/torch_cq.txt
+  export LATENT_STUDIO_TUNING_CACHE=/tmp/tuning
+  timeout ${VAE_TIMEOUT:-120} /tmp/ls bench --device gpu --precision f16 --runs 5 --vae-only 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/vae_cq.txt
+  timeout ${E2E_TIMEOUT:-100} /tmp/ls bench --device gpu --precision f16 --runs 3 --steps 20 --pipeline-only 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace\|step [0-9]*/20 at" | tee $OUT/e2e_cq.txt
+  timeout ${OURS_TIMEOUT:-150} /tmp/ls bench --device gpu --precision f16 --runs 7 --unet-only --no-ops --no-profile --no-burn-ops 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/sd15_cq.txt
+  ;;
+cr)
+  export LATENT_STUDIO_TUNING_CACHE=/tmp/tuning
+  peak sdxl_peak_cr1 timeout ${PEAK_TIMEOUT:-150} /tmp/ls bench --device gpu --precision f16 --runs 1 --steps 20 --sdxl --pipeline-only
+  peak sdxl_peak_cr2 timeout ${PEAK_TIMEOUT:-150} /tmp/ls bench --device gpu --precision f16 --runs 2 --steps 20 --sdxl --pipeline-only
+  PARTS=${TORCH_PARTS:-unet16} timeout ${TORCH_TIMEOUT:-60} python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v "Warning\|kept in float32" | tee $OUT/torch_cr.txt
+  timeout ${OURS_TIMEOUT:-120} /tmp/ls bench --device gpu --precision f16 --runs 7 --unet-only --no-ops --no-profile --no-burn-ops 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/sd15_cr.txt
+  ;;
 cp)
   PARTS=${TORCH_PARTS:-unet16,sdxl} timeout ${TORCH_TIMEOUT:-100} python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v "Warning\|kept in float32" | tee $OUT/torch_cp.txt
   export LATENT_STUDIO_TUNING_CACHE=/tmp/tuning

@@ -210,6 +210,53 @@ fn cache_and_compile_settings_generate_the_same_images() {
         &decode(&model, Kernels::Plain),
     );
     assert!(rel <= 1e-3, "compiled decode differs by {rel}");
+    compiled_decodes_replay_a_recorded_graph(&model, &images[&(true, true)][0]);
+}
+
+/// VAE compilation records its first decode of a shape and replays the next ones, equal to the
+/// same kernels launch by launch: a direct decode records, the pipeline's next decode of that
+/// shape replays (the image `recorded_first`, seed 7's, decoded launch by launch by another
+/// model of these weights), fresh latents of another shape record afresh and replay, and a
+/// released recording decodes as before. Shapes whose kernels the test above compiled already.
+fn compiled_decodes_replay_a_recorded_graph(model: &StableDiffusion, recorded_first: &[u8]) {
+    let vae = &model.vae;
+    let latents = |side: usize, salt: usize| {
+        let values: Vec<f32> = (0..4 * side * side)
+            .map(|i| (((i + salt) * 37 % 29) as f32 / 29.0 - 0.5) * 2.0)
+            .collect();
+        Tensor::<4>::from_data(TensorData::new(values, [1, 4, side, side]), &model.device)
+    };
+    let read = |t: Tensor<4>| t.into_data().try_to_vec::<f32>().unwrap();
+    let check = |side: usize, salt: usize, replays: usize| {
+        let z = latents(side, salt);
+        let got = read(vae.decode_compiled(z.clone()));
+        assert_eq!(
+            got,
+            read(vae.decode_with(z, Kernels::Fused)),
+            "{side}², {salt}"
+        );
+        assert_eq!(vae.recording().replays(), replays, "{side}², {salt}");
+    };
+    check(4, 0, 0);
+    assert!(
+        vae.recording().is_recorded(),
+        "the first compiled decode records"
+    );
+    let image = generate(model, 7, true, &mut Notices::default());
+    assert_eq!(
+        vae.recording().replays(),
+        1,
+        "the pipeline's decode replays"
+    );
+    assert!(
+        image == recorded_first,
+        "a replayed decode gives the same image"
+    );
+    check(8, 1, 1);
+    check(8, 2, 2);
+    vae.recording().release();
+    assert!(!vae.recording().is_recorded());
+    check(8, 3, 2);
 }
 
 /// Flipped bytes, a truncated file and a missing sidecar are each detected; the load falls back to

@@ -5,6 +5,7 @@ use burn::tensor::{DType, Tensor};
 use super::{DecodeOptions, Notice, Observer};
 use crate::error::{Error, Result};
 use crate::image_io::RgbImage;
+use crate::nn::Kernels;
 use crate::stable_diffusion::StableDiffusion;
 
 /// Decodes the sampler's f32 latents `[1, c, h, w]` to an image as `options` say (tiled or whole,
@@ -77,11 +78,17 @@ fn decode_with(
         });
     if tiling.should_tile(vae.config(), dims) || too_large {
         tracing::debug!(?dims, ?tiling, "tiled VAE decode");
+        // A recorded whole decode's pages serve the tiles instead.
+        vae.recording().release();
         observer.decoding(tiling.tile_count(dims));
         crate::vae_tiling::tiled_decode(vae, latents, &tiling, kernels)
     } else {
         observer.decoding(1);
-        vae.decode_with(latents, kernels)
+        match kernels {
+            // Compiled: our kernels, replayed from a recorded graph where it fits.
+            Kernels::Fused => vae.decode_compiled(latents),
+            Kernels::Plain => vae.decode_with(latents, kernels),
+        }
     }
 }
 

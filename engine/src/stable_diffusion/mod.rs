@@ -323,10 +323,14 @@ impl StableDiffusion {
         self.unet.is_on_device()
     }
 
-    /// Drops the UNet step the last generation recorded and kept for the next one (its pool
-    /// pages go back to the pool).
+    /// Drops the UNet step the last generation recorded and kept for the next one, and the VAE's
+    /// recorded decode (their pool pages go back to the pool).
     pub fn release_parked_steps(&self) {
         self.parked_steps.clear();
+        self.vae.recording().release();
+        if let Some(vae) = self.vae_f32.get() {
+            vae.recording().release();
+        }
     }
 
     /// Whether a recorded UNet step waits for this model's next generation.

@@ -1,6 +1,7 @@
 //! `AutoencoderKL`: the VAE that maps latents to pixels (decoder) and pixels to latents (encoder).
 
 pub mod compile;
+pub mod graph;
 pub mod tiling;
 
 use burn::tensor::{DType, Tensor};
@@ -369,6 +370,8 @@ pub struct AutoencoderKL {
     encoder: Option<Encoder>,
     decoder: Decoder,
     config: VaeConfig,
+    /// The compiled decode's recorded graph ([`graph`]), shared by clones (they share the weights).
+    recording: graph::DecodeRecording,
 }
 
 impl AutoencoderKL {
@@ -387,11 +390,17 @@ impl AutoencoderKL {
             encoder,
             decoder: Decoder::load(&w.pp("decoder"), w, config)?,
             config: config.clone(),
+            recording: graph::DecodeRecording::default(),
         })
     }
 
     pub fn config(&self) -> &VaeConfig {
         &self.config
+    }
+
+    /// The compiled decode's recording ([`Self::decode_compiled`]).
+    pub fn recording(&self) -> &graph::DecodeRecording {
+        &self.recording
     }
 
     /// A decoder-only copy with its weights in `dtype`: the f32 retry of an f16 model whose decode
@@ -402,6 +411,7 @@ impl AutoencoderKL {
             encoder: None,
             decoder: self.decoder.cast(dtype),
             config: self.config.clone(),
+            recording: graph::DecodeRecording::default(),
         }
     }
 
