@@ -1,5 +1,10 @@
 #!/bin/bash
 # Issue 13 on a lent GPU, one part per device call (each call may run 10 minutes):
+#   PART=ct SD 1.5's step and the VAE decode profiled by kernel (GroupNorm's normalising pass on
+#           vectors of four channels)
+#   PART=cs SDXL's first 1024² txt2img with an empty tuning folder under the peak sampler (its
+#           samples kept, to place the tuning run's peak by phase), then SD 1.5's step and the
+#           VAE decode profiled by kernel
 #   PART=cr SDXL's 1024² txt2img in two processes sharing a tuning folder (the first tunes), each
 #           under the peak sampler (issue 15's 8 GiB once the kernels are tuned), then PyTorch's
 #           SD 1.5 step and ours (replayed)
@@ -337,6 +342,18 @@ cq)
   timeout ${VAE_TIMEOUT:-120} /tmp/ls bench --device gpu --precision f16 --runs 5 --vae-only 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/vae_cq.txt
   timeout ${E2E_TIMEOUT:-100} /tmp/ls bench --device gpu --precision f16 --runs 3 --steps 20 --pipeline-only 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace\|step [0-9]*/20 at" | tee $OUT/e2e_cq.txt
   timeout ${OURS_TIMEOUT:-150} /tmp/ls bench --device gpu --precision f16 --runs 7 --unet-only --no-ops --no-profile --no-burn-ops 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/sd15_cq.txt
+  ;;
+ct)
+  export LATENT_STUDIO_TUNING_CACHE=/tmp/tuning
+  timeout ${OURS_TIMEOUT:-200} /tmp/ls bench --device gpu --precision f16 --runs 7 --unet-only --no-ops --no-profile --no-burn-ops --kernel-profile 1 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/sd15_ct.txt
+  timeout ${VAE_TIMEOUT:-120} /tmp/ls bench --device gpu --precision f16 --runs 5 --vae-only --kernel-profile 1 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/vae_ct.txt
+  ;;
+cs)
+  export LATENT_STUDIO_TUNING_CACHE=/tmp/tuning-cs
+  peak sdxl_peak_cs timeout ${PEAK_TIMEOUT:-200} /tmp/ls bench --device gpu --precision f16 --runs 1 --steps 20 --sdxl --pipeline-only
+  cp /tmp/mem-sdxl_peak_cs.txt $OUT/
+  timeout ${OURS_TIMEOUT:-150} /tmp/ls bench --device gpu --precision f16 --runs 3 --unet-only --no-ops --no-profile --no-burn-ops --kernel-profile 1 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/sd15_cs.txt
+  timeout ${VAE_TIMEOUT:-100} /tmp/ls bench --device gpu --precision f16 --runs 3 --vae-only --kernel-profile 1 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/vae_cs.txt
   ;;
 cr)
   export LATENT_STUDIO_TUNING_CACHE=/tmp/tuning

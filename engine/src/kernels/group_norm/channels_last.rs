@@ -1,9 +1,10 @@
 //! GroupNorm(+SiLU) over a map laid out channels-last (`[b, h, w, c]` in memory, `[b, c, h, w]`
-//! as a tensor): what burn's convolution writes (it computes in that layout) and reads without a
-//! copy. Normalising in place of the layout saves a relayout on each side of every convolution
-//! (the VAE's decode spent a fifth of its time on them, BENCHMARKS.md). Three launches:
-//! per-channel statistics of pixel chunks (lanes over channels, so reads are coalesced), their
-//! pooling per (batch, group) into a scale and shift per channel, and one elementwise pass.
+//! as a tensor): what our channels-last convolutions and burn's write and read without a copy.
+//! Normalising in place of the layout saves a relayout on each side of every convolution (the
+//! VAE's decode spent a fifth of its time on them, BENCHMARKS.md). Three launches: per-channel
+//! statistics of pixel chunks (lanes over channels, so reads are coalesced; vectors of four
+//! channels where they come so), their pooling per (batch, group) into a scale and shift per
+//! channel, and one elementwise pass (on vectors likewise).
 //! Statistics are f32, pooled by Chan's formula as in the channels-first kernels.
 
 use burn::backend::wgpu::CubeTensor;
@@ -12,7 +13,7 @@ use burn::cubecl::client::Client;
 use burn::cubecl::prelude::*;
 use burn::tensor::{DType, Tensor};
 
-use super::super::{Element, buffer_arg, cube_total, output};
+use super::super::{Element, buffer_arg, cube_total, output, vector_arg};
 
 const LANES: usize = 256;
 const LOG2_LANES: usize = 8;
@@ -27,6 +28,9 @@ const UNROLL: usize = 8;
 /// Elements each lane normalises.
 const PER_LANE: usize = 16;
 const TILE: usize = LANES * PER_LANE;
+/// Elements of a vector in [`stats_vectors`] and [`apply_vectors`]: four, the widest every
+/// compiler takes (WGSL's).
+const VEC: usize = 4;
 
 /// Cube `(k, b)`: for pixels `[k·pixels, (k+1)·pixels)` of image `b`, the count, mean and M2 of
 /// every channel, one entry `(count, mean, M2)` per (stream, channel). Lane `l` reads channels
@@ -97,6 +101,135 @@ fn stats<F: Float>(
                 partial[at + 2] = f32::max(s2 - s1 * s1 / n, 0.0);
             }
             ch += width;
+        }
+    }
+}
+
+/// [`stats`] a vector of [`VEC`] channels a lane, where the channels come in whole vectors: a
+/// warp reads 32 vectors of one pixel (or of a few) at once instead of 32 values. `width` and
+/// `streams` count vectors. With `combine` (a pixel's vectors fit the cube's lanes, so each lane
+/// has one), the streams' moments are pooled in the cube and one entry per channel is written
+/// (`(b·chunks + k)·c + ch`): more streams than [`stats`] has would otherwise multiply the
+/// pooling's work. Without it there is one stream, written the same way.
+#[cube(launch)]
+#[allow(clippy::too_many_arguments)]
+fn stats_vectors<F: Float, N: Size>(
+    x: &[Vector<F, N>],
+    partial: &mut [f32],
+    hw: usize,
+    c: usize,
+    pixels: usize,
+    chunks: usize,
+    width: usize,
+    streams: usize,
+    #[comptime] combine: bool,
+) {
+    let lane = UNIT_POS as usize;
+    let k = CUBE_POS_X as usize;
+    let b = CUBE_POS_Y as usize;
+    let stream = lane / width;
+    let cv = c / VEC;
+    let mut shared = Shared::<[f32]>::new_slice(comptime!(3 * LANES * VEC));
+    if stream < streams {
+        let first = k * pixels + stream;
+        let mut end = (k + 1) * pixels;
+        if end > hw {
+            end = hw;
+        }
+        let row = b * hw;
+        let mut chv = lane % width;
+        while chv < cv {
+            let mut shift = Array::<f32>::new(VEC);
+            let mut s1 = Array::<f32>::new(VEC);
+            let mut s2 = Array::<f32>::new(VEC);
+            let mut head = Vector::<F, N>::new(F::new(0.0));
+            if first < end {
+                head = x[(row + first) * cv + chv];
+            }
+            #[unroll]
+            for e in 0..VEC {
+                shift[e] = f32::cast_from(head.extract(e));
+                s1[e] = 0.0;
+                s2[e] = 0.0;
+            }
+            let mut p = first;
+            while p + (UNROLL - 1) * streams < end {
+                #[unroll]
+                for u in 0..UNROLL {
+                    let xv = x[(row + p + u * streams) * cv + chv];
+                    #[unroll]
+                    for e in 0..VEC {
+                        let d = f32::cast_from(xv.extract(e)) - shift[e];
+                        s1[e] += d;
+                        s2[e] += d * d;
+                    }
+                }
+                p += UNROLL * streams;
+            }
+            while p < end {
+                let xv = x[(row + p) * cv + chv];
+                #[unroll]
+                for e in 0..VEC {
+                    let d = f32::cast_from(xv.extract(e)) - shift[e];
+                    s1[e] += d;
+                    s2[e] += d * d;
+                }
+                p += streams;
+            }
+            let mut count = 0usize;
+            if first < end {
+                count = (end - first).div_ceil(streams);
+            }
+            let n = f32::cast_from(count as u32);
+            #[unroll]
+            for e in 0..VEC {
+                let mut mean = 0.0f32;
+                let mut m2 = 0.0f32;
+                if count > 0 {
+                    mean = shift[e] + s1[e] / n;
+                    m2 = f32::max(s2[e] - s1[e] * s1[e] / n, 0.0);
+                }
+                let ch = chv * VEC + e;
+                let mut at = ((b * chunks + k) * c + ch) * 3;
+                if combine {
+                    at = (stream * c + ch) * 3;
+                    shared[at] = n;
+                    shared[at + 1] = mean;
+                    shared[at + 2] = m2;
+                } else {
+                    partial[at] = n;
+                    partial[at + 1] = mean;
+                    partial[at + 2] = m2;
+                }
+            }
+            chv += width;
+        }
+    }
+    if combine {
+        sync_cube();
+        // Each channel's streams pooled exactly (Chan): the mean first, then M2 with each
+        // stream's offset from it. A chunk always holds a pixel, so the count is never 0.
+        let mut ch = lane;
+        while ch < c {
+            let mut n = 0.0f32;
+            let mut weighted = 0.0f32;
+            for st in 0..streams {
+                let at = (st * c + ch) * 3;
+                n += shared[at];
+                weighted += shared[at] * shared[at + 1];
+            }
+            let mean = weighted / n;
+            let mut m2 = 0.0f32;
+            for st in 0..streams {
+                let at = (st * c + ch) * 3;
+                let d = shared[at + 1] - mean;
+                m2 += shared[at + 2] + shared[at] * d * d;
+            }
+            let at = ((b * chunks + k) * c + ch) * 3;
+            partial[at] = n;
+            partial[at + 1] = mean;
+            partial[at + 2] = m2;
+            ch += LANES;
         }
     }
 }
@@ -200,6 +333,42 @@ fn apply<F: Float>(
     }
 }
 
+/// [`apply`] a vector of [`VEC`] channels at a time (`vectors` of them an image), where the channels come in whole vectors:
+/// one load and store per four values, and one channel index per vector instead of one
+/// division per value (the scalar pass ran at a fraction of the bandwidth its maps need).
+#[cube(launch)]
+fn apply_vectors<F: Float, N: Size>(
+    x: &[Vector<F, N>],
+    y: &mut [Vector<F, N>],
+    scale: &[f32],
+    offset: &[f32],
+    vectors: usize,
+    c: usize,
+    #[comptime] silu: bool,
+) {
+    let lane = UNIT_POS as usize;
+    let b = CUBE_POS_Y as usize;
+    let tile = CUBE_POS_X as usize * comptime!(TILE / VEC);
+    #[unroll]
+    for r in 0..comptime!(PER_LANE / VEC) {
+        let i = tile + r * LANES + lane;
+        if i < vectors {
+            let ch = b * c + (i * VEC) % c;
+            let xv = x[b * vectors + i];
+            let mut yv = Vector::<F, N>::new(F::new(0.0));
+            #[unroll]
+            for e in 0..VEC {
+                let mut v = f32::cast_from(xv.extract(e)) * scale[ch + e] + offset[ch + e];
+                if silu {
+                    v = v / (1.0 + f32::exp(-v));
+                }
+                yv.insert(e, F::cast_from(v));
+            }
+            y[b * vectors + i] = yv;
+        }
+    }
+}
+
 /// Pixels per statistics chunk for a map of `hw` pixels and `c` channels: [`ELEMENTS`] a cube,
 /// but at most [`MAX_CHUNKS`] chunks, so the pooling's work (`chunks · streams · c/groups`
 /// entries a group, one cube each) does not grow with the map (an SDXL decode's 1024² maps would
@@ -245,7 +414,11 @@ pub(super) fn group_norm(
     let pixels = pixels_per_chunk(hw, c);
     let chunks = hw.div_ceil(pixels);
     let tiles = n.div_ceil(TILE);
-    let width = c.min(LANES);
+    // Lanes a pixel's channels take, in vectors where they come in whole ones.
+    let width = match c.is_multiple_of(VEC) {
+        true => (c / VEC).min(LANES),
+        false => c.min(LANES),
+    };
     let streams = LANES / width;
     let per_group = c / groups;
     if b > 65_535 || chunks > 65_535 || tiles > 65_535 || groups > 65_535 || n >= u32::MAX as usize
@@ -255,7 +428,12 @@ pub(super) fn group_norm(
     let (out, oc) = output([b, h, w, c], xc.dtype, device)?;
     let (_, scale) = output([b, c], DType::F32, device)?;
     let (_, shift) = output([b, c], DType::F32, device)?;
-    let entries = b * chunks * streams * c * 3;
+    // The vector statistics write one entry per channel and chunk (their streams pooled or one).
+    let entry_streams = match c.is_multiple_of(VEC) {
+        true => 1,
+        false => streams,
+    };
+    let entries = b * chunks * entry_streams * c * 3;
     let partial = xc.client.empty(entries * size_of::<f32>());
     let sizes = Sizes {
         b,
@@ -268,6 +446,7 @@ pub(super) fn group_norm(
         tiles,
         per_group,
         groups,
+        entry_streams,
     };
     let buffers = Buffers {
         x: xc,
@@ -310,24 +489,45 @@ struct Sizes {
     tiles: usize,
     per_group: usize,
     groups: usize,
+    /// Streams of entries per chunk the statistics write.
+    entry_streams: usize,
 }
 
 fn launch<F: Float + CubeElement>(client: &Client, t: Buffers, s: Sizes, eps: f32, silu: bool) {
     let cube = CubeDim::new_1d(LANES as u32);
     let partial = || unsafe { BufferArg::from_raw_parts(t.partial.clone(), t.entries) };
-    stats::launch::<F>(
-        client,
-        CubeCount::Static(s.chunks as u32, s.b as u32, 1),
-        cube,
-        buffer_arg(t.x),
-        partial(),
-        s.hw,
-        s.c,
-        s.pixels,
-        s.chunks,
-        s.width,
-        s.streams,
-    );
+    let chunks = CubeCount::Static(s.chunks as u32, s.b as u32, 1);
+    if s.c.is_multiple_of(VEC) {
+        stats_vectors::launch::<F>(
+            client,
+            chunks,
+            cube,
+            VEC,
+            vector_arg(t.x, VEC),
+            partial(),
+            s.hw,
+            s.c,
+            s.pixels,
+            s.chunks,
+            s.width,
+            s.streams,
+            s.c / VEC <= LANES,
+        );
+    } else {
+        stats::launch::<F>(
+            client,
+            chunks,
+            cube,
+            buffer_arg(t.x),
+            partial(),
+            s.hw,
+            s.c,
+            s.pixels,
+            s.chunks,
+            s.width,
+            s.streams,
+        );
+    }
     pool::launch(
         client,
         CubeCount::Static(s.groups as u32, s.b as u32, 1),
@@ -341,22 +541,39 @@ fn launch<F: Float + CubeElement>(client: &Client, t: Buffers, s: Sizes, eps: f3
         buffer_arg(t.shift),
         s.c,
         s.per_group,
-        s.chunks * s.streams * s.per_group,
+        s.chunks * s.entry_streams * s.per_group,
         eps,
         t.pre.is_some(),
     );
-    apply::launch::<F>(
-        client,
-        CubeCount::Static(s.tiles as u32, s.b as u32, 1),
-        cube,
-        buffer_arg(t.x),
-        buffer_arg(t.y),
-        buffer_arg(t.scale),
-        buffer_arg(t.shift),
-        s.hw * s.c,
-        s.c,
-        silu,
-    );
+    let count = CubeCount::Static(s.tiles as u32, s.b as u32, 1);
+    if s.c.is_multiple_of(VEC) {
+        apply_vectors::launch::<F>(
+            client,
+            count,
+            cube,
+            VEC,
+            vector_arg(t.x, VEC),
+            vector_arg(t.y, VEC),
+            buffer_arg(t.scale),
+            buffer_arg(t.shift),
+            s.hw * s.c / VEC,
+            s.c,
+            silu,
+        );
+    } else {
+        apply::launch::<F>(
+            client,
+            count,
+            cube,
+            buffer_arg(t.x),
+            buffer_arg(t.y),
+            buffer_arg(t.scale),
+            buffer_arg(t.shift),
+            s.hw * s.c,
+            s.c,
+            silu,
+        );
+    }
 }
 
 #[cfg(test)]
@@ -393,7 +610,9 @@ mod tests {
     /// A channels-last map is normalised as it lies and stays channels-last; the values equal the
     /// burn-op twin's in f32 and f16: lanes over fewer channels than a cube (two and three pixel
     /// streams), over more (320: lanes with one and two channels), maps that end mid-chunk and
-    /// mid-unroll, an empty stream, batch 2, and a large mean; and shifted by a per-(image,
+    /// mid-unroll, an empty stream, batch 2, a large mean, channels in whole vectors of four
+    /// (their streams pooled in the cube, or more vectors than lanes) and not (the scalar
+    /// passes); and shifted by a per-(image,
     /// channel) term first, as a convolution's bias left to the norm.
     #[test]
     fn channels_last_maps_match_burn_ops() {
@@ -404,6 +623,10 @@ mod tests {
             (1, 96, 23, 12, 32, 300.0),
             // 129 pixels: the last chunk's one pixel leaves its second stream empty.
             (1, 128, 3, 43, 32, 0.5),
+            // Channels not in whole vectors: the scalar passes.
+            (2, 6, 5, 7, 3, 1.0),
+            // More vectors than lanes: one stream, some lanes with two vectors.
+            (1, 1280, 3, 5, 32, 0.5),
         ] {
             let n = b * c * h * w;
             let (gamma, beta, norm) = super::super::tests::affine(c, groups, &device);
