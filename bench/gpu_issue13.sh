@@ -1,5 +1,8 @@
 #!/bin/bash
 # Issue 13 on a lent GPU, one part per device call (each call may run 10 minutes):
+#   PART=cu PyTorch's SD 1.5 step, VAE decode and 20-step txt2img, then ours in the same call: SD
+#           1.5's step (replayed) and the VAE decode (replayed), each profiled by kernel, and the
+#           20-step 512² txt2img
 #   PART=ct SD 1.5's step and the VAE decode profiled by kernel (GroupNorm's normalising pass on
 #           vectors of four channels)
 #   PART=cs SDXL's first 1024² txt2img with an empty tuning folder under the peak sampler (its
@@ -342,6 +345,13 @@ cq)
   timeout ${VAE_TIMEOUT:-120} /tmp/ls bench --device gpu --precision f16 --runs 5 --vae-only 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/vae_cq.txt
   timeout ${E2E_TIMEOUT:-100} /tmp/ls bench --device gpu --precision f16 --runs 3 --steps 20 --pipeline-only 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace\|step [0-9]*/20 at" | tee $OUT/e2e_cq.txt
   timeout ${OURS_TIMEOUT:-150} /tmp/ls bench --device gpu --precision f16 --runs 7 --unet-only --no-ops --no-profile --no-burn-ops 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/sd15_cq.txt
+  ;;
+cu)
+  PARTS=${TORCH_PARTS:-unet16,vae,e2e} timeout ${TORCH_TIMEOUT:-150} python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v "Warning\|kept in float32" | tee $OUT/torch_cu.txt
+  export LATENT_STUDIO_TUNING_CACHE=/tmp/tuning
+  timeout ${OURS_TIMEOUT:-150} /tmp/ls bench --device gpu --precision f16 --runs 7 --unet-only --no-ops --no-profile --no-burn-ops --kernel-profile 1 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/sd15_cu.txt
+  timeout ${VAE_TIMEOUT:-100} /tmp/ls bench --device gpu --precision f16 --runs 5 --vae-only --kernel-profile 1 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/vae_cu.txt
+  timeout ${E2E_TIMEOUT:-120} /tmp/ls bench --device gpu --precision f16 --runs 3 --steps 20 --pipeline-only 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace\|step [0-9]*/20 at" | tee $OUT/e2e_cu.txt
   ;;
 ct)
   export LATENT_STUDIO_TUNING_CACHE=/tmp/tuning

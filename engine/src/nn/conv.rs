@@ -18,6 +18,9 @@ pub struct Conv2d {
     /// Our kernels' use of this layer (the route settled at the first call, the weights packed
     /// for them).
     ours: crate::kernels::conv::Prepared,
+    /// The bias in f32 `[1, c_out]`, cast at the first deferred call ([`Self::forward_deferred`]):
+    /// not once a step per resnet.
+    bias_f32: std::sync::Arc<std::sync::OnceLock<Tensor<2>>>,
 }
 
 impl Conv2d {
@@ -42,6 +45,7 @@ impl Conv2d {
             stride,
             padding,
             ours: packed.map_or_else(Default::default, crate::kernels::conv::Prepared::with_taps),
+            bias_f32: Default::default(),
         })
     }
 
@@ -58,6 +62,7 @@ impl Conv2d {
             stride,
             padding,
             ours: Default::default(),
+            bias_f32: Default::default(),
         }
     }
 
@@ -213,10 +218,12 @@ impl Conv2d {
 
     /// The bias and `channel` terms as one `[b, c]` f32 tensor; `None` where there are none.
     fn deferred(&self, channel: Option<Columns<'_>>, b: usize, c: usize) -> Option<Tensor<2>> {
-        let bias = self
-            .bias
-            .as_ref()
-            .map(|bias| bias.clone().cast(DType::F32).reshape([1, c]).expand([b, c]));
+        let bias = self.bias.as_ref().map(|bias| {
+            let f32 = self
+                .bias_f32
+                .get_or_init(|| bias.clone().cast(DType::F32).reshape([1, c]));
+            f32.clone().expand([b, c])
+        });
         let channel = channel.map(|t| t.take(c).cast(DType::F32));
         match (bias, channel) {
             (Some(bias), Some(channel)) => Some(bias + channel),
@@ -232,6 +239,7 @@ impl Conv2d {
             stride: self.stride,
             padding: self.padding,
             ours: Default::default(),
+            bias_f32: Default::default(),
         }
     }
 }
