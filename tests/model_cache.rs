@@ -213,11 +213,12 @@ fn cache_and_compile_settings_generate_the_same_images() {
     compiled_decodes_replay_a_recorded_graph(&model, &images[&(true, true)][0]);
 }
 
-/// VAE compilation records its first decode of a shape and replays the next ones, equal to the
-/// same kernels launch by launch: a direct decode records, the pipeline's next decode of that
-/// shape replays (the image `recorded_first`, seed 7's, decoded launch by launch by another
-/// model of these weights), fresh latents of another shape record afresh and replay, and a
-/// released recording decodes as before. Shapes whose kernels the test above compiled already.
+/// VAE compilation records a shape at its second compiled decode in a row and replays the next
+/// ones, equal to the same kernels launch by launch: direct decodes record, the pipeline's next
+/// decode of that shape replays (the image `recorded_first`, seed 7's, decoded launch by launch
+/// by another model of these weights), another shape drops the recording and records at its own
+/// second decode, and a released recording records again. Shapes whose kernels the test above
+/// compiled already.
 fn compiled_decodes_replay_a_recorded_graph(model: &StableDiffusion, recorded_first: &[u8]) {
     let vae = &model.vae;
     let latents = |side: usize, salt: usize| {
@@ -227,21 +228,16 @@ fn compiled_decodes_replay_a_recorded_graph(model: &StableDiffusion, recorded_fi
         Tensor::<4>::from_data(TensorData::new(values, [1, 4, side, side]), &model.device)
     };
     let read = |t: Tensor<4>| t.into_data().try_to_vec::<f32>().unwrap();
-    let check = |side: usize, salt: usize, replays: usize| {
+    let check = |side: usize, salt: usize, replays: usize, recorded: bool| {
         let z = latents(side, salt);
         let got = read(vae.decode_compiled(z.clone()));
-        assert_eq!(
-            got,
-            read(vae.decode_with(z, Kernels::Fused)),
-            "{side}², {salt}"
-        );
-        assert_eq!(vae.recording().replays(), replays, "{side}², {salt}");
+        let what = format!("{side}², latents {salt}");
+        assert_eq!(got, read(vae.decode_with(z, Kernels::Fused)), "{what}");
+        assert_eq!(vae.recording().replays(), replays, "{what}: replays");
+        assert_eq!(vae.recording().is_recorded(), recorded, "{what}: recorded");
     };
-    check(4, 0, 0);
-    assert!(
-        vae.recording().is_recorded(),
-        "the first compiled decode records"
-    );
+    check(4, 0, 0, false);
+    check(4, 1, 0, true);
     let image = generate(model, 7, true, &mut Notices::default());
     assert_eq!(
         vae.recording().replays(),
@@ -252,11 +248,13 @@ fn compiled_decodes_replay_a_recorded_graph(model: &StableDiffusion, recorded_fi
         image == recorded_first,
         "a replayed decode gives the same image"
     );
-    check(8, 1, 1);
-    check(8, 2, 2);
+    check(8, 2, 1, false);
+    check(8, 3, 1, true);
+    check(8, 4, 2, true);
     vae.recording().release();
     assert!(!vae.recording().is_recorded());
-    check(8, 3, 2);
+    check(8, 5, 2, true);
+    check(8, 6, 3, true);
 }
 
 /// Flipped bytes, a truncated file and a missing sidecar are each detected; the load falls back to

@@ -238,8 +238,8 @@ impl ModelCache {
         Ok((model, checkpoint, source))
     }
 
-    /// Releases the recorded UNet steps the other resident models keep between generations
-    /// (the pool pages each holds): only the model in use keeps one.
+    /// Releases the recorded UNet steps and VAE decodes the other resident models keep between
+    /// generations (the pool pages each holds): only the model in use keeps them.
     fn keep_steps_of(&self, model: &Arc<StableDiffusion>) {
         for r in &self.resident {
             if !Arc::ptr_eq(&r.model, model) {

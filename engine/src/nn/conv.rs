@@ -219,9 +219,15 @@ impl Conv2d {
     /// The bias and `channel` terms as one `[b, c]` f32 tensor; `None` where there are none.
     fn deferred(&self, channel: Option<Columns<'_>>, b: usize, c: usize) -> Option<Tensor<2>> {
         let bias = self.bias.as_ref().map(|bias| {
-            let f32 = self
-                .bias_f32
-                .get_or_init(|| bias.clone().cast(DType::F32).reshape([1, c]));
+            let f32 = self.bias_f32.get_or_init(|| {
+                let device = bias.device();
+                crate::device::persistent(&device, || {
+                    let f32 = bias.clone().cast(DType::F32).reshape([1, c]);
+                    // Materialised now, beside the weights, so each call reads it as it lies.
+                    let _ = crate::kernels::resolve(f32.clone());
+                    f32
+                })
+            });
             f32.clone().expand([b, c])
         });
         let channel = channel.map(|t| t.take(c).cast(DType::F32));

@@ -25,6 +25,10 @@ pub fn decode(
     }
     let f32_failure = Error::NonFiniteImage { precision: "f32" };
     if model.precision == crate::Precision::F32 || model.vae_upcast() {
+        if model.vae_upcast() {
+            // The f16 decoder decodes no more: its recording's pages go.
+            model.vae.recording().release();
+        }
         let (vae, _) = model.vae_f32();
         let pixels = decode_with(model, vae, latents, options, observer);
         return if all_finite(&pixels)? {
@@ -43,6 +47,7 @@ pub fn decode(
     if all_finite(&pixels)? {
         return to_rgb8(pixels);
     }
+    model.vae.recording().release();
     let (vae, made) = model.vae_f32();
     if made {
         // The notice is the one warning: the CLI prints it, the studio shows and logs it.
@@ -87,7 +92,10 @@ fn decode_with(
         match kernels {
             // Compiled: our kernels, replayed from a recorded graph where it fits.
             Kernels::Fused => vae.decode_compiled(latents),
-            Kernels::Plain => vae.decode_with(latents, kernels),
+            Kernels::Plain => {
+                vae.recording().release();
+                vae.decode_with(latents, kernels)
+            }
         }
     }
 }

@@ -324,7 +324,8 @@ impl StableDiffusion {
     }
 
     /// Drops the UNet step the last generation recorded and kept for the next one, and the VAE's
-    /// recorded decode (their pool pages go back to the pool).
+    /// recorded decode (their pool pages go back to the pool): what a model that is not in use
+    /// keeps for nothing.
     pub fn release_parked_steps(&self) {
         self.parked_steps.clear();
         self.vae.recording().release();

@@ -506,21 +506,24 @@ fn vae_bench(
             "[{precision:?}] VAE decode 512x512 compiled (our GroupNorm+SiLU kernels): median {fused:.2} ms ({:+.1}% vs plain), max rel diff {rel:.1e}",
             (fused / vae - 1.0) * 100.0
         );
-        // As the pipeline decodes: compiled and replayed from a recorded graph (the first call
-        // records), against the same kernels launch by launch, interleaved over five rounds.
-        let vae_ = &model.vae;
-        let _ = read(vae_.decode_compiled(z.clone()));
+        // As the pipeline decodes: compiled and replayed from a recorded graph (the second call
+        // in a row records), against the same kernels launch by launch, interleaved over five
+        // rounds; the difference is a replay's.
+        let autoencoder = &model.vae;
+        for _ in 0..2 {
+            let _ = read(autoencoder.decode_compiled(z.clone()));
+        }
         let rel = latent_engine::vae_compile::relative_difference(
-            &read(vae_.decode_compiled(z.clone())),
-            &read(vae_.decode_with(z.clone(), Kernels::Fused)),
+            &read(autoencoder.decode_compiled(z.clone())),
+            &read(autoencoder.decode_with(z.clone(), Kernels::Fused)),
         );
         let mut times = vec![Vec::new(); 2];
         for _ in 0..5 {
             times[0].push(time_ms(device, 1, runs.min(5), || {
-                let _ = vae_.decode_with(z.clone(), Kernels::Fused);
+                let _ = autoencoder.decode_with(z.clone(), Kernels::Fused);
             })?);
             times[1].push(time_ms(device, 1, runs.min(5), || {
-                let _ = vae_.decode_compiled(z.clone());
+                let _ = autoencoder.decode_compiled(z.clone());
             })?);
         }
         unet::print_rounds(
@@ -531,9 +534,10 @@ fn vae_bench(
         );
         println!(
             "[{precision:?}] VAE decode replays: {} (recorded: {}), max rel diff from launch by launch {rel:.1e}",
-            vae_.recording().replays(),
-            vae_.recording().is_recorded()
+            autoencoder.recording().replays(),
+            autoencoder.recording().is_recorded()
         );
+        autoencoder.recording().release();
         if let Some(decodes) = kernel_profile {
             profile::kernel_profile_of(device, &format!("{precision:?} VAE"), decodes, || {
                 let _ = model.vae.decode_with(z.clone(), Kernels::Fused);

@@ -129,7 +129,9 @@ fn stats_vectors<F: Float, N: Size>(
     let b = CUBE_POS_Y as usize;
     let stream = lane / width;
     let cv = c / VEC;
-    let mut shared = Shared::<[f32]>::new_slice(comptime!(3 * LANES * VEC));
+    // Every stream's entries, where they are pooled here (`streams · c ≤ LANES · VEC`).
+    let mut shared =
+        Shared::<[f32]>::new_slice(comptime!(if combine { 3 * LANES * VEC } else { 1 }));
     if stream < streams {
         let first = k * pixels + stream;
         let mut end = (k + 1) * pixels;
@@ -370,8 +372,9 @@ fn apply_vectors<F: Float, N: Size>(
 }
 
 /// Pixels per statistics chunk for a map of `hw` pixels and `c` channels: [`ELEMENTS`] a cube,
-/// but at most [`MAX_CHUNKS`] chunks, so the pooling's work (`chunks · streams · c/groups`
-/// entries a group, one cube each) does not grow with the map (an SDXL decode's 1024² maps would
+/// but at most [`MAX_CHUNKS`] chunks, so the pooling's work (`chunks · c/groups` entries a group
+/// where the statistics pool their streams, `chunks · streams · c/groups` where not; one cube
+/// each) does not grow with the map (an SDXL decode's 1024² maps would
 /// otherwise give it 65 536 entries a group).
 fn pixels_per_chunk(hw: usize, c: usize) -> usize {
     ELEMENTS
@@ -608,12 +611,11 @@ mod tests {
     }
 
     /// A channels-last map is normalised as it lies and stays channels-last; the values equal the
-    /// burn-op twin's in f32 and f16: lanes over fewer channels than a cube (two and three pixel
-    /// streams), over more (320: lanes with one and two channels), maps that end mid-chunk and
-    /// mid-unroll, an empty stream, batch 2, a large mean, channels in whole vectors of four
-    /// (their streams pooled in the cube, or more vectors than lanes) and not (the scalar
-    /// passes); and shifted by a per-(image,
-    /// channel) term first, as a convolution's bias left to the norm.
+    /// burn-op twin's in f32 and f16: channels in vectors of four (8, 10 and 3 pixel streams
+    /// pooled in the cube; more vectors than lanes, some lanes with two) and not (the scalar
+    /// passes: several streams, and one stream over more channels than lanes), maps that end
+    /// mid-chunk and mid-unroll, an empty stream, batch 2, a large mean; and shifted by a
+    /// per-(image, channel) term first, as a convolution's bias left to the norm.
     #[test]
     fn channels_last_maps_match_burn_ops() {
         let device = wgpu();
@@ -627,6 +629,8 @@ mod tests {
             (2, 6, 5, 7, 3, 1.0),
             // More vectors than lanes: one stream, some lanes with two vectors.
             (1, 1280, 3, 5, 32, 0.5),
+            // Not in vectors, more channels than lanes: the scalar statistics' one stream.
+            (1, 258, 4, 5, 2, -0.5),
         ] {
             let n = b * c * h * w;
             let (gamma, beta, norm) = super::super::tests::affine(c, groups, &device);

@@ -6,14 +6,17 @@
 //! once per latent shape and replayed: the latents are copied into the graph's input buffer, the
 //! graph replays, and the pixels are copied out of its output buffer, all in stream order.
 //!
-//! The first compiled decode of a shape prepares a capture, runs as usual (its kernels tuned, and
-//! the pool then holding every buffer a decode needs; its pixels are the ones returned) and records
-//! a second pass, which runs nothing. Later decodes of that shape on that thread replay. A capture
-//! that fails costs nothing but the speed (tried once more at the next decode, then never for this
-//! VAE). The recording keeps every pool page it touched for itself while it lives, so only decodes
-//! whose largest buffer fits [`MAX_RECORDED_BUFFER_BYTES`] are recorded (SD's 512² image, not
-//! SDXL's 1024² one, whose peak must fit 8 GiB), one shape at a time: a decode of any other shape
-//! drops it first. The CPU backend and `LATENT_STUDIO_GRAPH=off` never record.
+//! The second compiled decode in a row of a shape on a thread prepares a capture, runs as usual
+//! (its pixels are the ones returned) and records a second pass, which runs nothing; the next
+//! decodes of that shape there replay. (Not the first: its kernels may still be tuning, and
+//! shapes taking turns would otherwise record at every decode and never replay.) A capture that
+//! fails costs nothing but the speed; after [`MAX_FAILED_CAPTURES`] failures in a row, or a
+//! failed replay, this VAE decodes launch by launch (one warning). The recording keeps every
+//! pool page it touched for itself while it lives, so only decodes whose largest buffer fits
+//! [`MAX_RECORDED_BUFFER_BYTES`] are recorded (SD's 512² image, not SDXL's 1024² one, whose peak
+//! must fit 8 GiB), one shape at a time: any other compiled decode drops it first, as the
+//! pipeline does before a tiled or plain one. The CPU backend and `LATENT_STUDIO_GRAPH=off` never
+//! record.
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
@@ -30,8 +33,8 @@ use crate::nn::Kernels;
 /// in f32). Larger decodes run launch by launch, their pages free for the rest of the run.
 pub const MAX_RECORDED_BUFFER_BYTES: u64 = 256 << 20;
 
-/// Failed captures after which a VAE stops trying.
-const MAX_FAILED_CAPTURES: usize = 2;
+/// Failed captures in a row after which a VAE stops trying.
+pub const MAX_FAILED_CAPTURES: usize = 2;
 
 /// Whether a decode of latents of `dims` with `config`'s VAE is small enough to be recorded.
 pub fn records(config: &VaeConfig, dims: [usize; 4]) -> bool {
@@ -45,16 +48,42 @@ pub struct DecodeRecording(Arc<Mutex<Slot>>);
 #[derive(Default)]
 struct Slot {
     recorded: Option<Recorded>,
+    /// The previous compiled decode's shape, dtype and thread: a shape records at its second
+    /// decode in a row.
+    last: Option<Key>,
+    /// Failed captures in a row.
     failures: usize,
+    /// Set by a failed replay: no more recordings for this VAE.
+    given_up: bool,
     /// Decodes replayed so far.
     replays: usize,
 }
 
+type Key = ([usize; 4], DType, std::thread::ThreadId);
+
 impl std::fmt::Debug for DecodeRecording {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never waits: a decode under way holds the slot.
+        let recorded = self.0.try_lock().ok().map(|s| s.recorded.is_some());
         f.debug_struct("DecodeRecording")
-            .field("recorded", &self.is_recorded())
+            .field("recorded", &recorded)
             .finish()
+    }
+}
+
+/// A prepared capture, closed when dropped unless the window it opened was closed already:
+/// every way out of a recording attempt (an error, a panic) leaves the stream as it was.
+struct Prepared<'a> {
+    device: &'a burn::tensor::Device,
+    open: bool,
+}
+
+impl Drop for Prepared<'_> {
+    fn drop(&mut self) {
+        if self.open {
+            // From the prepared state this aborts it; after a failed start it is a no-op error.
+            let _ = Dispatch::graph_stop_capture(self.device.as_dispatch());
+        }
     }
 }
 
@@ -105,12 +134,15 @@ impl AutoencoderKL {
         let device = latents.device();
         let dims = latents.dims();
         if !crate::unet::graph::available(&device) || !records(self.config(), dims) {
+            // A recording of another size would hold its pages through this larger decode.
+            self.recording.release();
             return self.decode_with(latents, Kernels::Fused);
         }
         let mut slot = self.recording.slot();
-        let thread = std::thread::current().id();
+        let key = (dims, latents.dtype(), std::thread::current().id());
+        let again = slot.last.replace(key) == Some(key);
         if let Some(r) = &slot.recorded {
-            if r.dims == dims && r.dtype == latents.dtype() && r.thread == thread {
+            if (r.dims, r.dtype, r.thread) == key {
                 match r.replay(latents.clone(), &device) {
                     Some(pixels) => {
                         slot.replays += 1;
@@ -118,35 +150,33 @@ impl AutoencoderKL {
                     }
                     None => {
                         tracing::warn!(
-                            "the recorded VAE decode failed to replay; decoding launch by launch"
+                            "the recorded VAE decode failed to replay; decodes run launch by launch"
                         );
-                        slot.failures = MAX_FAILED_CAPTURES;
+                        slot.given_up = true;
                     }
                 }
             }
             // Another shape, dtype or thread (or a failed replay): its pages go first.
             slot.recorded = None;
         }
-        if slot.failures >= MAX_FAILED_CAPTURES
-            || Dispatch::graph_prepare(device.as_dispatch()).is_err()
-        {
-            // (A capture prepared elsewhere on this stream, e.g. UNet steps still warming up,
-            // refuses a second: this decode runs as usual.)
+        if !again || slot.given_up || slot.failures >= MAX_FAILED_CAPTURES {
             return self.decode_with(latents, Kernels::Fused);
         }
-        let ordinary = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            self.decode_with(latents.clone(), Kernels::Fused)
-        }));
-        let pixels = match ordinary {
-            Ok(pixels) => pixels,
-            Err(panic) => {
-                // The prepared capture closed before unwinding on, or it would hold the stream.
-                let _ = Dispatch::graph_stop_capture(device.as_dispatch());
-                std::panic::resume_unwind(panic)
-            }
+        if Dispatch::graph_prepare(device.as_dispatch()).is_err() {
+            // A capture prepared elsewhere on this stream (UNet steps still warming up) refuses
+            // a second: this decode runs as usual.
+            return self.decode_with(latents, Kernels::Fused);
+        }
+        let mut prepared = Prepared {
+            device: &device,
+            open: true,
         };
-        match self.capture(&latents, &pixels) {
-            Ok(recorded) => slot.recorded = Some(recorded),
+        let pixels = self.decode_with(latents.clone(), Kernels::Fused);
+        match self.capture(&latents, &pixels, &mut prepared) {
+            Ok(recorded) => {
+                slot.recorded = Some(recorded);
+                slot.failures = 0;
+            }
             Err(reason) => {
                 slot.failures += 1;
                 if slot.failures >= MAX_FAILED_CAPTURES {
@@ -162,31 +192,24 @@ impl AutoencoderKL {
         pixels
     }
 
-    /// Records one decode of latents shaped as `latents` on fresh buffers, after the prepared
-    /// capture's ordinary decode gave `pixels`; nothing recorded runs until a replay.
-    fn capture(&self, latents: &Tensor<4>, pixels: &Tensor<4>) -> Result<Recorded, String> {
+    /// Records one decode of latents shaped as `latents` on fresh buffers, in the capture
+    /// `prepared` before the ordinary decode that gave `pixels`; nothing recorded runs until a
+    /// replay. The window is closed on every path (`prepared` closes what is left open).
+    fn capture(
+        &self,
+        latents: &Tensor<4>,
+        pixels: &Tensor<4>,
+        prepared: &mut Prepared<'_>,
+    ) -> Result<Recorded, String> {
         let device = latents.device();
         let dispatch = device.as_dispatch();
-        let opened = (|| {
-            // The ordinary decode's lazy ops drained now: none may run inside the window.
-            kernels::resolve(pixels.clone()).ok_or("no device buffers")?;
-            // An own input buffer, written by our copy kernel only: an op that reuses a unique
-            // input in place would otherwise write into the graph's input.
-            let input = Tensor::<4>::empty(latents.dims(), (&device, latents.dtype()));
-            let input_b = kernels::resolve(input.clone()).ok_or("no device buffers")?;
-            Ok::<_, String>((input, input_b))
-        })();
-        let (input, input_b) = match opened {
-            Ok(opened) => opened,
-            Err(e) => {
-                let _ = Dispatch::graph_stop_capture(dispatch);
-                return Err(e);
-            }
-        };
-        if let Err(e) = Dispatch::graph_start_capture(dispatch) {
-            let _ = Dispatch::graph_stop_capture(dispatch);
-            return Err(e.to_string());
-        }
+        // The ordinary decode's lazy ops drained now: none may run inside the window.
+        kernels::resolve(pixels.clone()).ok_or("no device buffers")?;
+        // An own input buffer, written by our copy kernel only: an op that reuses a unique input
+        // in place would otherwise write into the graph's input.
+        let input = Tensor::<4>::empty(latents.dims(), (&device, latents.dtype()));
+        let input_b = kernels::resolve(input.clone()).ok_or("no device buffers")?;
+        Dispatch::graph_start_capture(dispatch).map_err(|e| e.to_string())?;
         // A panic inside the window closes it before unwinding on: an open window would refuse
         // every later read.
         let recorded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -195,6 +218,7 @@ impl AutoencoderKL {
             (out, out_b)
         }));
         let closed = Dispatch::graph_stop_capture(dispatch);
+        prepared.open = false;
         let (out, out_b) = match recorded {
             Ok(recorded) => recorded,
             Err(panic) => std::panic::resume_unwind(panic),
