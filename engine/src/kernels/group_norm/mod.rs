@@ -12,6 +12,7 @@ use burn::tensor::Tensor;
 use super::{Element, buffer_arg, cube_total, output, resolve, resolve_strided, span_moments};
 
 mod channels_last;
+mod pooled;
 mod statistics;
 
 pub(crate) use channels_last::is_channels_last;

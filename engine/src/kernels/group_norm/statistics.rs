@@ -7,7 +7,7 @@
 use burn::cubecl;
 use burn::cubecl::prelude::*;
 
-use super::channels_last::{LANES, VEC};
+use super::channels_last::{GROUPED_SHARED, LANES, VEC};
 use crate::kernels::cube_total;
 
 const LOG2_LANES: usize = 8;
@@ -92,28 +92,40 @@ pub(super) fn stats<F: Float>(
 /// `streams` count vectors. With `combine` (a pixel's vectors fit the cube's lanes, so each lane
 /// has one), the streams' moments are pooled in the cube and one entry per channel is written
 /// (`(b·chunks + k)·c + ch`): more streams than [`stats`] has would otherwise multiply the
-/// pooling's work. Without it there is one stream, written the same way.
+/// pooling's work. Without it there is one stream, written the same way. With `grouped` the
+/// channels' entries (shifted by `pre` with `shifted`) are pooled per group in the cube and one
+/// entry per group is written, which [`super::pooled`]'s normalising pass pools itself.
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
 pub(super) fn stats_vectors<F: Float, N: Size>(
     x: &[Vector<F, N>],
     partial: &mut [f32],
+    pre: &[f32],
     hw: usize,
     c: usize,
     pixels: usize,
     chunks: usize,
     width: usize,
     streams: usize,
+    groups: usize,
     #[comptime] combine: bool,
+    #[comptime] grouped: bool,
+    #[comptime] shifted: bool,
 ) {
     let lane = UNIT_POS as usize;
     let k = CUBE_POS_X as usize;
     let b = CUBE_POS_Y as usize;
     let stream = lane / width;
     let cv = c / VEC;
-    // Every stream's entries, where they are pooled here (`streams · c ≤ LANES · VEC`).
-    let mut shared =
-        Shared::<[f32]>::new_slice(comptime!(if combine { 3 * LANES * VEC } else { 1 }));
+    // Every stream's entries, where they are pooled here (`streams · c ≤ LANES · VEC`); with
+    // `grouped`, every channel's pooled entry (`c ≤ GROUPED_MAX_C`) at stream 0's place.
+    let mut shared = Shared::<[f32]>::new_slice(comptime!(if grouped {
+        3 * GROUPED_SHARED
+    } else if combine {
+        3 * LANES * VEC
+    } else {
+        1
+    }));
     if stream < streams {
         let first = k * pixels + stream;
         let mut end = (k + 1) * pixels;
@@ -180,6 +192,14 @@ pub(super) fn stats_vectors<F: Float, N: Size>(
                     shared[at] = n;
                     shared[at + 1] = mean;
                     shared[at + 2] = m2;
+                } else if grouped {
+                    // One stream: the channel's entry, shifted as the group pools it.
+                    if shifted {
+                        mean += pre[b * c + ch];
+                    }
+                    shared[ch * 3] = n;
+                    shared[ch * 3 + 1] = mean;
+                    shared[ch * 3 + 2] = m2;
                 } else {
                     partial[at] = n;
                     partial[at + 1] = mean;
@@ -209,11 +229,51 @@ pub(super) fn stats_vectors<F: Float, N: Size>(
                 let d = shared[at + 1] - mean;
                 m2 += shared[at + 2] + shared[at] * d * d;
             }
-            let at = ((b * chunks + k) * c + ch) * 3;
+            if grouped {
+                // Stream 0's place: only this lane reads this channel's entries.
+                let mut shifted_mean = mean;
+                if shifted {
+                    shifted_mean += pre[b * c + ch];
+                }
+                shared[ch * 3] = n;
+                shared[ch * 3 + 1] = shifted_mean;
+                shared[ch * 3 + 2] = m2;
+            } else {
+                let at = ((b * chunks + k) * c + ch) * 3;
+                partial[at] = n;
+                partial[at + 1] = mean;
+                partial[at + 2] = m2;
+            }
+            ch += LANES;
+        }
+    }
+    if grouped {
+        sync_cube();
+        // Each group's channels pooled exactly (Chan, as above): one entry per group and chunk,
+        // `(b·chunks + k)·groups + g`, for the normalising pass to pool ([`super::pooled`]).
+        let per_group = c / groups;
+        let mut g = lane;
+        while g < groups {
+            let first = g * per_group;
+            let mut n = 0.0f32;
+            let mut weighted = 0.0f32;
+            for j in 0..per_group {
+                let at = (first + j) * 3;
+                n += shared[at];
+                weighted += shared[at] * shared[at + 1];
+            }
+            let mean = weighted / n;
+            let mut m2 = 0.0f32;
+            for j in 0..per_group {
+                let at = (first + j) * 3;
+                let d = shared[at + 1] - mean;
+                m2 += shared[at + 2] + shared[at] * d * d;
+            }
+            let at = ((b * chunks + k) * groups + g) * 3;
             partial[at] = n;
             partial[at + 1] = mean;
             partial[at + 2] = m2;
-            ch += LANES;
+            g += LANES;
         }
     }
 }
