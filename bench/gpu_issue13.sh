@@ -1,5 +1,9 @@
 #!/bin/bash
 # Issue 13 on a lent GPU, one part per device call (each call may run 10 minutes):
+#   PART=cv PyTorch's SD 1.5 step, VAE decode and 20-step txt2img, then ours in the same call: SD
+#           1.5's step (replayed) profiled by kernel and under `--norms-ab` (GroupNorm pooled in
+#           its normalising pass or after a pooling launch; outputs compared), the VAE decode
+#           profiled with and without the pooling launch, the 20-step 512² txt2img
 #   PART=cu PyTorch's SD 1.5 step, VAE decode and 20-step txt2img, then ours in the same call: SD
 #           1.5's step (replayed) and the VAE decode (replayed), each profiled by kernel, and the
 #           20-step 512² txt2img
@@ -339,6 +343,14 @@ peak() {
 }
 
 case ${PART:-a} in
+cv)
+  PARTS=${TORCH_PARTS:-unet16,vae,e2e} timeout ${TORCH_TIMEOUT:-150} python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v "Warning\|kept in float32" | tee $OUT/torch_cv.txt
+  export LATENT_STUDIO_TUNING_CACHE=/tmp/tuning
+  timeout ${OURS_TIMEOUT:-170} /tmp/ls bench --device gpu --precision f16 --runs 7 --unet-only --no-ops --no-profile --no-burn-ops --kernel-profile 1 --norms-ab 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/sd15_cv.txt
+  timeout ${VAE_TIMEOUT:-90} /tmp/ls bench --device gpu --precision f16 --runs 5 --vae-only --kernel-profile 1 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/vae_cv.txt
+  LATENT_STUDIO_GROUP_NORM_POOLED=off timeout ${VAE_TIMEOUT:-60} /tmp/ls bench --device gpu --precision f16 --runs 3 --vae-only --kernel-profile 1 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/vae_cv_off.txt
+  timeout ${E2E_TIMEOUT:-110} /tmp/ls bench --device gpu --precision f16 --runs 3 --steps 20 --pipeline-only 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace\|step [0-9]*/20 at" | tee $OUT/e2e_cv.txt
+  ;;
 cq)
   PARTS=${TORCH_PARTS:-unet16,vae,e2e} timeout ${TORCH_TIMEOUT:-120} python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v "Warning\|kept in float32" | tee $OUT/torch_cq.txt
   export LATENT_STUDIO_TUNING_CACHE=/tmp/tuning

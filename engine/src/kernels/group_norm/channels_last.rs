@@ -117,13 +117,27 @@ fn pixels_per_chunk(hw: usize, c: usize) -> usize {
         .max(1)
 }
 
-/// Whether the normalising pass may pool the statistics itself ([`pooled`]);
-/// `LATENT_STUDIO_GROUP_NORM_POOLED=off` keeps the pooling launch (to compare).
+/// Whether the normalising pass may pool the statistics itself ([`pooled`]):
+/// `LATENT_STUDIO_GROUP_NORM_POOLED=off` keeps the pooling launch (to compare), as does
+/// [`set_pooled`]`(Some(false))` (the bench's A/B).
 fn pooled_enabled() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| {
-        std::env::var("LATENT_STUDIO_GROUP_NORM_POOLED").map_or(true, |v| v != "off")
-    })
+    match POOLED.load(std::sync::atomic::Ordering::Relaxed) {
+        1 => true,
+        2 => false,
+        _ => std::env::var("LATENT_STUDIO_GROUP_NORM_POOLED").map_or(true, |v| v != "off"),
+    }
+}
+
+static POOLED: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+/// Overrides whether the normalising pass pools the statistics itself (`None`: the default).
+pub fn set_pooled(on: Option<bool>) {
+    let v = match on {
+        None => 0,
+        Some(true) => 1,
+        Some(false) => 2,
+    };
+    POOLED.store(v, std::sync::atomic::Ordering::Relaxed);
 }
 
 /// Whether `t` (a `[b, c, h, w]` tensor as it lies) is channels-last: `[b, h, w, c]` in memory.

@@ -16,6 +16,7 @@ mod pooled;
 mod statistics;
 
 pub(crate) use channels_last::is_channels_last;
+pub use channels_last::set_pooled;
 
 /// Lanes per cube; the reductions below are written for this power of two.
 const LANES: usize = 256;

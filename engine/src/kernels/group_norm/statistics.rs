@@ -249,33 +249,76 @@ pub(super) fn stats_vectors<F: Float, N: Size>(
     }
     if grouped {
         sync_cube();
-        // Each group's channels pooled exactly (Chan, as above): one entry per group and chunk,
-        // `(b·chunks + k)·groups + g`, for the normalising pass to pool ([`super::pooled`]).
+        // Each group's channels pooled (Chan's pairwise formula): `LANES / groups` lanes a
+        // group, each over every so-many-th channel, then the group's first lane merges theirs.
+        // One entry per group and chunk, `(b·chunks + k)·groups + g`, for the normalising pass
+        // to pool ([`super::pooled`]).
         let per_group = c / groups;
-        let mut g = lane;
-        while g < groups {
-            let first = g * per_group;
+        let lanes_per_group = LANES / groups;
+        let g = lane / lanes_per_group;
+        let part = lane % lanes_per_group;
+        let mut n = 0.0f32;
+        let mut mean = 0.0f32;
+        let mut m2 = 0.0f32;
+        let mut j = part;
+        while j < per_group {
+            let at = (g * per_group + j) * 3;
+            let (n1, mean1, m21) =
+                merge_moments(n, mean, m2, shared[at], shared[at + 1], shared[at + 2]);
+            n = n1;
+            mean = mean1;
+            m2 = m21;
+            j += lanes_per_group;
+        }
+        // Each lane's moments where the channels' were (read by all first): the workgroup
+        // memory stays within lavapipe's 32 KiB.
+        sync_cube();
+        shared[lane * 3] = n;
+        shared[lane * 3 + 1] = mean;
+        shared[lane * 3 + 2] = m2;
+        sync_cube();
+        if part == 0 && g < groups {
             let mut n = 0.0f32;
-            let mut weighted = 0.0f32;
-            for j in 0..per_group {
-                let at = (first + j) * 3;
-                n += shared[at];
-                weighted += shared[at] * shared[at + 1];
-            }
-            let mean = weighted / n;
+            let mut mean = 0.0f32;
             let mut m2 = 0.0f32;
-            for j in 0..per_group {
-                let at = (first + j) * 3;
-                let d = shared[at + 1] - mean;
-                m2 += shared[at + 2] + shared[at] * d * d;
+            for q in 0..lanes_per_group {
+                let at = (lane + q) * 3;
+                let (n1, mean1, m21) =
+                    merge_moments(n, mean, m2, shared[at], shared[at + 1], shared[at + 2]);
+                n = n1;
+                mean = mean1;
+                m2 = m21;
             }
             let at = ((b * chunks + k) * groups + g) * 3;
             partial[at] = n;
             partial[at + 1] = mean;
             partial[at + 2] = m2;
-            g += LANES;
         }
     }
+}
+
+/// Two sets of moments `(count, mean, M2)` pooled (Chan's pairwise formula); an empty set
+/// leaves the other as it is.
+#[cube]
+pub(super) fn merge_moments(
+    n: f32,
+    mean: f32,
+    m2: f32,
+    nb: f32,
+    mean_b: f32,
+    m2_b: f32,
+) -> (f32, f32, f32) {
+    let mut out_n = n;
+    let mut out_mean = mean;
+    let mut out_m2 = m2;
+    if nb > 0.0 {
+        let total = n + nb;
+        let d = mean_b - mean;
+        out_mean = mean + d * nb / total;
+        out_m2 = m2 + m2_b + d * d * n * nb / total;
+        out_n = total;
+    }
+    (out_n, out_mean, out_m2)
 }
 
 /// Cube `(g, b)`: pools group `g`'s entries of image `b` (exactly: mean first, then M2 with each

@@ -4,9 +4,85 @@
 //! finish through it.
 
 use burn::backend::wgpu::CubeTensor;
+use burn::cubecl;
 use burn::cubecl::prelude::*;
 
-use super::kernel::{LANES as SUM_LANES, matmul_split_sum};
+use super::kernel::{LANES as SUM_LANES, gelu, matmul_split_sum};
+
+/// Outputs a lane of [`split_sum_vectors`] finishes: 16-byte loads of the f32 slices.
+const VEC: usize = 4;
+
+/// [`matmul_split_sum`] four outputs a lane, where the output's rows come in whole vectors
+/// (`out_cols % 4 == 0`): each slice read as 16-byte vectors, the residual and output as
+/// vectors of four. Arguments as there; `o` counts vectors.
+#[cube(launch)]
+#[allow(clippy::too_many_arguments)]
+fn split_sum_vectors<F: Float, N: Size>(
+    partial: &[Vector<f32, N>],
+    bias: &[F],
+    residual: &[Vector<F, N>],
+    out: &mut [Vector<F, N>],
+    rows: usize,
+    cols: usize,
+    half: usize,
+    splits: usize,
+    row_block: usize,
+    #[comptime] add_bias: bool,
+    #[comptime] bias_per_row: bool,
+    #[comptime] add_residual: bool,
+    #[comptime] geglu: bool,
+) {
+    let cube = CUBE_POS_X as usize + CUBE_POS_Y as usize * CUBE_COUNT_X as usize;
+    let o = cube * SUM_LANES + UNIT_POS as usize;
+    let mut out_cols = cols;
+    if geglu {
+        out_cols = half;
+    }
+    let out_vectors = out_cols / VEC;
+    if o < rows * out_vectors {
+        let m = o / out_vectors;
+        let n = (o % out_vectors) * VEC;
+        let plane = rows * cols / VEC;
+        let mut sum = Vector::<f32, N>::new(0.0);
+        for z in 0..splits {
+            sum += partial[z * plane + (m * cols + n) / VEC];
+        }
+        let mut gate = Vector::<f32, N>::new(0.0);
+        if geglu {
+            for z in 0..splits {
+                gate += partial[z * plane + (m * cols + half + n) / VEC];
+            }
+        }
+        let mut residual_v = Vector::<F, N>::new(F::new(0.0));
+        if add_residual {
+            residual_v = residual[o];
+        }
+        let mut y = Vector::<F, N>::new(F::new(0.0));
+        #[unroll]
+        for e in 0..VEC {
+            let mut v = sum.extract(e);
+            if add_bias {
+                if bias_per_row {
+                    v += f32::cast_from(bias[m % row_block]);
+                } else {
+                    v += f32::cast_from(bias[n + e]);
+                }
+            }
+            if geglu {
+                let mut g = gate.extract(e);
+                if add_bias {
+                    g += f32::cast_from(bias[half + n + e]);
+                }
+                v *= gelu(g);
+            }
+            if add_residual {
+                v += f32::cast_from(residual_v.extract(e));
+            }
+            y.insert(e, F::cast_from(v));
+        }
+        out[o] = y;
+    }
+}
 
 /// What a split product's finishing pass adds to its sums.
 #[derive(Debug, Clone, Copy)]
@@ -30,6 +106,29 @@ pub(super) fn finish_split(
     finish: Finish,
 ) -> Option<()> {
     let out_cols = if finish.geglu { n / 2 } else { n };
+    if out_cols.is_multiple_of(VEC) {
+        let (gx, gy) = super::super::grid((batch * m * out_cols / VEC).div_ceil(SUM_LANES))?;
+        split_sum_vectors::launch::<half::f16>(
+            &out.client,
+            CubeCount::Static(gx, gy, 1),
+            CubeDim::new_1d(SUM_LANES as u32),
+            VEC,
+            super::super::vector_arg(partial, VEC),
+            super::super::buffer_arg(bias),
+            super::super::vector_arg(residual, VEC),
+            super::super::vector_arg(out, VEC),
+            batch * m,
+            n,
+            n / 2,
+            slices,
+            m,
+            finish.bias,
+            finish.bias_per_row,
+            finish.residual,
+            finish.geglu,
+        );
+        return Some(());
+    }
     let (gx, gy) = super::super::grid((batch * m * out_cols).div_ceil(SUM_LANES))?;
     // The matrices' rows stacked: `[slices, batch·m, n]`, a per-row bias repeating every `m`.
     matmul_split_sum::launch::<half::f16>(
@@ -65,8 +164,14 @@ mod tests {
     /// residual, over two matrices, against the same arithmetic in burn ops on the CPU.
     #[test]
     fn split_sums_finish_as_the_unsplit_epilogue() {
+        // 16 columns: four outputs a lane; 12 (a GEGLU's 6): one.
+        for (slices, batch, m, n) in [(3, 2, 5, 16), (2, 2, 3, 12)] {
+            split_sums_case(slices, batch, m, n);
+        }
+    }
+
+    fn split_sums_case(slices: usize, batch: usize, m: usize, n: usize) {
         let (device, cpu) = (wgpu(), Device::flex());
-        let (slices, batch, m, n) = (3, 2, 5, 16);
         let partial_values = values(slices * batch * m * n, 0.3);
         let partial: Tensor<4> = tensor(
             partial_values.clone(),
