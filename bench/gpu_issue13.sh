@@ -1,5 +1,8 @@
 #!/bin/bash
 # Issue 13 on a lent GPU, one part per device call (each call may run 10 minutes):
+#   PART=cw PyTorch's SD 1.5 step, VAE decode and SDXL step, then ours in the same call: SD 1.5's
+#           step (replayed) and SDXL's, each profiled by kernel and under `--norms-ab`, the VAE
+#           decode profiled
 #   PART=cv PyTorch's SD 1.5 step, VAE decode and 20-step txt2img, then ours in the same call: SD
 #           1.5's step (replayed) profiled by kernel and under `--norms-ab` (GroupNorm pooled in
 #           its normalising pass or after a pooling launch; outputs compared), the VAE decode
@@ -343,6 +346,13 @@ peak() {
 }
 
 case ${PART:-a} in
+cw)
+  PARTS=${TORCH_PARTS:-unet16,vae,sdxl} timeout ${TORCH_TIMEOUT:-150} python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v "Warning\|kept in float32" | tee $OUT/torch_cw.txt
+  export LATENT_STUDIO_TUNING_CACHE=/tmp/tuning
+  timeout ${OURS_TIMEOUT:-150} /tmp/ls bench --device gpu --precision f16 --runs 7 --unet-only --no-ops --no-profile --no-burn-ops --kernel-profile 1 --norms-ab 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/sd15_cw.txt
+  timeout ${VAE_TIMEOUT:-70} /tmp/ls bench --device gpu --precision f16 --runs 5 --vae-only --kernel-profile 1 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/vae_cw.txt
+  timeout ${SDXL_TIMEOUT:-210} /tmp/ls bench --device gpu --precision f16 --runs 5 --sdxl --no-pipeline --kernel-profile 1 --norms-ab 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/sdxl_cw.txt
+  ;;
 cv)
   PARTS=${TORCH_PARTS:-unet16,vae,e2e} timeout ${TORCH_TIMEOUT:-150} python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v "Warning\|kept in float32" | tee $OUT/torch_cv.txt
   export LATENT_STUDIO_TUNING_CACHE=/tmp/tuning
