@@ -1,5 +1,8 @@
 #!/bin/bash
 # Issue 13 on a lent GPU, one part per device call (each call may run 10 minutes):
+#   PART=cx PyTorch's SD 1.5 step, 20-step txt2img and SDXL step, then ours in the same call: SD
+#           1.5's step (replayed) and SDXL's, each profiled by kernel and under `--norms-ab`, the
+#           VAE decode profiled, the 20-step 512² txt2img
 #   PART=cw PyTorch's SD 1.5 step, VAE decode and SDXL step, then ours in the same call: SD 1.5's
 #           step (replayed) and SDXL's, each profiled by kernel and under `--norms-ab`, the VAE
 #           decode profiled
@@ -346,6 +349,14 @@ peak() {
 }
 
 case ${PART:-a} in
+cx)
+  PARTS=${TORCH_PARTS:-unet16,e2e,sdxl} timeout ${TORCH_TIMEOUT:-150} python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v "Warning\|kept in float32" | tee $OUT/torch_cx.txt
+  export LATENT_STUDIO_TUNING_CACHE=/tmp/tuning
+  timeout ${OURS_TIMEOUT:-130} /tmp/ls bench --device gpu --precision f16 --runs 7 --unet-only --no-ops --no-profile --no-burn-ops --kernel-profile 1 --norms-ab 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/sd15_cx.txt
+  timeout ${VAE_TIMEOUT:-60} /tmp/ls bench --device gpu --precision f16 --runs 5 --vae-only --kernel-profile 1 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/vae_cx.txt
+  timeout ${E2E_TIMEOUT:-80} /tmp/ls bench --device gpu --precision f16 --runs 3 --steps 20 --pipeline-only 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace\|step [0-9]*/20 at" | tee $OUT/e2e_cx.txt
+  timeout ${SDXL_TIMEOUT:-170} /tmp/ls bench --device gpu --precision f16 --runs 5 --sdxl --no-pipeline --kernel-profile 1 --norms-ab 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/sdxl_cx.txt
+  ;;
 cw)
   PARTS=${TORCH_PARTS:-unet16,vae,sdxl} timeout ${TORCH_TIMEOUT:-150} python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v "Warning\|kept in float32" | tee $OUT/torch_cw.txt
   export LATENT_STUDIO_TUNING_CACHE=/tmp/tuning
