@@ -2,7 +2,9 @@
 # Issue 13 on a lent GPU, one part per device call (each call may run 10 minutes):
 #   PART=cx PyTorch's SD 1.5 step, 20-step txt2img and SDXL step, then ours in the same call: SD
 #           1.5's step (replayed) and SDXL's, each profiled by kernel and under `--norms-ab`, the
-#           VAE decode profiled, the 20-step 512² txt2img
+#           VAE decode profiled, the 20-step 512² txt2img (`--norms-ab`, GroupNorm pooled in its
+#           normalising pass against its pooling launch, lost in calls cv–cx and was removed
+#           with the pooled pass: these three parts need that session's binary)
 #   PART=cw PyTorch's SD 1.5 step, VAE decode and SDXL step, then ours in the same call: SD 1.5's
 #           step (replayed) and SDXL's, each profiled by kernel and under `--norms-ab`, the VAE
 #           decode profiled

@@ -5,8 +5,10 @@
 //! comes from cache). Rows whose width comes in fours are read and written as vectors of four.
 //! The twin is burn's `layer_norm` in f32 ([`crate::nn::LayerNorm::forward_plain`]).
 //!
-//! The first version gave each row a cube of 128 lanes and reduced twice across it: 17.8 µs for
-//! SD 1.5's 8192 rows of 320 on an H200, a fifth of the bandwidth those rows need.
+//! The first version gave each row a cube of 128 lanes and reduced twice across it: SD 1.5's 48
+//! LayerNorms took 0.639 ms of kernels a step on an H200, 0.528 ms since (BENCHMARKS.md,
+//! forty-fifth session). Loading a lane's vectors at once and keeping them for the second pass
+//! changed nothing there (0.522 ms) and was left out.
 
 use burn::cubecl;
 use burn::cubecl::prelude::*;
@@ -23,14 +25,8 @@ const LANES: usize = ROW_LANES * ROWS;
 /// Elements of a vector where the width allows (the widest WGSL takes).
 const VEC: usize = 4;
 
-/// Most vectors a lane holds in registers (rows up to 2048 wide in vectors of four); wider rows
-/// loop over theirs.
-const MAX_PER_LANE: usize = 16;
-
 /// Cube `(x, y)` normalises rows `ROWS·(x + y·CUBE_COUNT_X) + …` of `rows`, each of `dim / vec`
-/// vectors of `vec` values. With `per_lane` > 0 (at least the row's vectors over
-/// [`ROW_LANES`]), each lane loads its vectors at once and keeps them in registers for the
-/// second pass; a loop waited for each load in turn. With 0, it loops and reads the row twice.
+/// vectors of `vec` values.
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
 fn layer_norm_rows<F: Float, N: Size>(
@@ -42,7 +38,6 @@ fn layer_norm_rows<F: Float, N: Size>(
     dim: usize,
     eps: f32,
     #[comptime] vec: usize,
-    #[comptime] per_lane: usize,
 ) {
     let lane = UNIT_POS as usize;
     let sub = lane % ROW_LANES;
@@ -51,7 +46,6 @@ fn layer_norm_rows<F: Float, N: Size>(
     let vectors = dim / vec;
     let base = row * vectors;
     let mut shared = Shared::<[f32]>::new_slice(2 * LANES);
-    let mut held = Array::<Vector<F, N>>::new(comptime!(if per_lane > 0 { per_lane } else { 1 }));
 
     let mut shift = 0.0f32;
     let mut s1 = 0.0f32;
@@ -59,37 +53,16 @@ fn layer_norm_rows<F: Float, N: Size>(
     // Lanes past the last row still reach every barrier.
     if row < rows {
         shift = f32::cast_from(x[base].extract(0usize));
-        if comptime!(per_lane > 0) {
+        let mut i = sub;
+        while i < vectors {
+            let xv = x[base + i];
             #[unroll]
-            for q in 0..per_lane {
-                let i = sub + q * ROW_LANES;
-                held[q] = Vector::<F, N>::new(F::cast_from(shift));
-                if i < vectors {
-                    held[q] = x[base + i];
-                }
+            for e in 0..vec {
+                let d = f32::cast_from(xv.extract(e)) - shift;
+                s1 += d;
+                s2 += d * d;
             }
-            // Padding vectors hold the shift: they add nothing.
-            #[unroll]
-            for q in 0..per_lane {
-                #[unroll]
-                for e in 0..vec {
-                    let d = f32::cast_from(held[q].extract(e)) - shift;
-                    s1 += d;
-                    s2 += d * d;
-                }
-            }
-        } else {
-            let mut i = sub;
-            while i < vectors {
-                let xv = x[base + i];
-                #[unroll]
-                for e in 0..vec {
-                    let d = f32::cast_from(xv.extract(e)) - shift;
-                    s1 += d;
-                    s2 += d * d;
-                }
-                i += ROW_LANES;
-            }
+            i += ROW_LANES;
         }
     }
     shared[lane] = s1;
@@ -114,43 +87,20 @@ fn layer_norm_rows<F: Float, N: Size>(
     let inv_std = f32::inverse_sqrt(var + eps);
 
     if row < rows {
-        if comptime!(per_lane > 0) {
+        let mut i = sub;
+        while i < vectors {
+            let xv = x[base + i];
+            let mut yv = Vector::<F, N>::new(F::new(0.0));
             #[unroll]
-            for q in 0..per_lane {
-                let i = sub + q * ROW_LANES;
-                if i < vectors {
-                    y[base + i] = normalised::<F, N>(held[q], i, mean, inv_std, gamma, beta, vec);
-                }
+            for e in 0..vec {
+                let k = i * vec + e;
+                let v = (f32::cast_from(xv.extract(e)) - mean) * inv_std * gamma[k] + beta[k];
+                yv.insert(e, F::cast_from(v));
             }
-        } else {
-            let mut i = sub;
-            while i < vectors {
-                y[base + i] = normalised::<F, N>(x[base + i], i, mean, inv_std, gamma, beta, vec);
-                i += ROW_LANES;
-            }
+            y[base + i] = yv;
+            i += ROW_LANES;
         }
     }
-}
-
-/// Vector `i` of a row, `xv`, normalised and affine.
-#[cube]
-fn normalised<F: Float, N: Size>(
-    xv: Vector<F, N>,
-    i: usize,
-    mean: f32,
-    inv_std: f32,
-    gamma: &[f32],
-    beta: &[f32],
-    #[comptime] vec: usize,
-) -> Vector<F, N> {
-    let mut yv = Vector::<F, N>::new(F::new(0.0));
-    #[unroll]
-    for e in 0..vec {
-        let k = i * vec + e;
-        let v = (f32::cast_from(xv.extract(e)) - mean) * inv_std * gamma[k] + beta[k];
-        yv.insert(e, F::cast_from(v));
-    }
-    yv
 }
 
 /// LayerNorm of `x` over its last dimension with f32 `gamma`/`beta`, by our kernel. `None` where it
@@ -192,16 +142,12 @@ pub fn layer_norm<const D: usize>(
         buffer_arg(&bc),
     );
     let eps = eps as f32;
-    let per_lane = match (dim / vec).div_ceil(ROW_LANES) {
-        p if p <= MAX_PER_LANE => p,
-        _ => 0,
-    };
     match element {
         Element::F32 => layer_norm_rows::launch::<f32>(
-            &client, count, cube, vec, xa, ya, ga, ba, rows, dim, eps, vec, per_lane,
+            &client, count, cube, vec, xa, ya, ga, ba, rows, dim, eps, vec,
         ),
         Element::F16 => layer_norm_rows::launch::<half::f16>(
-            &client, count, cube, vec, xa, ya, ga, ba, rows, dim, eps, vec, per_lane,
+            &client, count, cube, vec, xa, ya, ga, ba, rows, dim, eps, vec,
         ),
     }
     Some(out)
@@ -226,8 +172,6 @@ mod tests {
             (2, 9, 1281, 200.0),
             (1, 17, 1280, -50.0),
             (2, 5, 6, 0.5),
-            // Past the vectors a lane holds: the loop.
-            (1, 9, 8200, 1.0),
         ] {
             let gamma: Vec<f32> = (0..dim).map(|i| 0.5 + i as f32 / dim as f32).collect();
             let beta: Vec<f32> = (0..dim).map(|i| (i as f32 - 3.0) / 10.0).collect();

@@ -78,11 +78,6 @@ pub struct BenchArgs {
     /// (SD 1.5's outputs compared), interleaved over three rounds.
     #[arg(long)]
     pub(super) rows_ab: bool,
-    /// After the UNet step (SD 1.5 replayed, or SDXL's with `--sdxl`), the same step with
-    /// GroupNorm's pooling launch instead of its normalising pass pooling the statistics (SD
-    /// 1.5's outputs compared), interleaved over three rounds.
-    #[arg(long)]
-    pub(super) norms_ab: bool,
     /// After the UNet step, the same step with our cooperative-matrix convolution on more or
     /// fewer map sizes (with `--sdxl`: SDXL's step under convolution and GEMM rules),
     /// interleaved over three rounds in the same process.

@@ -293,12 +293,6 @@ pub fn run(args: BenchArgs) -> Result<()> {
                 unet::step_ms(&model, &device, args.runs, &x, &ctx)
             })?;
         }
-        if args.norms_ab {
-            let read = || read_f32(model.unet()?.forward(x.clone(), &[500.0], &ctx));
-            unet::norms_ab(precision, Some(&read), |_| {
-                unet::step_ms(&model, &device, args.runs, &x, &ctx)
-            })?;
-        }
         if args.conv_ab {
             unet::conv_ab(&model, &device, precision, args.runs, &x, &ctx)?;
         }

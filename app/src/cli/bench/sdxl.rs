@@ -133,14 +133,6 @@ pub(super) fn sdxl_bench(
             })
         })?;
     }
-    if args.norms_ab {
-        let base_unet = model.unet()?;
-        super::unet::norms_ab(precision, None, |_| {
-            time_ms(device, 1, runs, || {
-                let _ = base_unet.forward_added(x.clone(), &[500.0], &ctx, &added);
-            })
-        })?;
-    }
     if args.conv_ab {
         let base_unet = model.unet()?;
         rules_ab(device, runs, || {

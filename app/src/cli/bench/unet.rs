@@ -159,41 +159,6 @@ pub(super) fn rows_ab(
     })
 }
 
-/// A step timed by `step` (`step(i)` under rule `i`) with GroupNorm's normalising pass pooling
-/// the statistics itself (the default) or after the pooling launch, interleaved over three
-/// rounds; `check`, where given, reads the step's output to compare the second rule's with the
-/// first's.
-pub(super) fn norms_ab(
-    precision: Precision,
-    check: Option<&dyn Fn() -> Result<Vec<f32>>>,
-    mut step: impl FnMut(usize) -> Result<f64>,
-) -> Result<()> {
-    use latent_engine::kernels::group_norm::set_pooled;
-    let rules = [
-        (None, "GroupNorm pooled in its normalising pass (default)"),
-        (Some(false), "GroupNorm's pooling launch"),
-    ];
-    if let Some(read) = check {
-        set_pooled(rules[0].0);
-        let first = read();
-        set_pooled(rules[1].0);
-        let second = read();
-        set_pooled(None);
-        println!(
-            "[{precision:?}] UNet step, norms: {}: max relative difference from the first rule {:.2e}",
-            rules[1].1,
-            latent_engine::vae_compile::relative_difference(&second?, &first?)
-        );
-    }
-    let names: Vec<&str> = rules.iter().map(|r| r.1).collect();
-    interleaved(precision, "norms", &names, 3, |i| {
-        set_pooled(rules[i].0);
-        let ms = step(i);
-        set_pooled(None);
-        ms
-    })
-}
-
 /// The median of `runs` steps (after two untimed ones) under the rules in force, replayed from a
 /// graph recorded under them (launch by launch where the step does not replay).
 pub(super) fn step_ms(

@@ -14,7 +14,6 @@ use burn::cubecl::prelude::*;
 use burn::tensor::{DType, Tensor};
 
 use super::super::{Element, buffer_arg, output, vector_arg};
-use super::pooled::{self, apply_pooled};
 use super::statistics::{pool, stats, stats_vectors};
 
 pub(super) const LANES: usize = 256;
@@ -30,16 +29,6 @@ const TILE: usize = LANES * PER_LANE;
 /// Elements of a vector in the vector statistics and [`apply_vectors`]: four, the widest every
 /// compiler takes (WGSL's).
 pub(super) const VEC: usize = 4;
-/// Most channels whose entries the statistics pool per group in the cube (SD's and SDXL's
-/// widest norm: 2560, the up blocks' concatenated skips).
-pub(super) const GROUPED_MAX_C: usize = 2560;
-/// f32 triples of the statistics' workgroup memory where they pool per group: every channel's
-/// entry, or every stream's where those are pooled first.
-pub(super) const GROUPED_SHARED: usize = if GROUPED_MAX_C > LANES * VEC {
-    GROUPED_MAX_C
-} else {
-    LANES * VEC
-};
 
 /// Cube `(t, b)`: tile `t` of image `b`, `x·scale + shift` per channel, then SiLU when `silu`.
 #[cube(launch)]
@@ -117,29 +106,6 @@ fn pixels_per_chunk(hw: usize, c: usize) -> usize {
         .max(1)
 }
 
-/// Whether the normalising pass may pool the statistics itself ([`pooled`]):
-/// `LATENT_STUDIO_GROUP_NORM_POOLED=off` keeps the pooling launch (to compare), as does
-/// [`set_pooled`]`(Some(false))` (the bench's A/B).
-fn pooled_enabled() -> bool {
-    match POOLED.load(std::sync::atomic::Ordering::Relaxed) {
-        1 => true,
-        2 => false,
-        _ => std::env::var("LATENT_STUDIO_GROUP_NORM_POOLED").map_or(true, |v| v != "off"),
-    }
-}
-
-static POOLED: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
-
-/// Overrides whether the normalising pass pools the statistics itself (`None`: the default).
-pub fn set_pooled(on: Option<bool>) {
-    let v = match on {
-        None => 0,
-        Some(true) => 1,
-        Some(false) => 2,
-    };
-    POOLED.store(v, std::sync::atomic::Ordering::Relaxed);
-}
-
 /// Whether `t` (a `[b, c, h, w]` tensor as it lies) is channels-last: `[b, h, w, c]` in memory.
 pub(crate) fn is_channels_last(t: &CubeTensor) -> bool {
     let shape = t.meta.shape();
@@ -188,18 +154,12 @@ pub(super) fn group_norm(
     let (out, oc) = output([b, h, w, c], xc.dtype, device)?;
     let (_, scale) = output([b, c], DType::F32, device)?;
     let (_, shift) = output([b, c], DType::F32, device)?;
-    // The vector statistics write one entry per channel and chunk (their streams pooled or one),
-    // or per group and chunk where the normalising pass pools them.
+    // The vector statistics write one entry per channel and chunk (their streams pooled or one).
     let entry_streams = match c.is_multiple_of(VEC) {
         true => 1,
         false => streams,
     };
-    let pooled = pooled::takes(c, groups, chunks) && pooled_enabled();
-    let pooled_tiles = (n / VEC).div_ceil(pooled::TILE);
-    let entries = match pooled {
-        true => b * chunks * groups * 3,
-        false => b * chunks * entry_streams * c * 3,
-    };
+    let entries = b * chunks * entry_streams * c * 3;
     let partial = xc.client.empty(entries * size_of::<f32>());
     let sizes = Sizes {
         b,
@@ -209,11 +169,10 @@ pub(super) fn group_norm(
         chunks,
         width,
         streams,
-        tiles: if pooled { pooled_tiles } else { tiles },
+        tiles,
         per_group,
         groups,
         entry_streams,
-        pooled,
     };
     let buffers = Buffers {
         x: xc,
@@ -258,8 +217,6 @@ struct Sizes {
     groups: usize,
     /// Streams of entries per chunk the statistics write.
     entry_streams: usize,
-    /// The statistics pool per group and the normalising pass pools them ([`pooled`]).
-    pooled: bool,
 }
 
 fn launch<F: Float + CubeElement>(client: &Client, t: Buffers, s: Sizes, eps: f32, silu: bool) {
@@ -274,18 +231,13 @@ fn launch<F: Float + CubeElement>(client: &Client, t: Buffers, s: Sizes, eps: f3
             VEC,
             vector_arg(t.x, VEC),
             partial(),
-            // Unread without `pre` (the branch is compiled out): any f32 buffer binds.
-            buffer_arg(t.pre.unwrap_or(t.gamma)),
             s.hw,
             s.c,
             s.pixels,
             s.chunks,
             s.width,
             s.streams,
-            s.groups,
             s.c / VEC <= LANES,
-            s.pooled,
-            s.pooled && t.pre.is_some(),
         );
     } else {
         stats::launch::<F>(
@@ -301,29 +253,6 @@ fn launch<F: Float + CubeElement>(client: &Client, t: Buffers, s: Sizes, eps: f3
             s.width,
             s.streams,
         );
-    }
-    let count = CubeCount::Static(s.tiles as u32, s.b as u32, 1);
-    if s.pooled {
-        apply_pooled::launch::<F>(
-            client,
-            count,
-            cube,
-            VEC,
-            vector_arg(t.x, VEC),
-            vector_arg(t.y, VEC),
-            partial(),
-            buffer_arg(t.pre.unwrap_or(t.gamma)),
-            buffer_arg(t.gamma),
-            buffer_arg(t.beta),
-            s.hw * s.c / VEC,
-            s.c,
-            s.chunks,
-            s.groups,
-            eps,
-            silu,
-            t.pre.is_some(),
-        );
-        return;
     }
     pool::launch(
         client,
@@ -342,6 +271,7 @@ fn launch<F: Float + CubeElement>(client: &Client, t: Buffers, s: Sizes, eps: f3
         eps,
         t.pre.is_some(),
     );
+    let count = CubeCount::Static(s.tiles as u32, s.b as u32, 1);
     if s.c.is_multiple_of(VEC) {
         apply_vectors::launch::<F>(
             client,
@@ -424,12 +354,6 @@ mod tests {
             (1, 1280, 3, 5, 32, 0.5),
             // Not in vectors, more channels than lanes: the scalar statistics' one stream.
             (1, 258, 4, 5, 2, -0.5),
-            // 13 chunks: the normalising pass's lanes of a group pool two chunks each.
-            (1, 512, 20, 20, 32, 2.0),
-            // Groups that do not share the lanes evenly: the pooling launch, streams pooled
-            // in the cube and (more vectors than lanes) one stream.
-            (1, 12, 5, 6, 3, 1.0),
-            (1, 1284, 2, 3, 3, -1.0),
         ] {
             let n = b * c * h * w;
             let (gamma, beta, norm) = super::super::tests::affine(c, groups, &device);

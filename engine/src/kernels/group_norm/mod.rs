@@ -12,11 +12,9 @@ use burn::tensor::Tensor;
 use super::{Element, buffer_arg, cube_total, output, resolve, resolve_strided, span_moments};
 
 mod channels_last;
-mod pooled;
 mod statistics;
 
 pub(crate) use channels_last::is_channels_last;
-pub use channels_last::set_pooled;
 
 /// Lanes per cube; the reductions below are written for this power of two.
 const LANES: usize = 256;

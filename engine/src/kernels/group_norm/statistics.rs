@@ -7,7 +7,7 @@
 use burn::cubecl;
 use burn::cubecl::prelude::*;
 
-use super::channels_last::{GROUPED_SHARED, LANES, VEC};
+use super::channels_last::{LANES, VEC};
 use crate::kernels::cube_total;
 
 const LOG2_LANES: usize = 8;
@@ -92,40 +92,28 @@ pub(super) fn stats<F: Float>(
 /// `streams` count vectors. With `combine` (a pixel's vectors fit the cube's lanes, so each lane
 /// has one), the streams' moments are pooled in the cube and one entry per channel is written
 /// (`(b·chunks + k)·c + ch`): more streams than [`stats`] has would otherwise multiply the
-/// pooling's work. Without it there is one stream, written the same way. With `grouped` the
-/// channels' entries (shifted by `pre` with `shifted`) are pooled per group in the cube and one
-/// entry per group is written, which [`super::pooled`]'s normalising pass pools itself.
+/// pooling's work. Without it there is one stream, written the same way.
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
 pub(super) fn stats_vectors<F: Float, N: Size>(
     x: &[Vector<F, N>],
     partial: &mut [f32],
-    pre: &[f32],
     hw: usize,
     c: usize,
     pixels: usize,
     chunks: usize,
     width: usize,
     streams: usize,
-    groups: usize,
     #[comptime] combine: bool,
-    #[comptime] grouped: bool,
-    #[comptime] shifted: bool,
 ) {
     let lane = UNIT_POS as usize;
     let k = CUBE_POS_X as usize;
     let b = CUBE_POS_Y as usize;
     let stream = lane / width;
     let cv = c / VEC;
-    // Every stream's entries, where they are pooled here (`streams · c ≤ LANES · VEC`); with
-    // `grouped`, every channel's pooled entry (`c ≤ GROUPED_MAX_C`) at stream 0's place.
-    let mut shared = Shared::<[f32]>::new_slice(comptime!(if grouped {
-        3 * GROUPED_SHARED
-    } else if combine {
-        3 * LANES * VEC
-    } else {
-        1
-    }));
+    // Every stream's entries, where they are pooled here (`streams · c ≤ LANES · VEC`).
+    let mut shared =
+        Shared::<[f32]>::new_slice(comptime!(if combine { 3 * LANES * VEC } else { 1 }));
     if stream < streams {
         let first = k * pixels + stream;
         let mut end = (k + 1) * pixels;
@@ -192,14 +180,6 @@ pub(super) fn stats_vectors<F: Float, N: Size>(
                     shared[at] = n;
                     shared[at + 1] = mean;
                     shared[at + 2] = m2;
-                } else if grouped {
-                    // One stream: the channel's entry, shifted as the group pools it.
-                    if shifted {
-                        mean += pre[b * c + ch];
-                    }
-                    shared[ch * 3] = n;
-                    shared[ch * 3 + 1] = mean;
-                    shared[ch * 3 + 2] = m2;
                 } else {
                     partial[at] = n;
                     partial[at + 1] = mean;
@@ -229,96 +209,13 @@ pub(super) fn stats_vectors<F: Float, N: Size>(
                 let d = shared[at + 1] - mean;
                 m2 += shared[at + 2] + shared[at] * d * d;
             }
-            if grouped {
-                // Stream 0's place: only this lane reads this channel's entries.
-                let mut shifted_mean = mean;
-                if shifted {
-                    shifted_mean += pre[b * c + ch];
-                }
-                shared[ch * 3] = n;
-                shared[ch * 3 + 1] = shifted_mean;
-                shared[ch * 3 + 2] = m2;
-            } else {
-                let at = ((b * chunks + k) * c + ch) * 3;
-                partial[at] = n;
-                partial[at + 1] = mean;
-                partial[at + 2] = m2;
-            }
-            ch += LANES;
-        }
-    }
-    if grouped {
-        sync_cube();
-        // Each group's channels pooled (Chan's pairwise formula): `LANES / groups` lanes a
-        // group, each over every so-many-th channel, then the group's first lane merges theirs.
-        // One entry per group and chunk, `(b·chunks + k)·groups + g`, for the normalising pass
-        // to pool ([`super::pooled`]).
-        let per_group = c / groups;
-        let lanes_per_group = LANES / groups;
-        let g = lane / lanes_per_group;
-        let part = lane % lanes_per_group;
-        let mut n = 0.0f32;
-        let mut mean = 0.0f32;
-        let mut m2 = 0.0f32;
-        let mut j = part;
-        while j < per_group {
-            let at = (g * per_group + j) * 3;
-            let (n1, mean1, m21) =
-                merge_moments(n, mean, m2, shared[at], shared[at + 1], shared[at + 2]);
-            n = n1;
-            mean = mean1;
-            m2 = m21;
-            j += lanes_per_group;
-        }
-        // Each lane's moments where the channels' were (read by all first): the workgroup
-        // memory stays within lavapipe's 32 KiB.
-        sync_cube();
-        shared[lane * 3] = n;
-        shared[lane * 3 + 1] = mean;
-        shared[lane * 3 + 2] = m2;
-        sync_cube();
-        if part == 0 && g < groups {
-            let mut n = 0.0f32;
-            let mut mean = 0.0f32;
-            let mut m2 = 0.0f32;
-            for q in 0..lanes_per_group {
-                let at = (lane + q) * 3;
-                let (n1, mean1, m21) =
-                    merge_moments(n, mean, m2, shared[at], shared[at + 1], shared[at + 2]);
-                n = n1;
-                mean = mean1;
-                m2 = m21;
-            }
-            let at = ((b * chunks + k) * groups + g) * 3;
+            let at = ((b * chunks + k) * c + ch) * 3;
             partial[at] = n;
             partial[at + 1] = mean;
             partial[at + 2] = m2;
+            ch += LANES;
         }
     }
-}
-
-/// Two sets of moments `(count, mean, M2)` pooled (Chan's pairwise formula); an empty set
-/// leaves the other as it is.
-#[cube]
-pub(super) fn merge_moments(
-    n: f32,
-    mean: f32,
-    m2: f32,
-    nb: f32,
-    mean_b: f32,
-    m2_b: f32,
-) -> (f32, f32, f32) {
-    let mut out_n = n;
-    let mut out_mean = mean;
-    let mut out_m2 = m2;
-    if nb > 0.0 {
-        let total = n + nb;
-        let d = mean_b - mean;
-        out_mean = mean + d * nb / total;
-        out_m2 = m2 + m2_b + d * d * n * nb / total;
-        out_n = total;
-    }
-    (out_n, out_mean, out_m2)
 }
 
 /// Cube `(g, b)`: pools group `g`'s entries of image `b` (exactly: mean first, then M2 with each

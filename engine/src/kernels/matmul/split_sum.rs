@@ -14,7 +14,8 @@ const VEC: usize = 4;
 
 /// [`matmul_split_sum`] four outputs a lane, where the output's rows come in whole vectors
 /// (`out_cols % 4 == 0`): each slice read as 16-byte vectors, the residual and output as
-/// vectors of four. Arguments as there; `o` counts vectors.
+/// vectors of four. Arguments as there; `o` counts vectors. SD 1.5's 60 finishing passes a
+/// step took 0.679 ms of kernels one output a lane, 0.577–0.581 so (H200, BENCHMARKS.md).
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
 fn split_sum_vectors<F: Float, N: Size>(
