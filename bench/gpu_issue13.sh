@@ -2,7 +2,8 @@
 # Issue 13 on a lent GPU, one part per device call (each call may run 10 minutes):
 #   PART=cy issue 15's 8 GiB with a real checkpoint's load: a full-size SDXL base folder of random
 #           fp16 weights (bench/make_sdxl.py), then `generate` 1024² 20 steps in two processes
-#           sharing a tuning folder (the first tunes), each under the peak sampler
+#           sharing a tuning folder (the first tunes), each under the peak sampler; then
+#           PyTorch's SD 1.5 step and ours (replayed)
 #   PART=cx PyTorch's SD 1.5 step, 20-step txt2img and SDXL step, then ours in the same call: SD
 #           1.5's step (replayed) and SDXL's, each profiled by kernel and under `--norms-ab`, the
 #           VAE decode profiled, the 20-step 512² txt2img (`--norms-ab`, GroupNorm pooled in its
@@ -364,6 +365,8 @@ cy)
     peak sdxl_generate_cy$i timeout ${GEN_TIMEOUT:-170} bash -c "time /tmp/ls generate --model /tmp/sdxl --prompt 'a lighthouse at dusk' --seed 7 --width 1024 --height 1024 --steps 20 --device gpu --out /tmp/cy$i.png --overwrite"
     cp /tmp/mem-sdxl_generate_cy$i.txt $OUT/
   done
+  PARTS=${TORCH_PARTS:-unet16} timeout ${TORCH_TIMEOUT:-60} python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v "Warning\|kept in float32" | tee $OUT/torch_cy.txt
+  timeout ${OURS_TIMEOUT:-100} /tmp/ls bench --device gpu --precision f16 --runs 7 --unet-only --no-ops --no-profile --no-burn-ops 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/sd15_cy.txt
   ;;
 cx)
   PARTS=${TORCH_PARTS:-unet16,e2e,sdxl} timeout ${TORCH_TIMEOUT:-150} python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v "Warning\|kept in float32" | tee $OUT/torch_cx.txt
