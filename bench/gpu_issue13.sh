@@ -1,5 +1,7 @@
 #!/bin/bash
 # Issue 13 on a lent GPU, one part per device call (each call may run 10 minutes):
+#   PART=cz PyTorch's SD 1.5 step, then ours on plain lanes (the iGPU path): SPIR-V with the
+#           cooperative matrices hidden (`LATENT_STUDIO_CMMA=off`) and WGSL, each replayed
 #   PART=cy issue 15's 8 GiB with a real checkpoint's load: a full-size SDXL base folder of random
 #           fp16 weights (bench/make_sdxl.py), then `generate` 1024² 20 steps in two processes
 #           sharing a tuning folder (the first tunes), each under the peak sampler; then
@@ -355,6 +357,11 @@ peak() {
 }
 
 case ${PART:-a} in
+cz)
+  PARTS=${TORCH_PARTS:-unet16} timeout ${TORCH_TIMEOUT:-70} python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v "Warning\|kept in float32" | tee $OUT/torch_cz.txt
+  LATENT_STUDIO_CMMA=off timeout ${SPIRV_TIMEOUT:-190} /tmp/ls bench --device gpu --precision f16 --runs 5 --unet-only --no-ops --no-profile --no-burn-ops 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_spirv_simt_cz.txt
+  LATENT_STUDIO_COMPILER=wgsl timeout ${WGSL_TIMEOUT:-170} /tmp/ls bench --device gpu --precision f16 --runs 5 --unet-only --no-ops --no-profile --no-burn-ops 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_wgsl_cz.txt
+  ;;
 cy)
   # A real checkpoint's load: a full-size SDXL base folder of random fp16 weights written here
   # (bench/make_sdxl.py, 6.5 GiB), then `generate` at 1024² in two processes sharing a tuning
