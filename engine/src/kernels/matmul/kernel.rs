@@ -63,7 +63,7 @@ pub(super) fn weight_col(
 /// neighbouring lanes write neighbouring outputs. 8 × 8 blocks do four times the products per
 /// staged value read, as the convolution's ([`super::super::conv`]). Split (`split`), slice `z`
 /// covers steps `z·steps_per_split ..` and writes f32 sums to `partial[z, m, n]` (weight
-/// columns), summed by [`matmul_split_sum`].
+/// columns), summed by [`super::split_sum::split_sum`].
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
 pub(super) fn matmul_nt<F: Float>(
@@ -306,64 +306,5 @@ fn load_step<F: Float>(
             }
         }
         b_reg[r] = b;
-    }
-}
-
-/// One lane per output value: the sum of `splits` slices of `partial` (`[splits, rows, cols]`)
-/// plus the bias (per column, or with `bias_per_row` per row of each `row_block`-row matrix the
-/// rows stack) and the epilogue (a GEGLU's output is `half` wide: value column `n`, gate
-/// `half + n`). Cube `x + y·CUBE_COUNT_X` takes values `256·cube ..` in output order.
-#[cube(launch)]
-#[allow(clippy::too_many_arguments)]
-pub(super) fn matmul_split_sum<F: Float>(
-    partial: &[f32],
-    bias: &[F],
-    residual: &[F],
-    out: &mut [F],
-    rows: usize,
-    cols: usize,
-    half: usize,
-    splits: usize,
-    row_block: usize,
-    #[comptime] add_bias: bool,
-    #[comptime] bias_per_row: bool,
-    #[comptime] add_residual: bool,
-    #[comptime] geglu: bool,
-) {
-    let cube = CUBE_POS_X as usize + CUBE_POS_Y as usize * CUBE_COUNT_X as usize;
-    let o = cube * LANES + UNIT_POS as usize;
-    let mut out_cols = cols;
-    if geglu {
-        out_cols = half;
-    }
-    if o < rows * out_cols {
-        let m = o / out_cols;
-        let n = o % out_cols;
-        let plane = rows * cols;
-        let mut sum = 0.0f32;
-        for z in 0..splits {
-            sum += partial[z * plane + m * cols + n];
-        }
-        if add_bias {
-            if bias_per_row {
-                sum += f32::cast_from(bias[m % row_block]);
-            } else {
-                sum += f32::cast_from(bias[n]);
-            }
-        }
-        if geglu {
-            let mut g = 0.0f32;
-            for z in 0..splits {
-                g += partial[z * plane + m * cols + half + n];
-            }
-            if add_bias {
-                g += f32::cast_from(bias[half + n]);
-            }
-            sum *= gelu(g);
-        }
-        if add_residual {
-            sum += f32::cast_from(residual[o]);
-        }
-        out[o] = F::cast_from(sum);
     }
 }

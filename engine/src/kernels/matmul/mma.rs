@@ -26,7 +26,7 @@
 //! gained (BENCHMARKS.md, eighteenth session).
 //!
 //! With `split`, cube layer `z` sums slice `z / batch` of the reduction for matrix `z % batch`
-//! and writes its f32 sums as they are; `super::kernel::matmul_split_sum` then adds the
+//! and writes its f32 sums as they are; `super::split_sum::split_sum` then adds the
 //! slices, the bias, a GEGLU's gate and the residual (small grids: `super::split_slices`).
 //!
 //! With `conv` (its taps' side non-zero), `b` is a convolution's input read in place as its

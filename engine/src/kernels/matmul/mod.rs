@@ -58,7 +58,7 @@ use burn::cubecl::prelude::*;
 use burn::tensor::{DType, Tensor};
 
 use super::{Element, buffer_arg, grid, output, resolve};
-use kernel::{BK, LANES, matmul_nt, matmul_split_sum, tile};
+use kernel::{BK, LANES, matmul_nt, tile};
 use vector::{SV, matmul_nt_vec};
 
 /// How a linear layer's weight lies in memory.
@@ -256,10 +256,12 @@ pub fn linear<const D: usize>(
                 );
             }
             if split {
-                matmul_split_sum::launch::<$t>(
+                // One output a lane, as this path was measured.
+                split_sum::split_sum::launch::<$t>(
                     &client,
                     CubeCount::Static(gx, gy, 1),
                     CubeDim::new_1d(LANES as u32),
+                    1,
                     buffer_arg(&pc),
                     buffer_arg(&bc),
                     buffer_arg(&rc),
@@ -273,6 +275,7 @@ pub fn linear<const D: usize>(
                     false,
                     add_residual,
                     geglu,
+                    1,
                 );
             }
         }};

@@ -7,18 +7,22 @@ use burn::backend::wgpu::CubeTensor;
 use burn::cubecl;
 use burn::cubecl::prelude::*;
 
-use super::kernel::{LANES as SUM_LANES, gelu, matmul_split_sum};
+use super::kernel::{LANES as SUM_LANES, gelu};
 
-/// Outputs a lane of [`split_sum_vectors`] finishes: 16-byte loads of the f32 slices.
+/// Outputs a lane of [`split_sum`] finishes where the output's rows come in fours: 16-byte
+/// loads of the f32 slices.
 const VEC: usize = 4;
 
-/// [`matmul_split_sum`] four outputs a lane, where the output's rows come in whole vectors
-/// (`out_cols % 4 == 0`): each slice read as 16-byte vectors, the residual and output as
-/// vectors of four. Arguments as there; `o` counts vectors. SD 1.5's 60 finishing passes a
-/// step took 0.679 ms of kernels one output a lane, 0.577–0.581 so (H200, BENCHMARKS.md).
+/// `vec` output values a lane (1, or 4 where `out_cols % 4 == 0`): the sum of `splits` slices of
+/// `partial` (`[splits, rows, cols]`) plus the bias (per column, or with `bias_per_row` per row
+/// of each `row_block`-row matrix the rows stack) and the epilogue (a GEGLU's output is `half`
+/// wide: value column `n`, gate `half + n`; the residual is laid out as the output). Cube
+/// `x + y·CUBE_COUNT_X` takes vectors `256·cube ..` in output order. Four a lane took SD 1.5's
+/// 60 finishing passes a step from 0.679 ms of kernels (one a lane) to 0.577–0.581 (H200,
+/// BENCHMARKS.md, forty-fifth session).
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
-fn split_sum_vectors<F: Float, N: Size>(
+pub(super) fn split_sum<F: Float, N: Size>(
     partial: &[Vector<f32, N>],
     bias: &[F],
     residual: &[Vector<F, N>],
@@ -32,6 +36,7 @@ fn split_sum_vectors<F: Float, N: Size>(
     #[comptime] bias_per_row: bool,
     #[comptime] add_residual: bool,
     #[comptime] geglu: bool,
+    #[comptime] vec: usize,
 ) {
     let cube = CUBE_POS_X as usize + CUBE_POS_Y as usize * CUBE_COUNT_X as usize;
     let o = cube * SUM_LANES + UNIT_POS as usize;
@@ -39,19 +44,19 @@ fn split_sum_vectors<F: Float, N: Size>(
     if geglu {
         out_cols = half;
     }
-    let out_vectors = out_cols / VEC;
+    let out_vectors = out_cols / vec;
     if o < rows * out_vectors {
         let m = o / out_vectors;
-        let n = (o % out_vectors) * VEC;
-        let plane = rows * cols / VEC;
+        let n = (o % out_vectors) * vec;
+        let plane = rows * cols / vec;
         let mut sum = Vector::<f32, N>::new(0.0);
         for z in 0..splits {
-            sum += partial[z * plane + (m * cols + n) / VEC];
+            sum += partial[z * plane + (m * cols + n) / vec];
         }
         let mut gate = Vector::<f32, N>::new(0.0);
         if geglu {
             for z in 0..splits {
-                gate += partial[z * plane + (m * cols + half + n) / VEC];
+                gate += partial[z * plane + (m * cols + half + n) / vec];
             }
         }
         let mut residual_v = Vector::<F, N>::new(F::new(0.0));
@@ -60,7 +65,7 @@ fn split_sum_vectors<F: Float, N: Size>(
         }
         let mut y = Vector::<F, N>::new(F::new(0.0));
         #[unroll]
-        for e in 0..VEC {
+        for e in 0..vec {
             let mut v = sum.extract(e);
             if add_bias {
                 if bias_per_row {
@@ -94,7 +99,7 @@ pub(super) struct Finish {
     pub geglu: bool,
 }
 
-/// Launches [`matmul_split_sum`] (the SIMT product's, per-row biases included): `out`
+/// Launches [`split_sum`] (four outputs a lane where the rows come in fours): `out`
 /// `[batch, m, n]` (`[batch, m, n / 2]` for a GEGLU, f16) from the f32 `partial` sums
 /// `[slices, batch, m, n]`, `bias` and `residual` as `finish` says.
 pub(super) fn finish_split(
@@ -107,39 +112,18 @@ pub(super) fn finish_split(
     finish: Finish,
 ) -> Option<()> {
     let out_cols = if finish.geglu { n / 2 } else { n };
-    if out_cols.is_multiple_of(VEC) {
-        let (gx, gy) = super::super::grid((batch * m * out_cols / VEC).div_ceil(SUM_LANES))?;
-        split_sum_vectors::launch::<half::f16>(
-            &out.client,
-            CubeCount::Static(gx, gy, 1),
-            CubeDim::new_1d(SUM_LANES as u32),
-            VEC,
-            super::super::vector_arg(partial, VEC),
-            super::super::buffer_arg(bias),
-            super::super::vector_arg(residual, VEC),
-            super::super::vector_arg(out, VEC),
-            batch * m,
-            n,
-            n / 2,
-            slices,
-            m,
-            finish.bias,
-            finish.bias_per_row,
-            finish.residual,
-            finish.geglu,
-        );
-        return Some(());
-    }
-    let (gx, gy) = super::super::grid((batch * m * out_cols).div_ceil(SUM_LANES))?;
+    let vec = if out_cols.is_multiple_of(VEC) { VEC } else { 1 };
+    let (gx, gy) = super::super::grid((batch * m * out_cols / vec).div_ceil(SUM_LANES))?;
     // The matrices' rows stacked: `[slices, batch·m, n]`, a per-row bias repeating every `m`.
-    matmul_split_sum::launch::<half::f16>(
+    split_sum::launch::<half::f16>(
         &out.client,
         CubeCount::Static(gx, gy, 1),
         CubeDim::new_1d(SUM_LANES as u32),
-        super::super::buffer_arg(partial),
+        vec,
+        super::super::vector_arg(partial, vec),
         super::super::buffer_arg(bias),
-        super::super::buffer_arg(residual),
-        super::super::buffer_arg(out),
+        super::super::vector_arg(residual, vec),
+        super::super::vector_arg(out, vec),
         batch * m,
         n,
         n / 2,
@@ -149,6 +133,7 @@ pub(super) fn finish_split(
         finish.bias_per_row,
         finish.residual,
         finish.geglu,
+        vec,
     );
     Some(())
 }
