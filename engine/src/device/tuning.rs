@@ -56,10 +56,15 @@ struct Entry {
     build: Option<String>,
 }
 
-/// Whether `namespace` is one of cubecl's tuning stores (`autotune/…`), not a store of compiled
-/// kernels (`vulkan/…/spirv_…`).
+/// Whether `namespace` is one of cubecl's measurement stores, valid whatever our build: its
+/// tuning results (`autotune/…`, each checked by cubecl against its candidates) and the
+/// device's measured memory and compute throughput (`throughput/…`, versioned by cubecl's probes
+/// and keyed by the device), not a store of compiled kernels (`vulkan/…/spirv_…`). A throughput
+/// point costs about a second and a buffer of 1–2 GiB beside the model the first time a tune
+/// asks for it (BENCHMARKS.md, forty-sixth session): kept across builds, a new version's first
+/// launch measures none again.
 fn is_tuning(namespace: &str) -> bool {
-    namespace.starts_with("autotune/")
+    namespace.starts_with("autotune/") || namespace.starts_with("throughput/")
 }
 
 /// The running binary's build, as cubecl keys the kernels it compiles.
@@ -333,7 +338,8 @@ mod tests {
 
     /// Entries go into cubecl's stores and come back out of them: what `save` writes is what
     /// `restore` puts back, in the namespaces cubecl's tuners open. A compiled kernel comes back
-    /// with its build; another build's is not restored (and so not written again).
+    /// with its build; another build's is not restored (and so not written again); tuning
+    /// results and throughput points come back whatever build saved them.
     #[test]
     fn entries_survive_a_round_trip_through_the_stores() {
         let entry = |namespace: &str, key: &[u8], build: Option<&str>| Entry {
@@ -346,6 +352,8 @@ mod tests {
         let kept = vec![
             entry("autotune/latent-test/a", b"key-1", None),
             entry("autotune/latent-test/b", b"key-2", None),
+            // A measured throughput point, whatever build saved it.
+            entry("throughput/latent-test/probe", b"point-1", None),
             entry("vulkan/latent-test/spirv_1_2", b"kernel-1", Some(&ours)),
         ];
         let stale = [
@@ -353,7 +361,7 @@ mod tests {
             entry("vulkan/latent-test/spirv_1_2", b"kernel-3", None),
         ];
         let all: Vec<Entry> = kept.iter().chain(&stale).cloned().collect();
-        assert_eq!(import(&all, &ours), (3, 2));
+        assert_eq!(import(&all, &ours), (4, 2));
         let back: Vec<Entry> = collect(&ours)
             .into_iter()
             .filter(|e| e.namespace.contains("latent-test"))
@@ -361,6 +369,7 @@ mod tests {
         assert_eq!(back, kept);
         assert_eq!(count(), collect(&ours).len());
         assert!(is_tuning("autotune/0.11.3/x") && !is_tuning("vulkan/0.11.3/spirv_4318_9"));
+        assert!(is_tuning("throughput/0.11.3/probe-v3/wgpu-nvidia-h200"));
     }
 
     #[test]
