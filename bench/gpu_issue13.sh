@@ -1,5 +1,26 @@
 #!/bin/bash
 # Issue 13 on a lent GPU, one part per device call (each call may run 10 minutes):
+#   PART=dd SDXL's refiner pair on a card of 8 GiB: a CUDA process holding all but FREE_MIB
+#           (8192) of the free memory, then `bench --sdxl --pipeline-only --refiner` with
+#           everything parked (`--text-encoders host`) in two processes sharing a tuning folder
+#           (the first tunes) under the peak sampler; exit codes kept; one archive, dd.tgz
+#   PART=dc a first launch on a card of 8 GiB: the SDXL folder, then a CUDA process holding all
+#           but FREE_MIB (8192) of the H200's free memory, then `generate` 1024² 4 steps in two
+#           processes sharing a tuning folder (the first tunes, with cubecl's bandwidth probes
+#           and autotune trials beside the model) under the peak sampler; exit codes kept.
+#           Outputs in one archive, dc.tgz
+#   PART=db the bandwidth curves measured at device open (that call's binary: `device::bandwidth`,
+#           45.7 s on a fresh H200, removed since; with another binary the run is issue 15's
+#           first-launch peak as it stands): the SDXL folder,
+#           `generate` 1024² 4 steps in two processes sharing a tuning folder under the peak
+#           sampler (the first tunes), then PyTorch's SD 1.5 and SDXL steps and ours (SD 1.5
+#           replayed; SDXL launch by launch and replayed). Its outputs go in one archive,
+#           db.tgz (a call brings back at most 8 files)
+#   PART=da where the SDXL tuning launch's +2 GiB steps come from: the SDXL folder
+#           (bench/make_sdxl.py), then `generate` 1024² 4 steps in two processes sharing a
+#           tuning folder (the first tunes) under the peak sampler with cubecl's memory log
+#           (`[memory.logger] level = "basic"`: page growths, cleanups), then PyTorch's SDXL step
+#           and ours, launch by launch and replayed from a recorded graph
 #   PART=cz PyTorch's SD 1.5 step, then ours on plain lanes (the iGPU path): SPIR-V with the
 #           cooperative matrices hidden (`LATENT_STUDIO_CMMA=off`) and WGSL, each replayed
 #   PART=cy issue 15's 8 GiB with a real checkpoint's load: a full-size SDXL base folder of random
@@ -356,7 +377,81 @@ peak() {
   echo "$name: peak device memory $((max - idle)) MiB above idle ($idle MiB idle, $max MiB peak)" | tee -a $OUT/memory.txt
 }
 
+# A card of `$1` MiB on this GPU: a CUDA process holds the rest of its free memory (its pid in
+# BLOCKER; what is left is written to $OUT/free.txt).
+hold_all_but() {
+  local free; free=$(nvidia-smi --query-gpu=memory.free --format=csv,noheader,nounits | head -1)
+  # The blocker's CUDA context takes ~0.5 GiB beside its buffer: aim below, then read what is left.
+  local block=$((free - $1 - ${CTX_MIB:-520}))
+  python3 -c "import torch, time; x = torch.empty($block << 20, dtype=torch.uint8, device='cuda'); x.fill_(1); torch.cuda.synchronize(); print('holding', $block, 'MiB', flush=True); time.sleep(100000)" > $OUT/blocker.txt 2>&1 &
+  BLOCKER=$!
+  for _ in $(seq 60); do grep -q holding $OUT/blocker.txt 2>/dev/null && break; sleep 1; done
+  sleep 2
+  echo "free for the runs: $(nvidia-smi --query-gpu=memory.free --format=csv,noheader,nounits | head -1) MiB (blocker: $(cat $OUT/blocker.txt))" | tee -a $OUT/free.txt
+}
+
 case ${PART:-a} in
+dd)
+  REPO=$OLDPWD
+  mkdir -p /tmp/dd && export OUT_REAL=$OUT && export OUT=/tmp/dd
+  hold_all_but ${FREE_MIB:-8192}
+  export LATENT_STUDIO_TUNING_CACHE=/tmp/tuning
+  for run in host1 host2; do
+    peak sdxl_pair_dd_$run timeout $([ $run = host1 ] && echo ${FIRST_TIMEOUT:-280} || echo ${LATER_TIMEOUT:-150}) bash -c "/tmp/ls bench --device gpu --precision f16 --runs ${RUNS:-2} --steps 20 --sdxl --pipeline-only --refiner --text-encoders host; echo exit code \$?"
+    python3 $REPO/bench/mem_phases.py $OUT/sdxl_pair_dd_$run.txt /tmp/mem-sdxl_pair_dd_$run.txt | sed "s/^/$run /" | tee -a $OUT/memory.txt
+    tar czf $OUT_REAL/dd.tgz -C /tmp dd
+  done
+  kill $BLOCKER
+  tar czf $OUT_REAL/dd.tgz -C /tmp dd
+  ;;
+dc)
+  REPO=$OLDPWD
+  mkdir -p /tmp/dc && export OUT_REAL=$OUT && export OUT=/tmp/dc
+  timeout ${MAKE_TIMEOUT:-200} python3 $REPO/bench/make_sdxl.py /tmp/sdxl 2>&1 | grep -v Warning | tee $OUT/make_dc.txt
+  hold_all_but ${FREE_MIB:-8192}
+  export LATENT_STUDIO_TUNING_CACHE=/tmp/tuning
+  for i in 1 2; do
+    peak sdxl_generate_dc$i timeout ${GEN_TIMEOUT:-240} bash -c "time /tmp/ls generate --model /tmp/sdxl --prompt 'a lighthouse at dusk' --seed 7 --width 1024 --height 1024 --steps ${STEPS:-4} --device gpu --out /tmp/dc$i.png --overwrite; echo exit code \$?"
+    cp /tmp/mem-sdxl_generate_dc$i.txt $OUT/
+    ls -la /tmp/dc$i.png >> $OUT/free.txt 2>&1
+    tar czf $OUT_REAL/dc.tgz -C /tmp dc
+  done
+  kill $BLOCKER
+  tar czf $OUT_REAL/dc.tgz -C /tmp dc
+  ;;
+db)
+  REPO=$OLDPWD
+  mkdir -p /tmp/db && export OUT_REAL=$OUT && export OUT=/tmp/db
+  timeout ${MAKE_TIMEOUT:-200} python3 $REPO/bench/make_sdxl.py /tmp/sdxl 2>&1 | grep -v Warning | tee $OUT/make_db.txt
+  export LATENT_STUDIO_TUNING_CACHE=/tmp/tuning
+  for i in 1 2; do
+    RUST_LOG=warn,latent_engine::device::bandwidth=debug peak sdxl_generate_db$i timeout ${GEN_TIMEOUT:-200} bash -c "time /tmp/ls generate --model /tmp/sdxl --prompt 'a lighthouse at dusk' --seed 7 --width 1024 --height 1024 --steps ${STEPS:-4} --device gpu --out /tmp/db$i.png --overwrite"
+    cp /tmp/mem-sdxl_generate_db$i.txt $OUT/
+    tar czf $OUT_REAL/db.tgz -C /tmp db  # after each stage: a call cut short keeps what ran
+  done
+  PARTS=${TORCH_PARTS:-unet16,sdxl} timeout ${TORCH_TIMEOUT:-150} python3 $REPO/bench/torch_anchor.py 2>&1 | grep -v "Warning\|kept in float32" | tee $OUT/torch_db.txt
+  tar czf $OUT_REAL/db.tgz -C /tmp db
+  timeout ${OURS_TIMEOUT:-120} /tmp/ls bench --device gpu --precision f16 --runs 7 --unet-only --no-ops --no-profile --no-burn-ops 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/sd15_db.txt
+  tar czf $OUT_REAL/db.tgz -C /tmp db
+  timeout ${SDXL_TIMEOUT:-150} /tmp/ls bench --device gpu --precision f16 --runs 5 --sdxl --no-pipeline 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/sdxl_db.txt
+  tar czf $OUT_REAL/db.tgz -C /tmp db
+  ;;
+da)
+  REPO=$OLDPWD  # `cd` below moves OLDPWD
+  timeout ${MAKE_TIMEOUT:-200} python3 $REPO/bench/make_sdxl.py /tmp/sdxl 2>&1 | grep -v Warning | tee $OUT/make_da.txt
+  export LATENT_STUDIO_TUNING_CACHE=/tmp/tuning
+  mkdir -p /tmp/memlog && cd /tmp/memlog
+  printf 'import sys, datetime\nfor line in sys.stdin:\n    print(datetime.datetime.now().strftime("%%H:%%M:%%S.%%f")[:-3], line, end="", flush=True)\n' > /tmp/stamp.py
+  printf '[memory.logger]\nlevel = "basic"\nstderr = true\n' > cubecl.toml
+  for i in 1 2; do
+    # Each line time-stamped as nvidia-smi's samples are, to place the log beside them.
+    peak sdxl_generate_da$i timeout ${GEN_TIMEOUT:-200} bash -c "time /tmp/ls generate --model /tmp/sdxl --prompt 'a lighthouse at dusk' --seed 7 --width 1024 --height 1024 --steps ${STEPS:-4} --device gpu --out /tmp/da$i.png --overwrite 2>&1 | python3 -u /tmp/stamp.py" > /dev/null
+    cp /tmp/mem-sdxl_generate_da$i.txt $OUT/
+  done
+  cd /tmp
+  PARTS=${TORCH_PARTS:-sdxl} timeout ${TORCH_TIMEOUT:-120} python3 $REPO/bench/torch_anchor.py 2>&1 | grep -v "Warning\|kept in float32" | tee $OUT/torch_da.txt
+  timeout ${SDXL_TIMEOUT:-200} /tmp/ls bench --device gpu --precision f16 --runs 5 --sdxl --no-pipeline 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/sdxl_da.txt
+  ;;
 cz)
   PARTS=${TORCH_PARTS:-unet16} timeout ${TORCH_TIMEOUT:-70} python3 $OLDPWD/bench/torch_anchor.py 2>&1 | grep -v "Warning\|kept in float32" | tee $OUT/torch_cz.txt
   LATENT_STUDIO_CMMA=off timeout ${SPIRV_TIMEOUT:-190} /tmp/ls bench --device gpu --precision f16 --runs 5 --unet-only --no-ops --no-profile --no-burn-ops 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/ours_spirv_simt_cz.txt

@@ -267,7 +267,8 @@ pub fn run(args: BenchArgs) -> Result<()> {
             "[{precision:?}]   host time to enqueue one step (no sync): median {:.2} ms",
             enqueue[enqueue.len() / 2]
         );
-        unet::graph_bench(&model, &device, precision, args.runs, &x, &ctx, unet)?;
+        let label = format!("{precision:?}");
+        unet::graph_bench(&model, &device, &label, args.runs, &x, &ctx, None, unet)?;
         if let Some(steps) = args.kernel_profile {
             profile::kernel_profile(&model, &device, precision, steps, &x, &ctx)?;
             if args.profile_linears {

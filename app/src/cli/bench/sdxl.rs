@@ -94,6 +94,13 @@ pub(super) fn sdxl_bench(
     })?;
     println!("[SDXL] UNet step, batch 2 (CFG), {latent}x{latent} latents: median {unet:.2} ms");
     memory(device, "after the UNet steps");
+    // As txt2img runs its steps after the first few: replayed from a recorded graph.
+    if let Err(e) =
+        super::unet::graph_bench(&model, device, "SDXL", runs, &x, &ctx, Some(&added), unet)
+    {
+        println!("[SDXL] UNet step from a captured graph: failed: {e:#}");
+    }
+    memory(device, "after the replayed steps");
     if args.planes_ab {
         use latent_engine::kernels::attention::{
             set_planes_registers, set_planes_rows, set_planes_tile,

@@ -11,23 +11,30 @@ use super::{sync, time_ms};
 
 /// The UNet step replayed from a captured graph (what `txt2img` runs after its first steps):
 /// its median, its host time, and its agreement with the step run launch by launch.
+/// `added` is SDXL's added conditioning (the step then runs `forward_added`, as its txt2img
+/// does) and `label` the line's prefix.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn graph_bench(
     model: &StableDiffusion,
     device: &Device,
-    precision: Precision,
+    label: &str,
     runs: usize,
     x: &Tensor<4>,
     ctx: &Tensor<3>,
+    added: Option<&Tensor<2>>,
     plain_ms: f64,
 ) -> Result<()> {
     use latent_engine::unet::graph::{UNetSteps, WARMUP_RUNS};
     let mut steps = UNetSteps::new(&model.unet()?, ctx.clone());
+    if let Some(added) = added {
+        steps = steps.with_added(added.clone());
+    }
     for _ in 0..=WARMUP_RUNS {
         let _ = steps.forward(x.clone(), 500.0);
         sync(device)?;
     }
     if !steps.is_replaying() {
-        println!("[{precision:?}] UNet step from a captured graph: not recorded (see the warning)");
+        println!("[{label}] UNet step from a captured graph: not recorded (see the warning)");
         return Ok(());
     }
     let replayed = time_ms(device, 2, runs, || {
@@ -42,7 +49,11 @@ pub(super) fn graph_bench(
     }
     enqueue.sort_by(f64::total_cmp);
     let read = super::read_f32::<4>;
-    let want = read(model.unet()?.forward(x.clone(), &[500.0], ctx))?;
+    let unet = model.unet()?;
+    let want = read(match added {
+        Some(added) => unet.forward_added(x.clone(), &[500.0], ctx, added),
+        None => unet.forward(x.clone(), &[500.0], ctx),
+    })?;
     let got = read(steps.forward(x.clone(), 500.0))?;
     let scale = want.iter().fold(1e-6f32, |m, v| m.max(v.abs()));
     let diff = want
@@ -51,7 +62,7 @@ pub(super) fn graph_bench(
         .fold(0.0f32, |m, (a, b)| m.max((a - b).abs()))
         / scale;
     println!(
-        "[{precision:?}] UNet step replayed from a captured graph: median {replayed:.2} ms \
+        "[{label}] UNet step replayed from a captured graph: median {replayed:.2} ms \
          ({:+.1}% against {plain_ms:.2} ms launch by launch); host time to enqueue {:.2} ms; \
          max relative difference {diff:.2e}",
         (replayed / plain_ms - 1.0) * 100.0,
