@@ -39,11 +39,13 @@ fn default_plan_rule() {
     }
     // Where the planes kernel fits, it takes heads up to 160 wide over any number of keys
     // (twenty-second and twenty-fifth sessions); under 256 keys (the 77 prompt tokens) its
-    // narrowest key tile.
+    // narrowest key tile; 64-wide heads in registers 64 query rows over 32 keys (forty-sixth).
     for (d, n_k) in [
         (40, 4096),
         (40, 77),
         (64, 256),
+        (64, 4096),
+        (64, 77),
         (80, 1024),
         (80, 77),
         (160, 256),
@@ -56,10 +58,11 @@ fn default_plan_rule() {
             all.extend(Plan::fitting(d, 2, square, 48 * 1024));
             all.extend(Plan::fitting(d, 2, None, 48 * 1024));
             let chosen = super::preferred(all, d, n_k).expect("ours");
-            let want = if n_k < 256 {
-                narrowest
-            } else {
-                planes.first().copied()
+            let tile = super::choose::register_tile(d).filter(|_| registers);
+            let want = match (n_k < 256, tile) {
+                (true, _) => narrowest,
+                (false, Some(tile)) => planes.iter().find(|p| (p.bq, p.bk) == tile).copied(),
+                (false, None) => planes.first().copied(),
             };
             assert_eq!(Some(chosen), want, "d {d} keys {n_k}");
             assert!(
