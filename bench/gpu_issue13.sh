@@ -1,5 +1,8 @@
 #!/bin/bash
 # Issue 13 on a lent GPU, one part per device call (each call may run 10 minutes):
+#   PART=de SDXL's step under the planes attention's tilings (`--planes-ab`: tiles in registers
+#           at 32/64/128 query rows over 16/32/64 keys, and the round trip), each replayed from
+#           a graph recorded under it, three interleaved rounds
 #   PART=dd SDXL's refiner pair on a card of 8 GiB: a CUDA process holding all but FREE_MIB
 #           (8192) of the free memory, then `bench --sdxl --pipeline-only --refiner` with
 #           everything parked (`--text-encoders host`) in two processes sharing a tuning folder
@@ -391,6 +394,10 @@ hold_all_but() {
 }
 
 case ${PART:-a} in
+de)
+  export LATENT_STUDIO_TUNING_CACHE=/tmp/tuning
+  timeout ${SDXL_TIMEOUT:-400} /tmp/ls bench --device gpu --precision f16 --runs 5 --sdxl --no-pipeline --planes-ab 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/sdxl_de.txt
+  ;;
 dd)
   REPO=$OLDPWD
   mkdir -p /tmp/dd && export OUT_REAL=$OUT && export OUT=/tmp/dd

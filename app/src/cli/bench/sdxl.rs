@@ -102,32 +102,55 @@ pub(super) fn sdxl_bench(
     }
     memory(device, "after the replayed steps");
     if args.planes_ab {
-        use latent_engine::kernels::attention::{
-            set_planes_registers, set_planes_rows, set_planes_tile,
-        };
-        // (whole tiles' probabilities in registers, row fragments a plane, tiling over many
-        // keys): the default (tiles in registers where the device offers them), then the round
-        // trip in its own order and over 32-key tiles.
+        use latent_engine::kernels::attention::{set_planes_registers, set_planes_tile};
+        // The planes kernel's tilings over many keys with whole tiles' probabilities in
+        // registers, `(query rows, keys)` a cube (a tiling the head width lacks falls back to the
+        // default's), then the round trip; each step replayed from a graph recorded under it,
+        // as txt2img runs it (launch by launch, SDXL's step moves ±5 ms with the host).
         let rules = [
-            (None, None, None),
-            (Some(false), None, None),
-            (Some(false), None, Some((32, 32))),
+            (None, None),
+            (Some(true), Some((32, 32))),
+            (Some(true), Some((64, 64))),
+            (Some(true), Some((64, 16))),
+            (Some(true), Some((32, 64))),
+            (Some(true), Some((128, 32))),
+            (Some(false), None),
         ];
         let names = [
-            "default (tiles in registers where offered)",
+            "default (tiles in registers, 64 query rows over 32 keys)",
+            "tiles in registers, 32 query rows over 32 keys (the default before)",
+            "tiles in registers, 64 query rows over 64 keys",
+            "tiles in registers, 64 query rows over 16 keys",
+            "tiles in registers, 32 query rows over 64 keys",
+            "tiles in registers, 128 query rows over 32 keys",
             "round trip (the fortieth session's default)",
-            "round trip, 32 query rows over 32 keys",
         ];
-        super::unet::interleaved(precision, "SDXL planes rule", &names, 3, |i| {
-            set_planes_registers(rules[i].0);
-            set_planes_rows(rules[i].1);
-            set_planes_tile(rules[i].2);
-            let base_unet = model.unet()?;
-            let ms = time_ms(device, 1, runs, || {
-                let _ = base_unet.forward_added(x.clone(), &[500.0], &ctx, &added);
-            });
+        // Each rule's output against the default's (f16 rounding; a wrong tiling differs by the
+        // output's order).
+        let step = || {
+            super::read_f32(
+                model
+                    .unet()?
+                    .forward_added(x.clone(), &[500.0], &ctx, &added),
+            )
+        };
+        let want = step()?;
+        for (rule, name) in rules.iter().zip(names).skip(1) {
+            set_planes_registers(rule.0);
+            set_planes_tile(rule.1);
+            let got = step();
             set_planes_registers(None);
-            set_planes_rows(None);
+            set_planes_tile(None);
+            let diff = latent_engine::vae_compile::relative_difference(&got?, &want);
+            println!(
+                "[SDXL] planes rule {name}: max relative difference from the default {diff:.2e}"
+            );
+        }
+        super::unet::interleaved(precision, "SDXL planes rule (replayed)", &names, 3, |i| {
+            set_planes_registers(rules[i].0);
+            set_planes_tile(rules[i].1);
+            let ms = super::unet::step_ms_added(&model, device, runs, &x, &ctx, Some(&added));
+            set_planes_registers(None);
             set_planes_tile(None);
             ms
         })?;

@@ -179,10 +179,25 @@ pub(super) fn step_ms(
     x: &Tensor<4>,
     ctx: &Tensor<3>,
 ) -> Result<f64> {
+    step_ms_added(model, device, runs, x, ctx, None)
+}
+
+/// [`step_ms`] with SDXL's added conditioning where given (the step then runs `forward_added`).
+pub(super) fn step_ms_added(
+    model: &StableDiffusion,
+    device: &Device,
+    runs: usize,
+    x: &Tensor<4>,
+    ctx: &Tensor<3>,
+    added: Option<&Tensor<2>>,
+) -> Result<f64> {
     // Replayed from a graph captured under the rule being timed: launch by launch the step is
     // bound by the host's enqueueing (BENCHMARKS.md), which would hide the kernels' difference.
     use latent_engine::unet::graph::{UNetSteps, WARMUP_RUNS};
     let mut steps = UNetSteps::new(&model.unet()?, ctx.clone());
+    if let Some(added) = added {
+        steps = steps.with_added(added.clone());
+    }
     for _ in 0..=WARMUP_RUNS {
         let _ = steps.forward(x.clone(), 500.0);
         sync(device)?;
@@ -190,7 +205,10 @@ pub(super) fn step_ms(
     if !steps.is_replaying() {
         let base_unet = model.unet()?;
         return time_ms(device, 2, runs, || {
-            let _ = base_unet.forward(x.clone(), &[500.0], ctx);
+            let _ = match added {
+                Some(added) => base_unet.forward_added(x.clone(), &[500.0], ctx, added),
+                None => base_unet.forward(x.clone(), &[500.0], ctx),
+            };
         });
     }
     time_ms(device, 2, runs, || {
