@@ -128,11 +128,12 @@ pub(super) fn sdxl_bench(
         // Each rule's output against the default's (f16 rounding; a wrong tiling differs by the
         // output's order).
         let step = || {
-            super::read_f32(
-                model
-                    .unet()?
-                    .forward_added(x.clone(), &[500.0], &ctx, &added),
-            )
+            super::read_f32(super::unet::plain_step(
+                &model.unet()?,
+                &x,
+                &ctx,
+                Some(&added),
+            ))
         };
         let want = step()?;
         for (rule, name) in rules.iter().zip(names).skip(1) {

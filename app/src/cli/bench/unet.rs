@@ -5,9 +5,45 @@ use std::time::Instant;
 
 use anyhow::Result;
 use burn::tensor::{Device, Tensor};
+use latent_engine::unet::UNet2DConditionModel;
+use latent_engine::unet::graph::{UNetSteps, WARMUP_RUNS};
 use latent_engine::{Precision, StableDiffusion};
 
 use super::{sync, time_ms};
+
+/// One step launch by launch, with SDXL's added conditioning where given (`forward_added`, as
+/// its txt2img runs it).
+pub(super) fn plain_step(
+    unet: &UNet2DConditionModel,
+    x: &Tensor<4>,
+    ctx: &Tensor<3>,
+    added: Option<&Tensor<2>>,
+) -> Tensor<4> {
+    match added {
+        Some(added) => unet.forward_added(x.clone(), &[500.0], ctx, added),
+        None => unet.forward(x.clone(), &[500.0], ctx),
+    }
+}
+
+/// The model's steps past their ordinary warm-up, which records the graph they then replay
+/// (unless the capture failed: [`UNetSteps::is_replaying`]).
+fn recorded_steps(
+    model: &StableDiffusion,
+    device: &Device,
+    x: &Tensor<4>,
+    ctx: &Tensor<3>,
+    added: Option<&Tensor<2>>,
+) -> Result<UNetSteps> {
+    let mut steps = UNetSteps::new(&model.unet()?, ctx.clone());
+    if let Some(added) = added {
+        steps = steps.with_added(added.clone());
+    }
+    for _ in 0..=WARMUP_RUNS {
+        let _ = steps.forward(x.clone(), 500.0);
+        sync(device)?;
+    }
+    Ok(steps)
+}
 
 /// The UNet step replayed from a captured graph (what `txt2img` runs after its first steps):
 /// its median, its host time, and its agreement with the step run launch by launch.
@@ -24,15 +60,7 @@ pub(super) fn graph_bench(
     added: Option<&Tensor<2>>,
     plain_ms: f64,
 ) -> Result<()> {
-    use latent_engine::unet::graph::{UNetSteps, WARMUP_RUNS};
-    let mut steps = UNetSteps::new(&model.unet()?, ctx.clone());
-    if let Some(added) = added {
-        steps = steps.with_added(added.clone());
-    }
-    for _ in 0..=WARMUP_RUNS {
-        let _ = steps.forward(x.clone(), 500.0);
-        sync(device)?;
-    }
+    let mut steps = recorded_steps(model, device, x, ctx, added)?;
     if !steps.is_replaying() {
         println!("[{label}] UNet step from a captured graph: not recorded (see the warning)");
         return Ok(());
@@ -49,11 +77,7 @@ pub(super) fn graph_bench(
     }
     enqueue.sort_by(f64::total_cmp);
     let read = super::read_f32::<4>;
-    let unet = model.unet()?;
-    let want = read(match added {
-        Some(added) => unet.forward_added(x.clone(), &[500.0], ctx, added),
-        None => unet.forward(x.clone(), &[500.0], ctx),
-    })?;
+    let want = read(plain_step(&model.unet()?, x, ctx, added))?;
     let got = read(steps.forward(x.clone(), 500.0))?;
     let scale = want.iter().fold(1e-6f32, |m, v| m.max(v.abs()));
     let diff = want
@@ -193,22 +217,11 @@ pub(super) fn step_ms_added(
 ) -> Result<f64> {
     // Replayed from a graph captured under the rule being timed: launch by launch the step is
     // bound by the host's enqueueing (BENCHMARKS.md), which would hide the kernels' difference.
-    use latent_engine::unet::graph::{UNetSteps, WARMUP_RUNS};
-    let mut steps = UNetSteps::new(&model.unet()?, ctx.clone());
-    if let Some(added) = added {
-        steps = steps.with_added(added.clone());
-    }
-    for _ in 0..=WARMUP_RUNS {
-        let _ = steps.forward(x.clone(), 500.0);
-        sync(device)?;
-    }
+    let mut steps = recorded_steps(model, device, x, ctx, added)?;
     if !steps.is_replaying() {
         let base_unet = model.unet()?;
         return time_ms(device, 2, runs, || {
-            let _ = match added {
-                Some(added) => base_unet.forward_added(x.clone(), &[500.0], ctx, added),
-                None => base_unet.forward(x.clone(), &[500.0], ctx),
-            };
+            let _ = plain_step(&base_unet, x, ctx, added);
         });
     }
     time_ms(device, 2, runs, || {
