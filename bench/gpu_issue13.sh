@@ -1,5 +1,16 @@
 #!/bin/bash
 # Issue 13 on a lent GPU, one part per device call (each call may run 10 minutes):
+#   PART=dg PyTorch's VAE decode and SD 1.5 step, then ours: `--vae-only --kernel-profile 1` (the
+#           head's tilings alone, then the compiled decode with the mid block's head on the
+#           wide-head kernel or the sliced matmuls: 512² replayed, five interleaved rounds, each
+#           rule's kernels; 1024² whole, three rounds), then SD 1.5's step replayed. One
+#           archive, dg.tgz
+#   PART=df the VAE mid block's 512-wide head: PyTorch's VAE decode, then ours (`--vae-only`: each
+#           of our tilings at 4096 and 16 384 tokens against the sliced matmuls, timed and
+#           compared, and the compiled decode with the head on ours or on the sliced matmuls,
+#           interleaved) under SPIR-V with cooperative matrices (the wide-head kernel), on
+#           plain lanes (`LATENT_STUDIO_CMMA=off`: the per-row kernel) and in f32; SDXL's VAE
+#           1024² last. Outputs in one archive, df.tgz
 #   PART=de SDXL's step under the planes attention's tilings (`--planes-ab`: tiles in registers
 #           at 32/64/128 query rows over 16/32/64 keys, and the round trip), each replayed from
 #           a graph recorded under it, three interleaved rounds
@@ -394,6 +405,30 @@ hold_all_but() {
 }
 
 case ${PART:-a} in
+dg)
+  REPO=$OLDPWD
+  mkdir -p /tmp/dg && export OUT_REAL=$OUT && export OUT=/tmp/dg
+  PARTS=${TORCH_PARTS:-vae,unet16} timeout ${TORCH_TIMEOUT:-90} python3 $REPO/bench/torch_anchor.py 2>&1 | grep -v "Warning\|kept in float32" | tee $OUT/torch_dg.txt
+  export LATENT_STUDIO_TUNING_CACHE=/tmp/tuning
+  timeout ${VAE_TIMEOUT:-240} /tmp/ls bench --device gpu --precision f16 --runs 5 --vae-only --kernel-profile 1 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/vae_dg.txt
+  tar czf $OUT_REAL/dg.tgz -C /tmp dg
+  timeout ${OURS_TIMEOUT:-150} /tmp/ls bench --device gpu --precision f16 --runs 7 --unet-only --no-ops --no-profile --no-burn-ops 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/sd15_dg.txt
+  tar czf $OUT_REAL/dg.tgz -C /tmp dg
+  ;;
+df)
+  REPO=$OLDPWD
+  mkdir -p /tmp/df && export OUT_REAL=$OUT && export OUT=/tmp/df
+  PARTS=${TORCH_PARTS:-vae} timeout ${TORCH_TIMEOUT:-60} python3 $REPO/bench/torch_anchor.py 2>&1 | grep -v "Warning\|kept in float32" | tee $OUT/torch_df.txt
+  export LATENT_STUDIO_TUNING_CACHE=/tmp/tuning
+  timeout ${VAE_TIMEOUT:-150} /tmp/ls bench --device gpu --precision f16 --runs 5 --vae-only 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/vae_df.txt
+  tar czf $OUT_REAL/df.tgz -C /tmp df
+  LATENT_STUDIO_CMMA=off timeout ${PLAIN_TIMEOUT:-150} /tmp/ls bench --device gpu --precision f16 --runs 5 --vae-only 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/vae_plain_df.txt
+  tar czf $OUT_REAL/df.tgz -C /tmp df
+  timeout ${F32_TIMEOUT:-120} /tmp/ls bench --device gpu --precision f32 --runs 5 --vae-only 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/vae_f32_df.txt
+  tar czf $OUT_REAL/df.tgz -C /tmp df
+  timeout ${SDXL_TIMEOUT:-150} /tmp/ls bench --device gpu --precision f16 --runs 5 --sdxl --no-pipeline 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/sdxl_df.txt
+  tar czf $OUT_REAL/df.tgz -C /tmp df
+  ;;
 de)
   export LATENT_STUDIO_TUNING_CACHE=/tmp/tuning
   timeout ${SDXL_TIMEOUT:-400} /tmp/ls bench --device gpu --precision f16 --runs 5 --sdxl --no-pipeline --planes-ab 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/sdxl_de.txt

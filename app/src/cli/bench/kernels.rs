@@ -498,42 +498,6 @@ pub fn attention_report(
     Ok(())
 }
 
-/// The VAE mid block's single 512-wide head over a 64×64 latent (a 512² decode): the path the
-/// VAE runs (burn's matmuls, sliced to bound the score matrix) against each of our tilings that
-/// fits, to decide whether the VAE should take ours.
-pub fn vae_attention_report(
-    device: &Device,
-    dtype: DType,
-    precision: Precision,
-    runs: usize,
-) -> Result<()> {
-    use latent_engine::attention::{Heads, wide_head_attention};
-    use latent_engine::kernels::attention::{attention_planned, plans};
-    let (n, d) = (4096, 512);
-    let flops = 4.0 * (n * n * d) as f64;
-    let make = || Tensor::<3>::random([1, n, d], Distribution::Normal(0.0, 1.0), (device, dtype));
-    let (q, k, v) = (make(), make(), make());
-    let ms = time_ms(device, 1, runs, || {
-        let _ = wide_head_attention(q.clone(), k.clone(), v.clone());
-    })?;
-    let tflops = |ms: f64| flops / (ms * 1e-3) / 1e12;
-    println!(
-        "[{precision:?}] VAE attention 1x512 q4096 k4096: the VAE's path {ms:.3} ms ({:.1} TFLOP/s)",
-        tflops(ms)
-    );
-    let at = |tensor| Heads { tensor, column: 0 };
-    for plan in plans(device, dtype, d) {
-        let ms = time_ms(device, 1, runs, || {
-            let _ = attention_planned(at(&q), at(&k), at(&v), 1, d, plan);
-        })?;
-        println!(
-            "[{precision:?}]   ours {plan}: {ms:.3} ms ({:.1} TFLOP/s)",
-            tflops(ms)
-        );
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

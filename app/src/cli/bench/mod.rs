@@ -33,6 +33,7 @@ mod refiner;
 mod sdxl;
 mod simt;
 mod unet;
+mod vae;
 mod workgroup;
 
 pub use args::BenchArgs;
@@ -564,7 +565,8 @@ fn vae_bench(
         println!(
             "[{precision:?}] GroupNorm(32)+SiLU [1,128,512,512]: burn ops {plain:.3} ms, our kernels {fused:.3} ms"
         );
-        kernels::vae_attention_report(device, dtype, precision, runs)?;
+        vae::vae_attention_report(device, dtype, precision, runs)?;
+        vae::vae_wide_heads_ab(model, device, precision, runs, kernel_profile)?;
     } else {
         println!(
             "[{precision:?}] VAE compilation: our kernels do not run on this device (CPU backend)"

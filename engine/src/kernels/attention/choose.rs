@@ -5,7 +5,7 @@ use burn::cubecl;
 
 use super::knobs::{
     planes_registers, planes_rule, planes_tile, planes_wide, rows_keys16_widest,
-    rows_pairs_min_queries, rows_vector,
+    rows_pairs_min_queries, rows_vector, wide_heads,
 };
 use super::plan::SHARED_BUDGET;
 use super::{FEW_KEYS, Plan, WIDEST_OURS_WITH_CMMA};
@@ -67,6 +67,7 @@ pub(super) fn preferred_with(
     if cmma && d <= widest && n_k >= min_keys {
         let mut planes = all.iter().filter(|p| {
             p.plane.is_some()
+                && p.parts == 1
                 && prefetch.is_none_or(|f| p.prefetch == f)
                 && wide.is_none_or(|w| p.wide_loads == w)
                 && registers.is_none_or(|r| p.elementwise == r)
@@ -92,6 +93,14 @@ pub(super) fn preferred_with(
             return Some(*planes);
         }
     }
+    // Past the planes kernel's widths, the wide-head kernel's first tiling.
+    if cmma
+        && d > widest
+        && wide_heads().0
+        && let Some(plan) = all.iter().find(|p| p.plane.is_some() && p.parts > 1)
+    {
+        return Some(*plan);
+    }
     if !cmma
         && d <= keys16_widest
         && n_k >= FEW_KEYS
@@ -115,14 +124,14 @@ pub(super) fn register_tile(d: usize) -> Option<(usize, usize)> {
     (d == 64).then_some((64, 32))
 }
 
-/// On plain lanes ours beat burn's (unfused) attention at every UNet head width; the VAE's
-/// 512-wide head, which only the per-row kernel fits, stays with burn until measured.
+/// On plain lanes ours beat burn's (unfused) attention at every UNet head width; wider heads
+/// (the VAE's 512-wide one, on the per-row kernel) by [`super::set_wide_heads`].
 const WIDEST_OURS_PLAIN: usize = 160;
 
 /// The measured rule of [`super::default_plan`], on a device with or without cooperative matrices.
 pub(super) fn ours_is_faster(cmma: bool, d: usize) -> bool {
     match cmma {
         true => d <= WIDEST_OURS_WITH_CMMA,
-        false => d <= WIDEST_OURS_PLAIN,
+        false => d <= WIDEST_OURS_PLAIN || wide_heads().1,
     }
 }

@@ -167,3 +167,23 @@ pub fn set_rows_pairs(min_queries: usize) {
 pub(super) fn rows_pairs_min_queries() -> usize {
     ROWS_PAIRS.load(Ordering::Relaxed)
 }
+
+/// Whether heads wider than the planes kernel takes (the VAE's 512-wide one) run ours: bit 0
+/// on cooperative matrices (the wide-head kernel, [`super::wide`]), bit 1 on plain lanes (the
+/// per-row kernel, each row over 8 lanes). Else the VAE's sliced matmuls. Plain lanes off: on an
+/// H200 (BENCHMARKS.md, forty-seventh session) the per-row kernel took 18.9 ms for the 512²
+/// decode's head in f32 against 3.2 for the sliced matmuls, and the f32 decode 96.1 ms against
+/// 80.6.
+static WIDE_HEADS: AtomicU8 = AtomicU8::new(1);
+
+/// Sets which devices run ours for heads wider than the planes kernel takes: with cooperative
+/// matrices (`cmma`) and on plain lanes (`plain`). For measuring only.
+pub fn set_wide_heads(cmma: bool, plain: bool) {
+    WIDE_HEADS.store(u8::from(cmma) | (u8::from(plain) << 1), Ordering::Relaxed);
+}
+
+/// [`set_wide_heads`]' switches, `(cmma, plain)`.
+pub(super) fn wide_heads() -> (bool, bool) {
+    let code = WIDE_HEADS.load(Ordering::Relaxed);
+    (code & 1 != 0, code & 2 != 0)
+}

@@ -7,7 +7,9 @@
 //! plain lanes, its staged keys and values read as vectors of 4 ([`rows`]; 21.0 → 13.4 ms of an
 //! SD 1.5 step under WGSL on an H200, BENCHMARKS.md thirty-fourth session). A third ([`planes`]) gives each plane of a cooperative-matrix device its own query
 //! rows and keeps their output in accumulator fragments: the default there for self-attention up
-//! to 80 wide (see [`default_plan`]). The tiled kernel stays as the measured alternative. q, k and
+//! to 80 wide (see [`default_plan`]). A fourth ([`wide`]) splits each row's head over the planes
+//! of a cube, for heads too wide for one plane's registers (the VAE's 512-wide one). The tiled
+//! kernel stays as the measured alternative. q, k and
 //! v are read in place from
 //! `[b, n, width]` tensors at a column offset, so one fused q/k/v projection feeds it with no split
 //! or head relayout, and the output comes back as `[b, n_q, heads · d]`, ready for `to_out`.
@@ -21,6 +23,7 @@ mod plan;
 mod planes;
 mod round_trip;
 mod rows;
+mod wide;
 
 use burn::cubecl;
 use burn::cubecl::prelude::*;
@@ -34,13 +37,14 @@ use kernel::{flash_attention, flash_attention_rows};
 pub use knobs::{
     ROWS_KEYS16_WIDEST, ROWS_PAIRS_MIN_QUERIES, set_planes_registers, set_planes_rows,
     set_planes_rule, set_planes_tile, set_planes_wide, set_rows_keys16, set_rows_pairs,
-    set_rows_scalar,
+    set_rows_scalar, set_wide_heads,
 };
 use knobs::{planes_rows, rows_vector};
 pub use plan::{Fragment, Plan, device_fragment, device_fragments};
 use plan::{LANES, SHARED_BUDGET};
 use planes::flash_attention_planes;
 use rows::{RV, flash_attention_rows_vec};
+use wide::flash_attention_wide;
 
 /// On a device with cooperative matrices, the widest head ours takes (wider heads go to burn's
 /// attention), and the widest the planes kernel takes. Measured on an H100 (BENCHMARKS.md,
@@ -199,6 +203,14 @@ fn plans_on(client: &cubecl::client::Client, dtype: burn::tensor::DType, d: usiz
             budget,
             per_element_operations(client),
         ));
+        all.extend(Plan::on_planes_wide(
+            d,
+            dtype.size(),
+            f,
+            plane,
+            max_lanes,
+            budget,
+        ));
     }
     all.extend(Plan::fitting(d, dtype.size(), fragment, budget));
     if fragment.is_some() {
@@ -303,7 +315,10 @@ fn launch(
     });
     let f = plan.fragment.unwrap_or(Fragment { m: 1, n: 1, k: 1 });
     let rows = plan.plane.map_or(1, |plane| planes_rows(&plan, plane, f));
+    // The wide-head kernel: the planes split each row's head.
+    let wide_head = plan.plane.filter(|_| plan.parts > 1);
     let lanes = match plan.plane {
+        Some(plane) if wide_head.is_some() => plan.parts * plane,
         Some(plane) => plan.bq / (rows * f.m) * plane,
         None if plan.per_row => plan.bq / plan.lane_rows * plan.parts,
         None => LANES,
@@ -318,7 +333,41 @@ fn launch(
     );
     macro_rules! launch {
         ($t:ty) => {
-            if let Some(plane) = plan.plane {
+            if let Some(plane) = wide_head {
+                flash_attention_wide::launch::<$t>(
+                    &client,
+                    count,
+                    cube,
+                    vec,
+                    vector_arg(&qc, vec),
+                    vector_arg(&kc, vec),
+                    vector_arg(&vc, vec),
+                    vector_arg(&oc, vec),
+                    q.column,
+                    q_width,
+                    n_q * q_width,
+                    k.column,
+                    k_width,
+                    n_k * k_width,
+                    v.column,
+                    v_width,
+                    n_k * v_width,
+                    n_q,
+                    n_k,
+                    heads,
+                    scale,
+                    d,
+                    plan.dp,
+                    plan.parts,
+                    plane,
+                    plan.bq / f.m,
+                    plan.bk,
+                    f.m,
+                    f.n,
+                    f.k,
+                    vec,
+                )
+            } else if let Some(plane) = plan.plane {
                 flash_attention_planes::launch::<$t>(
                     &client,
                     count,

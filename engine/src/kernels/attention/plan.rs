@@ -6,6 +6,7 @@ use burn::cubecl::ir::features::MmaConfig;
 use burn::cubecl::ir::{ElemType, FloatKind};
 
 use super::planes::{PROB_PAD, SCORE_PAD};
+use super::wide::ROW_PAD;
 
 /// Lanes per cube: a multiple of every plane width (8 to 64).
 pub(super) const LANES: usize = 128;
@@ -47,6 +48,11 @@ const REGISTER_TILES: [(usize, usize); 7] = [
     (8, 32),
     (2, 16),
 ];
+
+/// The wide-head kernel's tilings ([`super::wide`]): `(planes a head splits over, query-row
+/// fragments a cube, keys a tile)`, in the order tried first; at 512 wide each keeps a plane's
+/// output and query fragments at 8 each.
+const WIDE_TILES: [(usize, usize, usize); 3] = [(8, 2, 16), (4, 1, 32), (8, 1, 16)];
 
 /// The planes kernel's compilations, `(wide_loads, prefetch)` ([`Plan::wide_loads`],
 /// [`Plan::prefetch`]), best first for each tiling. On SD 1.5 steps replayed on an H200
@@ -112,7 +118,9 @@ pub struct Plan {
     /// Query rows held in registers, q and the output, by `parts` lanes each (plain lanes):
     /// the per-row kernels, `bq / lane_rows · parts` lanes per cube.
     pub per_row: bool,
-    /// Lanes per query row of the per-row kernel (1 for heads up to 64 wide).
+    /// Lanes per query row of the per-row kernel (1 for heads up to 64 wide); with `plane`, the
+    /// planes each query row's head splits over (more than 1: the wide-head kernel,
+    /// [`super::wide`]).
     pub parts: usize,
     /// Query rows each lane group of the per-row kernel owns (1, or 2: [`Plan::paired`]);
     /// `bq / lane_rows · parts` lanes a cube.
@@ -136,6 +144,10 @@ impl Plan {
     /// two f32 per row (max, sum) and two per lane (partial maxima and sums); per row, only the k and v tiles in f32.
     pub fn shared_bytes(&self, element_bytes: usize) -> usize {
         let (bq, bk, dp) = (self.bq, self.bk, self.dp);
+        if self.plane.is_some() && self.parts > 1 {
+            return element_bytes * (bk * (dp + ROW_PAD) + bq * (bk + PROB_PAD))
+                + 4 * (self.parts * bq * (bk + SCORE_PAD) + 2 * bq);
+        }
         if self.plane.is_some() {
             return element_bytes * (bq * dp + 2 * bk * dp + bq * (bk + PROB_PAD))
                 + 4 * bq * (bk.max(dp) + SCORE_PAD);
@@ -258,6 +270,56 @@ impl Plan {
             .collect()
     }
 
+    /// The wide-head kernel's tilings ([`super::wide`]) for heads wider than the planes kernel
+    /// takes ([`super::WIDEST_PLANES`]), best first: each plane's slice a whole number of
+    /// fragments and vectors, a row's softmax lanes within one plane and dividing the key tile,
+    /// the query block staged through the key tile, the cube within `max_lanes` and `budget`.
+    pub fn on_planes_wide(
+        d: usize,
+        element_bytes: usize,
+        fragment: Fragment,
+        plane: usize,
+        max_lanes: usize,
+        budget: usize,
+    ) -> Vec<Self> {
+        let f = fragment;
+        if d <= super::WIDEST_PLANES || plane == 0 || f.m == 0 || f.n == 0 || f.k == 0 {
+            return Vec::new();
+        }
+        WIDE_TILES
+            .iter()
+            .filter_map(|&(planes, rows, bk)| {
+                let unit = planes * lcm(lcm(f.n, f.k), 8);
+                let dp = d.div_ceil(unit) * unit;
+                let (bq, lanes) = (rows * f.m, planes * plane);
+                let lpr = lanes / bq.max(1);
+                let fits = lanes <= max_lanes
+                    && lanes.is_multiple_of(bq)
+                    && lpr.is_power_of_two()
+                    && lpr <= plane
+                    && bk.is_multiple_of(lpr)
+                    && bk.is_multiple_of(f.n)
+                    && bk.is_multiple_of(f.k)
+                    && plane.is_multiple_of(f.m)
+                    && bq * (dp / planes + ROW_PAD) <= bk * (dp + ROW_PAD);
+                let plan = Plan {
+                    bq,
+                    bk,
+                    dp,
+                    fragment: Some(f),
+                    per_row: false,
+                    parts: planes,
+                    lane_rows: 1,
+                    plane: Some(plane),
+                    prefetch: false,
+                    wide_loads: true,
+                    elementwise: false,
+                };
+                (fits && plan.shared_bytes(element_bytes) <= budget).then_some(plan)
+            })
+            .collect()
+    }
+
     /// The preferred tiles that fit `budget` bytes for head width `d`. `None` when even the
     /// smallest tiles do not fit (the VAE's 512-wide head).
     pub fn choose(
@@ -367,6 +429,11 @@ pub fn device_fragment(client: &cubecl::client::Client) -> Option<Fragment> {
 impl std::fmt::Display for Plan {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self.fragment {
+            Some(m) if self.plane.is_some() && self.parts > 1 => write!(
+                f,
+                "cmma wide-head planes x{} {}x{}x{} q{} k{}",
+                self.parts, m.m, m.n, m.k, self.bq, self.bk
+            ),
             Some(m) if self.plane.is_some() => {
                 let prefetch = if self.prefetch { " prefetch" } else { "" };
                 let wide = if self.wide_loads { " wide" } else { "" };
@@ -392,130 +459,4 @@ impl std::fmt::Display for Plan {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::{Fragment, Plan};
-
-    /// The planes kernel: a row's lanes divide the key tile and padded width, the cube stays
-    /// within the lanes and workgroup memory allowed, and widths no tiling fits get none.
-    #[test]
-    fn plane_plans_fit() {
-        let square = Fragment {
-            m: 16,
-            n: 16,
-            k: 16,
-        };
-        let first = |d: usize| {
-            Plan::on_planes(d, 2, square, 32, 256, 48 * 1024, false)
-                .first()
-                .copied()
-        };
-        let p = first(40).expect("fits");
-        assert_eq!((p.bq, p.bk, p.dp, p.plane), (64, 64, 48, Some(32)));
-        // 16-byte loads with the next tile prefetched first, then each backed out.
-        let first_variants: Vec<_> = Plan::on_planes(40, 2, square, 32, 256, 48 * 1024, false)
-            .iter()
-            .take(4)
-            .map(|p| (p.bq, p.bk, p.wide_loads, p.prefetch))
-            .collect();
-        assert_eq!(
-            first_variants,
-            [
-                (64, 64, true, true),
-                (64, 64, true, false),
-                (64, 64, false, false),
-                (64, 64, false, true)
-            ]
-        );
-        assert!(p.shared_bytes(2) <= 48 * 1024);
-        // 80 wide: 64 keys would pass 48 KiB; 16 was the faster of the rest.
-        assert_eq!(first(80).map(|p| (p.bq, p.bk)), Some((64, 16)));
-        // 160 wide: only two planes over 16 keys fit.
-        assert_eq!(first(160).map(|p| (p.bq, p.bk)), Some((32, 16)));
-        assert!(first(208).is_none());
-        for p in Plan::on_planes(64, 2, square, 32, 128, 48 * 1024, false) {
-            assert!(p.bq / 16 * 32 <= 128 && p.to_string().contains("planes"));
-        }
-        // A plane narrower than the fragment's rows, or an odd split, gets nothing.
-        assert!(Plan::on_planes(40, 2, square, 8, 256, 48 * 1024, false).is_empty());
-        assert!(Plan::on_planes(40, 2, square, 48, 256, 48 * 1024, false).is_empty());
-        // Intel's 8×16×16 on 16-lane planes: two lanes a row, 8 rows a plane.
-        let arc = Fragment { m: 8, n: 16, k: 16 };
-        let p = Plan::on_planes(40, 2, arc, 16, 256, 48 * 1024, false)[0];
-        assert_eq!((p.bq, p.bk), (32, 64));
-    }
-
-    /// Where the device offers per-element operations, the planes plans with tiles in registers
-    /// come first (two planes over 32 keys first), the round trip's after them; a fragment whose
-    /// scores cannot be the next left operand (16×8×16: scores 16 × 8, operand 16 × 16) gets
-    /// none.
-    #[test]
-    fn register_plans_come_first_where_offered() {
-        let square = Fragment {
-            m: 16,
-            n: 16,
-            k: 16,
-        };
-        let all = Plan::on_planes(40, 2, square, 32, 256, 48 * 1024, true);
-        let first = all[0];
-        assert!(first.elementwise && first.wide_loads && first.prefetch);
-        assert_eq!((first.bq, first.bk), (32, 32));
-        assert!(first.to_string().contains("registers"));
-        let split = all
-            .iter()
-            .position(|p| !p.elementwise)
-            .expect("round trip plans");
-        assert!(all[split..].iter().all(|p| !p.elementwise));
-        assert_eq!(
-            all[split..].to_vec(),
-            Plan::on_planes(40, 2, square, 32, 256, 48 * 1024, false)
-        );
-        // 160 wide: the one tiling that fits, in registers first.
-        let wide = Plan::on_planes(160, 2, square, 32, 256, 48 * 1024, true);
-        assert_eq!(
-            (wide[0].bq, wide[0].bk, wide[0].elementwise),
-            (32, 16, true)
-        );
-        let narrow = Fragment { m: 16, n: 8, k: 16 };
-        let plans = Plan::on_planes(40, 2, narrow, 32, 256, 48 * 1024, true);
-        assert!(!plans.is_empty() && plans.iter().all(|p| !p.elementwise));
-    }
-
-    /// Tiles fit the budget for SD's head widths, pad to the fragment, and the VAE's 512-wide
-    /// head is left to the twin.
-    #[test]
-    fn plans_fit_workgroup_memory() {
-        let square = Some(Fragment {
-            m: 16,
-            n: 16,
-            k: 16,
-        });
-        for d in [40, 64, 80, 128, 160] {
-            let p = Plan::choose(d, 2, square, 48 * 1024).expect("fits");
-            assert_eq!(p.dp % 16, 0);
-            assert!(p.dp >= d && p.dp < d + 16);
-            assert!(p.shared_bytes(2) <= 48 * 1024);
-            assert!(p.bq.is_multiple_of(16) && p.bk.is_multiple_of(16));
-        }
-        let arc = Some(Fragment { m: 8, n: 16, k: 16 });
-        let p = Plan::choose(40, 2, arc, 48 * 1024).expect("fits");
-        assert_eq!(p.dp, 48);
-        assert!(Plan::choose(512, 2, square, 48 * 1024).is_none());
-        assert_eq!(Plan::choose(40, 4, None, 48 * 1024).map(|p| p.dp), Some(40));
-        // Plain lanes: the per-row kernel, a row split over lanes past 64 columns; a head no
-        // split fits (prime width) gets tiles.
-        for (d, parts) in [(40, 1), (64, 1), (80, 2), (128, 2), (160, 4), (512, 8)] {
-            let p = Plan::choose(d, 2, None, 48 * 1024).expect("fits");
-            assert!(p.per_row, "d {d}");
-            assert_eq!(p.parts, parts, "d {d}");
-            assert_eq!(d % p.parts, 0);
-            assert!(p.shared_bytes(2) <= 48 * 1024);
-        }
-        let p = Plan::choose(131, 2, None, 48 * 1024).expect("fits");
-        assert!(!p.per_row);
-        assert!(
-            Plan::fitting(40, 2, square, 48 * 1024)
-                .iter()
-                .all(|p| !p.per_row)
-        );
-    }
-}
+mod tests;

@@ -45,7 +45,7 @@ pub(super) const SCORE_PAD: usize = 4;
 pub(super) const PROB_PAD: usize = 8;
 
 /// How far (natural log) a score may pass a row's reference maximum before the reference moves.
-const RESCALE_MARGIN: f32 = 8.0;
+pub(super) const RESCALE_MARGIN: f32 = 8.0;
 
 /// Parts of the kernel [`flash_attention_planes`] leaves out when its `knock` has their bit, for
 /// timing what each costs (`bench --attention-ceiling`); the output is then meaningless. 0 in

@@ -73,6 +73,18 @@ fn default_plan_rule() {
             assert_eq!(chosen.elementwise, registers, "d {d} keys {n_k}");
         }
     }
+    // Past the planes kernel's widths (the VAE's 512-wide head): the wide-head kernel's first
+    // tiling on cooperative matrices; on plain lanes the VAE's sliced matmuls (the per-row
+    // kernel fits, but ran 6× slower there: BENCHMARKS.md, forty-seventh session).
+    let mut all = Plan::on_planes_wide(512, 2, fragment, 32, 256, 48 * 1024);
+    let wide = all[0];
+    all.extend(Plan::fitting(512, 2, square, 48 * 1024));
+    all.extend(Plan::fitting(512, 2, None, 48 * 1024));
+    assert_eq!(super::preferred(all, 512, 4096), Some(wide));
+    assert!(wide.parts == 8 && wide.plane.is_some() && !wide.per_row);
+    let plain = Plan::fitting(512, 2, None, 48 * 1024);
+    assert!(plain.first().is_some_and(|p| p.per_row && p.parts == 8));
+    assert_eq!(super::preferred(plain, 512, 4096), None);
     // The 16-key rule on plain lanes: heads up to the width it names, over many keys.
     for (d, n_k, keys) in [(40, 4096, 16), (80, 1024, 16), (40, 77, 8), (160, 1024, 8)] {
         let plain = Plan::fitting(d, 2, None, 48 * 1024);

@@ -7,6 +7,7 @@ pub mod tiling;
 use burn::tensor::{DType, Tensor};
 use serde::{Deserialize, Serialize};
 
+use crate::attention::Heads;
 use crate::error::{Error, Result};
 use crate::models::blocks::{Downsample, ResnetBlock2D, ResnetSpec, Upsample};
 use crate::nn::{Conv2d, GroupNorm, Kernels, Linear, silu, wide_head_attention};
@@ -93,37 +94,39 @@ impl VaeConfig {
     }
 }
 
-/// Single-head spatial self-attention of the VAE's mid block.
+/// Single-head spatial self-attention of the VAE's mid block, q, k and v from one projection.
 #[derive(Debug, Clone)]
 struct VaeAttention {
     group_norm: GroupNorm,
-    to_q: Linear,
-    to_k: Linear,
-    to_v: Linear,
+    /// `[q | k | v]`, each `channels` wide.
+    qkv: Linear,
     to_out: Linear,
+    channels: usize,
 }
 
 impl VaeAttention {
     fn load(w: &Weights, c: usize, groups: usize) -> Result<Self> {
+        let part = |name: &str| Linear::load(&w.pp(name), c, c, true);
         Ok(Self {
             group_norm: GroupNorm::load(&w.pp("group_norm"), groups, c, 1e-6)?,
-            to_q: Linear::load(&w.pp("to_q"), c, c, true)?,
-            to_k: Linear::load(&w.pp("to_k"), c, c, true)?,
-            to_v: Linear::load(&w.pp("to_v"), c, c, true)?,
+            qkv: Linear::concat(&[part("to_q")?, part("to_k")?, part("to_v")?]),
             to_out: Linear::load(&w.pp("to_out.0"), c, c, true)?,
+            channels: c,
         })
     }
 
     fn cast(&self, dtype: DType) -> Self {
         Self {
             group_norm: self.group_norm.clone(),
-            to_q: self.to_q.cast(dtype),
-            to_k: self.to_k.cast(dtype),
-            to_v: self.to_v.cast(dtype),
+            qkv: self.qkv.cast(dtype),
             to_out: self.to_out.cast(dtype),
+            channels: self.channels,
         }
     }
 
+    /// With `kernels` fused, the head runs our flash attention where it takes this width
+    /// ([`crate::kernels::attention::attention`]: no score matrix); else, and on burn's plain
+    /// ops, the sliced matmuls of [`wide_head_attention`].
     fn forward(&self, x: Tensor<4>, kernels: Kernels) -> Tensor<4> {
         let [b, c, h, w] = x.dims();
         let t = self
@@ -132,12 +135,20 @@ impl VaeAttention {
             // [b, hw, c]: no copy from a channels-last map (what burn's convolution writes).
             .permute([0, 2, 3, 1])
             .reshape([b, h * w, c]);
-        let (q, k, v) = (
-            self.to_q.forward(t.clone()),
-            self.to_k.forward(t.clone()),
-            self.to_v.forward(t),
-        );
-        let out = self.to_out.forward(wide_head_attention(q, k, v));
+        let qkv = self.qkv.forward(t);
+        let at = |i: usize| Heads {
+            tensor: &qkv,
+            column: i * c,
+        };
+        let ours = match kernels {
+            Kernels::Fused => crate::kernels::attention::attention(at(0), at(1), at(2), 1, c),
+            Kernels::Plain => None,
+        };
+        let attended = ours.unwrap_or_else(|| {
+            let part = |i: usize| qkv.clone().slice([0..b, 0..h * w, i * c..(i + 1) * c]);
+            wide_head_attention(part(0), part(1), part(2))
+        });
+        let out = self.to_out.forward(attended);
         out.reshape([b, h, w, c]).permute([0, 3, 1, 2]) + x
     }
 }
