@@ -1,5 +1,8 @@
 #!/bin/bash
 # Issue 13 on a lent GPU, one part per device call (each call may run 10 minutes):
+#   PART=dh PyTorch's SD 1.5 step and VAE decode, then ours under WGSL (the iGPU route: no
+#           cooperative matrices, the VAE's 512-wide head on the sliced matmuls): `--vae-only`
+#           and the SD 1.5 step replayed. One archive, dh.tgz
 #   PART=dg PyTorch's VAE decode and SD 1.5 step, then ours: `--vae-only --kernel-profile 1` (the
 #           head's tilings alone, then the compiled decode with the mid block's head on the
 #           wide-head kernel or the sliced matmuls: 512² replayed, five interleaved rounds, each
@@ -405,6 +408,16 @@ hold_all_but() {
 }
 
 case ${PART:-a} in
+dh)
+  REPO=$OLDPWD
+  mkdir -p /tmp/dh && export OUT_REAL=$OUT && export OUT=/tmp/dh
+  PARTS=${TORCH_PARTS:-unet16,vae} timeout ${TORCH_TIMEOUT:-90} python3 $REPO/bench/torch_anchor.py 2>&1 | grep -v "Warning\|kept in float32" | tee $OUT/torch_dh.txt
+  export LATENT_STUDIO_TUNING_CACHE=/tmp/tuning LATENT_STUDIO_COMPILER=wgsl
+  timeout ${VAE_TIMEOUT:-200} /tmp/ls bench --device gpu --precision f16 --runs 5 --vae-only 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/vae_wgsl_dh.txt
+  tar czf $OUT_REAL/dh.tgz -C /tmp dh
+  timeout ${WGSL_TIMEOUT:-220} /tmp/ls bench --device gpu --precision f16 --runs 5 --unet-only --no-ops --no-profile --no-burn-ops 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/sd15_wgsl_dh.txt
+  tar czf $OUT_REAL/dh.tgz -C /tmp dh
+  ;;
 dg)
   REPO=$OLDPWD
   mkdir -p /tmp/dg && export OUT_REAL=$OUT && export OUT=/tmp/dg
