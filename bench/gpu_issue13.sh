@@ -1,5 +1,7 @@
 #!/bin/bash
 # Issue 13 on a lent GPU, one part per device call (each call may run 10 minutes):
+#   PART=di SDXL's step profiled by kernel and op shape (`--kernel-profile 1`: every launch timed
+#           with device timestamps), then replayed. One archive, di.tgz
 #   PART=dh PyTorch's SD 1.5 step and VAE decode, then ours under WGSL (the iGPU route: no
 #           cooperative matrices, the VAE's 512-wide head on the sliced matmuls): `--vae-only`
 #           and the SD 1.5 step replayed. One archive, dh.tgz
@@ -408,6 +410,12 @@ hold_all_but() {
 }
 
 case ${PART:-a} in
+di)
+  mkdir -p /tmp/di && export OUT_REAL=$OUT && export OUT=/tmp/di
+  export LATENT_STUDIO_TUNING_CACHE=/tmp/tuning
+  timeout ${SDXL_TIMEOUT:-400} /tmp/ls bench --device gpu --precision f16 --runs 5 --sdxl --no-pipeline --kernel-profile 1 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/sdxl_di.txt
+  tar czf $OUT_REAL/di.tgz -C /tmp di
+  ;;
 dh)
   REPO=$OLDPWD
   mkdir -p /tmp/dh && export OUT_REAL=$OUT && export OUT=/tmp/dh
