@@ -1,5 +1,9 @@
 #!/bin/bash
 # Issue 13 on a lent GPU, one part per device call (each call may run 10 minutes):
+#   PART=dj the split reduction's slices by a wave model against two cubes an SM
+#           (`--gemm-ab`): SDXL's step replayed under each, three interleaved rounds, then SD
+#           1.5's (`LATENT_STUDIO_BENCH_KNOBS=waves`). One archive, dj.tgz. Needs that call's
+#           binary (the knob `GemmKnobs::split_waves`, lost and removed)
 #   PART=di SDXL's step profiled by kernel and op shape (`--kernel-profile 1`: every launch timed
 #           with device timestamps), then replayed. One archive, di.tgz
 #   PART=dh PyTorch's SD 1.5 step and VAE decode, then ours under WGSL (the iGPU route: no
@@ -410,6 +414,14 @@ hold_all_but() {
 }
 
 case ${PART:-a} in
+dj)
+  mkdir -p /tmp/dj && export OUT_REAL=$OUT && export OUT=/tmp/dj
+  export LATENT_STUDIO_TUNING_CACHE=/tmp/tuning
+  timeout ${SDXL_TIMEOUT:-330} /tmp/ls bench --device gpu --precision f16 --runs 5 --sdxl --no-pipeline --gemm-ab 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/sdxl_dj.txt
+  tar czf $OUT_REAL/dj.tgz -C /tmp dj
+  LATENT_STUDIO_BENCH_KNOBS=waves timeout ${SD15_TIMEOUT:-200} /tmp/ls bench --device gpu --precision f16 --runs 7 --unet-only --no-ops --no-profile --no-burn-ops --gemm-ab 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/sd15_dj.txt
+  tar czf $OUT_REAL/dj.tgz -C /tmp dj
+  ;;
 di)
   mkdir -p /tmp/di && export OUT_REAL=$OUT && export OUT=/tmp/di
   export LATENT_STUDIO_TUNING_CACHE=/tmp/tuning
