@@ -94,33 +94,34 @@ impl VaeConfig {
     }
 }
 
-/// Single-head spatial self-attention of the VAE's mid block, q, k and v from one projection.
+/// Single-head spatial self-attention of the VAE's mid block.
 #[derive(Debug, Clone)]
 struct VaeAttention {
     group_norm: GroupNorm,
-    /// `[q | k | v]`, each `channels` wide.
-    qkv: Linear,
+    to_q: Linear,
+    to_k: Linear,
+    to_v: Linear,
     to_out: Linear,
-    channels: usize,
 }
 
 impl VaeAttention {
     fn load(w: &Weights, c: usize, groups: usize) -> Result<Self> {
-        let part = |name: &str| Linear::load(&w.pp(name), c, c, true);
         Ok(Self {
             group_norm: GroupNorm::load(&w.pp("group_norm"), groups, c, 1e-6)?,
-            qkv: Linear::concat(&[part("to_q")?, part("to_k")?, part("to_v")?]),
+            to_q: Linear::load(&w.pp("to_q"), c, c, true)?,
+            to_k: Linear::load(&w.pp("to_k"), c, c, true)?,
+            to_v: Linear::load(&w.pp("to_v"), c, c, true)?,
             to_out: Linear::load(&w.pp("to_out.0"), c, c, true)?,
-            channels: c,
         })
     }
 
     fn cast(&self, dtype: DType) -> Self {
         Self {
             group_norm: self.group_norm.clone(),
-            qkv: self.qkv.cast(dtype),
+            to_q: self.to_q.cast(dtype),
+            to_k: self.to_k.cast(dtype),
+            to_v: self.to_v.cast(dtype),
             to_out: self.to_out.cast(dtype),
-            channels: self.channels,
         }
     }
 
@@ -135,19 +136,17 @@ impl VaeAttention {
             // [b, hw, c]: no copy from a channels-last map (what burn's convolution writes).
             .permute([0, 2, 3, 1])
             .reshape([b, h * w, c]);
-        let qkv = self.qkv.forward(t);
-        let at = |i: usize| Heads {
-            tensor: &qkv,
-            column: i * c,
-        };
+        let (q, k, v) = (
+            self.to_q.forward(t.clone()),
+            self.to_k.forward(t.clone()),
+            self.to_v.forward(t),
+        );
+        let at = |tensor| Heads { tensor, column: 0 };
         let ours = match kernels {
-            Kernels::Fused => crate::kernels::attention::attention(at(0), at(1), at(2), 1, c),
+            Kernels::Fused => crate::kernels::attention::attention(at(&q), at(&k), at(&v), 1, c),
             Kernels::Plain => None,
         };
-        let attended = ours.unwrap_or_else(|| {
-            let part = |i: usize| qkv.clone().slice([0..b, 0..h * w, i * c..(i + 1) * c]);
-            wide_head_attention(part(0), part(1), part(2))
-        });
+        let attended = ours.unwrap_or_else(|| wide_head_attention(q, k, v));
         let out = self.to_out.forward(attended);
         out.reshape([b, h, w, c]).permute([0, 3, 1, 2]) + x
     }
