@@ -1,5 +1,9 @@
 #!/bin/bash
 # Issue 13 on a lent GPU, one part per device call (each call may run 10 minutes):
+#   PART=dk the planes attention's staged key/value rows padded 16 bytes against packed, and its
+#           tilings with padded rows (`--planes-ab`), SD 1.5's step replayed with the GEMM's
+#           compilations (`--gemm-ab`: double-buffered among them), then SDXL's step under
+#           `--planes-ab` and profiled by kernel. One archive, dk.tgz
 #   PART=dj the split reduction's slices by a wave model against two cubes an SM
 #           (`--gemm-ab`): SDXL's step replayed under each, three interleaved rounds, then SD
 #           1.5's (`LATENT_STUDIO_BENCH_KNOBS=waves`). One archive, dj.tgz. Needs that call's
@@ -414,6 +418,14 @@ hold_all_but() {
 }
 
 case ${PART:-a} in
+dk)
+  mkdir -p /tmp/dk && export OUT_REAL=$OUT && export OUT=/tmp/dk
+  export LATENT_STUDIO_TUNING_CACHE=/tmp/tuning
+  timeout ${SD15_TIMEOUT:-200} /tmp/ls bench --device gpu --precision f16 --runs 7 --unet-only --no-ops --no-profile --no-burn-ops --planes-ab --gemm-ab --kernel-profile 1 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/sd15_dk.txt
+  tar czf $OUT_REAL/dk.tgz -C /tmp dk
+  timeout ${SDXL_TIMEOUT:-330} /tmp/ls bench --device gpu --precision f16 --runs 5 --sdxl --no-pipeline --planes-ab --kernel-profile 1 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/sdxl_dk.txt
+  tar czf $OUT_REAL/dk.tgz -C /tmp dk
+  ;;
 dj)
   mkdir -p /tmp/dj && export OUT_REAL=$OUT && export OUT=/tmp/dj
   export LATENT_STUDIO_TUNING_CACHE=/tmp/tuning

@@ -69,8 +69,8 @@ pub struct BenchArgs {
     #[arg(long)]
     pub(super) cache_model: Option<std::path::PathBuf>,
     /// After the UNet step, the same step under other rules for the planes attention kernel
-    /// (without the prefetch, wider heads, fewer keys; with `--sdxl`, SDXL's step over 32-key
-    /// tiles), interleaved over three rounds in the same process.
+    /// (its staged key/value rows packed instead of padded, other tilings; SD 1.5's or, with
+    /// `--sdxl`, SDXL's), interleaved over three rounds in the same process.
     #[arg(long)]
     pub(super) planes_ab: bool,
     /// After the UNet step (SD 1.5 replayed, or SDXL's with `--sdxl`), the same step with our

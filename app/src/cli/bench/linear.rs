@@ -184,14 +184,14 @@ pub fn sd15_linear_shapes() -> Vec<(OpShape, usize)> {
     v
 }
 
-/// The GEMM's compilations the reports compare: the default first, then with the next step
-/// prefetched, two stages, four planes of 64 × 64, and each fixed reduction step.
 /// Whether `LATENT_STUDIO_BENCH_KNOBS=small` asks for the small-grid knobs only.
 pub fn small_knobs_only() -> bool {
     std::env::var("LATENT_STUDIO_BENCH_KNOBS").is_ok_and(|v| v == "small")
 }
 
-/// `LATENT_STUDIO_BENCH_KNOBS=small` keeps the default and the small-grid knobs only.
+/// The GEMM's compilations the reports compare: the default first, then with the next step
+/// prefetched, two stages, both (32 deep), four planes of 64 × 64, and each fixed reduction
+/// step. `LATENT_STUDIO_BENCH_KNOBS=small` keeps the default and the small-grid knobs only.
 pub fn knob_sets() -> Vec<matmul::GemmKnobs> {
     let base = matmul::GemmKnobs::default();
     let small = [
@@ -211,6 +211,15 @@ pub fn knob_sets() -> Vec<matmul::GemmKnobs> {
             ..base
         },
         matmul::GemmKnobs { stages: 2, ..base },
+        // Double-buffered: the next step loads into registers over this step's products and
+        // is stored to the other staging copy, one barrier a step (32 deep: two 64-deep copies
+        // pass 48 KiB).
+        matmul::GemmKnobs {
+            bk: Some(32),
+            stages: 2,
+            prefetch: true,
+            ..base
+        },
         matmul::GemmKnobs {
             planes: [2, 2],
             ..base

@@ -79,15 +79,7 @@ pub(super) fn preferred_with(
                 let first = planes.clone().next();
                 planes.find(|p| (p.bq, p.bk) == tile).or(first)
             }
-            (false, None) => {
-                let first = planes.clone().next();
-                match (first, register_tile(d)) {
-                    (Some(f), Some(tile)) if f.elementwise => planes
-                        .find(|p| p.elementwise && (p.bq, p.bk) == tile)
-                        .or(first),
-                    _ => first,
-                }
-            }
+            (false, None) => planes.next(),
         };
         if let Some(planes) = chosen {
             return Some(*planes);
@@ -111,17 +103,6 @@ pub(super) fn preferred_with(
     all.into_iter()
         .find(|p| !cmma || p.per_row)
         .filter(|_| ours_is_faster(cmma, d))
-}
-
-/// The planes kernel's `(query rows, keys)` tiling in registers over many keys where it is not
-/// [`super::plan`]'s first: 64-wide heads (SDXL's, SD 2.x's) take 64 query rows over 32 keys.
-/// SDXL's step replayed on an H200 (BENCHMARKS.md, forty-sixth session; three interleaved rounds,
-/// each within 0.4 ms): 136.77 ms against 138.40 with 32 rows over 32 keys, 138.39 over 64 keys,
-/// 138.34 with 128 rows, 149.36 over 16 keys, 185.81 with 32 rows over 64 keys, 146.67 on the
-/// round trip. SD 1.x's 40-wide heads keep 32 rows (64 lost there: 30.58 against 29.66 ms, forty-first
-/// session).
-pub(super) fn register_tile(d: usize) -> Option<(usize, usize)> {
-    (d == 64).then_some((64, 32))
 }
 
 /// On plain lanes ours beat burn's (unfused) attention at every UNet head width; wider heads

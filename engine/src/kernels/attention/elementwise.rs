@@ -47,6 +47,7 @@ pub(super) fn elementwise_tile<F: Float, N: Size>(
     #[comptime] vec: usize,
     #[comptime] s_row: usize,
     #[comptime] s_end: usize,
+    #[comptime] kv_row: usize,
     #[comptime] kv_end: usize,
 ) {
     let mut init = Sequence::<cmma::Matrix<f32>>::new();
@@ -83,9 +84,9 @@ pub(super) fn elementwise_tile<F: Float, N: Size>(
             // kᵀ's column j is k's row j: column-major with the row stride.
             let b = staged_operand::<F, N>(
                 k_s,
-                (j * fn_ * dp + kk * fk) / vec,
+                (j * fn_ * kv_row + kk * fk) / vec,
                 kv_end,
-                dp,
+                kv_row,
                 fm,
                 fn_,
                 fk,
@@ -117,9 +118,9 @@ pub(super) fn elementwise_tile<F: Float, N: Size>(
         for fc in 0..dp / fn_ {
             let b = staged_operand::<F, N>(
                 v_s,
-                (j * fk * dp + fc * fn_) / vec,
+                (j * fk * kv_row + fc * fn_) / vec,
                 kv_end,
-                dp,
+                kv_row,
                 fm,
                 fn_,
                 fk,

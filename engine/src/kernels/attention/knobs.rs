@@ -1,7 +1,7 @@
 //! The bench's switches for the planes kernel (one process, one autotune, rules A/B'd on whole
 //! steps). The studio and the CLI never set them: each reads as the measured default.
 
-use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 
 use super::plan::{Fragment, Plan};
 use super::{PLANES_MIN_KEYS, WIDEST_PLANES};
@@ -26,6 +26,23 @@ pub fn set_planes_rule(prefetch: Option<bool>, widest: usize, min_keys: usize) {
     PLANES_PREFETCH.store(code, Ordering::Relaxed);
     PLANES_WIDEST.store(widest, Ordering::Relaxed);
     PLANES_FEWEST_KEYS.store(min_keys, Ordering::Relaxed);
+}
+
+/// Whether the planes kernel pads its staged key and value rows ([`super::planes::KV_PAD`]).
+static PLANES_KV_PAD: AtomicBool = AtomicBool::new(true);
+
+/// Makes the planes kernel stage its key and value rows padded (the default) or packed, for
+/// measuring only.
+pub fn set_planes_kv_pad(pad: bool) {
+    PLANES_KV_PAD.store(pad, Ordering::Relaxed);
+}
+
+/// Elements of padding a staged key or value row of the planes kernel takes.
+pub(super) fn planes_kv_pad() -> usize {
+    match PLANES_KV_PAD.load(Ordering::Relaxed) {
+        true => super::planes::KV_PAD,
+        false => 0,
+    }
 }
 
 /// The bench's switch between the planes kernel's loads (0: the preferred, 1: single elements,

@@ -37,13 +37,17 @@ const PLANE_TILES: [(usize, usize); 7] = [
 /// The same with whole tiles' probabilities in registers ([`super::elementwise`]), best first.
 /// On an H200 (BENCHMARKS.md, forty-first session; whole steps replayed, three interleaved
 /// rounds) two planes over 32 keys took SD 1.5's step from 30.75 ms (the round trip's tiles) to
-/// 29.66 and SDXL's from 178.39 to 171.96; the round trip's own order in registers lost
-/// (31.05 and 181.62), as did 64 query rows over 32 keys (30.58 on SD 1.5).
+/// 29.66 and SDXL's from 178.39 to 171.96; 64 query rows over 32 keys lost on SD 1.5 then
+/// (30.58) and won on SDXL's 64-wide heads (forty-sixth session: 136.77 against 138.40). With
+/// the staged key/value rows padded ([`super::planes::KV_PAD`], forty-eighth session) 64 rows
+/// over 32 keys win at every width that fits them: SD 1.5's step replayed 23.80 ms against
+/// 25.55 with 32 rows; SDXL's 114.37 against 117.04 (32 rows), 117.25 (64 keys), 117.29 (128
+/// rows).
 const REGISTER_TILES: [(usize, usize); 7] = [
+    (4, 32),
     (2, 32),
     (4, 64),
     (4, 16),
-    (4, 32),
     (2, 64),
     (8, 32),
     (2, 16),
@@ -149,7 +153,8 @@ impl Plan {
                 + 4 * (self.parts * bq * (bk + SCORE_PAD) + 2 * bq);
         }
         if self.plane.is_some() {
-            return element_bytes * (bq * dp + 2 * bk * dp + bq * (bk + PROB_PAD))
+            let kv_row = dp + super::knobs::planes_kv_pad();
+            return element_bytes * (bq * dp + 2 * bk * kv_row + bq * (bk + PROB_PAD))
                 + 4 * bq * (bk.max(dp) + SCORE_PAD);
         }
         if self.per_row {

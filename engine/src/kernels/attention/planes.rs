@@ -29,8 +29,10 @@
 //! against 33.75 with single elements and no prefetch, the kernel before (BENCHMARKS.md,
 //! twenty-fifth session); single elements lost with the prefetch (35.40), and two other
 //! changes lost everywhere: reading a tile's scores once (probabilities against the row's
-//! current reference, again where it moved; 35.42 against 32.71 ms) and rows padded by 16
-//! bytes against bank conflicts (34.93; 4 cubes an SM instead of 5 at 47 KiB).
+//! current reference, again where it moved; 35.42 against 32.71 ms) and every staged row padded
+//! by 16 bytes (34.93; 4 cubes an SM instead of 5 at 47 KiB). The staged key and value rows
+//! alone padded ([`KV_PAD`]) won since: SDXL's step replayed 136.62 → 114.37 ms, its 10 × 64
+//! heads over 4096 keys 1.93 → 0.71 ms a launch (H200, forty-eighth session), the same output.
 
 use burn::cubecl;
 use burn::cubecl::prelude::*;
@@ -43,6 +45,15 @@ use super::round_trip::{add_probabilities, rescale_rows, scores_to_rows};
 pub(super) const SCORE_PAD: usize = 4;
 /// Elements of padding per probability row (16 bytes of f16).
 pub(super) const PROB_PAD: usize = 8;
+
+/// Elements of padding per staged key/value row. Unpadded, a 64-wide head's rows (SDXL's, SD
+/// 2.x's) lie 128 bytes apart, so the 8 rows a fragment load reads 16 bytes of at a time all
+/// start on the same bank (an 8-way conflict; 2-way at SD 1.x's 48 and 80). With 16 bytes more
+/// a row, any width that is a multiple of 16 puts those rows on 8 different 16-byte bank groups.
+/// (The twenty-fifth session padded every staged row, q's too, and lost on SD 1.5 at 47 KiB a
+/// cube; this pads k and v only, 32 · `bk` bytes.) [`super::knobs::set_planes_kv_pad`]
+/// switches it for the bench.
+pub(super) const KV_PAD: usize = 8;
 
 /// How far (natural log) a score may pass a row's reference maximum before the reference moves.
 pub(super) const RESCALE_MARGIN: f32 = 8.0;
@@ -108,11 +119,16 @@ pub(super) fn flash_attention_planes<F: Float, N: Size>(
     #[comptime] rows: usize,
     #[comptime] knock: u32,
     #[comptime] elementwise: bool,
+    #[comptime] kv_pad: usize,
 ) {
     let lanes = comptime!(planes * plane);
     // Vectors per staged row, and those that carry the head (the rest pad it to `dp`).
     let dpv = comptime!(dp / vec);
     let dv = comptime!(d / vec);
+    // A staged key/value row: the padded head plus `kv_pad` elements, so that the rows a
+    // fragment load reads fall on different banks ([`KV_PAD`]).
+    let kv_row = comptime!(dp + kv_pad);
+    let kvv = comptime!(kv_row / vec);
     // Query rows a plane owns.
     let pr = comptime!(rows * fm);
     let bq = comptime!(planes * pr);
@@ -133,8 +149,8 @@ pub(super) fn flash_attention_planes<F: Float, N: Size>(
     let row0 = CUBE_POS_X as usize * bq;
 
     let mut q_s = Shared::<[Vector<F, N>]>::new_slice(comptime!(bq * dpv));
-    let mut k_s = Shared::<[Vector<F, N>]>::new_slice(comptime!(bk * dpv));
-    let mut v_s = Shared::<[Vector<F, N>]>::new_slice(comptime!(bk * dpv));
+    let mut k_s = Shared::<[Vector<F, N>]>::new_slice(comptime!(bk * kvv));
+    let mut v_s = Shared::<[Vector<F, N>]>::new_slice(comptime!(bk * kvv));
     let mut s_s = Shared::<[f32]>::new_slice(comptime!(bq * s_row));
     let mut p_s = Shared::<[F]>::new_slice(comptime!(bq * p_row));
 
@@ -271,8 +287,12 @@ pub(super) fn flash_attention_planes<F: Float, N: Size>(
                     for e in 0..per_lane {
                         let i = lane + e * lanes;
                         if i < comptime!(bk * dpv) {
-                            k_s[i] = kr[e];
-                            v_s[i] = vr[e];
+                            let mut at = i;
+                            if comptime!(kv_pad > 0) {
+                                at = (i / dpv) * kvv + i % dpv;
+                            }
+                            k_s[at] = kr[e];
+                            v_s[at] = vr[e];
                         }
                     }
                     sync_cube();
@@ -324,12 +344,13 @@ pub(super) fn flash_attention_planes<F: Float, N: Size>(
                         vec,
                         s_row,
                         bq * s_row,
-                        bk * dpv,
+                        kv_row,
+                        bk * kvv,
                     );
                 } else {
                     scores_to_rows::<F, N>(
                         &k_s, &mut s_s, &qf, s_at_plane, dp, bk, bq, fm, fn_, fk, rows, vec, s_row,
-                        dpv,
+                        kv_row,
                     );
                     if comptime!(knock & knock::PLANE_SYNC == 0) {
                         sync_plane();
@@ -460,7 +481,7 @@ pub(super) fn flash_attention_planes<F: Float, N: Size>(
                         rows,
                         vec,
                         p_row,
-                        dpv,
+                        kv_row,
                         elementwise,
                     );
                 }

@@ -23,7 +23,7 @@ pub(super) fn scores_to_rows<F: Float, N: Size>(
     #[comptime] rows: usize,
     #[comptime] vec: usize,
     #[comptime] s_row: usize,
-    #[comptime] dpv: usize,
+    #[comptime] kv_row: usize,
 ) {
     // Scores s = q·kᵀ (unscaled) for this plane's rows.
     #[unroll]
@@ -45,9 +45,9 @@ pub(super) fn scores_to_rows<F: Float, N: Size>(
             // kᵀ's column j is k's row j: column-major with the row stride.
             let b = staged_operand::<F, N>(
                 k_s,
-                (fc * fn_ * dp + kk * fk) / vec,
-                comptime!(bk * dpv),
-                dp,
+                (fc * fn_ * kv_row + kk * fk) / vec,
+                comptime!(bk * kv_row / vec),
+                kv_row,
                 fm,
                 fn_,
                 fk,
@@ -145,7 +145,7 @@ pub(super) fn add_probabilities<F: Float, N: Size>(
     #[comptime] rows: usize,
     #[comptime] vec: usize,
     #[comptime] p_row: usize,
-    #[comptime] dpv: usize,
+    #[comptime] kv_row: usize,
     #[comptime] elementwise: bool,
 ) {
     // This tile's p·v, added to the resident output.
@@ -171,9 +171,9 @@ pub(super) fn add_probabilities<F: Float, N: Size>(
         for kk in 0..bk / fk {
             let b = staged_operand::<F, N>(
                 v_s,
-                (kk * fk * dp + fc * fn_) / vec,
-                comptime!(bk * dpv),
-                dp,
+                (kk * fk * kv_row + fc * fn_) / vec,
+                comptime!(bk * kv_row / vec),
+                kv_row,
                 fm,
                 fn_,
                 fk,
