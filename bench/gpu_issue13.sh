@@ -1,5 +1,9 @@
 #!/bin/bash
 # Issue 13 on a lent GPU, one part per device call (each call may run 10 minutes):
+#   PART=dl PyTorch's SD 1.5 and SDXL steps, then ours in the same call: SD 1.5's step replayed
+#           under `--planes-ab` (key/value rows padded or packed, 64 or 32 query rows) and
+#           profiled by kernel, SDXL's step (launch by launch, replayed) profiled by kernel.
+#           One archive, dl.tgz
 #   PART=dk the planes attention's staged key/value rows padded 16 bytes against packed, and its
 #           tilings with padded rows (`--planes-ab`), SD 1.5's step replayed with the GEMM's
 #           compilations (`--gemm-ab`: double-buffered among them), then SDXL's step under
@@ -418,6 +422,17 @@ hold_all_but() {
 }
 
 case ${PART:-a} in
+dl)
+  REPO=$OLDPWD
+  mkdir -p /tmp/dl && export OUT_REAL=$OUT && export OUT=/tmp/dl
+  PARTS=${TORCH_PARTS:-unet16,sdxl} timeout ${TORCH_TIMEOUT:-200} python3 $REPO/bench/torch_anchor.py 2>&1 | grep -v "Warning\|kept in float32" | tee $OUT/torch_dl.txt
+  tar czf $OUT_REAL/dl.tgz -C /tmp dl
+  export LATENT_STUDIO_TUNING_CACHE=/tmp/tuning
+  timeout ${SD15_TIMEOUT:-150} /tmp/ls bench --device gpu --precision f16 --runs 7 --unet-only --no-ops --no-profile --no-burn-ops --planes-ab --kernel-profile 1 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/sd15_dl.txt
+  tar czf $OUT_REAL/dl.tgz -C /tmp dl
+  timeout ${SDXL_TIMEOUT:-240} /tmp/ls bench --device gpu --precision f16 --runs 5 --sdxl --no-pipeline --kernel-profile 1 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/sdxl_dl.txt
+  tar czf $OUT_REAL/dl.tgz -C /tmp dl
+  ;;
 dk)
   mkdir -p /tmp/dk && export OUT_REAL=$OUT && export OUT=/tmp/dk
   export LATENT_STUDIO_TUNING_CACHE=/tmp/tuning

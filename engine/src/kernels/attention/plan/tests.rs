@@ -50,7 +50,7 @@ fn plane_plans_fit() {
 }
 
 /// Where the device offers per-element operations, the planes plans with tiles in registers
-/// come first (two planes over 32 keys first), the round trip's after them; a fragment whose
+/// come first (four planes over 32 keys first), the round trip's after them; a fragment whose
 /// scores cannot be the next left operand (16×8×16: scores 16 × 8, operand 16 × 16) gets
 /// none.
 #[test]
@@ -63,7 +63,7 @@ fn register_plans_come_first_where_offered() {
     let all = Plan::on_planes(40, 2, square, 32, 256, 48 * 1024, true);
     let first = all[0];
     assert!(first.elementwise && first.wide_loads && first.prefetch);
-    assert_eq!((first.bq, first.bk), (32, 32));
+    assert_eq!((first.bq, first.bk), (64, 32));
     assert!(first.to_string().contains("registers"));
     let split = all
         .iter()
