@@ -1,5 +1,12 @@
 #!/bin/bash
 # Issue 13 on a lent GPU, one part per device call (each call may run 10 minutes):
+#   PART=dn the GEMM's compilations (`--gemm-ab`: 4 planes of 64 × 32 over 128 × 64 tiles among
+#           them) on SD 1.5's step replayed, then on SDXL's. One archive, dn.tgz. Needs that
+#           call's binary (`GemmKnobs::tile`, lost and removed)
+#   PART=dm PyTorch's SD 1.5 step, 20-step 512² txt2img and SDXL step, then ours in the same
+#           call: SD 1.5's step replayed under `--planes-ab` (the rows' references held in
+#           registers between round trips among the rules), the 20-step txt2img, SDXL's step
+#           under `--planes-ab`. One archive, dm.tgz
 #   PART=dl PyTorch's SD 1.5 and SDXL steps, then ours in the same call: SD 1.5's step replayed
 #           under `--planes-ab` (key/value rows padded or packed, 64 or 32 query rows) and
 #           profiled by kernel, SDXL's step (launch by launch, replayed) profiled by kernel.
@@ -422,6 +429,27 @@ hold_all_but() {
 }
 
 case ${PART:-a} in
+dn)
+  mkdir -p /tmp/dn && export OUT_REAL=$OUT && export OUT=/tmp/dn
+  export LATENT_STUDIO_TUNING_CACHE=/tmp/tuning
+  timeout ${SD15_TIMEOUT:-150} /tmp/ls bench --device gpu --precision f16 --runs 7 --unet-only --no-ops --no-profile --no-burn-ops --gemm-ab 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/sd15_dn.txt
+  tar czf $OUT_REAL/dn.tgz -C /tmp dn
+  timeout ${SDXL_TIMEOUT:-300} /tmp/ls bench --device gpu --precision f16 --runs 5 --sdxl --no-pipeline --gemm-ab 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/sdxl_dn.txt
+  tar czf $OUT_REAL/dn.tgz -C /tmp dn
+  ;;
+dm)
+  REPO=$OLDPWD
+  mkdir -p /tmp/dm && export OUT_REAL=$OUT && export OUT=/tmp/dm
+  PARTS=${TORCH_PARTS:-unet16,e2e,sdxl} timeout ${TORCH_TIMEOUT:-220} python3 $REPO/bench/torch_anchor.py 2>&1 | grep -v "Warning\|kept in float32" | tee $OUT/torch_dm.txt
+  tar czf $OUT_REAL/dm.tgz -C /tmp dm
+  export LATENT_STUDIO_TUNING_CACHE=/tmp/tuning
+  timeout ${SD15_TIMEOUT:-130} /tmp/ls bench --device gpu --precision f16 --runs 7 --unet-only --no-ops --no-profile --no-burn-ops --planes-ab 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/sd15_dm.txt
+  tar czf $OUT_REAL/dm.tgz -C /tmp dm
+  timeout ${E2E_TIMEOUT:-150} /tmp/ls bench --device gpu --precision f16 --steps 20 --pipeline-only --runs 5 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace\|step [0-9]*/20 at" | tee $OUT/e2e_dm.txt
+  tar czf $OUT_REAL/dm.tgz -C /tmp dm
+  timeout ${SDXL_TIMEOUT:-200} /tmp/ls bench --device gpu --precision f16 --runs 5 --sdxl --no-pipeline --planes-ab 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/sdxl_dm.txt
+  tar czf $OUT_REAL/dm.tgz -C /tmp dm
+  ;;
 dl)
   REPO=$OLDPWD
   mkdir -p /tmp/dl && export OUT_REAL=$OUT && export OUT=/tmp/dl

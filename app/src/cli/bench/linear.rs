@@ -190,8 +190,10 @@ pub fn small_knobs_only() -> bool {
 }
 
 /// The GEMM's compilations the reports compare: the default first, then with the next step
-/// prefetched, two stages, both (32 deep), four planes of 64 × 64, and each fixed reduction
-/// step. `LATENT_STUDIO_BENCH_KNOBS=small` keeps the default and the small-grid knobs only.
+/// prefetched, two stages, four planes of 64 × 64, and each fixed reduction step. (Lost and
+/// removed, BENCHMARKS.md forty-eighth session: the prefetch with two 32-deep stages,
+/// double-buffered, SD 1.5's step 30.37 against 25.64 ms; 4 planes of 64 × 32 over 128 × 64
+/// tiles, 35.63 against 23.76 and SDXL's 264.1 against 114.6.) `LATENT_STUDIO_BENCH_KNOBS=small` keeps the default and the small-grid knobs only.
 pub fn knob_sets() -> Vec<matmul::GemmKnobs> {
     let base = matmul::GemmKnobs::default();
     let small = [
@@ -211,15 +213,6 @@ pub fn knob_sets() -> Vec<matmul::GemmKnobs> {
             ..base
         },
         matmul::GemmKnobs { stages: 2, ..base },
-        // Double-buffered: the next step loads into registers over this step's products and
-        // is stored to the other staging copy, one barrier a step (32 deep: two 64-deep copies
-        // pass 48 KiB).
-        matmul::GemmKnobs {
-            bk: Some(32),
-            stages: 2,
-            prefetch: true,
-            ..base
-        },
         matmul::GemmKnobs {
             planes: [2, 2],
             ..base

@@ -102,28 +102,22 @@ pub(super) fn sdxl_bench(
     }
     memory(device, "after the replayed steps");
     if args.planes_ab {
-        use latent_engine::kernels::attention::{set_planes_kv_pad, set_planes_tile};
-        // The planes kernel's staged key/value rows padded or packed, and its tilings over many
-        // keys with padded rows, `(query rows, keys)` a cube (a tiling the head width lacks
-        // falls back to the default's); each step replayed from a graph recorded under it, as
-        // txt2img runs it (launch by launch, SDXL's step moves ±5 ms with the host).
-        let rules = [
-            (true, None),
-            (false, None),
-            (true, Some((64, 64))),
-            (true, Some((128, 32))),
-            (true, Some((32, 32))),
-        ];
+        use latent_engine::kernels::attention::{set_planes_hold_refs, set_planes_kv_pad};
+        // The planes kernel's staged key/value rows padded or packed, and its rows' references
+        // held in registers between round trips; each step replayed from a graph recorded under
+        // it, as txt2img runs it (launch by launch, SDXL's step moves ±5 ms with the host).
+        let rules = [(true, true), (true, false), (false, false)];
         let names = [
-            "default (key/value rows padded 16 bytes, 64 query rows over 32 keys)",
-            "key/value rows packed (the kernel before)",
-            "padded, 64 query rows over 64 keys",
-            "padded, 128 query rows over 32 keys",
-            "padded, 32 query rows over 32 keys",
+            "default (key/value rows padded 16 bytes, 64 query rows over 32 keys, references held)",
+            "padded, references loaded every tile",
+            "key/value rows packed, references loaded every tile (the kernel before)",
         ];
-        // Each rule's output against the default's: packed rows must give the same step
-        // exactly (the padding moves nothing the sums read); other tilings differ by f16
-        // rounding, a wrong one by the output's order.
+        let set = |(pad, hold): (bool, bool)| {
+            set_planes_kv_pad(pad);
+            set_planes_hold_refs(hold);
+        };
+        // Each rule's output against the default's: every rule must give the same step
+        // exactly (none moves what the sums read).
         let step = || {
             super::read_f32(super::unet::plain_step(
                 &model.unet()?,
@@ -134,22 +128,18 @@ pub(super) fn sdxl_bench(
         };
         let want = step()?;
         for (rule, name) in rules.iter().zip(names).skip(1) {
-            set_planes_kv_pad(rule.0);
-            set_planes_tile(rule.1);
+            set(*rule);
             let got = step();
-            set_planes_kv_pad(true);
-            set_planes_tile(None);
+            set(rules[0]);
             let diff = latent_engine::vae_compile::relative_difference(&got?, &want);
             println!(
                 "[SDXL] planes rule {name}: max relative difference from the default {diff:.2e}"
             );
         }
         super::unet::interleaved(precision, "SDXL planes rule (replayed)", &names, 3, |i| {
-            set_planes_kv_pad(rules[i].0);
-            set_planes_tile(rules[i].1);
+            set(rules[i]);
             let ms = super::unet::step_ms_added(&model, device, runs, &x, &ctx, Some(&added));
-            set_planes_kv_pad(true);
-            set_planes_tile(None);
+            set(rules[0]);
             ms
         })?;
     }

@@ -107,48 +107,56 @@ pub(super) fn planes_ab(
     x: &Tensor<4>,
     ctx: &Tensor<3>,
 ) -> Result<()> {
-    use latent_engine::kernels::attention::{set_planes_kv_pad, set_planes_tile};
-    // (staged key/value rows padded, tiling over many keys)
+    use latent_engine::kernels::attention::{
+        set_planes_hold_refs, set_planes_kv_pad, set_planes_tile,
+    };
+    // (staged key/value rows padded, tiling over many keys, references held between round trips)
     let rules = [
         (
             true,
             None,
-            "default (key/value rows padded 16 bytes, 64 query rows over 32 keys)",
+            true,
+            "default (key/value rows padded 16 bytes, 64 query rows over 32 keys, references held)",
         ),
+        (true, None, false, "padded, references loaded every tile"),
         (
             false,
             None,
+            false,
             "key/value rows packed, 64 query rows over 32 keys",
         ),
-        (true, Some((32, 32)), "padded, 32 query rows over 32 keys"),
         (
             false,
             Some((32, 32)),
+            false,
             "packed, 32 query rows over 32 keys (the kernel before)",
         ),
     ];
-    // Each rule's output against the default's: the padding moves nothing the sums read, so
-    // packed rows must give the same step exactly; other tilings differ by f16 rounding.
+    let set = |(pad, tile, hold): (bool, Option<(usize, usize)>, bool)| {
+        set_planes_kv_pad(pad);
+        set_planes_tile(tile);
+        set_planes_hold_refs(hold);
+    };
+    let default = (true, None, true);
+    // Each rule's output against the default's: the padding and the held references move
+    // nothing the sums read, so those rules must give the same step exactly; other tilings
+    // differ by f16 rounding.
     let want = super::read_f32(model.unet()?.forward(x.clone(), &[500.0], ctx))?;
-    for (pad, tile, name) in rules.iter().skip(1) {
-        set_planes_kv_pad(*pad);
-        set_planes_tile(*tile);
+    for &(pad, tile, hold, name) in rules.iter().skip(1) {
+        set((pad, tile, hold));
         let got = super::read_f32(model.unet()?.forward(x.clone(), &[500.0], ctx));
-        set_planes_kv_pad(true);
-        set_planes_tile(None);
+        set(default);
         let diff = latent_engine::vae_compile::relative_difference(&got?, &want);
         println!(
             "[{precision:?}] planes rule {name}: max relative difference from the default {diff:.2e}"
         );
     }
-    let names: Vec<&str> = rules.iter().map(|r| r.2).collect();
+    let names: Vec<&str> = rules.iter().map(|r| r.3).collect();
     interleaved(precision, "planes rule", &names, 3, |i| {
-        let (pad, tile, _) = rules[i];
-        set_planes_kv_pad(pad);
-        set_planes_tile(tile);
+        let (pad, tile, hold, _) = rules[i];
+        set((pad, tile, hold));
         let ms = step_ms(model, device, runs, x, ctx);
-        set_planes_kv_pad(true);
-        set_planes_tile(None);
+        set(default);
         ms
     })
 }

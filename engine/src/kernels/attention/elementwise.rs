@@ -24,19 +24,19 @@ use super::round_trip::staged_operand;
 pub(super) const OVERFLOW: f32 = 11.0;
 
 /// One whole key tile staged in `k_s`/`v_s`: the plane's scores against it from the
-/// references in its score rows, their probabilities in registers, added times v to `acc` and
-/// times ones to `sums` (one fragment of row sums per query fragment).
+/// references `init` (one accumulator fragment per row fragment, each row's reference negated
+/// and over the scale), their probabilities in registers, added times v to `acc` and times ones
+/// to `sums` (one fragment of row sums per query fragment).
 #[cube]
 #[allow(clippy::too_many_arguments)]
 pub(super) fn elementwise_tile<F: Float, N: Size>(
     k_s: &Shared<[Vector<F, N>]>,
     v_s: &Shared<[Vector<F, N>]>,
-    s_s: &Shared<[f32]>,
     qf: &Sequence<cmma::Matrix<F>>,
     acc: &mut Sequence<cmma::Matrix<f32>>,
     sums: &mut Sequence<cmma::Matrix<f32>>,
     ones: &Sequence<cmma::Matrix<F>>,
-    s_at_plane: usize,
+    init: &Sequence<cmma::Matrix<f32>>,
     scale: f32,
     #[comptime] dp: usize,
     #[comptime] bk: usize,
@@ -45,24 +45,9 @@ pub(super) fn elementwise_tile<F: Float, N: Size>(
     #[comptime] fk: usize,
     #[comptime] rows: usize,
     #[comptime] vec: usize,
-    #[comptime] s_row: usize,
-    #[comptime] s_end: usize,
     #[comptime] kv_row: usize,
     #[comptime] kv_end: usize,
 ) {
-    let mut init = Sequence::<cmma::Matrix<f32>>::new();
-    #[unroll]
-    for rb in 0..rows {
-        init.push(cmma::Matrix::<f32>::from_slice(
-            cmma::MatrixIdent::Accumulator,
-            fm,
-            fn_,
-            fk,
-            cmma::MatrixLayout::RowMajor,
-            &s_s[s_at_plane + rb * comptime!(fm * s_row)..s_end],
-            s_row as u32,
-        ));
-    }
     #[unroll]
     for j in 0..bk / fn_ {
         // Scores of keys `j·fn_ ..` from the references: the first product adds to them.

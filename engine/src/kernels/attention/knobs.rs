@@ -45,6 +45,22 @@ pub(super) fn planes_kv_pad() -> usize {
     }
 }
 
+/// Whether the planes kernel's tiles in registers keep their rows' references in registers
+/// between round trips instead of loading them before every tile. On by default: on an H200
+/// (BENCHMARKS.md, forty-eighth session, three interleaved rounds, identical outputs) SD 1.5's
+/// step replayed took 23.92 ms against 24.05, SDXL's 115.32 against 115.76.
+static PLANES_HOLD_REFS: AtomicBool = AtomicBool::new(true);
+
+/// Makes the planes kernel hold its rows' references in registers between round trips (`true`,
+/// the default) or load them before every tile in registers (`false`). For measuring only.
+pub fn set_planes_hold_refs(hold: bool) {
+    PLANES_HOLD_REFS.store(hold, Ordering::Relaxed);
+}
+
+pub(super) fn planes_hold_refs() -> bool {
+    PLANES_HOLD_REFS.load(Ordering::Relaxed)
+}
+
 /// The bench's switch between the planes kernel's loads (0: the preferred, 1: single elements,
 /// 2: 16 bytes).
 static PLANES_WIDE: AtomicU8 = AtomicU8::new(0);

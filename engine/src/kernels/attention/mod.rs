@@ -35,11 +35,11 @@ use choose::{ours_is_faster, pairs_fit_registers, preferred_with};
 use choose::{paired_over_many, preferred};
 use kernel::{flash_attention, flash_attention_rows};
 pub use knobs::{
-    ROWS_KEYS16_WIDEST, ROWS_PAIRS_MIN_QUERIES, set_planes_kv_pad, set_planes_registers,
-    set_planes_rows, set_planes_rule, set_planes_tile, set_planes_wide, set_rows_keys16,
-    set_rows_pairs, set_rows_scalar, set_wide_heads,
+    ROWS_KEYS16_WIDEST, ROWS_PAIRS_MIN_QUERIES, set_planes_hold_refs, set_planes_kv_pad,
+    set_planes_registers, set_planes_rows, set_planes_rule, set_planes_tile, set_planes_wide,
+    set_rows_keys16, set_rows_pairs, set_rows_scalar, set_wide_heads,
 };
-use knobs::{planes_kv_pad, planes_rows, rows_vector};
+use knobs::{planes_hold_refs, planes_kv_pad, planes_rows, rows_vector};
 pub use plan::{Fragment, Plan, device_fragment, device_fragments};
 use plan::{LANES, SHARED_BUDGET};
 use planes::flash_attention_planes;
@@ -404,6 +404,7 @@ fn launch(
                     knock,
                     plan.elementwise,
                     planes_kv_pad(),
+                    planes_hold_refs(),
                 )
             } else if vector_rows {
                 flash_attention_rows_vec::launch::<$t>(

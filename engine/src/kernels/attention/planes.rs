@@ -120,6 +120,7 @@ pub(super) fn flash_attention_planes<F: Float, N: Size>(
     #[comptime] knock: u32,
     #[comptime] elementwise: bool,
     #[comptime] kv_pad: usize,
+    #[comptime] hold_refs: bool,
 ) {
     let lanes = comptime!(planes * plane);
     // Vectors per staged row, and those that carry the head (the rest pad it to `dp`).
@@ -213,6 +214,23 @@ pub(super) fn flash_attention_planes<F: Float, N: Size>(
     }
     let mut sums = Sequence::<cmma::Matrix<f32>>::new();
     let mut ones = Sequence::<cmma::Matrix<F>>::new();
+    // With `elementwise`, each row fragment's references (negated, over the scale) as the
+    // accumulator a tile in registers starts its scores from; with `hold_refs` loaded once after
+    // each round trip (the only place they move) instead of before every tile.
+    let mut refs = Sequence::<cmma::Matrix<f32>>::new();
+    if comptime!(elementwise) {
+        #[unroll]
+        for _ in 0..rows {
+            refs.push(cmma::Matrix::<f32>::from_value(
+                cmma::MatrixIdent::Accumulator,
+                fm,
+                fn_,
+                fk,
+                cmma::MatrixLayout::RowMajor,
+                0.0f32,
+            ));
+        }
+    }
     if comptime!(elementwise) {
         #[unroll]
         for _ in 0..rows {
@@ -325,15 +343,17 @@ pub(super) fn flash_attention_planes<F: Float, N: Size>(
                 let in_registers =
                     comptime!(elementwise && attempt == 0) && t > 0 && key0 + bk <= n_k;
                 if in_registers {
+                    if comptime!(!hold_refs) {
+                        load_refs(&s_s, &mut refs, s_at_plane, fm, rows, s_row, bq * s_row);
+                    }
                     elementwise_tile::<F, N>(
                         &k_s,
                         &v_s,
-                        &s_s,
                         &qf,
                         &mut acc,
                         &mut sums,
                         &ones,
-                        s_at_plane,
+                        &refs,
                         scale,
                         dp,
                         bk,
@@ -342,8 +362,6 @@ pub(super) fn flash_attention_planes<F: Float, N: Size>(
                         fk,
                         rows,
                         vec,
-                        s_row,
-                        bq * s_row,
                         kv_row,
                         bk * kvv,
                     );
@@ -463,6 +481,9 @@ pub(super) fn flash_attention_planes<F: Float, N: Size>(
                             s_s[s_at_row + part + c * lpr] = -m / scale;
                         }
                         sync_plane();
+                        if comptime!(hold_refs) {
+                            load_refs(&s_s, &mut refs, s_at_plane, fm, rows, s_row, bq * s_row);
+                        }
                     }
 
                     add_probabilities::<F, N>(
@@ -549,6 +570,29 @@ pub(super) fn flash_attention_planes<F: Float, N: Size>(
                 out[o_base + cv] = o;
             }
         }
+    }
+}
+
+/// The plane's row references from its score rows (each row's first `fn_` values, written by
+/// the round trip) into `refs`, one accumulator fragment per row fragment.
+#[cube]
+fn load_refs(
+    s_s: &Shared<[f32]>,
+    refs: &mut Sequence<cmma::Matrix<f32>>,
+    s_at_plane: usize,
+    #[comptime] fm: usize,
+    #[comptime] rows: usize,
+    #[comptime] s_row: usize,
+    #[comptime] s_end: usize,
+) {
+    #[unroll]
+    for rb in 0..rows {
+        cmma::load_with_layout(
+            refs.index_mut(rb),
+            &s_s[s_at_plane + rb * comptime!(fm * s_row)..s_end],
+            s_row as u32,
+            cmma::MatrixLayout::RowMajor,
+        );
     }
 }
 
