@@ -1,5 +1,8 @@
 #!/bin/bash
 # Issue 13 on a lent GPU, one part per device call (each call may run 10 minutes):
+#   PART=do PyTorch's SD 1.5 step, VAE decode and 20-step txt2img, then ours in the same call: the
+#           SD 1.5 step replayed, the 20-step 512² txt2img, the VAE decode (`--vae-only`). One
+#           archive, do.tgz
 #   PART=dn the GEMM's compilations (`--gemm-ab`: 4 planes of 64 × 32 over 128 × 64 tiles among
 #           them) on SD 1.5's step replayed, then on SDXL's. One archive, dn.tgz. Needs that
 #           call's binary (`GemmKnobs::tile`, lost and removed)
@@ -429,6 +432,19 @@ hold_all_but() {
 }
 
 case ${PART:-a} in
+do)
+  REPO=$OLDPWD
+  mkdir -p /tmp/do && export OUT_REAL=$OUT && export OUT=/tmp/do
+  PARTS=${TORCH_PARTS:-unet16,vae,e2e} timeout ${TORCH_TIMEOUT:-150} python3 $REPO/bench/torch_anchor.py 2>&1 | grep -v "Warning\|kept in float32" | tee $OUT/torch_do.txt
+  tar czf $OUT_REAL/do.tgz -C /tmp do
+  export LATENT_STUDIO_TUNING_CACHE=/tmp/tuning
+  timeout ${SD15_TIMEOUT:-120} /tmp/ls bench --device gpu --precision f16 --runs 7 --unet-only --no-ops --no-profile --no-burn-ops 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/sd15_do.txt
+  tar czf $OUT_REAL/do.tgz -C /tmp do
+  timeout ${E2E_TIMEOUT:-150} /tmp/ls bench --device gpu --precision f16 --steps 20 --pipeline-only --runs 5 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace\|step [0-9]*/20 at" | tee $OUT/e2e_do.txt
+  tar czf $OUT_REAL/do.tgz -C /tmp do
+  timeout ${VAE_TIMEOUT:-150} /tmp/ls bench --device gpu --precision f16 --runs 5 --vae-only 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/vae_do.txt
+  tar czf $OUT_REAL/do.tgz -C /tmp do
+  ;;
 dn)
   mkdir -p /tmp/dn && export OUT_REAL=$OUT && export OUT=/tmp/dn
   export LATENT_STUDIO_TUNING_CACHE=/tmp/tuning
