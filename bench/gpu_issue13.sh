@@ -1,5 +1,8 @@
 #!/bin/bash
 # Issue 13 on a lent GPU, one part per device call (each call may run 10 minutes):
+#   PART=dp the planes attention's tiling over the 77 prompt tokens (`--planes-ab`, SD 1.5's step
+#           then SDXL's, replayed): the narrowest key tile against 32/64 query rows over 16/32
+#           keys. Needs that call's binary (`set_planes_few_tile`, level and removed)
 #   PART=do PyTorch's SD 1.5 step, VAE decode and 20-step txt2img, then ours in the same call: the
 #           SD 1.5 step replayed, the 20-step 512² txt2img, the VAE decode (`--vae-only`). One
 #           archive, do.tgz
@@ -432,6 +435,14 @@ hold_all_but() {
 }
 
 case ${PART:-a} in
+dp)
+  mkdir -p /tmp/dp && export OUT_REAL=$OUT && export OUT=/tmp/dp
+  export LATENT_STUDIO_TUNING_CACHE=/tmp/tuning
+  timeout ${SD15_TIMEOUT:-100} /tmp/ls bench --device gpu --precision f16 --runs 7 --unet-only --no-ops --no-profile --no-burn-ops --planes-ab 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/sd15_dp.txt
+  tar czf $OUT_REAL/dp.tgz -C /tmp dp
+  timeout ${SDXL_TIMEOUT:-220} /tmp/ls bench --device gpu --precision f16 --runs 5 --sdxl --no-pipeline --planes-ab 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/sdxl_dp.txt
+  tar czf $OUT_REAL/dp.tgz -C /tmp dp
+  ;;
 do)
   REPO=$OLDPWD
   mkdir -p /tmp/do && export OUT_REAL=$OUT && export OUT=/tmp/do
