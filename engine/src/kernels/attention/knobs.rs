@@ -28,7 +28,7 @@ pub fn set_planes_rule(prefetch: Option<bool>, widest: usize, min_keys: usize) {
     PLANES_FEWEST_KEYS.store(min_keys, Ordering::Relaxed);
 }
 
-/// Whether the planes kernel pads its staged key and value rows ([`super::planes::KV_PAD`]).
+/// Whether the planes kernel pads its staged key and value rows ([`super::kv_tile::KV_PAD`]).
 static PLANES_KV_PAD: AtomicBool = AtomicBool::new(true);
 
 /// Makes the planes kernel stage its key and value rows padded (the default) or packed, for
@@ -40,7 +40,7 @@ pub fn set_planes_kv_pad(pad: bool) {
 /// Elements of padding a staged key or value row of the planes kernel takes.
 pub(super) fn planes_kv_pad() -> usize {
     match PLANES_KV_PAD.load(Ordering::Relaxed) {
-        true => super::planes::KV_PAD,
+        true => super::kv_tile::KV_PAD,
         false => 0,
     }
 }

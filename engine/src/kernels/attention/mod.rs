@@ -19,6 +19,7 @@ mod choose;
 mod elementwise;
 mod kernel;
 mod knobs;
+mod kv_tile;
 mod plan;
 mod planes;
 mod round_trip;

@@ -39,7 +39,7 @@ const PLANE_TILES: [(usize, usize); 7] = [
 /// rounds) two planes over 32 keys took SD 1.5's step from 30.75 ms (the round trip's tiles) to
 /// 29.66 and SDXL's from 178.39 to 171.96; 64 query rows over 32 keys lost on SD 1.5 then
 /// (30.58) and won on SDXL's 64-wide heads (forty-sixth session: 136.77 against 138.40). With
-/// the staged key/value rows padded ([`super::planes::KV_PAD`], forty-eighth session) 64 rows
+/// the staged key/value rows padded ([`super::kv_tile::KV_PAD`], forty-eighth session) 64 rows
 /// over 32 keys win at every width that fits them: SD 1.5's step replayed 23.80 ms against
 /// 25.55 with 32 rows; SDXL's 114.37 against 117.04 (32 rows), 117.25 (64 keys), 117.29 (128
 /// rows).

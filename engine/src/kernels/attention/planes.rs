@@ -31,13 +31,14 @@
 //! changes lost everywhere: reading a tile's scores once (probabilities against the row's
 //! current reference, again where it moved; 35.42 against 32.71 ms) and every staged row padded
 //! by 16 bytes (34.93; 4 cubes an SM instead of 5 at 47 KiB). The staged key and value rows
-//! alone padded ([`KV_PAD`]) won since: SDXL's step replayed 136.62 → 114.37 ms, its 10 × 64
+//! alone padded ([`super::kv_tile::KV_PAD`]) won since: SDXL's step replayed 136.62 → 114.37 ms, its 10 × 64
 //! heads over 4096 keys 1.93 → 0.71 ms a launch (H200, forty-eighth session), the same output.
 
 use burn::cubecl;
 use burn::cubecl::prelude::*;
 
 use super::elementwise::elementwise_tile;
+use super::kv_tile::{load_tile, stage_tile};
 use super::round_trip::{add_probabilities, rescale_rows, scores_to_rows};
 
 /// f32 words of padding per score row in workgroup memory: 16 bytes keeps fragment stores aligned
@@ -45,15 +46,6 @@ use super::round_trip::{add_probabilities, rescale_rows, scores_to_rows};
 pub(super) const SCORE_PAD: usize = 4;
 /// Elements of padding per probability row (16 bytes of f16).
 pub(super) const PROB_PAD: usize = 8;
-
-/// Elements of padding per staged key/value row. Unpadded, a 64-wide head's rows (SDXL's, SD
-/// 2.x's) lie 128 bytes apart, so the 8 rows a fragment load reads 16 bytes of at a time all
-/// start on the same bank (an 8-way conflict; 2-way at SD 1.x's 48 and 80). With 16 bytes more
-/// a row, any width that is a multiple of 16 puts those rows on 8 different 16-byte bank groups.
-/// (The twenty-fifth session padded every staged row, q's too, and lost on SD 1.5 at 47 KiB a
-/// cube; this pads k and v only, 32 · `bk` bytes.) [`super::knobs::set_planes_kv_pad`]
-/// switches it for the bench.
-pub(super) const KV_PAD: usize = 8;
 
 /// How far (natural log) a score may pass a row's reference maximum before the reference moves.
 pub(super) const RESCALE_MARGIN: f32 = 8.0;
@@ -127,7 +119,7 @@ pub(super) fn flash_attention_planes<F: Float, N: Size>(
     let dpv = comptime!(dp / vec);
     let dv = comptime!(d / vec);
     // A staged key/value row: the padded head plus `kv_pad` elements, so that the rows a
-    // fragment load reads fall on different banks ([`KV_PAD`]).
+    // fragment load reads fall on different banks ([`super::kv_tile::KV_PAD`]).
     let kv_row = comptime!(dp + kv_pad);
     let kvv = comptime!(kv_row / vec);
     // Query rows a plane owns.
@@ -214,7 +206,7 @@ pub(super) fn flash_attention_planes<F: Float, N: Size>(
     }
     let mut sums = Sequence::<cmma::Matrix<f32>>::new();
     let mut ones = Sequence::<cmma::Matrix<F>>::new();
-    // With `elementwise`, each row fragment's references (negated, over the scale) as the
+    // With `elementwise`, also each row fragment's references (negated, over the scale) as the
     // accumulator a tile in registers starts its scores from; with `hold_refs` loaded once after
     // each round trip (the only place they move) instead of before every tile.
     let mut refs = Sequence::<cmma::Matrix<f32>>::new();
@@ -229,11 +221,6 @@ pub(super) fn flash_attention_planes<F: Float, N: Size>(
                 cmma::MatrixLayout::RowMajor,
                 0.0f32,
             ));
-        }
-    }
-    if comptime!(elementwise) {
-        #[unroll]
-        for _ in 0..rows {
             sums.push(cmma::Matrix::<f32>::from_value(
                 cmma::MatrixIdent::Accumulator,
                 fm,
@@ -301,18 +288,7 @@ pub(super) fn flash_attention_planes<F: Float, N: Size>(
                             dv, dpv, bk, lanes, vec,
                         );
                     }
-                    #[unroll]
-                    for e in 0..per_lane {
-                        let i = lane + e * lanes;
-                        if i < comptime!(bk * dpv) {
-                            let mut at = i;
-                            if comptime!(kv_pad > 0) {
-                                at = (i / dpv) * kvv + i % dpv;
-                            }
-                            k_s[at] = kr[e];
-                            v_s[at] = vr[e];
-                        }
-                    }
+                    stage_tile::<F, N>(&mut k_s, &mut v_s, &kr, &vr, lane, dpv, kvv, bk, lanes);
                     sync_cube();
                 }
                 if comptime!(prefetch && loads) {
@@ -593,45 +569,5 @@ fn load_refs(
             s_row as u32,
             cmma::MatrixLayout::RowMajor,
         );
-    }
-}
-
-/// This lane's share of the key and value tile from `key0`, zero past the last key and the head
-/// width: vector `lane + e · lanes` of the tile's `bk` rows of `dpv` vectors (`dv` of them the
-/// head's) into `kr[e]`, `vr[e]`. The bases and row strides are in elements, multiples of `vec`.
-#[cube]
-#[allow(clippy::too_many_arguments)]
-fn load_tile<F: Float, N: Size>(
-    k: &[Vector<F, N>],
-    v: &[Vector<F, N>],
-    kr: &mut Array<Vector<F, N>>,
-    vr: &mut Array<Vector<F, N>>,
-    k_base: usize,
-    k_row: usize,
-    v_base: usize,
-    v_row: usize,
-    key0: usize,
-    n_k: usize,
-    lane: usize,
-    #[comptime] dv: usize,
-    #[comptime] dpv: usize,
-    #[comptime] bk: usize,
-    #[comptime] lanes: usize,
-    #[comptime] vec: usize,
-) {
-    let per_lane = comptime!((bk * dpv).div_ceil(lanes));
-    #[unroll]
-    for e in 0..per_lane {
-        let i = lane + e * lanes;
-        let key = key0 + i / dpv;
-        let c = i % dpv;
-        let mut kv = Vector::<F, N>::new(F::new(0.0));
-        let mut vv = Vector::<F, N>::new(F::new(0.0));
-        if i < comptime!(bk * dpv) && key < n_k && c < dv {
-            kv = k[(k_base + key * k_row) / vec + c];
-            vv = v[(v_base + key * v_row) / vec + c];
-        }
-        kr[e] = kv;
-        vr[e] = vv;
     }
 }
