@@ -1,5 +1,28 @@
 #!/bin/bash
 # Issue 13 on a lent GPU, one part per device call (each call may run 10 minutes):
+#   PART=dv the fenced sub-steps by rule (default: planes holding 4 accumulators or more) against
+#           none (`--gemm-ab`, `LATENT_STUDIO_BENCH_KNOBS=fence`) on SD 1.5's step replayed,
+#           then SDXL's. One archive, dv.tgz
+#   PART=du SD 1.5's and SDXL's steps profiled by kernel and op shape (`--kernel-profile 1`) with
+#           the GEMM's sub-steps fenced and not (`--gemm-fence on|off`), which ops gain. One
+#           archive, du.tgz
+#   PART=dt the GEMM in 16 planes of 32 × 32 (`GemmKnobs::planes` [4, 4]: 512 lanes, at most 128
+#           registers a lane) without and with the fenced sub-steps, against the default and
+#           the fence alone (`--gemm-ab`, `LATENT_STUDIO_BENCH_KNOBS=fence`) on SD 1.5's step
+#           replayed with every kernel's compile statistics, then on SDXL's. One archive, dt.tgz
+#   PART=ds the GEMM's accumulators seeded with their bias and residual (`GemmKnobs::seed`: no
+#           global loads in the epilogue for the compiler to hoist), with and without the fenced
+#           sub-steps, the prefetch and two stages (`--gemm-ab`, `LATENT_STUDIO_BENCH_KNOBS=fence`)
+#           on SD 1.5's step replayed with every kernel's compile statistics, then on SDXL's.
+#           One archive, ds.tgz
+#   PART=dr the GEMM's sub-steps fenced (`GemmKnobs::fence`: a lane holds one 16-deep sub-step's
+#           fragments) alone and with the 32-deep step, the prefetch or two stages, against the
+#           default and the other compilations (`--gemm-ab`) on SD 1.5's step replayed, with
+#           every kernel's compile statistics; then SDXL's step replayed under the default and
+#           the fenced ones (`LATENT_STUDIO_BENCH_KNOBS=fence`). One archive, dr.tgz
+#   PART=dq every SPIR-V kernel's compile statistics as the driver reports them
+#           (`LATENT_STUDIO_PIPELINE_STATS=1`: registers, spills…) on SD 1.5's step under the
+#           GEMM's compilations (`--gemm-ab`, replayed), then SDXL's step. One archive, dq.tgz
 #   PART=dp the planes attention's tiling over the 77 prompt tokens (`--planes-ab`, SD 1.5's step
 #           then SDXL's, replayed): the narrowest key tile against 32/64 query rows over 16/32
 #           keys. Needs that call's binary (`set_planes_few_tile`, level and removed)
@@ -435,6 +458,58 @@ hold_all_but() {
 }
 
 case ${PART:-a} in
+dv)
+  mkdir -p /tmp/dv && export OUT_REAL=$OUT && export OUT=/tmp/dv
+  export LATENT_STUDIO_TUNING_CACHE=/tmp/tuning LATENT_STUDIO_BENCH_KNOBS=fence
+  timeout ${SD15_TIMEOUT:-150} /tmp/ls bench --device gpu --precision f16 --runs 7 --unet-only --no-ops --no-profile --no-burn-ops --gemm-ab 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/sd15_dv.txt
+  tar czf $OUT_REAL/dv.tgz -C /tmp dv
+  timeout ${SDXL_TIMEOUT:-200} /tmp/ls bench --device gpu --precision f16 --runs 5 --sdxl --no-pipeline --gemm-ab 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/sdxl_dv.txt
+  tar czf $OUT_REAL/dv.tgz -C /tmp dv
+  ;;
+du)
+  mkdir -p /tmp/du && export OUT_REAL=$OUT && export OUT=/tmp/du
+  export LATENT_STUDIO_TUNING_CACHE=/tmp/tuning
+  for f in off on; do
+    timeout ${SD15_TIMEOUT:-100} /tmp/ls bench --device gpu --precision f16 --runs 5 --unet-only --no-ops --no-profile --no-burn-ops --gemm-fence $f --kernel-profile 1 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/sd15_du_$f.txt
+    tar czf $OUT_REAL/du.tgz -C /tmp du
+  done
+  for f in off on; do
+    timeout ${SDXL_TIMEOUT:-130} /tmp/ls bench --device gpu --precision f16 --runs 3 --sdxl --no-pipeline --gemm-fence $f --kernel-profile 1 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/sdxl_du_$f.txt
+    tar czf $OUT_REAL/du.tgz -C /tmp du
+  done
+  ;;
+dt)
+  mkdir -p /tmp/dt && export OUT_REAL=$OUT && export OUT=/tmp/dt
+  export LATENT_STUDIO_TUNING_CACHE=/tmp/tuning LATENT_STUDIO_BENCH_KNOBS=fence
+  LATENT_STUDIO_PIPELINE_STATS=1 timeout ${SD15_TIMEOUT:-240} /tmp/ls bench --device gpu --precision f16 --runs 7 --unet-only --no-ops --no-profile --no-burn-ops --gemm-ab 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/sd15_dt.txt
+  tar czf $OUT_REAL/dt.tgz -C /tmp dt
+  LATENT_STUDIO_PIPELINE_STATS=1 timeout ${SDXL_TIMEOUT:-300} /tmp/ls bench --device gpu --precision f16 --runs 5 --sdxl --no-pipeline --gemm-ab 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/sdxl_dt.txt
+  tar czf $OUT_REAL/dt.tgz -C /tmp dt
+  ;;
+ds)
+  mkdir -p /tmp/ds && export OUT_REAL=$OUT && export OUT=/tmp/ds
+  export LATENT_STUDIO_TUNING_CACHE=/tmp/tuning LATENT_STUDIO_BENCH_KNOBS=fence
+  LATENT_STUDIO_PIPELINE_STATS=1 timeout ${SD15_TIMEOUT:-240} /tmp/ls bench --device gpu --precision f16 --runs 7 --unet-only --no-ops --no-profile --no-burn-ops --gemm-ab 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/sd15_ds.txt
+  tar czf $OUT_REAL/ds.tgz -C /tmp ds
+  LATENT_STUDIO_PIPELINE_STATS=1 timeout ${SDXL_TIMEOUT:-300} /tmp/ls bench --device gpu --precision f16 --runs 5 --sdxl --no-pipeline --gemm-ab 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/sdxl_ds.txt
+  tar czf $OUT_REAL/ds.tgz -C /tmp ds
+  ;;
+dr)
+  mkdir -p /tmp/dr && export OUT_REAL=$OUT && export OUT=/tmp/dr
+  export LATENT_STUDIO_TUNING_CACHE=/tmp/tuning
+  LATENT_STUDIO_PIPELINE_STATS=1 timeout ${SD15_TIMEOUT:-260} /tmp/ls bench --device gpu --precision f16 --runs 7 --unet-only --no-ops --no-profile --no-burn-ops --gemm-ab 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/sd15_dr.txt
+  tar czf $OUT_REAL/dr.tgz -C /tmp dr
+  LATENT_STUDIO_BENCH_KNOBS=fence timeout ${SDXL_TIMEOUT:-280} /tmp/ls bench --device gpu --precision f16 --runs 5 --sdxl --no-pipeline --gemm-ab 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/sdxl_dr.txt
+  tar czf $OUT_REAL/dr.tgz -C /tmp dr
+  ;;
+dq)
+  mkdir -p /tmp/dq && export OUT_REAL=$OUT && export OUT=/tmp/dq
+  export LATENT_STUDIO_TUNING_CACHE=/tmp/tuning LATENT_STUDIO_PIPELINE_STATS=1
+  timeout ${SD15_TIMEOUT:-200} /tmp/ls bench --device gpu --precision f16 --runs 7 --unet-only --no-ops --no-profile --no-burn-ops --gemm-ab 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/sd15_dq.txt
+  tar czf $OUT_REAL/dq.tgz -C /tmp dq
+  timeout ${SDXL_TIMEOUT:-200} /tmp/ls bench --device gpu --precision f16 --runs 5 --sdxl --no-pipeline 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/sdxl_dq.txt
+  tar czf $OUT_REAL/dq.tgz -C /tmp dq
+  ;;
 dp)
   mkdir -p /tmp/dp && export OUT_REAL=$OUT && export OUT=/tmp/dp
   export LATENT_STUDIO_TUNING_CACHE=/tmp/tuning

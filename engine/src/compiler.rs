@@ -167,7 +167,24 @@ pub fn install() {
         if cfg!(debug_assertions) {
             burn::cubecl::wgpu::set_spirv_shadow(ours);
         }
+        if pipeline_statistics_wanted() {
+            burn::cubecl::wgpu::set_pipeline_statistics(print_statistics);
+        }
     });
+}
+
+/// Whether `LATENT_STUDIO_PIPELINE_STATS=1` asks for every SPIR-V kernel's compile statistics
+/// (registers, spills… as the driver names them; `VK_KHR_pipeline_executable_properties`): a
+/// diagnostic for kernel work, since how many registers a kernel holds decides how many of its
+/// cubes an SM keeps resident, and no timing shows it.
+fn pipeline_statistics_wanted() -> bool {
+    std::env::var("LATENT_STUDIO_PIPELINE_STATS").is_ok_and(|v| v.trim() == "1")
+}
+
+/// Prints one line a kernel to stderr, where the bench's log collects it.
+fn print_statistics(entry: &str, stats: &[(String, String)]) {
+    let stats: Vec<String> = stats.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    eprintln!("pipeline statistics {entry}: {}", stats.join(", "));
 }
 
 /// Whether a kernel (by its type name) is one of the engine's own.

@@ -17,6 +17,8 @@ pub use graphics::*;
 pub use runtime::*;
 // Latent Studio patch: see `backend::set_spirv_policy`.
 pub use backend::{set_cooperative_matrices_off, set_spirv_policy};
+#[cfg(feature = "spirv")]
+pub use backend::vulkan::{StatisticsHook, set_pipeline_statistics};
 /// The exact wgpu version used by this runtime, for sharing resources with applications.
 pub use wgpu;
 

@@ -161,6 +161,9 @@ pub struct BenchArgs {
     /// Our GEMM's staging copies for the whole run (1, or 2 where they fit).
     #[arg(long)]
     pub(super) gemm_stages: Option<usize>,
+    /// Our GEMM's sub-steps fenced for the whole run (`GemmKnobs::fence`: `on` or `off`).
+    #[arg(long)]
+    pub(super) gemm_fence: Option<String>,
     /// Only the VAE decode (plain and compiled) and the GroupNorm kernels.
     #[arg(long)]
     pub(super) vae_only: bool,
@@ -226,6 +229,13 @@ impl BenchArgs {
         if let Some(stages) = self.gemm_stages {
             anyhow::ensure!((1..=2).contains(&stages), "--gemm-stages {stages}: 1 or 2");
             knobs.stages = stages;
+        }
+        if let Some(fence) = &self.gemm_fence {
+            knobs.fence = match fence.as_str() {
+                "on" => true,
+                "off" => false,
+                other => anyhow::bail!("--gemm-fence {other}: on or off"),
+            };
         }
         matmul::set_gemm_knobs(knobs);
         matmul::set_mma_linears(!self.burn_linears);

@@ -189,11 +189,14 @@ pub fn small_knobs_only() -> bool {
     std::env::var("LATENT_STUDIO_BENCH_KNOBS").is_ok_and(|v| v == "small")
 }
 
-/// The GEMM's compilations the reports compare: the default first, then with the next step
-/// prefetched, two stages, four planes of 64 × 64, and each fixed reduction step. (Lost and
+/// The GEMM's compilations the reports compare: the default first, then with its sub-steps
+/// fenced ([`matmul::GemmKnobs::fence`]) alone and with two stages, then the prefetch and two
+/// stages alone, unsplit, and each fixed reduction step. (Lost and
 /// removed, BENCHMARKS.md forty-eighth session: the prefetch with two 32-deep stages,
 /// double-buffered, SD 1.5's step 30.37 against 25.64 ms; 4 planes of 64 × 32 over 128 × 64
-/// tiles, 35.63 against 23.76 and SDXL's 264.1 against 114.6.) `LATENT_STUDIO_BENCH_KNOBS=small` keeps the default and the small-grid knobs only.
+/// tiles, 35.63 against 23.76 and SDXL's 264.1 against 114.6; 4 planes of 64 × 64, lost in
+/// every session that ran it.) `LATENT_STUDIO_BENCH_KNOBS=small` keeps the default and the
+/// small-grid knobs only; `fence` the default and the fenced ones.
 pub fn knob_sets() -> Vec<matmul::GemmKnobs> {
     let base = matmul::GemmKnobs::default();
     let small = [
@@ -206,18 +209,23 @@ pub fn knob_sets() -> Vec<matmul::GemmKnobs> {
     if small_knobs_only() {
         return small.to_vec();
     }
-    let mut sets = vec![
-        base,
+    let fence = matmul::GemmKnobs {
+        fence: !base.fence,
+        ..base
+    };
+    let fenced = [fence, matmul::GemmKnobs { stages: 2, ..fence }];
+    let mut sets = vec![base];
+    sets.extend_from_slice(&fenced);
+    if std::env::var("LATENT_STUDIO_BENCH_KNOBS").is_ok_and(|v| v == "fence") {
+        return sets;
+    }
+    sets.extend([
         matmul::GemmKnobs {
             prefetch: !base.prefetch,
             ..base
         },
         matmul::GemmKnobs { stages: 2, ..base },
-        matmul::GemmKnobs {
-            planes: [2, 2],
-            ..base
-        },
-    ];
+    ]);
     sets.extend_from_slice(&small[1..]);
     sets.extend(matmul::GEMM_STEPS.map(|bk| matmul::GemmKnobs {
         bk: Some(bk),
@@ -230,10 +238,11 @@ pub fn knob_sets() -> Vec<matmul::GemmKnobs> {
 pub fn knob_label(k: &matmul::GemmKnobs) -> String {
     let bk = k.bk.map_or("auto".to_string(), |b| b.to_string());
     format!(
-        "bk {bk} {}x{} s{}{}{}{}",
+        "bk {bk} {}x{} s{}{}{}{}{}",
         k.planes[0],
         k.planes[1],
         k.stages,
+        if k.fence { " fenced" } else { "" },
         if k.prefetch { " prefetch" } else { "" },
         if k.split_k { " split-k" } else { "" },
         if k.unchecked { "" } else { ", checked" }

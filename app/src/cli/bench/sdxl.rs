@@ -143,6 +143,9 @@ pub(super) fn sdxl_bench(
             ms
         })?;
     }
+    if args.gemm_ab {
+        gemm_ab(&model, device, runs, &x, &ctx, &added)?;
+    }
     if args.rows_ab {
         let base_unet = model.unet()?;
         super::unet::rows_ab(precision, None, |_| {
@@ -330,4 +333,38 @@ pub(super) fn memory(device: &Device, when: &str) {
             gib(usage.bytes_reserved)
         );
     }
+}
+
+/// SDXL's step under the GEMM's compilations ([`super::linear::knob_sets`]; for this model's
+/// minutes `LATENT_STUDIO_BENCH_KNOBS=fence` keeps the default and the fenced ones), each
+/// replayed from a graph recorded under it, interleaved over three rounds, each output compared
+/// with the default's.
+fn gemm_ab(
+    model: &StableDiffusion,
+    device: &Device,
+    runs: usize,
+    x: &Tensor<4>,
+    ctx: &Tensor<3>,
+    added: &Tensor<2>,
+) -> Result<()> {
+    use latent_engine::kernels::matmul::{gemm_knobs, set_gemm_knobs};
+    let knobs0 = gemm_knobs();
+    let sets = super::linear::knob_sets();
+    let names: Vec<String> = sets.iter().map(super::linear::knob_label).collect();
+    let step = || super::read_f32(super::unet::plain_step(&model.unet()?, x, ctx, Some(added)));
+    let want = step()?;
+    for (k, name) in sets.iter().zip(&names).skip(1) {
+        set_gemm_knobs(*k);
+        let got = step();
+        set_gemm_knobs(knobs0);
+        let diff = latent_engine::vae_compile::relative_difference(&got?, &want);
+        println!("[SDXL] GEMM {name}: max relative difference from the default {diff:.2e}");
+    }
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    super::unet::interleaved(Precision::F16, "SDXL GEMM (replayed)", &names, 3, |i| {
+        set_gemm_knobs(sets[i]);
+        let ms = super::unet::step_ms_added(model, device, runs, x, ctx, Some(added));
+        set_gemm_knobs(knobs0);
+        ms
+    })
 }

@@ -310,6 +310,9 @@ fn launch_gemm(
         // Values and gates in fragment pairs.
         tn = 2 * tn.div_ceil(2);
     }
+    // Sub-steps fenced only where a plane holds 4 accumulators or more: on 64 × 64 tiles (2 a
+    // plane) each fence had less work to stand between (BENCHMARKS.md, forty-ninth session).
+    let fence = knobs.fence && tm * tn >= 4;
     let f = gemm.fragment;
     let (bm, bn) = (pm * tm * f.m, pn * tn * f.n);
     let lanes = pm * pn * gemm.plane;
@@ -411,6 +414,7 @@ fn launch_gemm(
                 matches!(epilogue, GemmEpilogue::Residual(_)) && !split,
                 geglu && !split,
                 knobs.hoist_rows,
+                fence,
                 split,
                 taps,
                 a_taps,

@@ -13,8 +13,10 @@ pub struct GemmKnobs {
     pub bk: Option<usize>,
     pub unchecked: bool,
     /// The planes over a tile, rows × columns: `[2, 4]` (8 planes, each 64 × 32 of a 128 ×
-    /// 128 tile) or `[2, 2]` (4 planes, each 64 × 64: every fragment loaded feeds four
-    /// products instead of two or four).
+    /// 128 tile), `[2, 2]` (4 planes, each 64 × 64: every fragment loaded feeds four
+    /// products instead of two or four). (16 planes of 32 × 32, 512 lanes, which held the
+    /// driver's compiler to 60–114 registers a lane against 173–255 for 8 planes, lost:
+    /// BENCHMARKS.md, forty-ninth session.)
     pub planes: [usize; 2],
     /// Copies of the staging: 2 takes one barrier a step instead of two, where it fits in
     /// workgroup memory.
@@ -39,6 +41,15 @@ pub struct GemmKnobs {
     /// without the gate (0.322). A diagnostic reading the GEGLU's weight rows in order (wrong
     /// values) had found the interleaved rows' per-step arithmetic to be the cost.
     pub hoist_rows: bool,
+    /// A plane barrier after each 16-deep sub-step's products ([`super::products`]) where a
+    /// plane holds 4 accumulators or more: a lane then holds one sub-step's fragments instead
+    /// of the whole step's. On by default: SDXL's step replayed took 111.6–112.6 ms against
+    /// 114.8–115.8 without in three calls (H200, forty-ninth session, three interleaved
+    /// rounds each); its large linears gained (GEGLU 1280 → 10240 over 2048 rows 18.9 → 17.9
+    /// ms a step) and 64 × 64 tiles lost (SD 1.5's 1280 → 1280 over 512 rows 0.513 → 0.543),
+    /// hence the rule. The registers it saves do not buy a second cube an SM (173–255 a lane
+    /// without, 167–255 with, for 128 × 128 tiles), so the gain is the compiler's schedule.
+    pub fence: bool,
 }
 
 /// The plane arrangements the kernel is built for.
@@ -58,6 +69,7 @@ const DEFAULT_KNOBS: GemmKnobs = GemmKnobs {
     prefetch: false,
     split_k: true,
     hoist_rows: true,
+    fence: true,
 };
 
 /// Cubes below which a launch counts as small: two per SM of an H100 (132 SMs).
@@ -194,7 +206,7 @@ mod tests {
         assert_eq!(reduction_step(false, 320), 32, "a 64×64 convolution");
         let knobs = GemmKnobs::default();
         assert!(knobs.bk.is_none() && knobs.unchecked && !knobs.prefetch);
-        assert!(knobs.split_k && knobs.hoist_rows);
+        assert!(knobs.split_k && knobs.hoist_rows && knobs.fence);
         assert_eq!((knobs.planes, knobs.stages), ([2, 4], 1));
     }
 }

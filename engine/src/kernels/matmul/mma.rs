@@ -98,6 +98,7 @@ pub(super) fn gemm_mma<F: Float, N: Size>(
     #[comptime] add_residual: bool,
     #[comptime] geglu: bool,
     #[comptime] hoist: bool,
+    #[comptime] fence: bool,
     #[comptime] split: bool,
     #[comptime] conv: ConvTaps,
     #[comptime] a_conv: ConvTaps,
@@ -285,7 +286,7 @@ pub(super) fn gemm_mma<F: Float, N: Size>(
         }
         step_products::<F, N>(
             &a_s, &b_s, &mut acc, a_off, b_off, wm, wn, a_end, b_end, tm, tn, fm, fn_, fk, bk, bn,
-            b_nk,
+            b_nk, fence,
         );
         if comptime!(stages == 1) {
             sync_cube();

@@ -1,6 +1,12 @@
 //! One reduction step's products of the cooperative-matrix GEMM ([`super::mma`]): each plane
 //! loads its `tn` B and `tm` A fragments of the staged step from workgroup memory and
 //! accumulates `tm × tn` products, `bk / fk` times.
+//!
+//! With `fence`, a plane barrier (acquire/release over workgroup memory) closes each 16-deep
+//! sub-step, so the driver's compiler cannot load the next sub-step's fragments before this
+//! one's products: a lane holds one sub-step's fragments, not the whole step's (up to 96
+//! registers at 4 × 2 fragments a plane and 64 deep). The launcher's rule says where
+//! ([`super::GemmKnobs::fence`]).
 
 use burn::cubecl;
 use burn::cubecl::prelude::*;
@@ -29,6 +35,7 @@ pub(super) fn step_products<F: Float, N: Size>(
     #[comptime] bk: usize,
     #[comptime] bn: usize,
     #[comptime] b_nk: bool,
+    #[comptime] fence: bool,
 ) {
     let k_row = comptime!(bk + VEC);
     let n_row = comptime!(bn + VEC);
@@ -94,6 +101,9 @@ pub(super) fn step_products<F: Float, N: Size>(
                 let c = acc.index(i * tn + j);
                 cmma::execute(&af, bf.index(j), c, c);
             }
+        }
+        if fence {
+            sync_plane();
         }
     }
 }

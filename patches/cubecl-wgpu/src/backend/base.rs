@@ -331,8 +331,20 @@ impl<C: WgpuCompiler> WgpuServer<C> {
                 });
             Arc::new(pipeline)
         };
-        self.validated(create)
-            .map_err(|err| refused("pipeline", entrypoint_name, err))
+        let pipeline = self
+            .validated(create)
+            .map_err(|err| refused("pipeline", entrypoint_name, err))?;
+        // Latent Studio patch: see `vulkan::set_pipeline_statistics`.
+        #[cfg(feature = "spirv")]
+        if let Some(AutoRepresentationRef::SpirV(repr)) = repr {
+            super::vulkan::report_statistics(
+                &self.device,
+                &repr.assembled_module,
+                entrypoint_name,
+                repr.immediate_size,
+            );
+        }
+        Ok(pipeline)
     }
 
     /// Creates a device object under validation and internal error scopes, and returns what the

@@ -39,6 +39,9 @@ use wgpu::{
 use crate::{HostPtr, WgpuCompiler, WgpuMemory, WgpuServer};
 
 mod features;
+mod statistics;
+pub use statistics::{StatisticsHook, set_pipeline_statistics};
+pub(crate) use statistics::report as report_statistics;
 
 pub type VkSpirvCompiler = SpirvCompiler;
 
@@ -149,6 +152,11 @@ fn request_device(
         })
         .collect::<Vec<_>>();
 
+    // Latent Studio patch: see `set_pipeline_statistics`.
+    let statistics_on = extended_feat
+        .pipeline_executable
+        .is_some_and(|f| f.pipeline_executable_info == TRUE);
+
     let pre_info = DeviceCreateInfo::default()
         .queue_create_infos(&family_infos)
         .enabled_extension_names(&str_pointers);
@@ -163,6 +171,9 @@ fn request_device(
                 message: err.to_string(),
             })?
     };
+    if statistics_on {
+        statistics::mark_enabled();
+    }
 
     // The default is MemoryHints::Performance, which tries to do some bigger
     // block allocations. However, we already batch allocations, so we

@@ -40,6 +40,9 @@ pub struct ExtendedFeatures<'a> {
     pub nv_atomic_float_vector: Option<PhysicalDeviceShaderAtomicFloat16VectorFeaturesNV<'a>>,
     pub nv_cooperative_matrix2: Option<PhysicalDeviceCooperativeMatrix2FeaturesNV<'a>>,
 
+    // Latent Studio patch: only where `set_pipeline_statistics` installed a hook.
+    pub pipeline_executable: Option<PhysicalDevicePipelineExecutablePropertiesFeaturesKHR<'a>>,
+
     // Properties
     pub long_vector_properties: Option<PhysicalDeviceShaderLongVectorPropertiesEXT<'a>>,
 
@@ -144,6 +147,13 @@ impl<'a> ExtendedFeatures<'a> {
             // Properties
             EXT_SHADER_LONG_VECTOR_NAME => long_vector_properties,
         );
+
+        if super::statistics::wanted() {
+            fill_opt!(self,
+                phys_caps,
+                KHR_PIPELINE_EXECUTABLE_PROPERTIES_NAME => pipeline_executable,
+            );
+        }
     }
 
     pub fn add_to_device_create(
@@ -187,6 +197,7 @@ impl<'a> ExtendedFeatures<'a> {
         info = push_opt(info, &mut self.maintenance_9);
         info = push_opt(info, &mut self.long_vector);
         info = push_opt(info, &mut self.nv_cooperative_matrix2);
+        info = push_opt(info, &mut self.pipeline_executable);
 
         // Nvidia
         info = push_opt(info, &mut self.nv_atomic_float_vector);
@@ -234,6 +245,7 @@ impl<'a> ExtendedFeatures<'a> {
         features = push_opt(features, &mut self.maintenance_9);
         features = push_opt(features, &mut self.long_vector);
         features = push_opt(features, &mut self.nv_cooperative_matrix2);
+        features = push_opt(features, &mut self.pipeline_executable);
 
         // Nvidia
         features = push_opt(features, &mut self.nv_atomic_float_vector);
@@ -307,6 +319,7 @@ impl<'a> ExtendedFeatures<'a> {
             long_vector,
             nv_atomic_float_vector,
             nv_cooperative_matrix2,
+            pipeline_executable,
             // Properties
             long_vector_properties,
         );
