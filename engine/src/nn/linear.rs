@@ -165,8 +165,8 @@ impl Linear {
     }
 
     /// Where the parts' weights are kept ([`Weights::keeping`]: a LoRA set is merged from them),
-    /// keeps them as views of this fused layer's weight instead of the tensors they were loaded
-    /// as, which the model would otherwise hold a second time (~1.2 GiB of SDXL's q/k/v,
+    /// keeps them (and their biases) as views of this fused layer's instead of the tensors they
+    /// were loaded as, which the model would otherwise hold a second time (~1.2 GiB of SDXL's q/k/v,
     /// BENCHMARKS.md). `parts`: each part's weights and output width, in the order fused.
     pub fn keep_parts_as_views(&self, parts: &[(&Weights, usize)]) {
         // `[out, in]` as stored: each part's rows are a slice of the buffer, not a copy.
@@ -177,6 +177,12 @@ impl Linear {
         let mut offset = 0;
         for (w, width) in parts {
             w.keep_instead("weight", stacked.clone().narrow(0, offset, *width));
+            // Biased parts (the VAE's q/k/v) the same: their biases are slices of this one's.
+            if let Some(bias) = &self.bias
+                && w.contains("bias")
+            {
+                w.keep_instead("bias", bias.clone().narrow(0, offset, *width));
+            }
             offset += width;
         }
     }

@@ -98,19 +98,24 @@ impl VaeConfig {
 #[derive(Debug, Clone)]
 struct VaeAttention {
     group_norm: GroupNorm,
-    to_q: Linear,
-    to_k: Linear,
-    to_v: Linear,
+    /// q, k and v as one projection (`c → 3c`): one product instead of three.
+    qkv: Linear,
     to_out: Linear,
 }
 
 impl VaeAttention {
     fn load(w: &Weights, c: usize, groups: usize) -> Result<Self> {
+        let (wq, wk, wv) = (w.pp("to_q"), w.pp("to_k"), w.pp("to_v"));
+        let qkv = Linear::concat(&[
+            Linear::load(&wq, c, c, true)?,
+            Linear::load(&wk, c, c, true)?,
+            Linear::load(&wv, c, c, true)?,
+        ]);
+        // Kept weights (a LoRA's base, a parked model) hold each part once, as views of it.
+        qkv.keep_parts_as_views(&[(&wq, c), (&wk, c), (&wv, c)]);
         Ok(Self {
             group_norm: GroupNorm::load(&w.pp("group_norm"), groups, c, 1e-6)?,
-            to_q: Linear::load(&w.pp("to_q"), c, c, true)?,
-            to_k: Linear::load(&w.pp("to_k"), c, c, true)?,
-            to_v: Linear::load(&w.pp("to_v"), c, c, true)?,
+            qkv,
             to_out: Linear::load(&w.pp("to_out.0"), c, c, true)?,
         })
     }
@@ -118,9 +123,7 @@ impl VaeAttention {
     fn cast(&self, dtype: DType) -> Self {
         Self {
             group_norm: self.group_norm.clone(),
-            to_q: self.to_q.cast(dtype),
-            to_k: self.to_k.cast(dtype),
-            to_v: self.to_v.cast(dtype),
+            qkv: self.qkv.cast(dtype),
             to_out: self.to_out.cast(dtype),
         }
     }
@@ -136,17 +139,20 @@ impl VaeAttention {
             // [b, hw, c]: no copy from a channels-last map (what burn's convolution writes).
             .permute([0, 2, 3, 1])
             .reshape([b, h * w, c]);
-        let (q, k, v) = (
-            self.to_q.forward(t.clone()),
-            self.to_k.forward(t.clone()),
-            self.to_v.forward(t),
-        );
-        let at = |tensor| Heads { tensor, column: 0 };
+        // `[b, hw, 3c]`: our attention reads q, k and v in place by column.
+        let qkv = self.qkv.forward(t);
+        let at = |column| Heads {
+            tensor: &qkv,
+            column,
+        };
         let ours = match kernels {
-            Kernels::Fused => crate::kernels::attention::attention(at(&q), at(&k), at(&v), 1, c),
+            Kernels::Fused => crate::kernels::attention::attention(at(0), at(c), at(2 * c), 1, c),
             Kernels::Plain => None,
         };
-        let attended = ours.unwrap_or_else(|| wide_head_attention(q, k, v));
+        let attended = ours.unwrap_or_else(|| {
+            let part = |i: usize| qkv.clone().narrow(2, i * c, c);
+            wide_head_attention(part(0), part(1), part(2))
+        });
         let out = self.to_out.forward(attended);
         out.reshape([b, h, w, c]).permute([0, 3, 1, 2]) + x
     }
