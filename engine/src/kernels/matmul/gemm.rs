@@ -103,6 +103,14 @@ pub fn mma_gemm_on(device: &burn::tensor::Device, dtype: DType) -> Option<MmaGem
     gemm.fits().then_some(gemm)
 }
 
+/// Whether a launch whose planes each hold `tm × tn` accumulators fences its sub-steps
+/// ([`super::GemmKnobs::fence`]): only from 4 accumulators a plane, since on 64 × 64 tiles (2 a
+/// plane) each fence stood between too little work and lost (BENCHMARKS.md, forty-ninth
+/// session).
+fn fenced(knob: bool, (tm, tn): (usize, usize)) -> bool {
+    knob && tm * tn >= 4
+}
+
 /// What the GEMM's epilogue adds to the product (and bias) before the one cast.
 #[derive(Debug, Clone, Copy)]
 pub enum GemmEpilogue<'a> {
@@ -310,9 +318,7 @@ fn launch_gemm(
         // Values and gates in fragment pairs.
         tn = 2 * tn.div_ceil(2);
     }
-    // Sub-steps fenced only where a plane holds 4 accumulators or more: on 64 × 64 tiles (2 a
-    // plane) each fence had less work to stand between (BENCHMARKS.md, forty-ninth session).
-    let fence = knobs.fence && tm * tn >= 4;
+    let fence = fenced(knobs.fence, (tm, tn));
     let f = gemm.fragment;
     let (bm, bn) = (pm * tm * f.m, pn * tn * f.n);
     let lanes = pm * pn * gemm.plane;
@@ -504,6 +510,20 @@ mod tests {
         assert_eq!(g.fragments((128, 128), [2, 2]), Some((4, 4)));
         assert_eq!(g.fragments((64, 64), [2, 2]), Some((2, 2)));
         assert_eq!(g.fragments((16, 64), [2, 2]), None);
+    }
+
+    /// The fence goes where the knob is on and a plane holds 4 accumulators or more: 128 × 128
+    /// and 64 × 128 tiles in 8 planes, not 64 × 64 ones.
+    #[test]
+    fn fences_only_planes_with_four_accumulators() {
+        use super::fenced;
+        let g = gemm(32, 16, 16, 16);
+        let planes = [2, 4];
+        let per_plane = |tile| g.fragments(tile, planes).expect("fits");
+        assert!(fenced(true, per_plane((128, 128))), "4 × 2 a plane");
+        assert!(fenced(true, per_plane((64, 128))), "2 × 2 a plane");
+        assert!(!fenced(true, per_plane((64, 64))), "2 × 1 a plane");
+        assert!(!fenced(false, per_plane((128, 128))), "the knob off");
     }
 
     /// Two stages fit 48 KiB at the 32-deep step, not at the 64-deep one of a 128-square tile.
