@@ -116,32 +116,21 @@ pub(super) fn sdxl_bench(
             set_planes_kv_pad(pad);
             set_planes_hold_refs(hold);
         };
-        // Each rule's output against the default's: every rule must give the same step
-        // exactly (none moves what the sums read).
-        let step = || {
-            super::read_f32(super::unet::plain_step(
-                &model.unet()?,
-                &x,
-                &ctx,
-                Some(&added),
-            ))
+        // Every rule must give the same step exactly (none moves what the sums read).
+        let reset = || set(rules[0]);
+        let rules_ab = RulesAb {
+            precision,
+            label: "planes rule",
+            names: &names,
         };
-        let want = step()?;
-        for (rule, name) in rules.iter().zip(names).skip(1) {
-            set(*rule);
-            let got = step();
-            set(rules[0]);
-            let diff = latent_engine::vae_compile::relative_difference(&got?, &want);
-            println!(
-                "[SDXL] planes rule {name}: max relative difference from the default {diff:.2e}"
-            );
-        }
-        super::unet::interleaved(precision, "SDXL planes rule (replayed)", &names, 3, |i| {
-            set(rules[i]);
-            let ms = super::unet::step_ms_added(&model, device, runs, &x, &ctx, Some(&added));
-            set(rules[0]);
-            ms
-        })?;
+        rules_ab.replayed(
+            &model,
+            device,
+            runs,
+            (&x, &ctx, &added),
+            |i| set(rules[i]),
+            reset,
+        )?;
     }
     if args.gemm_ab {
         gemm_ab(&model, device, runs, &x, &ctx, &added)?;
@@ -336,9 +325,7 @@ pub(super) fn memory(device: &Device, when: &str) {
 }
 
 /// SDXL's step under the GEMM's compilations ([`super::linear::knob_sets`]; for this model's
-/// minutes `LATENT_STUDIO_BENCH_KNOBS=fence` keeps the default and the fenced ones), each
-/// replayed from a graph recorded under it, interleaved over three rounds, each output compared
-/// with the default's.
+/// minutes `LATENT_STUDIO_BENCH_KNOBS=fence` keeps the default and the fenced ones).
 fn gemm_ab(
     model: &StableDiffusion,
     device: &Device,
@@ -351,20 +338,58 @@ fn gemm_ab(
     let knobs0 = gemm_knobs();
     let sets = super::linear::knob_sets();
     let names: Vec<String> = sets.iter().map(super::linear::knob_label).collect();
-    let step = || super::read_f32(super::unet::plain_step(&model.unet()?, x, ctx, Some(added)));
-    let want = step()?;
-    for (k, name) in sets.iter().zip(&names).skip(1) {
-        set_gemm_knobs(*k);
-        let got = step();
-        set_gemm_knobs(knobs0);
-        let diff = latent_engine::vae_compile::relative_difference(&got?, &want);
-        println!("[SDXL] GEMM {name}: max relative difference from the default {diff:.2e}");
-    }
     let names: Vec<&str> = names.iter().map(String::as_str).collect();
-    super::unet::interleaved(Precision::F16, "SDXL GEMM (replayed)", &names, 3, |i| {
-        set_gemm_knobs(sets[i]);
-        let ms = super::unet::step_ms_added(model, device, runs, x, ctx, Some(added));
-        set_gemm_knobs(knobs0);
-        ms
-    })
+    let rules_ab = RulesAb {
+        precision: Precision::F16,
+        label: "GEMM",
+        names: &names,
+    };
+    rules_ab.replayed(
+        model,
+        device,
+        runs,
+        (x, ctx, added),
+        |i| set_gemm_knobs(sets[i]),
+        || set_gemm_knobs(knobs0),
+    )
+}
+
+/// An A/B of SDXL's step under named rules, the first the default.
+struct RulesAb<'a> {
+    precision: Precision,
+    label: &'a str,
+    names: &'a [&'a str],
+}
+
+impl RulesAb<'_> {
+    /// Each rule's step (`set(i)`, then `reset()`) against the one before any rule is set,
+    /// then each replayed from a graph recorded under it, as txt2img runs it (launch by launch,
+    /// SDXL's step moves ±5 ms with the host), interleaved over three rounds.
+    fn replayed(
+        &self,
+        model: &StableDiffusion,
+        device: &Device,
+        runs: usize,
+        (x, ctx, added): (&Tensor<4>, &Tensor<3>, &Tensor<2>),
+        set: impl Fn(usize),
+        reset: impl Fn(),
+    ) -> Result<()> {
+        let label = self.label;
+        let step = || super::read_f32(super::unet::plain_step(&model.unet()?, x, ctx, Some(added)));
+        let want = step()?;
+        for (i, name) in self.names.iter().enumerate().skip(1) {
+            set(i);
+            let got = step();
+            reset();
+            let diff = latent_engine::vae_compile::relative_difference(&got?, &want);
+            println!("[SDXL] {label} {name}: max relative difference from the default {diff:.2e}");
+        }
+        let title = format!("SDXL {label} (replayed)");
+        super::unet::interleaved(self.precision, &title, self.names, 3, |i| {
+            set(i);
+            let ms = super::unet::step_ms_added(model, device, runs, x, ctx, Some(added));
+            reset();
+            ms
+        })
+    }
 }
