@@ -9,12 +9,13 @@
 #   PART=dt the GEMM in 16 planes of 32 × 32 (`GemmKnobs::planes` [4, 4]: 512 lanes, at most 128
 #           registers a lane) without and with the fenced sub-steps, against the default and
 #           the fence alone (`--gemm-ab`, `LATENT_STUDIO_BENCH_KNOBS=fence`) on SD 1.5's step
-#           replayed with every kernel's compile statistics, then on SDXL's. One archive, dt.tgz
+#           replayed with every kernel's compile statistics, then on SDXL's. One archive, dt.tgz.
+#           Needs that call's binary (the 16 planes, lost and removed)
 #   PART=ds the GEMM's accumulators seeded with their bias and residual (`GemmKnobs::seed`: no
 #           global loads in the epilogue for the compiler to hoist), with and without the fenced
 #           sub-steps, the prefetch and two stages (`--gemm-ab`, `LATENT_STUDIO_BENCH_KNOBS=fence`)
 #           on SD 1.5's step replayed with every kernel's compile statistics, then on SDXL's.
-#           One archive, ds.tgz
+#           One archive, ds.tgz. Needs that call's binary (`GemmKnobs::seed`, lost and removed)
 #   PART=dr the GEMM's sub-steps fenced (`GemmKnobs::fence`: a lane holds one 16-deep sub-step's
 #           fragments) alone and with the 32-deep step, the prefetch or two stages, against the
 #           default and the other compilations (`--gemm-ab`) on SD 1.5's step replayed, with
@@ -457,58 +458,55 @@ hold_all_but() {
   echo "free for the runs: $(nvidia-smi --query-gpu=memory.free --format=csv,noheader,nounits | head -1) MiB (blocker: $(cat $OUT/blocker.txt))" | tee -a $OUT/free.txt
 }
 
+# A part's outputs in /tmp/$1, archived whole into $OUT as $1.tgz after each run (a call that
+# runs out of time keeps what finished): sets OUT_REAL and OUT, and the shared tuning folder.
+part_dir() {
+  mkdir -p /tmp/$1 && export OUT_REAL=$OUT && export OUT=/tmp/$1 PART_NAME=$1
+  export LATENT_STUDIO_TUNING_CACHE=/tmp/tuning
+}
+
+# `bench_part NAME SECONDS ARGS...`: one f16 `bench` run on the GPU within SECONDS (or
+# $SD15_TIMEOUT / $SDXL_TIMEOUT by NAME's prefix), its report in NAME.txt, the archive refreshed.
+bench_part() {
+  local name=$1 limit=$2; shift 2
+  case $name in
+    sd15_*) limit=${SD15_TIMEOUT:-$limit} ;;
+    sdxl_*) limit=${SDXL_TIMEOUT:-$limit} ;;
+  esac
+  timeout $limit /tmp/ls bench --device gpu --precision f16 "$@" 2>&1 | grep -v "WARN\\|Caused by\\|Too m\\|Requested\\|acktrace" | tee $OUT/$name.txt
+  tar czf $OUT_REAL/$PART_NAME.tgz -C /tmp $PART_NAME
+}
+
 case ${PART:-a} in
 dv)
-  mkdir -p /tmp/dv && export OUT_REAL=$OUT && export OUT=/tmp/dv
-  export LATENT_STUDIO_TUNING_CACHE=/tmp/tuning LATENT_STUDIO_BENCH_KNOBS=fence
-  timeout ${SD15_TIMEOUT:-150} /tmp/ls bench --device gpu --precision f16 --runs 7 --unet-only --no-ops --no-profile --no-burn-ops --gemm-ab 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/sd15_dv.txt
-  tar czf $OUT_REAL/dv.tgz -C /tmp dv
-  timeout ${SDXL_TIMEOUT:-200} /tmp/ls bench --device gpu --precision f16 --runs 5 --sdxl --no-pipeline --gemm-ab 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/sdxl_dv.txt
-  tar czf $OUT_REAL/dv.tgz -C /tmp dv
+  part_dir dv; export LATENT_STUDIO_BENCH_KNOBS=fence
+  bench_part sd15_dv 150 --runs 7 --unet-only --no-ops --no-profile --no-burn-ops --gemm-ab
+  bench_part sdxl_dv 200 --runs 5 --sdxl --no-pipeline --gemm-ab
   ;;
 du)
-  mkdir -p /tmp/du && export OUT_REAL=$OUT && export OUT=/tmp/du
-  export LATENT_STUDIO_TUNING_CACHE=/tmp/tuning
+  part_dir du
   for f in off on; do
-    timeout ${SD15_TIMEOUT:-100} /tmp/ls bench --device gpu --precision f16 --runs 5 --unet-only --no-ops --no-profile --no-burn-ops --gemm-fence $f --kernel-profile 1 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/sd15_du_$f.txt
-    tar czf $OUT_REAL/du.tgz -C /tmp du
+    bench_part sd15_du_$f 100 --runs 5 --unet-only --no-ops --no-profile --no-burn-ops --gemm-fence $f --kernel-profile 1
   done
   for f in off on; do
-    timeout ${SDXL_TIMEOUT:-130} /tmp/ls bench --device gpu --precision f16 --runs 3 --sdxl --no-pipeline --gemm-fence $f --kernel-profile 1 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/sdxl_du_$f.txt
-    tar czf $OUT_REAL/du.tgz -C /tmp du
+    bench_part sdxl_du_$f 130 --runs 3 --sdxl --no-pipeline --gemm-fence $f --kernel-profile 1
   done
   ;;
-dt)
-  mkdir -p /tmp/dt && export OUT_REAL=$OUT && export OUT=/tmp/dt
-  export LATENT_STUDIO_TUNING_CACHE=/tmp/tuning LATENT_STUDIO_BENCH_KNOBS=fence
-  LATENT_STUDIO_PIPELINE_STATS=1 timeout ${SD15_TIMEOUT:-240} /tmp/ls bench --device gpu --precision f16 --runs 7 --unet-only --no-ops --no-profile --no-burn-ops --gemm-ab 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/sd15_dt.txt
-  tar czf $OUT_REAL/dt.tgz -C /tmp dt
-  LATENT_STUDIO_PIPELINE_STATS=1 timeout ${SDXL_TIMEOUT:-300} /tmp/ls bench --device gpu --precision f16 --runs 5 --sdxl --no-pipeline --gemm-ab 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/sdxl_dt.txt
-  tar czf $OUT_REAL/dt.tgz -C /tmp dt
-  ;;
-ds)
-  mkdir -p /tmp/ds && export OUT_REAL=$OUT && export OUT=/tmp/ds
-  export LATENT_STUDIO_TUNING_CACHE=/tmp/tuning LATENT_STUDIO_BENCH_KNOBS=fence
-  LATENT_STUDIO_PIPELINE_STATS=1 timeout ${SD15_TIMEOUT:-240} /tmp/ls bench --device gpu --precision f16 --runs 7 --unet-only --no-ops --no-profile --no-burn-ops --gemm-ab 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/sd15_ds.txt
-  tar czf $OUT_REAL/ds.tgz -C /tmp ds
-  LATENT_STUDIO_PIPELINE_STATS=1 timeout ${SDXL_TIMEOUT:-300} /tmp/ls bench --device gpu --precision f16 --runs 5 --sdxl --no-pipeline --gemm-ab 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/sdxl_ds.txt
-  tar czf $OUT_REAL/ds.tgz -C /tmp ds
+dt|ds)
+  # The two calls differed in their binaries (see above), not in their commands.
+  part_dir $PART; export LATENT_STUDIO_BENCH_KNOBS=fence LATENT_STUDIO_PIPELINE_STATS=1
+  bench_part sd15_$PART 240 --runs 7 --unet-only --no-ops --no-profile --no-burn-ops --gemm-ab
+  bench_part sdxl_$PART 300 --runs 5 --sdxl --no-pipeline --gemm-ab
   ;;
 dr)
-  mkdir -p /tmp/dr && export OUT_REAL=$OUT && export OUT=/tmp/dr
-  export LATENT_STUDIO_TUNING_CACHE=/tmp/tuning
-  LATENT_STUDIO_PIPELINE_STATS=1 timeout ${SD15_TIMEOUT:-260} /tmp/ls bench --device gpu --precision f16 --runs 7 --unet-only --no-ops --no-profile --no-burn-ops --gemm-ab 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/sd15_dr.txt
-  tar czf $OUT_REAL/dr.tgz -C /tmp dr
-  LATENT_STUDIO_BENCH_KNOBS=fence timeout ${SDXL_TIMEOUT:-280} /tmp/ls bench --device gpu --precision f16 --runs 5 --sdxl --no-pipeline --gemm-ab 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/sdxl_dr.txt
-  tar czf $OUT_REAL/dr.tgz -C /tmp dr
+  part_dir dr
+  LATENT_STUDIO_PIPELINE_STATS=1 bench_part sd15_dr 260 --runs 7 --unet-only --no-ops --no-profile --no-burn-ops --gemm-ab
+  LATENT_STUDIO_BENCH_KNOBS=fence bench_part sdxl_dr 280 --runs 5 --sdxl --no-pipeline --gemm-ab
   ;;
 dq)
-  mkdir -p /tmp/dq && export OUT_REAL=$OUT && export OUT=/tmp/dq
-  export LATENT_STUDIO_TUNING_CACHE=/tmp/tuning LATENT_STUDIO_PIPELINE_STATS=1
-  timeout ${SD15_TIMEOUT:-200} /tmp/ls bench --device gpu --precision f16 --runs 7 --unet-only --no-ops --no-profile --no-burn-ops --gemm-ab 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/sd15_dq.txt
-  tar czf $OUT_REAL/dq.tgz -C /tmp dq
-  timeout ${SDXL_TIMEOUT:-200} /tmp/ls bench --device gpu --precision f16 --runs 5 --sdxl --no-pipeline 2>&1 | grep -v "WARN\|Caused by\|Too m\|Requested\|acktrace" | tee $OUT/sdxl_dq.txt
-  tar czf $OUT_REAL/dq.tgz -C /tmp dq
+  part_dir dq; export LATENT_STUDIO_PIPELINE_STATS=1
+  bench_part sd15_dq 200 --runs 7 --unet-only --no-ops --no-profile --no-burn-ops --gemm-ab
+  bench_part sdxl_dq 200 --runs 5 --sdxl --no-pipeline
   ;;
 dp)
   mkdir -p /tmp/dp && export OUT_REAL=$OUT && export OUT=/tmp/dp
