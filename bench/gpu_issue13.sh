@@ -1,5 +1,9 @@
 #!/bin/bash
 # Issue 13 on a lent GPU, one part per device call (each call may run 10 minutes):
+#   PART=dw the GEMM's tiles and splits by the waves model (`GemmKnobs::waves`) against the fill
+#           rule (`--gemm-ab`, `LATENT_STUDIO_BENCH_KNOBS=waves`) on SD 1.5's and SDXL's steps
+#           replayed, each process then profiled by kernel and op with the model on
+#           (`--gemm-waves on --kernel-profile 1`). One archive, dw.tgz
 #   PART=dv the fenced sub-steps by rule (default: planes holding 4 accumulators or more) against
 #           none (`--gemm-ab`, `LATENT_STUDIO_BENCH_KNOBS=fence`) on SD 1.5's step replayed,
 #           then SDXL's. One archive, dv.tgz
@@ -478,6 +482,11 @@ bench_part() {
 }
 
 case ${PART:-a} in
+dw)
+  part_dir dw; export LATENT_STUDIO_BENCH_KNOBS=waves
+  bench_part sd15_dw 200 --runs 7 --unet-only --no-ops --no-profile --no-burn-ops --gemm-ab --gemm-waves on --kernel-profile 1
+  bench_part sdxl_dw 300 --runs 5 --sdxl --no-pipeline --gemm-ab --gemm-waves on --kernel-profile 1
+  ;;
 dv)
   part_dir dv; export LATENT_STUDIO_BENCH_KNOBS=fence
   bench_part sd15_dv 150 --runs 7 --unet-only --no-ops --no-profile --no-burn-ops --gemm-ab

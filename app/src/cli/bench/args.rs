@@ -164,6 +164,10 @@ pub struct BenchArgs {
     /// Our GEMM's sub-steps fenced for the whole run (`GemmKnobs::fence`: `on` or `off`).
     #[arg(long)]
     pub(super) gemm_fence: Option<String>,
+    /// Our GEMM's tiles and splits by the waves model for the whole run (`GemmKnobs::waves`:
+    /// `on` or `off`).
+    #[arg(long)]
+    pub(super) gemm_waves: Option<String>,
     /// Only the VAE decode (plain and compiled) and the GroupNorm kernels.
     #[arg(long)]
     pub(super) vae_only: bool,
@@ -235,6 +239,13 @@ impl BenchArgs {
                 "on" => true,
                 "off" => false,
                 other => anyhow::bail!("--gemm-fence {other}: on or off"),
+            };
+        }
+        if let Some(waves) = &self.gemm_waves {
+            knobs.waves = match waves.as_str() {
+                "on" => true,
+                "off" => false,
+                other => anyhow::bail!("--gemm-waves {other}: on or off"),
             };
         }
         matmul::set_gemm_knobs(knobs);

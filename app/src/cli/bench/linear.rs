@@ -196,7 +196,8 @@ pub fn small_knobs_only() -> bool {
 /// double-buffered, SD 1.5's step 30.37 against 25.64 ms; 4 planes of 64 × 32 over 128 × 64
 /// tiles, 35.63 against 23.76 and SDXL's 264.1 against 114.6; 4 planes of 64 × 64, lost in
 /// every session that ran it.) `LATENT_STUDIO_BENCH_KNOBS=small` keeps the default and the
-/// small-grid knobs only; `fence` the default and the fenced ones.
+/// small-grid knobs only; `fence` the default and the fenced ones; `waves` the default and the
+/// other tile rule ([`matmul::GemmKnobs::waves`]).
 pub fn knob_sets() -> Vec<matmul::GemmKnobs> {
     let base = matmul::GemmKnobs::default();
     let small = [
@@ -219,6 +220,15 @@ pub fn knob_sets() -> Vec<matmul::GemmKnobs> {
     if std::env::var("LATENT_STUDIO_BENCH_KNOBS").is_ok_and(|v| v == "fence") {
         return sets;
     }
+    if std::env::var("LATENT_STUDIO_BENCH_KNOBS").is_ok_and(|v| v == "waves") {
+        return vec![
+            base,
+            matmul::GemmKnobs {
+                waves: !base.waves,
+                ..base
+            },
+        ];
+    }
     sets.extend([
         matmul::GemmKnobs {
             prefetch: !base.prefetch,
@@ -238,11 +248,12 @@ pub fn knob_sets() -> Vec<matmul::GemmKnobs> {
 pub fn knob_label(k: &matmul::GemmKnobs) -> String {
     let bk = k.bk.map_or("auto".to_string(), |b| b.to_string());
     format!(
-        "bk {bk} {}x{} s{}{}{}{}{}",
+        "bk {bk} {}x{} s{}{}{}{}{}{}",
         k.planes[0],
         k.planes[1],
         k.stages,
         if k.fence { " fenced" } else { "" },
+        if k.waves { " waves" } else { "" },
         if k.prefetch { " prefetch" } else { "" },
         if k.split_k { " split-k" } else { "" },
         if k.unchecked { "" } else { ", checked" }

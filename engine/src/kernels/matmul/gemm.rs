@@ -9,7 +9,8 @@ use burn::tensor::{DType, Tensor};
 use super::super::attention::{Fragment, device_fragment};
 use super::super::{output, resolve, vector_arg};
 use super::implicit::{ConvGeometryLaunch, ConvInput, ConvTaps};
-use super::knobs::{GEMM_STEPS, TARGET_CUBES, gemm_knobs, reduction_step, split_slices};
+use super::knobs::{GEMM_STEPS, TARGET_CUBES, gemm_knobs};
+use super::layout::{Layout, Request, plan};
 use super::mma::{MAX_LANES, VEC, gemm_mma};
 use super::split_sum::{Finish, finish_split};
 
@@ -311,41 +312,43 @@ fn launch_gemm(
         return None;
     }
     let knobs = gemm_knobs();
-    let tile = tiles.unwrap_or_else(|| gemm.tiles_for(m, n, batch));
     let [pm, pn] = knobs.planes;
-    let (tm, mut tn) = gemm.fragments(tile, knobs.planes)?;
-    if geglu && !tn.is_multiple_of(2) {
-        // Values and gates in fragment pairs.
-        tn = 2 * tn.div_ceil(2);
-    }
-    let fence = fenced(knobs.fence, (tm, tn));
-    let f = gemm.fragment;
-    let (bm, bn) = (pm * tm * f.m, pn * tn * f.n);
     let lanes = pm * pn * gemm.plane;
-    let (nx, ny) = (n.div_ceil(bn), m.div_ceil(bm));
-    if nx > 65_535 || ny > 65_535 || batch > 65_535 || lanes > MAX_LANES {
-        return None;
-    }
-    let bk = knobs
-        .bk
-        .unwrap_or_else(|| reduction_step(b_nk, nx * ny * batch));
-    // Every lane stages whole vectors; two stages only where they fit.
-    if !(bm * bk / VEC).is_multiple_of(lanes) || !(bn * bk / VEC).is_multiple_of(lanes) {
-        return None;
-    }
-    if matches!(implicit, Implicit::A(c) if !c.fits_rows(bk)) {
+    if batch > 65_535 || lanes > MAX_LANES {
         return None;
     }
     // A product of few cubes over a long reduction splits it ([`split_slices`]); the slices'
     // f32 sums are finished by [`finish_split`] (which reads a GEGLU's values and gates as the
     // weight's rows lie, so the GEMM then reads its columns in order). Each matrix's output
     // must lie whole at `z · m · n` for the finishing pass.
-    let steps = k.div_ceil(bk);
-    let (slices, per_slice) = if knobs.split_k && (batch == 1 || c_batch == m * out_cols) {
-        split_slices(nx * ny * batch, steps)
-    } else {
-        (1, steps)
-    };
+    let (lay, (slices, per_slice)) = plan(
+        gemm,
+        knobs,
+        Request {
+            mnk: [m, n, k],
+            batch,
+            b_nk,
+            geglu,
+            a_rows: match implicit {
+                Implicit::A(c) => Some(c),
+                _ => None,
+            },
+            split_ok: knobs.split_k && (batch == 1 || c_batch == m * out_cols),
+            tiles,
+        },
+    )?;
+    let Layout {
+        tm,
+        tn,
+        bm,
+        bn,
+        nx,
+        ny,
+        bk,
+        steps: _,
+    } = lay;
+    let fence = fenced(knobs.fence, (tm, tn));
+    let f = gemm.fragment;
     let split = slices > 1;
     let z = if split { slices * batch } else { batch };
     if z > 65_535 {

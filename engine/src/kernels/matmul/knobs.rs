@@ -50,6 +50,10 @@ pub struct GemmKnobs {
     /// hence the rule. The registers it saves do not buy a second cube an SM (173–255 a lane
     /// without, 167–255 with, for 128 × 128 tiles), so the gain is the compiler's schedule.
     pub fence: bool,
+    /// The tile and reduction split priced by the waves of cubes they run in
+    /// ([`super::waves`]) instead of the fill rule's first tile with [`TARGET_CUBES`] cubes and
+    /// its split to that count, where the model finds a plan clearly cheaper.
+    pub waves: bool,
 }
 
 /// The plane arrangements the kernel is built for.
@@ -70,18 +74,19 @@ const DEFAULT_KNOBS: GemmKnobs = GemmKnobs {
     split_k: true,
     hoist_rows: true,
     fence: true,
+    waves: false,
 };
 
 /// Cubes below which a launch counts as small: two per SM of an H100 (132 SMs).
 pub(super) const TARGET_CUBES: usize = 264;
 
 /// Fewest reduction steps a slice of a split product sums.
-const MIN_SLICE_STEPS: usize = 8;
+pub(super) const MIN_SLICE_STEPS: usize = 8;
 
 /// Fewest reduction steps a product must have to split: the linears' 1280-deep products (20
 /// steps) gained nothing split (H100, twenty-sixth session); a 3×3 convolution's unrolled
 /// 11 520-deep one has 180.
-const MIN_SPLIT_STEPS: usize = 32;
+pub(super) const MIN_SPLIT_STEPS: usize = 32;
 
 /// Whether a launch of `cubes` cubes leaves the GPU short of work (see [`GemmKnobs`]).
 fn small_grid(cubes: usize) -> bool {
@@ -206,7 +211,7 @@ mod tests {
         assert_eq!(reduction_step(false, 320), 32, "a 64×64 convolution");
         let knobs = GemmKnobs::default();
         assert!(knobs.bk.is_none() && knobs.unchecked && !knobs.prefetch);
-        assert!(knobs.split_k && knobs.hoist_rows && knobs.fence);
+        assert!(knobs.split_k && knobs.hoist_rows && knobs.fence && !knobs.waves);
         assert_eq!((knobs.planes, knobs.stages), ([2, 4], 1));
     }
 }

@@ -23,6 +23,7 @@ mod ceiling;
 mod channels_last;
 mod implicit;
 mod kernel;
+mod layout;
 mod mma;
 mod products;
 mod route;
@@ -31,6 +32,7 @@ mod staging;
 #[cfg(test)]
 mod tests;
 mod vector;
+mod waves;
 mod workgroup;
 
 pub use route::{Place, ProductRules, product_rules, set_product_rules, wide_fits};

@@ -1,0 +1,201 @@
+//! Where a GEMM launch's tile and reduction split come from: the fill rule
+//! ([`MmaGemm::tiles_for`], [`split_slices`]) or, with [`super::GemmKnobs::waves`], the cheapest
+//! plan by the waves model ([`super::waves`]).
+
+use super::gemm::MmaGemm;
+use super::implicit::ConvInput;
+use super::knobs::{MIN_SLICE_STEPS, MIN_SPLIT_STEPS, reduction_step, split_slices};
+use super::mma::VEC;
+use super::waves::{self, Plan, Tiling};
+use super::{GemmKnobs, MMA_TILES};
+
+/// One tile's launch geometry: a plane's fragments, the tile, the grid, the reduction step.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Layout {
+    pub tm: usize,
+    pub tn: usize,
+    pub bm: usize,
+    pub bn: usize,
+    pub nx: usize,
+    pub ny: usize,
+    pub bk: usize,
+    pub steps: usize,
+}
+
+impl Layout {
+    /// The geometry of `tile` for an `m × n × k` product, or `None` where the kernel cannot take
+    /// it (fragments not dividing the tile, a grid too large, a step the lanes cannot stage
+    /// whole or straddling a convolution's taps).
+    #[allow(clippy::too_many_arguments)]
+    fn of(
+        gemm: MmaGemm,
+        knobs: GemmKnobs,
+        tile: (usize, usize),
+        [m, n, k]: [usize; 3],
+        batch: usize,
+        b_nk: bool,
+        geglu: bool,
+        a_rows: Option<ConvInput>,
+    ) -> Option<Self> {
+        let [pm, pn] = knobs.planes;
+        let (tm, mut tn) = gemm.fragments(tile, knobs.planes)?;
+        if geglu && !tn.is_multiple_of(2) {
+            // Values and gates in fragment pairs.
+            tn = 2 * tn.div_ceil(2);
+        }
+        let f = gemm.fragment;
+        let (bm, bn) = (pm * tm * f.m, pn * tn * f.n);
+        let lanes = pm * pn * gemm.plane;
+        let (nx, ny) = (n.div_ceil(bn), m.div_ceil(bm));
+        if nx > 65_535 || ny > 65_535 {
+            return None;
+        }
+        let bk = knobs
+            .bk
+            .unwrap_or_else(|| reduction_step(b_nk, nx * ny * batch));
+        // Every lane stages whole vectors.
+        if !(bm * bk / VEC).is_multiple_of(lanes) || !(bn * bk / VEC).is_multiple_of(lanes) {
+            return None;
+        }
+        if a_rows.is_some_and(|c| !c.fits_rows(bk)) {
+            return None;
+        }
+        Some(Self {
+            tm,
+            tn,
+            bm,
+            bn,
+            nx,
+            ny,
+            bk,
+            steps: k.div_ceil(bk),
+        })
+    }
+
+    fn cubes(&self, batch: usize) -> usize {
+        self.nx * self.ny * batch
+    }
+
+    fn tiling(&self, batch: usize) -> Tiling {
+        Tiling {
+            tile: (self.bm, self.bn),
+            resident: waves::resident((self.tm, self.tn)),
+            cubes: self.cubes(batch),
+            bk: self.bk,
+            steps: self.steps,
+        }
+    }
+}
+
+/// What a launch asks of [`plan`].
+pub(super) struct Request {
+    pub mnk: [usize; 3],
+    pub batch: usize,
+    pub b_nk: bool,
+    pub geglu: bool,
+    /// A channels-last convolution's input read in place as `a` (its steps must not straddle
+    /// taps).
+    pub a_rows: Option<ConvInput>,
+    /// Whether the reduction may split (the knob on, each matrix's output whole).
+    pub split_ok: bool,
+    /// A tile the caller fixed; the waves model then stays out.
+    pub tiles: Option<(usize, usize)>,
+}
+
+/// The launch's layout and split `(slices, steps a slice)`; `None` where the kernel cannot take
+/// the fill rule's tile.
+pub(super) fn plan(
+    gemm: MmaGemm,
+    knobs: GemmKnobs,
+    r: Request,
+) -> Option<(Layout, (usize, usize))> {
+    let [m, n, _] = r.mnk;
+    let layout = |tile| Layout::of(gemm, knobs, tile, r.mnk, r.batch, r.b_nk, r.geglu, r.a_rows);
+    let fill = layout(r.tiles.unwrap_or_else(|| gemm.tiles_for(m, n, r.batch)))?;
+    let fill_split = if r.split_ok {
+        split_slices(fill.cubes(r.batch), fill.steps)
+    } else {
+        (1, fill.steps)
+    };
+    if !knobs.waves || r.tiles.is_some() {
+        return Some((fill, fill_split));
+    }
+    let options: Vec<Layout> = MMA_TILES.into_iter().filter_map(layout).collect();
+    let candidates: Vec<Plan> = options
+        .iter()
+        .flat_map(|l| {
+            waves::splits(l.steps, r.split_ok, MIN_SPLIT_STEPS, MIN_SLICE_STEPS)
+                .into_iter()
+                .map(|split| Plan {
+                    tiling: l.tiling(r.batch),
+                    split,
+                })
+        })
+        .collect();
+    let fill_plan = Plan {
+        tiling: fill.tiling(r.batch),
+        split: fill_split,
+    };
+    let chosen = waves::choose(fill_plan, &candidates, m * n * r.batch);
+    let lay = options
+        .into_iter()
+        .find(|l| l.tiling(r.batch) == chosen.tiling)
+        .unwrap_or(fill);
+    Some((lay, chosen.split))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::super::attention::Fragment;
+    use super::{GemmKnobs, MmaGemm, Request, plan};
+
+    fn request(mnk: [usize; 3], tiles: Option<(usize, usize)>) -> Request {
+        Request {
+            mnk,
+            batch: 1,
+            b_nk: true,
+            geglu: false,
+            a_rows: None,
+            split_ok: true,
+            tiles,
+        }
+    }
+
+    /// The waves model replaces the fill rule's plan only where it is on and no tile is fixed:
+    /// SDXL's 5120 → 1280 over 2048 rows goes from 64 × 128 unsplit to 128 × 128 split.
+    #[test]
+    fn waves_replace_the_fill_plan_only_when_asked() {
+        let gemm = MmaGemm {
+            plane: 32,
+            fragment: Fragment {
+                m: 16,
+                n: 16,
+                k: 16,
+            },
+        };
+        let off = GemmKnobs::default();
+        let on = GemmKnobs { waves: true, ..off };
+        let shape = [2048, 1280, 5120];
+        let (fill, split) = plan(gemm, off, request(shape, None)).expect("fits");
+        assert_eq!(((fill.bm, fill.bn), split), ((64, 128), (1, 80)));
+        let (waves, split) = plan(gemm, on, request(shape, None)).expect("fits");
+        assert_eq!((waves.bm, waves.bn, waves.bk), (128, 128, 64));
+        assert!(split.0 > 1 && split.0 * split.1 >= 80, "{split:?}");
+        let (fixed, split) = plan(gemm, on, request(shape, Some((64, 128)))).expect("fits");
+        assert_eq!(((fixed.bm, fixed.bn), split), ((64, 128), (1, 80)));
+        let (geglu, _) = plan(
+            gemm,
+            on,
+            Request {
+                geglu: true,
+                ..request([2048, 10240, 1280], None)
+            },
+        )
+        .expect("fits");
+        assert_eq!(
+            (geglu.bm, geglu.bn),
+            (128, 128),
+            "a full grid keeps its tile"
+        );
+    }
+}
