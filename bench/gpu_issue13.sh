@@ -1,5 +1,9 @@
 #!/bin/bash
 # Issue 13 on a lent GPU, one part per device call (each call may run 10 minutes):
+#   PART=dx PyTorch's SD 1.5 and SDXL steps (`torch_anchor.py` parts unet16,sdxl) first, then
+#           the waves model as adopted (splits within one wave; default on) against the fill
+#           rule on both steps replayed (`--gemm-ab`, `LATENT_STUDIO_BENCH_KNOBS=waves`). One
+#           archive, dx.tgz
 #   PART=dw the GEMM's tiles and splits by the waves model (`GemmKnobs::waves`) against the fill
 #           rule (`--gemm-ab`, `LATENT_STUDIO_BENCH_KNOBS=waves`) on SD 1.5's and SDXL's steps
 #           replayed, each process then profiled by kernel and op with the model on
@@ -482,6 +486,13 @@ bench_part() {
 }
 
 case ${PART:-a} in
+dx)
+  REPO=$OLDPWD; part_dir dx; export LATENT_STUDIO_BENCH_KNOBS=waves
+  PARTS=${TORCH_PARTS:-unet16,sdxl} timeout ${TORCH_TIMEOUT:-200} python3 $REPO/bench/torch_anchor.py 2>&1 | grep -v "Warning\|kept in float32" | tee $OUT/torch_dx.txt
+  tar czf $OUT_REAL/dx.tgz -C /tmp dx
+  bench_part sd15_dx 150 --runs 7 --unet-only --no-ops --no-profile --no-burn-ops --gemm-ab
+  bench_part sdxl_dx 220 --runs 5 --sdxl --no-pipeline --gemm-ab
+  ;;
 dw)
   part_dir dw; export LATENT_STUDIO_BENCH_KNOBS=waves
   bench_part sd15_dw 200 --runs 7 --unet-only --no-ops --no-profile --no-burn-ops --gemm-ab --gemm-waves on --kernel-profile 1

@@ -74,7 +74,7 @@ const DEFAULT_KNOBS: GemmKnobs = GemmKnobs {
     split_k: true,
     hoist_rows: true,
     fence: true,
-    waves: false,
+    waves: true,
 };
 
 /// Cubes below which a launch counts as small: two per SM of an H100 (132 SMs).
@@ -211,7 +211,7 @@ mod tests {
         assert_eq!(reduction_step(false, 320), 32, "a 64×64 convolution");
         let knobs = GemmKnobs::default();
         assert!(knobs.bk.is_none() && knobs.unchecked && !knobs.prefetch);
-        assert!(knobs.split_k && knobs.hoist_rows && knobs.fence && !knobs.waves);
+        assert!(knobs.split_k && knobs.hoist_rows && knobs.fence && knobs.waves);
         assert_eq!((knobs.planes, knobs.stages), ([2, 4], 1));
     }
 }

@@ -162,7 +162,8 @@ mod tests {
     }
 
     /// The waves model replaces the fill rule's plan only where it is on and no tile is fixed:
-    /// SDXL's 5120 → 1280 over 2048 rows goes from 64 × 128 unsplit to 128 × 128 split.
+    /// SD 1.5's 5120 → 1280 over 512 rows goes from 64 × 64 split twice to 128 × 128 split three
+    /// ways.
     #[test]
     fn waves_replace_the_fill_plan_only_when_asked() {
         let gemm = MmaGemm {
@@ -175,14 +176,20 @@ mod tests {
         };
         let off = GemmKnobs::default();
         let on = GemmKnobs { waves: true, ..off };
-        let shape = [2048, 1280, 5120];
+        let off = GemmKnobs {
+            waves: false,
+            ..off
+        };
+        let shape = [512, 1280, 5120];
         let (fill, split) = plan(gemm, off, request(shape, None)).expect("fits");
-        assert_eq!(((fill.bm, fill.bn), split), ((64, 128), (1, 80)));
+        assert_eq!(((fill.bm, fill.bn), split), ((64, 64), (2, 40)));
         let (waves, split) = plan(gemm, on, request(shape, None)).expect("fits");
-        assert_eq!((waves.bm, waves.bn, waves.bk), (128, 128, 64));
-        assert!(split.0 > 1 && split.0 * split.1 >= 80, "{split:?}");
-        let (fixed, split) = plan(gemm, on, request(shape, Some((64, 128)))).expect("fits");
-        assert_eq!(((fixed.bm, fixed.bn), split), ((64, 128), (1, 80)));
+        assert_eq!(
+            ((waves.bm, waves.bn, waves.bk), split),
+            ((128, 128, 64), (3, 27))
+        );
+        let (fixed, split) = plan(gemm, on, request(shape, Some((64, 64)))).expect("fits");
+        assert_eq!(((fixed.bm, fixed.bn), split), ((64, 64), (2, 40)));
         let (geglu, _) = plan(
             gemm,
             on,
