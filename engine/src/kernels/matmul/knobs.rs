@@ -52,7 +52,11 @@ pub struct GemmKnobs {
     pub fence: bool,
     /// The tile and reduction split priced by the waves of cubes they run in
     /// ([`super::waves`]) instead of the fill rule's first tile with [`TARGET_CUBES`] cubes and
-    /// its split to that count, where the model finds a plan clearly cheaper.
+    /// its split to that count, where the model finds a plan clearly cheaper. On by default: on
+    /// an H200 (fiftieth session, three interleaved rounds, steps replayed) SD 1.5's step took
+    /// 23.30 ms against 23.61 and SDXL's 110.30 against 110.62; SD 1.5's linears over 512 and
+    /// 2048 rows moved from two waves of 64 × 64 cubes to one of 128 × 128 (1280 → 3840 over
+    /// 512 rows 64 → 40 µs), SDXL's context projections over 154 rows 45 → 36 µs.
     pub waves: bool,
 }
 
