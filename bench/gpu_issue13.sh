@@ -1,5 +1,10 @@
 #!/bin/bash
 # Issue 13 on a lent GPU, one part per device call (each call may run 10 minutes):
+#   PART=dy the waves model with split tails of rows (`GemmKnobs::tails`: a grid's whole waves of
+#           row tiles unsplit, the rest split into one more wave) against the model alone and
+#           the fill rule (`--gemm-ab`, `LATENT_STUDIO_BENCH_KNOBS=waves`) on SD 1.5's and
+#           SDXL's steps replayed; SDXL's process then profiled with tails on. One archive,
+#           dy.tgz
 #   PART=dx PyTorch's SD 1.5 and SDXL steps (`torch_anchor.py` parts unet16,sdxl) first, then
 #           the waves model as adopted (splits within one wave; default on) against the fill
 #           rule on both steps replayed (`--gemm-ab`, `LATENT_STUDIO_BENCH_KNOBS=waves`). One
@@ -486,6 +491,11 @@ bench_part() {
 }
 
 case ${PART:-a} in
+dy)
+  part_dir dy; export LATENT_STUDIO_BENCH_KNOBS=waves
+  bench_part sd15_dy 150 --runs 7 --unet-only --no-ops --no-profile --no-burn-ops --gemm-ab
+  bench_part sdxl_dy 300 --runs 5 --sdxl --no-pipeline --gemm-ab --gemm-tails on --kernel-profile 1
+  ;;
 dx)
   REPO=$OLDPWD; part_dir dx; export LATENT_STUDIO_BENCH_KNOBS=waves
   PARTS=${TORCH_PARTS:-unet16,sdxl} timeout ${TORCH_TIMEOUT:-200} python3 $REPO/bench/torch_anchor.py 2>&1 | grep -v "Warning\|kept in float32" | tee $OUT/torch_dx.txt

@@ -168,6 +168,9 @@ pub struct BenchArgs {
     /// `on` or `off`).
     #[arg(long)]
     pub(super) gemm_waves: Option<String>,
+    /// Our GEMM's split tails of rows for the whole run (`GemmKnobs::tails`: `on` or `off`).
+    #[arg(long)]
+    pub(super) gemm_tails: Option<String>,
     /// Only the VAE decode (plain and compiled) and the GroupNorm kernels.
     #[arg(long)]
     pub(super) vae_only: bool,
@@ -246,6 +249,13 @@ impl BenchArgs {
                 "on" => true,
                 "off" => false,
                 other => anyhow::bail!("--gemm-waves {other}: on or off"),
+            };
+        }
+        if let Some(tails) = &self.gemm_tails {
+            knobs.tails = match tails.as_str() {
+                "on" => true,
+                "off" => false,
+                other => anyhow::bail!("--gemm-tails {other}: on or off"),
             };
         }
         matmul::set_gemm_knobs(knobs);

@@ -227,6 +227,10 @@ pub fn knob_sets() -> Vec<matmul::GemmKnobs> {
                 waves: !base.waves,
                 ..base
             },
+            matmul::GemmKnobs {
+                tails: !base.tails,
+                ..base
+            },
         ];
     }
     sets.extend([
@@ -248,12 +252,13 @@ pub fn knob_sets() -> Vec<matmul::GemmKnobs> {
 pub fn knob_label(k: &matmul::GemmKnobs) -> String {
     let bk = k.bk.map_or("auto".to_string(), |b| b.to_string());
     format!(
-        "bk {bk} {}x{} s{}{}{}{}{}{}",
+        "bk {bk} {}x{} s{}{}{}{}{}{}{}",
         k.planes[0],
         k.planes[1],
         k.stages,
         if k.fence { " fenced" } else { "" },
         if k.waves { " waves" } else { "" },
+        if k.tails { " tails" } else { "" },
         if k.prefetch { " prefetch" } else { "" },
         if k.split_k { " split-k" } else { "" },
         if k.unchecked { "" } else { ", checked" }

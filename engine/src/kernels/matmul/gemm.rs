@@ -159,6 +159,7 @@ pub fn gemm_into(
         tiles,
         epilogue,
         Implicit::None,
+        None,
     )
 }
 
@@ -198,6 +199,7 @@ pub fn conv_gemm_into(
         tiles,
         GemmEpilogue::Plain,
         Implicit::B(input),
+        None,
     )
 }
 
@@ -241,7 +243,25 @@ pub fn conv_rows_gemm_into(
         tiles,
         epilogue,
         Implicit::A(input),
+        None,
     )
+}
+
+/// Rows `[start, start + len)` (in elements) of a contiguous f16 tensor as a tensor of its own
+/// over the same buffer, `[len]`; `None` where the offset breaks the 256-byte alignment
+/// storage-buffer bindings need or the range runs past the tensor.
+fn row_view(t: &CubeTensor, start: usize, len: usize) -> Option<CubeTensor> {
+    let bytes = start.checked_mul(2)?;
+    if !bytes.is_multiple_of(256) || start.checked_add(len)? > t.meta.num_elements() || len == 0 {
+        return None;
+    }
+    Some(CubeTensor::new_contiguous(
+        t.client.clone(),
+        t.device.clone(),
+        [len].into(),
+        t.handle.clone().offset_start(bytes as u64),
+        t.dtype,
+    ))
 }
 
 /// Which operand, if any, is a convolution's input read in place.
@@ -268,6 +288,7 @@ fn launch_gemm(
     tiles: Option<(usize, usize)>,
     epilogue: GemmEpilogue<'_>,
     implicit: Implicit,
+    forced_split: Option<(usize, usize)>,
 ) -> Option<()> {
     let aligned = |v: usize| v.is_multiple_of(VEC);
     let geglu = matches!(epilogue, GemmEpilogue::Geglu);
@@ -321,7 +342,7 @@ fn launch_gemm(
     // f32 sums are finished by [`finish_split`] (which reads a GEGLU's values and gates as the
     // weight's rows lie, so the GEMM then reads its columns in order). Each matrix's output
     // must lie whole at `z · m · n` for the finishing pass.
-    let (lay, (slices, per_slice)) = plan(
+    let (lay, (slices, per_slice), tail) = plan(
         gemm,
         knobs,
         Request {
@@ -335,8 +356,59 @@ fn launch_gemm(
             },
             split_ok: knobs.split_k && (batch == 1 || c_batch == m * out_cols),
             tiles,
+            split: forced_split,
+            tail_ok: knobs.tails && b_nk && matches!(implicit, Implicit::None) && !bias_per_row,
         },
     )?;
+    if let Some(tail) = tail {
+        // The head's rows as a launch of their own, then the rest from row views split.
+        let rows = tail.head_tiles * lay.bm;
+        let views = (
+            row_view(a, rows * k, (m - rows) * k)?,
+            row_view(out, rows * out_cols, (m - rows) * out_cols)?,
+            match epilogue {
+                GemmEpilogue::Residual(r) => Some(row_view(r, rows * n, (m - rows) * n)?),
+                _ => None,
+            },
+        );
+        let tile = Some((lay.bm, lay.bn));
+        let head = (1, lay.steps);
+        launch_gemm(
+            gemm,
+            device,
+            [a, b, out],
+            bias,
+            [rows, n, k],
+            1,
+            [0; 3],
+            b_nk,
+            false,
+            tile,
+            epilogue,
+            implicit,
+            Some(head),
+        )?;
+        let (a_t, out_t, residual_t) = views;
+        let epilogue_t = match (&residual_t, epilogue) {
+            (Some(r), _) => GemmEpilogue::Residual(r),
+            (None, e) => e,
+        };
+        return launch_gemm(
+            gemm,
+            device,
+            [&a_t, b, &out_t],
+            bias,
+            [m - rows, n, k],
+            1,
+            [0; 3],
+            b_nk,
+            false,
+            tile,
+            epilogue_t,
+            implicit,
+            Some(tail.split),
+        );
+    }
     let Layout {
         tm,
         tn,

@@ -58,6 +58,10 @@ pub struct GemmKnobs {
     /// 2048 rows moved from two waves of 64 × 64 cubes to one of 128 × 128 (1280 → 3840 over
     /// 512 rows 64 → 40 µs), SDXL's context projections over 154 rows 45 → 36 µs.
     pub waves: bool,
+    /// With `waves`: a grid of one-an-SM cubes whose last wave holds few row tiles runs as two
+    /// launches, the whole waves' rows unsplit and the rest split into one more wave
+    /// ([`super::waves::tail`]).
+    pub tails: bool,
 }
 
 /// The plane arrangements the kernel is built for.
@@ -79,6 +83,7 @@ const DEFAULT_KNOBS: GemmKnobs = GemmKnobs {
     hoist_rows: true,
     fence: true,
     waves: true,
+    tails: false,
 };
 
 /// Cubes below which a launch counts as small: two per SM of an H100 (132 SMs).

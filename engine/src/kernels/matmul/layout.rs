@@ -100,25 +100,31 @@ pub(super) struct Request {
     pub split_ok: bool,
     /// A tile the caller fixed; the waves model then stays out.
     pub tiles: Option<(usize, usize)>,
+    /// A split the caller fixed (with `tiles`: a tail's, [`waves::tail`]).
+    pub split: Option<(usize, usize)>,
+    /// Whether the launch may run as a head and a split tail of rows ([`waves::Tail`]): the
+    /// knob on, a linear's `[n, k]` weight (one reduction step for head and tail), nothing read
+    /// in place, a bias per column.
+    pub tail_ok: bool,
 }
 
-/// The launch's layout and split `(slices, steps a slice)`; `None` where the kernel cannot take
-/// the fill rule's tile.
+/// The launch's layout and split `(slices, steps a slice)`, and where the waves model splits
+/// only its last rows, that tail; `None` where the kernel cannot take the fill rule's tile.
 pub(super) fn plan(
     gemm: MmaGemm,
     knobs: GemmKnobs,
     r: Request,
-) -> Option<(Layout, (usize, usize))> {
+) -> Option<(Layout, (usize, usize), Option<waves::Tail>)> {
     let [m, n, _] = r.mnk;
     let layout = |tile| Layout::of(gemm, knobs, tile, r.mnk, r.batch, r.b_nk, r.geglu, r.a_rows);
     let fill = layout(r.tiles.unwrap_or_else(|| gemm.tiles_for(m, n, r.batch)))?;
-    let fill_split = if r.split_ok {
-        split_slices(fill.cubes(r.batch), fill.steps)
-    } else {
-        (1, fill.steps)
+    let fill_split = match r.split {
+        Some(split) => split,
+        None if r.split_ok => split_slices(fill.cubes(r.batch), fill.steps),
+        None => (1, fill.steps),
     };
     if !knobs.waves || r.tiles.is_some() {
-        return Some((fill, fill_split));
+        return Some((fill, fill_split, None));
     }
     let options: Vec<Layout> = MMA_TILES.into_iter().filter_map(layout).collect();
     let candidates: Vec<Plan> = options
@@ -138,10 +144,19 @@ pub(super) fn plan(
     };
     let chosen = waves::choose(fill_plan, &candidates, m * n * r.batch);
     let lay = options
-        .into_iter()
+        .iter()
+        .copied()
         .find(|l| l.tiling(r.batch) == chosen.tiling)
         .unwrap_or(fill);
-    Some((lay, chosen.split))
+    if r.tail_ok && r.split_ok && r.batch == 1 && chosen.split.0 == 1 {
+        let current = waves::cost(&chosen, m * n);
+        for l in options {
+            if let Some(tail) = waves::tail(&l.tiling(1), l.nx, n, current) {
+                return Some((l, (1, l.steps), Some(tail)));
+            }
+        }
+    }
+    Some((lay, chosen.split, None))
 }
 
 #[cfg(test)]
@@ -158,6 +173,8 @@ mod tests {
             a_rows: None,
             split_ok: true,
             tiles,
+            split: None,
+            tail_ok: false,
         }
     }
 
@@ -175,22 +192,46 @@ mod tests {
             },
         };
         let off = GemmKnobs::default();
-        let on = GemmKnobs { waves: true, ..off };
+        let on = GemmKnobs {
+            waves: true,
+            tails: true,
+            ..off
+        };
         let off = GemmKnobs {
             waves: false,
             ..off
         };
         let shape = [512, 1280, 5120];
-        let (fill, split) = plan(gemm, off, request(shape, None)).expect("fits");
+        let (fill, split, _) = plan(gemm, off, request(shape, None)).expect("fits");
         assert_eq!(((fill.bm, fill.bn), split), ((64, 64), (2, 40)));
-        let (waves, split) = plan(gemm, on, request(shape, None)).expect("fits");
+        let (waves, split, _) = plan(gemm, on, request(shape, None)).expect("fits");
         assert_eq!(
             ((waves.bm, waves.bn, waves.bk), split),
             ((128, 128, 64), (3, 27))
         );
-        let (fixed, split) = plan(gemm, on, request(shape, Some((64, 64)))).expect("fits");
+        let (fixed, split, _) = plan(gemm, on, request(shape, Some((64, 64)))).expect("fits");
         assert_eq!(((fixed.bm, fixed.bn), split), ((64, 64), (2, 40)));
-        let (geglu, _) = plan(
+        // SDXL's 1280 → 1280 over 2048 rows: a head of 13 row tiles of 128 and a split tail,
+        // where the launch allows it.
+        let sdxl = [2048, 1280, 1280];
+        let tailed = |knobs| {
+            let r = Request {
+                tail_ok: true,
+                ..request(sdxl, None)
+            };
+            plan(gemm, knobs, r).expect("fits")
+        };
+        let (head, split, tail) = tailed(on);
+        assert_eq!(((head.bm, head.bn), split), ((128, 128), (1, 20)));
+        assert_eq!(tail.map(|t| (t.head_tiles, t.split)), Some((13, (4, 5))));
+        assert!(tailed(off).2.is_none(), "the knob off");
+        assert!(
+            plan(gemm, on, request(sdxl, None))
+                .expect("fits")
+                .2
+                .is_none()
+        );
+        let (geglu, _, _) = plan(
             gemm,
             on,
             Request {

@@ -125,6 +125,53 @@ pub(super) fn choose(fill: Plan, candidates: &[Plan], outputs: usize) -> Plan {
     }
 }
 
+/// Fewest reduction steps a slice of a tail ([`tail`]) sums: the tail's slices run in the
+/// wave after the head's, so a short one is what the split saves.
+const MIN_TAIL_STEPS: usize = 4;
+
+/// A launch in two: the head's whole waves of row tiles unsplit, then the rows left over split
+/// into one more wave.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Tail {
+    /// Row tiles of the head (whole waves of `nx` cubes a row).
+    pub head_tiles: usize,
+    /// The tail's split `(slices, steps a slice)`.
+    pub split: (usize, usize),
+}
+
+/// Where a grid of `nx × ny` one-an-SM cubes over `steps` leaves a last wave of few row tiles:
+/// those rows split so that they fill one wave, the rest unsplit (the data-parallel waves and
+/// a stream-K-like last one). SDXL's 1280 → 1280 over 2048 rows on 128 × 128 tiles: 13 row
+/// tiles of 10 in one wave, 3 left over split 4 ways (120 cubes of 5 steps) instead of 3 waves
+/// of 64 × 128. `None` unless the model prices it below [`MARGIN`] of `current` (µs).
+pub(super) fn tail(t: &Tiling, nx: usize, n: usize, current: f64) -> Option<Tail> {
+    let (ny, steps) = (t.cubes / nx.max(1), t.steps);
+    if t.resident != 1 || nx == 0 || nx > UNITS || t.cubes <= UNITS {
+        return None;
+    }
+    let per_wave = UNITS / nx;
+    let head_tiles = (ny / per_wave) * per_wave;
+    let rest = ny - head_tiles;
+    if rest == 0 || head_tiles == 0 {
+        return None;
+    }
+    let tail_cubes = rest * nx;
+    let slices = (UNITS / tail_cubes).min(steps / MIN_TAIL_STEPS);
+    if slices < 2 {
+        return None;
+    }
+    let per = steps.div_ceil(slices);
+    let split = (steps.div_ceil(per), per);
+    let step = step_us(t.tile) * t.bk as f64 / 64.0;
+    let waves = (head_tiles / per_wave) as f64;
+    let outputs = rest * t.tile.0 * n;
+    let us = waves * (steps as f64 * step + FIXED_US)
+        + (per as f64 * step + FIXED_US)
+        + SPLIT_US
+        + outputs as f64 * (8.0 * split.0 as f64 + 2.0) / BYTES_PER_US;
+    (us < MARGIN * current).then_some(Tail { head_tiles, split })
+}
+
 #[cfg(test)]
 mod tests {
     use super::{Plan, Tiling, choose, cost, resident, splits};
@@ -218,6 +265,39 @@ mod tests {
         let chosen = choose(fill, &candidates, 1280 * 128);
         assert!(chosen.split.0 * 40 <= 264, "{chosen:?}");
         assert!(chosen.split.0 >= 5, "{chosen:?}");
+    }
+
+    /// SDXL's 1280 → 1280 and 5120 → 1280 over 2048 rows take a head of 13 row tiles and a
+    /// tail of 3 split 4 ways; its GEGLU (whole waves) and a grid of one wave take none.
+    #[test]
+    fn last_waves_of_few_rows_split() {
+        use super::tail;
+        let t = |cubes, steps| Tiling {
+            tile: (128, 128),
+            resident: 1,
+            cubes,
+            bk: 64,
+            steps,
+        };
+        let want = super::Tail {
+            head_tiles: 13,
+            split: (4, 5),
+        };
+        assert_eq!(tail(&t(160, 20), 10, 1280, 67.8), Some(want));
+        let long = tail(&t(160, 80), 10, 1280, 235.0).expect("splits");
+        assert_eq!((long.head_tiles, long.split), (13, (4, 20)));
+        assert_eq!(
+            tail(&t(16 * 80, 20), 80, 10240, 324.0),
+            None,
+            "no room beside 80"
+        );
+        assert_eq!(tail(&t(120, 20), 30, 3840, 40.0), None, "one wave");
+        let two = Tiling {
+            resident: 2,
+            ..t(640, 20)
+        };
+        assert_eq!(tail(&two, 20, 1280, 68.4), None, "two cubes an SM");
+        assert_eq!(tail(&t(160, 20), 10, 1280, 40.0), None, "not cheaper");
     }
 
     /// Every split covers every step once, with no empty slice and none below the fewest.
