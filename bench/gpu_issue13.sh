@@ -1,5 +1,7 @@
 #!/bin/bash
 # Issue 13 on a lent GPU, one part per device call (each call may run 10 minutes):
+#   PART=dz as dy, with tails on by default only where the reduction has 32 steps or more. One
+#           archive, dz.tgz
 #   PART=dy the waves model with split tails of rows (`GemmKnobs::tails`: a grid's whole waves of
 #           row tiles unsplit, the rest split into one more wave) against the model alone and
 #           the fill rule (`--gemm-ab`, `LATENT_STUDIO_BENCH_KNOBS=waves`) on SD 1.5's and
@@ -491,10 +493,10 @@ bench_part() {
 }
 
 case ${PART:-a} in
-dy)
-  part_dir dy; export LATENT_STUDIO_BENCH_KNOBS=waves
-  bench_part sd15_dy 150 --runs 7 --unet-only --no-ops --no-profile --no-burn-ops --gemm-ab
-  bench_part sdxl_dy 300 --runs 5 --sdxl --no-pipeline --gemm-ab --gemm-tails on --kernel-profile 1
+dy|dz)
+  part_dir $PART; export LATENT_STUDIO_BENCH_KNOBS=waves
+  bench_part sd15_$PART 150 --runs 7 --unet-only --no-ops --no-profile --no-burn-ops --gemm-ab
+  bench_part sdxl_$PART 300 --runs 5 --sdxl --no-pipeline --gemm-ab --gemm-tails on --kernel-profile 1
   ;;
 dx)
   REPO=$OLDPWD; part_dir dx; export LATENT_STUDIO_BENCH_KNOBS=waves

@@ -60,7 +60,9 @@ pub struct GemmKnobs {
     pub waves: bool,
     /// With `waves`: a grid of one-an-SM cubes whose last wave holds few row tiles runs as two
     /// launches, the whole waves' rows unsplit and the rest split into one more wave
-    /// ([`super::waves::tail`]).
+    /// ([`super::waves::tail`]). On by default, where the reduction has 32 steps or more: on an
+    /// H200 (fiftieth session) SDXL's 5120 → 1280 over 2048 rows took 180 µs and a 9 µs
+    /// finishing pass against 234 µs in one launch.
     pub tails: bool,
 }
 
@@ -83,7 +85,7 @@ const DEFAULT_KNOBS: GemmKnobs = GemmKnobs {
     hoist_rows: true,
     fence: true,
     waves: true,
-    tails: false,
+    tails: true,
 };
 
 /// Cubes below which a launch counts as small: two per SM of an H100 (132 SMs).
@@ -220,7 +222,7 @@ mod tests {
         assert_eq!(reduction_step(false, 320), 32, "a 64×64 convolution");
         let knobs = GemmKnobs::default();
         assert!(knobs.bk.is_none() && knobs.unchecked && !knobs.prefetch);
-        assert!(knobs.split_k && knobs.hoist_rows && knobs.fence && knobs.waves);
+        assert!(knobs.split_k && knobs.hoist_rows && knobs.fence && knobs.waves && knobs.tails);
         assert_eq!((knobs.planes, knobs.stages), ([2, 4], 1));
     }
 }

@@ -211,26 +211,25 @@ mod tests {
         );
         let (fixed, split, _) = plan(gemm, on, request(shape, Some((64, 64)))).expect("fits");
         assert_eq!(((fixed.bm, fixed.bn), split), ((64, 64), (2, 40)));
-        // SDXL's 1280 → 1280 over 2048 rows: a head of 13 row tiles of 128 and a split tail,
-        // where the launch allows it.
-        let sdxl = [2048, 1280, 1280];
-        let tailed = |knobs| {
+        // SDXL's 5120 → 1280 over 2048 rows: a head of 13 row tiles of 128 and a split tail,
+        // where the launch allows it; its 1280 → 1280 (20 steps) stays one launch.
+        let tailed = |knobs, mnk| {
             let r = Request {
                 tail_ok: true,
-                ..request(sdxl, None)
+                ..request(mnk, None)
             };
             plan(gemm, knobs, r).expect("fits")
         };
-        let (head, split, tail) = tailed(on);
-        assert_eq!(((head.bm, head.bn), split), ((128, 128), (1, 20)));
-        assert_eq!(tail.map(|t| (t.head_tiles, t.split)), Some((13, (4, 5))));
-        assert!(tailed(off).2.is_none(), "the knob off");
+        let (head, split, tail) = tailed(on, [2048, 1280, 5120]);
+        assert_eq!(((head.bm, head.bn), split), ((128, 128), (1, 80)));
+        assert_eq!(tail.map(|t| (t.head_tiles, t.split)), Some((13, (4, 20))));
+        assert!(tailed(off, [2048, 1280, 5120]).2.is_none(), "the knob off");
         assert!(
-            plan(gemm, on, request(sdxl, None))
-                .expect("fits")
-                .2
-                .is_none()
+            tailed(on, [2048, 1280, 1280]).2.is_none(),
+            "a short reduction"
         );
+        let untailed = plan(gemm, on, request([2048, 1280, 5120], None)).expect("fits");
+        assert!(untailed.2.is_none(), "not where the launch refuses it");
         let (geglu, _, _) = plan(
             gemm,
             on,

@@ -129,6 +129,12 @@ pub(super) fn choose(fill: Plan, candidates: &[Plan], outputs: usize) -> Plan {
 /// wave after the head's, so a short one is what the split saves.
 const MIN_TAIL_STEPS: usize = 4;
 
+/// Fewest reduction steps a product must have to run as a head and a split tail: on SDXL's
+/// 1280 → 1280 over 2048 rows (20 steps) the two launches took 82 µs and an 8 µs finishing pass
+/// against 69 µs in one, while its 5120 → 1280 (80 steps) took 180 and 9 against 234 (H200,
+/// fiftieth session): a short product's second launch costs more than its last wave.
+const MIN_TAIL_REDUCTION: usize = 32;
+
 /// A launch in two: the head's whole waves of row tiles unsplit, then the rows left over split
 /// into one more wave.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -141,12 +147,12 @@ pub(super) struct Tail {
 
 /// Where a grid of `nx × ny` one-an-SM cubes over `steps` leaves a last wave of few row tiles:
 /// those rows split so that they fill one wave, the rest unsplit (the data-parallel waves and
-/// a stream-K-like last one). SDXL's 1280 → 1280 over 2048 rows on 128 × 128 tiles: 13 row
-/// tiles of 10 in one wave, 3 left over split 4 ways (120 cubes of 5 steps) instead of 3 waves
+/// a stream-K-like last one). SDXL's 5120 → 1280 over 2048 rows on 128 × 128 tiles: 13 row
+/// tiles of 10 in one wave, 3 left over split 4 ways (120 cubes of 20 steps) instead of 3 waves
 /// of 64 × 128. `None` unless the model prices it below [`MARGIN`] of `current` (µs).
 pub(super) fn tail(t: &Tiling, nx: usize, n: usize, current: f64) -> Option<Tail> {
     let (ny, steps) = (t.cubes / nx.max(1), t.steps);
-    if t.resident != 1 || nx == 0 || nx > UNITS || t.cubes <= UNITS {
+    if t.resident != 1 || nx == 0 || nx > UNITS || t.cubes <= UNITS || steps < MIN_TAIL_REDUCTION {
         return None;
     }
     let per_wave = UNITS / nx;
@@ -267,8 +273,9 @@ mod tests {
         assert!(chosen.split.0 >= 5, "{chosen:?}");
     }
 
-    /// SDXL's 1280 → 1280 and 5120 → 1280 over 2048 rows take a head of 13 row tiles and a
-    /// tail of 3 split 4 ways; its GEGLU (whole waves) and a grid of one wave take none.
+    /// SDXL's 5120 → 1280 over 2048 rows takes a head of 13 row tiles and a tail of 3 split 4
+    /// ways; its 1280 → 1280 (20 steps), its GEGLU (whole waves) and a grid of one wave take
+    /// none.
     #[test]
     fn last_waves_of_few_rows_split() {
         use super::tail;
@@ -281,17 +288,16 @@ mod tests {
         };
         let want = super::Tail {
             head_tiles: 13,
-            split: (4, 5),
+            split: (4, 20),
         };
-        assert_eq!(tail(&t(160, 20), 10, 1280, 67.8), Some(want));
-        let long = tail(&t(160, 80), 10, 1280, 235.0).expect("splits");
-        assert_eq!((long.head_tiles, long.split), (13, (4, 20)));
+        assert_eq!(tail(&t(160, 80), 10, 1280, 235.0), Some(want));
+        assert_eq!(tail(&t(160, 20), 10, 1280, 67.8), None, "a short reduction");
         assert_eq!(
-            tail(&t(16 * 80, 20), 80, 10240, 324.0),
+            tail(&t(16 * 80, 80), 80, 10240, 1200.0),
             None,
             "no room beside 80"
         );
-        assert_eq!(tail(&t(120, 20), 30, 3840, 40.0), None, "one wave");
+        assert_eq!(tail(&t(120, 80), 30, 3840, 150.0), None, "one wave");
         let two = Tiling {
             resident: 2,
             ..t(640, 20)
