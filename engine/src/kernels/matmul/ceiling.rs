@@ -27,7 +27,7 @@ use burn::cubecl;
 use burn::cubecl::prelude::*;
 use burn::tensor::DType;
 
-use super::gemm::MmaGemm;
+use super::layout::MmaGemm;
 use super::mma::VEC;
 use crate::kernels::{buffer_arg, output};
 

@@ -6,64 +6,16 @@ use burn::backend::wgpu::CubeTensor;
 use burn::cubecl::prelude::*;
 use burn::tensor::{DType, Tensor};
 
-use super::super::attention::{Fragment, device_fragment};
+use super::super::attention::device_fragment;
 use super::super::{output, resolve, vector_arg};
 use super::implicit::{ConvGeometryLaunch, ConvInput, ConvTaps};
-use super::knobs::{GEMM_STEPS, TARGET_CUBES, gemm_knobs};
-use super::layout::{Layout, Request, plan};
+use super::knobs::gemm_knobs;
+use super::layout::{Layout, MmaGemm, Request, plan};
 use super::mma::{MAX_LANES, VEC, gemm_mma};
 use super::split_sum::{Finish, finish_split};
 
-/// The tiles the GEMM takes, largest first, `(rows, columns)` of a cube's output.
-pub const MMA_TILES: [(usize, usize); 3] = [(128, 128), (64, 128), (64, 64)];
-
 /// Workgroup memory a cube may use (Vulkan's guaranteed minimum on the GPUs we target).
 const SHARED_BYTES: usize = 48 * 1024;
-
-/// The GEMM's shape on one device: its plane width and f16×f16→f32 fragment.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct MmaGemm {
-    pub plane: usize,
-    pub fragment: Fragment,
-}
-
-impl MmaGemm {
-    /// Whether the kernel's layout works with this plane and fragment: 8 planes of 32, each
-    /// fragment's values an even share of a plane's lanes, the step a multiple of the depth.
-    pub fn fits(&self) -> bool {
-        let f = self.fragment;
-        self.plane * 8 == MAX_LANES
-            && f.m > 0
-            && f.n > 0
-            && f.k > 0
-            && GEMM_STEPS.iter().all(|bk| bk.is_multiple_of(f.k))
-            && (f.m * f.n).is_multiple_of(self.plane)
-            && f.m.is_multiple_of(8)
-            && f.n.is_multiple_of(8)
-    }
-
-    /// The tile `(rows, columns)` for an `m × n` product over `batch` matrices: the largest
-    /// that still gives [`TARGET_CUBES`] cubes, else the smallest.
-    pub fn tiles_for(&self, m: usize, n: usize, batch: usize) -> (usize, usize) {
-        MMA_TILES
-            .into_iter()
-            .find(|&(bm, bn)| m.div_ceil(bm) * n.div_ceil(bn) * batch >= TARGET_CUBES)
-            .unwrap_or(MMA_TILES[MMA_TILES.len() - 1])
-    }
-
-    /// The fragments a plane keeps, `(tm, tn)`, for a `bm × bn` tile with `planes` (rows ×
-    /// columns of planes); `None` where they do not divide it.
-    pub fn fragments(
-        &self,
-        (bm, bn): (usize, usize),
-        [pm, pn]: [usize; 2],
-    ) -> Option<(usize, usize)> {
-        let f = self.fragment;
-        let (rows, cols) = (pm * f.m, pn * f.n);
-        (bm.is_multiple_of(rows) && bn.is_multiple_of(cols) && bm >= rows && bn >= cols)
-            .then_some((bm / rows, bn / cols))
-    }
-}
 
 /// Workgroup memory of one cube: `stages` copies of a `bm × bk` and a `bk × bn` staging (each
 /// row one vector wider) and each plane's 16 × 16 f32 scratch.
@@ -531,60 +483,14 @@ fn launch_gemm(
 
 #[cfg(test)]
 mod tests {
-    use super::{Fragment, MmaGemm};
+    use super::super::super::attention::Fragment;
+    use super::MmaGemm;
 
     fn gemm(plane: usize, m: usize, n: usize, k: usize) -> MmaGemm {
         MmaGemm {
             plane,
             fragment: Fragment { m, n, k },
         }
-    }
-
-    /// The layouts the kernel takes: 8 planes of 32 and fragments that split evenly over a
-    /// plane's lanes (NVIDIA's 16×16×16 and 16×8×16); not Intel's 8-row or 16-lane planes.
-    #[test]
-    fn fits_the_kernels_layout() {
-        assert!(gemm(32, 16, 16, 16).fits(), "NVIDIA");
-        assert!(gemm(32, 16, 8, 16).fits());
-        assert!(
-            !gemm(16, 8, 16, 16).fits(),
-            "16-lane planes: 16 planes, not 8"
-        );
-        assert!(!gemm(64, 16, 16, 16).fits());
-        assert!(
-            !gemm(32, 16, 16, 48).fits(),
-            "the step is not a multiple of k"
-        );
-        assert!(!gemm(32, 4, 16, 16).fits());
-    }
-
-    /// The largest tile that still fills the GPU, else the smallest.
-    #[test]
-    fn tiles_fill_the_gpu() {
-        let g = gemm(32, 16, 16, 16);
-        assert_eq!(
-            g.tiles_for(8192, 2560, 1),
-            (128, 128),
-            "64 × 20 tiles of 128"
-        );
-        assert_eq!(
-            g.tiles_for(8192, 320, 1),
-            (64, 128),
-            "3 columns of 128 need 64-row tiles"
-        );
-        assert_eq!(g.tiles_for(1280, 256, 2), (64, 64), "a 16×16 convolution");
-        assert_eq!(g.tiles_for(16, 16, 1), (64, 64));
-    }
-
-    /// A plane's fragments for each tile and arrangement; none where they do not divide it.
-    #[test]
-    fn fragments_per_plane() {
-        let g = gemm(32, 16, 16, 16);
-        assert_eq!(g.fragments((128, 128), [2, 4]), Some((4, 2)));
-        assert_eq!(g.fragments((64, 64), [2, 4]), Some((2, 1)));
-        assert_eq!(g.fragments((128, 128), [2, 2]), Some((4, 4)));
-        assert_eq!(g.fragments((64, 64), [2, 2]), Some((2, 2)));
-        assert_eq!(g.fragments((16, 64), [2, 2]), None);
     }
 
     /// The fence goes where the knob is on and a plane holds 4 accumulators or more: 128 × 128

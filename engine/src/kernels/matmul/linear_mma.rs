@@ -5,7 +5,8 @@ use burn::tensor::{DType, Tensor};
 
 use super::super::{output, resolve};
 use super::WeightLayout;
-use super::gemm::{GemmEpilogue, MmaGemm, gemm_into};
+use super::gemm::{GemmEpilogue, gemm_into};
+use super::layout::MmaGemm;
 
 /// What a linear layer's product on the GEMM adds in its epilogue.
 #[derive(Debug, Clone)]

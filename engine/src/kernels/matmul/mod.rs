@@ -38,14 +38,13 @@ mod workgroup;
 pub use route::{Place, ProductRules, product_rules, set_product_rules, wide_fits};
 
 pub use ceiling::{Ceiling, CeilingShape, mma_ceiling_launch, reported_fragments};
-pub use gemm::{
-    GemmEpilogue, MMA_TILES, MmaGemm, conv_gemm_into, conv_rows_gemm_into, gemm_into, mma_gemm_on,
-};
+pub use gemm::{GemmEpilogue, conv_gemm_into, conv_rows_gemm_into, gemm_into, mma_gemm_on};
 pub use implicit::ConvInput;
 pub use knobs::{
     GEMM_PLANES, GEMM_STEPS, GemmKnobs, gemm_knobs, mma_linears, reduction_step, set_gemm_knobs,
     set_mma_linears, split_slices,
 };
+pub use layout::{MMA_TILES, MmaGemm};
 pub use linear_mma::{LinearEpilogue, linear_mma};
 pub use workgroup::{
     WorkgroupGemm, WorkgroupTile, describe as describe_workgroup, linear_workgroup,
