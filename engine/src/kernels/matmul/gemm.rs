@@ -483,15 +483,7 @@ fn launch_gemm(
 
 #[cfg(test)]
 mod tests {
-    use super::super::super::attention::Fragment;
-    use super::MmaGemm;
-
-    fn gemm(plane: usize, m: usize, n: usize, k: usize) -> MmaGemm {
-        MmaGemm {
-            plane,
-            fragment: Fragment { m, n, k },
-        }
-    }
+    use super::super::layout::tests::gemm;
 
     /// The fence goes where the knob is on and a plane holds 4 accumulators or more: 128 × 128
     /// and 64 × 128 tiles in 8 planes, not 64 × 64 ones.

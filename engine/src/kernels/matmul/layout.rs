@@ -211,10 +211,11 @@ pub(super) fn plan(
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::{Fragment, GemmKnobs, MmaGemm, Request, plan};
 
-    fn gemm(plane: usize, m: usize, n: usize, k: usize) -> MmaGemm {
+    /// A device's GEMM shape: `plane` lanes, an `m × n × k` fragment.
+    pub(in super::super) fn gemm(plane: usize, m: usize, n: usize, k: usize) -> MmaGemm {
         MmaGemm {
             plane,
             fragment: Fragment { m, n, k },
