@@ -6,6 +6,7 @@ use burn::tensor::{DType, Tensor};
 
 use crate::error::Result;
 use crate::kernels::conv::{Columns, Epilogue, Geometry};
+use crate::kernels::group_norm::ChannelTerms;
 use crate::weights::Weights;
 
 /// `nn.Conv2d` with square kernel, equal stride and symmetric padding.
@@ -18,9 +19,9 @@ pub struct Conv2d {
     /// Our kernels' use of this layer (the route settled at the first call, the weights packed
     /// for them).
     ours: crate::kernels::conv::Prepared,
-    /// The bias in f32 `[1, c_out]`, cast at the first deferred call ([`Self::forward_deferred`]):
+    /// The bias in f32 `[c_out]`, cast at the first deferred call ([`Self::forward_deferred`]):
     /// not once a step per resnet.
-    bias_f32: std::sync::Arc<std::sync::OnceLock<Tensor<2>>>,
+    bias_f32: std::sync::Arc<std::sync::OnceLock<Tensor<1>>>,
 }
 
 impl Conv2d {
@@ -101,7 +102,7 @@ impl Conv2d {
         &self,
         x: Tensor<4>,
         channel: Option<Columns<'_>>,
-    ) -> (Tensor<4>, Option<Tensor<2>>) {
+    ) -> (Tensor<4>, Option<ChannelTerms>) {
         self.run(x, false, channel, None, true)
     }
 
@@ -152,7 +153,7 @@ impl Conv2d {
         channel: Option<Columns<'_>>,
         residual: Option<&Tensor<4>>,
         defer_bias: bool,
-    ) -> (Tensor<4>, Option<Tensor<2>>) {
+    ) -> (Tensor<4>, Option<ChannelTerms>) {
         crate::profile::record(|| {
             let [b, c_in, h, w] = x.dims();
             let up = if upsample { 2 } else { 1 };
@@ -193,8 +194,7 @@ impl Conv2d {
         {
             let bare = Epilogue::default();
             if let Some(y) = self.ours.forward(&x, &self.weight, geometry, &bare) {
-                let [b, c, _, _] = y.dims();
-                return (y, self.deferred(channel, b, c));
+                return (y, self.deferred(channel));
             }
         }
         if let Some(y) = self.ours.forward(&x, &self.weight, geometry, &epilogue) {
@@ -210,31 +210,29 @@ impl Conv2d {
         let options = ConvOptions::new([self.stride; 2], [self.padding; 2], [1, 1], 1);
         let y = conv2d(x, self.weight.clone(), None, options);
         if defer_bias && gpu && residual.is_none() {
-            let [b, c, _, _] = y.dims();
-            return (y, self.deferred(channel, b, c));
+            return (y, self.deferred(channel));
         }
         (epilogue.apply(y), None)
     }
 
-    /// The bias and `channel` terms as one `[b, c]` f32 tensor; `None` where there are none.
-    fn deferred(&self, channel: Option<Columns<'_>>, b: usize, c: usize) -> Option<Tensor<2>> {
+    /// The bias (f32) and `channel` terms left to the norm, as they lie (the norm's kernels read
+    /// them in place); `None` where there are none.
+    fn deferred(&self, channel: Option<Columns<'_>>) -> Option<ChannelTerms> {
         let bias = self.bias.as_ref().map(|bias| {
-            let f32 = self.bias_f32.get_or_init(|| {
-                let device = bias.device();
-                crate::device::persistent(&device, || {
-                    let f32 = bias.clone().cast(DType::F32).reshape([1, c]);
-                    // Materialised now, beside the weights, so each call reads it as it lies.
-                    let _ = crate::kernels::resolve(f32.clone());
-                    f32
+            self.bias_f32
+                .get_or_init(|| {
+                    let device = bias.device();
+                    crate::device::persistent(&device, || {
+                        let f32 = bias.clone().cast(DType::F32);
+                        // Materialised now, beside the weights, so each call reads it as it lies.
+                        let _ = crate::kernels::resolve(f32.clone());
+                        f32
+                    })
                 })
-            });
-            f32.clone().expand([b, c])
+                .clone()
         });
-        let channel = channel.map(|t| t.take(c).cast(DType::F32));
-        match (bias, channel) {
-            (Some(bias), Some(channel)) => Some(bias + channel),
-            (one, None) | (None, one) => one,
-        }
+        let columns = channel.map(|t| (t.tensor.clone(), t.column));
+        (bias.is_some() || columns.is_some()).then_some(ChannelTerms { bias, columns })
     }
 
     /// A copy with its weights in `dtype`.

@@ -8,6 +8,7 @@ use burn::tensor::{DType, Tensor, TensorData};
 
 use super::rows;
 use crate::error::Result;
+use crate::kernels::group_norm::ChannelTerms;
 use crate::weights::Weights;
 
 /// Which implementation runs a GroupNorm (and the SiLU after it): burn ops, or our kernels where
@@ -160,17 +161,17 @@ impl GroupNorm {
         x.cast(dtype)
     }
 
-    /// [`Self::forward_with`] of `x + pre` (`pre` `[b, c]`, f32: a convolution's bias left to
-    /// this norm, [`Conv2d::forward_deferred`]): added on the way by our kernels where the map is
-    /// channels-last, as a burn op before the norm otherwise.
+    /// [`Self::forward_with`] of `x + terms` (a convolution's bias and time-embedding term left
+    /// to this norm, [`Conv2d::forward_deferred`]): read in place and added on the way by our
+    /// kernels where the map is channels-last, as burn ops before the norm otherwise.
     pub fn forward_shifted(
         &self,
         x: Tensor<4>,
-        pre: Option<Tensor<2>>,
+        terms: Option<ChannelTerms>,
         silu: bool,
         kernels: Kernels,
     ) -> Tensor<4> {
-        let Some(pre) = pre else {
+        let Some(terms) = terms else {
             return self.forward_with(x, silu, kernels);
         };
         if kernels == Kernels::Fused
@@ -178,7 +179,7 @@ impl GroupNorm {
                 &x,
                 &self.weight,
                 &self.bias,
-                &pre,
+                &terms,
                 self.groups,
                 self.eps,
                 silu,
@@ -189,7 +190,12 @@ impl GroupNorm {
         }
         let [b, c, _, _] = x.dims();
         let dtype = x.dtype();
-        self.forward_with(x + pre.cast(dtype).reshape([b, c, 1, 1]), silu, kernels)
+        match terms.sum(b, c) {
+            Some(pre) => {
+                self.forward_with(x + pre.cast(dtype).reshape([b, c, 1, 1]), silu, kernels)
+            }
+            None => self.forward_with(x, silu, kernels),
+        }
     }
 
     /// GroupNorm, then SiLU when `silu`, through `kernels`. Our kernels

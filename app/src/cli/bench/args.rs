@@ -141,6 +141,10 @@ pub struct BenchArgs {
     /// the same process.
     #[arg(long)]
     pub(super) gemm_ab: bool,
+    /// After the UNet step (SD 1.5's, or SDXL's with `--sdxl`), the same step with GroupNorm's
+    /// small channels-last maps in one launch or three, replayed, interleaved over three rounds.
+    #[arg(long)]
+    pub(super) norm_ab: bool,
     /// With `--kernel-profile`: profile again with the linears on the other product (burn's
     /// matmul or our GEMM), then once more as at first.
     #[arg(long)]

@@ -27,6 +27,7 @@ mod conv;
 mod kernels;
 mod linear;
 mod lora;
+mod norm;
 mod pipeline;
 mod profile;
 mod refiner;
@@ -306,6 +307,14 @@ pub fn run(args: BenchArgs) -> Result<()> {
         }
         if args.gemm_ab {
             unet::gemm_ab(&model, &device, precision, args.runs, &x, &ctx)?;
+        }
+        if args.norm_ab {
+            norm::norm_ab(
+                precision,
+                &format!("{precision:?}"),
+                || read_f32(model.unet()?.forward(x.clone(), &[500.0], &ctx)),
+                || unet::step_ms(&model, &device, args.runs, &x, &ctx),
+            )?;
         }
         if let Some(rank) = args.lora_rank {
             lora::lora_bench(&model, &device, precision, rank, args.runs, &x, &ctx)?;

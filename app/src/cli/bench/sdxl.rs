@@ -135,6 +135,21 @@ pub(super) fn sdxl_bench(
     if args.gemm_ab {
         gemm_ab(&model, device, runs, &x, &ctx, &added)?;
     }
+    if args.norm_ab {
+        super::norm::norm_ab(
+            precision,
+            "SDXL",
+            || {
+                super::read_f32(super::unet::plain_step(
+                    &model.unet()?,
+                    &x,
+                    &ctx,
+                    Some(&added),
+                ))
+            },
+            || super::unet::step_ms_added(&model, device, runs, &x, &ctx, Some(&added)),
+        )?;
+    }
     if args.rows_ab {
         let base_unet = model.unet()?;
         super::unet::rows_ab(precision, None, |_| {

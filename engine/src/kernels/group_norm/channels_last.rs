@@ -14,6 +14,7 @@ use burn::cubecl::prelude::*;
 use burn::tensor::{DType, Tensor};
 
 use super::super::{Element, buffer_arg, output, vector_arg};
+use super::Terms;
 use super::statistics::{pool, stats, stats_vectors};
 
 pub(super) const LANES: usize = 256;
@@ -120,14 +121,14 @@ pub(crate) fn is_channels_last(t: &CubeTensor) -> bool {
 }
 
 /// GroupNorm of the channels-last `xc` (`[b, c, h, w]`, checked by [`is_channels_last`]) plus
-/// `pre` (f32 `[b, c]`, contiguous) when given, with f32 `gamma`/`beta`, then SiLU when `silu`;
+/// its channel `terms`, with f32 `gamma`/`beta`, then SiLU when `silu`;
 /// the result is channels-last too. `None` where the grid cannot hold the map.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn group_norm(
     xc: &CubeTensor,
     gamma: &CubeTensor,
     beta: &CubeTensor,
-    pre: Option<&CubeTensor>,
+    terms: &Terms,
     [b, c, h, w]: [usize; 4],
     groups: usize,
     eps: f32,
@@ -177,7 +178,7 @@ pub(super) fn group_norm(
     let buffers = Buffers {
         x: xc,
         y: &oc,
-        pre,
+        terms,
         gamma,
         beta,
         scale: &scale,
@@ -195,7 +196,7 @@ pub(super) fn group_norm(
 struct Buffers<'a> {
     x: &'a CubeTensor,
     y: &'a CubeTensor,
-    pre: Option<&'a CubeTensor>,
+    terms: &'a Terms,
     gamma: &'a CubeTensor,
     beta: &'a CubeTensor,
     scale: &'a CubeTensor,
@@ -254,13 +255,17 @@ fn launch<F: Float + CubeElement>(client: &Client, t: Buffers, s: Sizes, eps: f3
             s.streams,
         );
     }
-    pool::launch(
+    let columns = t.terms.columns.as_ref();
+    pool::launch::<F>(
         client,
         CubeCount::Static(s.groups as u32, s.b as u32, 1),
         cube,
         partial(),
-        // Unread without `pre` (the branch is compiled out): any f32 buffer binds.
-        buffer_arg(t.pre.unwrap_or(t.gamma)),
+        // An absent term binds a buffer of its type, never read (compiled out).
+        buffer_arg(t.terms.bias.as_ref().unwrap_or(t.gamma)),
+        buffer_arg(columns.map_or(t.x, |c| &c.0)),
+        columns.map_or(0, |c| c.1),
+        columns.map_or(0, |c| c.2),
         buffer_arg(t.gamma),
         buffer_arg(t.beta),
         buffer_arg(t.scale),
@@ -269,7 +274,8 @@ fn launch<F: Float + CubeElement>(client: &Client, t: Buffers, s: Sizes, eps: f3
         s.per_group,
         s.chunks * s.entry_streams * s.per_group,
         eps,
-        t.pre.is_some(),
+        t.terms.bias.is_some(),
+        columns.is_some(),
     );
     let count = CubeCount::Static(s.tiles as u32, s.b as u32, 1);
     if s.c.is_multiple_of(VEC) {
@@ -354,6 +360,8 @@ mod tests {
             (1, 1280, 3, 5, 32, 0.5),
             // Not in vectors, more channels than lanes: the scalar statistics' one stream.
             (1, 258, 4, 5, 2, -0.5),
+            // The one-launch kernel's unrolled walk several times over, batch 2.
+            (2, 64, 40, 40, 32, 2.0),
         ] {
             let n = b * c * h * w;
             let (gamma, beta, norm) = super::super::tests::affine(c, groups, &device);
@@ -362,12 +370,19 @@ mod tests {
                 let x =
                     tensor(values(n, offset), [b, h, w, c], &device, dtype).permute([0, 3, 1, 2]);
                 assert!(is_channels_last(&resolve_strided(x.clone()).unwrap()));
-                for silu in [false, true] {
+                // Three launches, then the one-launch kernel (`slab`) on the same map.
+                for (silu, slab_max) in [
+                    (false, 0),
+                    (true, 0),
+                    (false, usize::MAX),
+                    (true, usize::MAX),
+                ] {
                     let mut twin = norm.forward(on_cpu(&x));
                     if silu {
                         twin = burn::tensor::activation::silu(twin);
                     }
-                    let ours = super::super::group_norm(&x, &gamma, &beta, groups, 1e-5, silu)
+                    let run = super::super::run;
+                    let ours = run(&x, &gamma, &beta, None, groups, 1e-5, silu, slab_max)
                         .expect("our kernels run on wgpu");
                     assert_eq!(ours.dtype(), dtype);
                     assert!(is_channels_last(&resolve_strided(ours.clone()).unwrap()));
@@ -375,32 +390,81 @@ mod tests {
                     let tol = if dtype == DType::F32 { 1e-4 } else { 1e-2 };
                     assert!(
                         rel <= tol,
-                        "{b}x{c}x{h}x{w} {dtype:?} silu={silu}: rel {rel}"
+                        "{b}x{c}x{h}x{w} {dtype:?} silu={silu} slab {slab_max}: rel {rel}"
                     );
                 }
-                // Shifted by a per-(image, channel) term first (a convolution's bias).
-                let pre: Vec<f32> = (0..b * c)
-                    .map(|i| (i * 37 % 23) as f32 * 0.3 - 3.0)
+                // Shifted per (image, channel) first: a convolution's bias (f32 `[c]`) and
+                // columns of a wider term in the map's dtype (the time embedding's projection),
+                // each alone and both.
+                let bias: Vec<f32> = (0..c).map(|i| (i * 37 % 23) as f32 * 0.3 - 3.0).collect();
+                let bias = tensor(bias, [c], &device, DType::F32);
+                let (width, column) = (c + 24, 8);
+                let wide: Vec<f32> = (0..b * width)
+                    .map(|i| (i * 53 % 19) as f32 * 0.25 - 2.0)
                     .collect();
-                let pre = tensor(pre, [b, c], &device, DType::F32);
-                let shifted = on_cpu(&x) + on_cpu(&pre).reshape([b, c, 1, 1]);
-                let twin = burn::tensor::activation::silu(norm.forward(shifted));
-                let ours =
-                    super::super::group_norm_shifted(&x, &gamma, &beta, &pre, groups, 1e-5, true)
-                        .expect("taken channels-last");
-                assert!(is_channels_last(&resolve_strided(ours.clone()).unwrap()));
-                let rel = relative(&read(ours), &read(twin));
-                let tol = if dtype == DType::F32 { 1e-4 } else { 1e-2 };
-                assert!(rel <= tol, "{b}x{c}x{h}x{w} {dtype:?} shifted: rel {rel}");
-                // A term of the wrong shape is refused, not read past its end.
-                let wrong = tensor(vec![0.0; c], [1, c], &device, DType::F32);
-                if b != 1 {
-                    assert!(
-                        super::super::group_norm_shifted(
-                            &x, &gamma, &beta, &wrong, groups, 1e-5, true
+                let wide = tensor(wide, [b, width], &device, dtype);
+                let cols = on_cpu(&wide)
+                    .slice([0..b, column..column + c])
+                    .cast(DType::F32);
+                for (with_bias, with_columns) in [(true, false), (false, true), (true, true)] {
+                    let terms = super::super::ChannelTerms {
+                        bias: with_bias.then(|| bias.clone()),
+                        columns: with_columns.then(|| (wide.clone(), column)),
+                    };
+                    let mut shifted = on_cpu(&x).cast(DType::F32);
+                    if with_bias {
+                        shifted = shifted + on_cpu(&bias).reshape([1, c, 1, 1]);
+                    }
+                    if with_columns {
+                        shifted = shifted + cols.clone().reshape([b, c, 1, 1]);
+                    }
+                    let twin = burn::tensor::activation::silu(norm.forward(shifted));
+                    let twin = read(twin);
+                    for slab_max in [0, usize::MAX] {
+                        let run = super::super::run;
+                        let ours = run(
+                            &x,
+                            &gamma,
+                            &beta,
+                            Some(&terms),
+                            groups,
+                            1e-5,
+                            true,
+                            slab_max,
                         )
-                        .is_none()
+                        .expect("taken channels-last");
+                        assert!(is_channels_last(&resolve_strided(ours.clone()).unwrap()));
+                        let rel = relative(&read(ours), &twin);
+                        let tol = if dtype == DType::F32 { 1e-4 } else { 1e-2 };
+                        assert!(
+                            rel <= tol,
+                            "{b}x{c}x{h}x{w} {dtype:?} bias {with_bias} columns {with_columns}, \
+                             slab {slab_max}: rel {rel}"
+                        );
+                    }
+                }
+                // Terms of the wrong shape or dtype are refused, not read past their ends.
+                let short = super::super::ChannelTerms {
+                    bias: None,
+                    columns: Some((wide.clone(), width - c + 1)),
+                };
+                let other = match dtype {
+                    DType::F32 => DType::F16,
+                    _ => DType::F32,
+                };
+                let mistyped = super::super::ChannelTerms {
+                    bias: None,
+                    columns: Some((wide.clone().cast(other), 0)),
+                };
+                let narrow = super::super::ChannelTerms {
+                    bias: Some(bias.clone().narrow(0, 0, c - 1)),
+                    columns: None,
+                };
+                for terms in [short, mistyped, narrow] {
+                    let got = super::super::group_norm_shifted(
+                        &x, &gamma, &beta, &terms, groups, 1e-5, true,
                     );
+                    assert!(got.is_none());
                 }
             }
         }
@@ -408,8 +472,13 @@ mod tests {
         let x = tensor(values(240, 0.0), [2, 8, 3, 5], &device, DType::F32);
         assert!(!is_channels_last(&resolve_strided(x.clone()).unwrap()));
         let (gamma, beta) = (Tensor::ones([8], &device), Tensor::zeros([8], &device));
-        let pre = Tensor::<2>::zeros([2, 8], &device);
-        assert!(super::super::group_norm_shifted(&x, &gamma, &beta, &pre, 4, 1e-5, true).is_none());
+        let terms = super::super::ChannelTerms {
+            bias: Some(Tensor::zeros([8], &device)),
+            columns: None,
+        };
+        assert!(
+            super::super::group_norm_shifted(&x, &gamma, &beta, &terms, 4, 1e-5, true).is_none()
+        );
         assert!(!super::super::super::available(&Device::flex()));
     }
 }

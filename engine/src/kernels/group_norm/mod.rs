@@ -12,9 +12,11 @@ use burn::tensor::Tensor;
 use super::{Element, buffer_arg, cube_total, output, resolve, resolve_strided, span_moments};
 
 mod channels_last;
+mod slab;
 mod statistics;
 
 pub(crate) use channels_last::is_channels_last;
+pub use slab::{SLAB_MAX, set_slab_max, slab_max};
 
 /// Lanes per cube; the reductions below are written for this power of two.
 const LANES: usize = 256;
@@ -24,6 +26,30 @@ const CHUNK: usize = 4096;
 /// Elements each lane normalises: an apply cube covers `LANES * PER_LANE`.
 const PER_LANE: usize = 16;
 const TILE: usize = LANES * PER_LANE;
+
+/// What [`ChannelTerms`] add to channel `ch` of image `b`: `bias[ch]` with `has_bias`, and
+/// `columns[b·width + column + ch]` with `has_columns`.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+pub(super) fn channel_term<F: Float>(
+    bias: &[f32],
+    columns: &[F],
+    b: usize,
+    ch: usize,
+    width: usize,
+    column: usize,
+    #[comptime] has_bias: bool,
+    #[comptime] has_columns: bool,
+) -> f32 {
+    let mut term = 0.0f32;
+    if has_bias {
+        term += bias[ch];
+    }
+    if has_columns {
+        term += f32::cast_from(columns[b * width + column + ch]);
+    }
+    term
+}
 
 /// The sum of `value` over the cube's lanes, returned to every lane.
 #[cube]
@@ -135,32 +161,102 @@ pub fn group_norm(
     eps: f64,
     silu: bool,
 ) -> Option<Tensor<4>> {
-    run(x, gamma, beta, None, groups, eps, silu)
+    run(x, gamma, beta, None, groups, eps, silu, slab_max())
 }
 
-/// [`group_norm`] of `x + pre` (`pre` `[b, c]`, per image and channel: a convolution's bias left
-/// to this norm, so the sum is never written out). Only a channels-last `x` (what burn's
-/// convolution writes) is taken; `None` otherwise, and the caller adds `pre` itself.
+/// What is added to a map per (image, channel) before its GroupNorm, each part optional: a
+/// convolution's bias left to the norm (f32 `[c]`) and a term read as columns `column ..` of a
+/// wider `[b, width]` tensor in the map's dtype (the UNet's projection of every resnet's time
+/// embedding). Our kernels read both where they lie, so no launch sums them per resnet;
+/// [`Self::sum`] does, for burn ops.
+#[derive(Debug, Clone)]
+pub struct ChannelTerms {
+    pub bias: Option<Tensor<1>>,
+    pub columns: Option<(Tensor<2>, usize)>,
+}
+
+impl ChannelTerms {
+    /// The terms as one f32 `[b, c]` tensor; `None` where there are none.
+    pub fn sum(&self, b: usize, c: usize) -> Option<Tensor<2>> {
+        let bias = self.bias.as_ref().map(|bias| {
+            bias.clone()
+                .cast(burn::tensor::DType::F32)
+                .reshape([1, c])
+                .expand([b, c])
+        });
+        let columns = self.columns.as_ref().map(|(t, column)| {
+            let [rows, width] = t.dims();
+            let t = match (*column, width == c) {
+                (0, true) => t.clone(),
+                _ => t.clone().slice([0..rows, *column..*column + c]),
+            };
+            t.cast(burn::tensor::DType::F32)
+        });
+        match (bias, columns) {
+            (Some(bias), Some(columns)) => Some(bias + columns),
+            (one, None) | (None, one) => one,
+        }
+    }
+}
+
+/// [`group_norm`] of `x + terms` (see [`ChannelTerms`]). Only a channels-last `x` (what our
+/// channels-last convolutions and burn's write) is taken; `None` otherwise (or where a term's
+/// shape or dtype does not fit), and the caller adds the terms itself.
 pub fn group_norm_shifted(
     x: &Tensor<4>,
     gamma: &Tensor<1>,
     beta: &Tensor<1>,
-    pre: &Tensor<2>,
+    terms: &ChannelTerms,
     groups: usize,
     eps: f64,
     silu: bool,
 ) -> Option<Tensor<4>> {
-    run(x, gamma, beta, Some(pre), groups, eps, silu)
+    run(x, gamma, beta, Some(terms), groups, eps, silu, slab_max())
 }
 
+/// [`ChannelTerms`] as the kernels bind them; an absent part binds another buffer of its type
+/// (never read: its branch is compiled out).
+pub(super) struct Terms {
+    pub bias: Option<burn::backend::wgpu::CubeTensor>,
+    /// The wide tensor, its row length and the first column.
+    pub columns: Option<(burn::backend::wgpu::CubeTensor, usize, usize)>,
+}
+
+impl Terms {
+    fn of(terms: &ChannelTerms, [b, c]: [usize; 2], dtype: burn::tensor::DType) -> Option<Self> {
+        let bias = match &terms.bias {
+            Some(bias) if bias.dims() == [c] => {
+                Some(resolve(bias.clone().cast(burn::tensor::DType::F32))?)
+            }
+            Some(_) => return None,
+            None => None,
+        };
+        let columns = match &terms.columns {
+            Some((t, column)) => {
+                let [rows, width] = t.dims();
+                if rows != b || column + c > width || t.dtype() != dtype {
+                    return None;
+                }
+                Some((resolve(t.clone())?, width, *column))
+            }
+            None => None,
+        };
+        Some(Self { bias, columns })
+    }
+}
+
+/// The kernels for `x` (`+ terms`); a channels-last map whose slabs hold at most `slab_max`
+/// elements takes the one-launch kernel ([`slab`]), a larger one three launches.
+#[allow(clippy::too_many_arguments)]
 fn run(
     x: &Tensor<4>,
     gamma: &Tensor<1>,
     beta: &Tensor<1>,
-    pre: Option<&Tensor<2>>,
+    terms: Option<&ChannelTerms>,
     groups: usize,
     eps: f64,
     silu: bool,
+    slab_max: usize,
 ) -> Option<Tensor<4>> {
     let device = x.device();
     if !super::available(&device) {
@@ -185,18 +281,29 @@ fn run(
     // the next convolution (no relayout on either side).
     let strided = resolve_strided(x.clone())?;
     if channels_last::is_channels_last(&strided) {
-        let pre = match pre {
-            Some(p) if p.dims() == [b, c] => {
-                Some(resolve(p.clone().cast(burn::tensor::DType::F32))?)
-            }
-            Some(_) => return None,
-            None => None,
+        let none = ChannelTerms {
+            bias: None,
+            columns: None,
         };
+        let terms = Terms::of(terms.unwrap_or(&none), [b, c], dtype)?;
+        if slab::takes(h * w, c / groups, slab_max) {
+            return slab::group_norm(
+                &strided,
+                &gc,
+                &bc,
+                &terms,
+                [b, c, h, w],
+                groups,
+                eps as f32,
+                silu,
+                &device,
+            );
+        }
         return channels_last::group_norm(
             &strided,
             &gc,
             &bc,
-            pre.as_ref(),
+            &terms,
             [b, c, h, w],
             groups,
             eps as f32,
@@ -204,7 +311,7 @@ fn run(
             &device,
         );
     }
-    if pre.is_some() {
+    if terms.is_some() {
         return None;
     }
     // Already resolved above: copied only where it is neither layout.

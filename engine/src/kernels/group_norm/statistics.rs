@@ -7,6 +7,7 @@
 use burn::cubecl;
 use burn::cubecl::prelude::*;
 
+use super::channel_term;
 use super::channels_last::{LANES, VEC};
 use crate::kernels::cube_total;
 
@@ -220,13 +221,17 @@ pub(super) fn stats_vectors<F: Float, N: Size>(
 
 /// Cube `(g, b)`: pools group `g`'s entries of image `b` (exactly: mean first, then M2 with each
 /// entry's offset from it) and writes each of its channels' scale `γ/σ` and shift `β − μ·γ/σ`.
-/// With `shifted`, the map is normalised as if `pre[b, ch]` were added to it first (a
-/// convolution's bias, left to this norm): each entry's mean moves by it, its M2 does not.
+/// The map is normalised as if its channel terms ([`super::ChannelTerms`]: `bias`, `columns`
+/// from `column` in rows of `row`) were added to it first: each entry's mean moves by them, its
+/// M2 does not.
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
-pub(super) fn pool(
+pub(super) fn pool<F: Float>(
     partial: &[f32],
-    pre: &[f32],
+    bias: &[f32],
+    columns: &[F],
+    row: usize,
+    column: usize,
     gamma: &[f32],
     beta: &[f32],
     scale: &mut [f32],
@@ -235,8 +240,10 @@ pub(super) fn pool(
     per_group: usize,
     entries: usize,
     eps: f32,
-    #[comptime] shifted: bool,
+    #[comptime] has_bias: bool,
+    #[comptime] has_columns: bool,
 ) {
+    let shifted = comptime!(has_bias || has_columns);
     let lane = UNIT_POS as usize;
     let g = CUBE_POS_X as usize;
     let b = CUBE_POS_Y as usize;
@@ -251,7 +258,8 @@ pub(super) fn pool(
             ((b * (entries / per_group) + e / per_group) * c + first_channel + e % per_group) * 3;
         let mut mean = partial[at + 1];
         if shifted {
-            mean += pre[b * c + first_channel + e % per_group];
+            let ch = first_channel + e % per_group;
+            mean += channel_term::<F>(bias, columns, b, ch, row, column, has_bias, has_columns);
         }
         n += partial[at];
         weighted += partial[at] * mean;
@@ -267,7 +275,8 @@ pub(super) fn pool(
             ((b * (entries / per_group) + q / per_group) * c + first_channel + q % per_group) * 3;
         let mut d = partial[at + 1] - mean;
         if shifted {
-            d += pre[b * c + first_channel + q % per_group];
+            let ch = first_channel + q % per_group;
+            d += channel_term::<F>(bias, columns, b, ch, row, column, has_bias, has_columns);
         }
         spread += partial[at + 2] + partial[at] * d * d;
         q += LANES;
@@ -282,7 +291,7 @@ pub(super) fn pool(
         scale[b * c + ch] = s;
         let mut centre = mean;
         if shifted {
-            centre -= pre[b * c + ch];
+            centre -= channel_term::<F>(bias, columns, b, ch, row, column, has_bias, has_columns);
         }
         offset[b * c + ch] = beta[ch] - centre * s;
         j += LANES;
