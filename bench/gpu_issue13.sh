@@ -1,5 +1,19 @@
 #!/bin/bash
 # Issue 13 on a lent GPU, one part per device call (each call may run 10 minutes):
+#   PART=ea PyTorch's SD 1.5 and SDXL steps (`torch_anchor.py` parts unet16,sdxl) first, then
+#           GroupNorm's small channels-last maps in one launch against three, and the skip
+#           connections joined by our kernel against burn's cat (`--norm-ab`; the convolutions'
+#           bias and time-embedding terms read in place in every rule) on SD 1.5's and SDXL's
+#           steps replayed, each process then profiled by kernel and op (`--kernel-profile 1`).
+#           One archive, ea.tgz
+#   PART=eb PyTorch's SD 1.5 step (part unet16) first, then `--norm-ab` (as ea) on the SIMT
+#           routes: SPIR-V with the cooperative matrices hidden (an iGPU's Vulkan route), then
+#           WGSL. One archive, eb.tgz
+#   PART=ec PyTorch's SD 1.5 step, VAE decode and 20-step txt2img (parts unet16,vae,e2e) first,
+#           then eb's SPIR-V SIMT A/B alone (eb's ran after ea on one machine and restored its
+#           tuning, taken with cooperative matrices: burn's attention failed), then the default
+#           20-step txt2img (`--pipeline-only`, the VAE decode with it) with GroupNorm's slabs
+#           and without (`--slab-max 0`). One archive, ec.tgz
 #   PART=dz as dy, with tails on by default only where the reduction has 32 steps or more. One
 #           archive, dz.tgz
 #   PART=dy the waves model with split tails of rows (`GemmKnobs::tails`: a grid's whole waves of
@@ -497,6 +511,30 @@ dy|dz)
   part_dir $PART; export LATENT_STUDIO_BENCH_KNOBS=waves
   bench_part sd15_$PART 150 --runs 7 --unet-only --no-ops --no-profile --no-burn-ops --gemm-ab
   bench_part sdxl_$PART 300 --runs 5 --sdxl --no-pipeline --gemm-ab --gemm-tails on --kernel-profile 1
+  ;;
+ea)
+  REPO=$OLDPWD; part_dir ea
+  PARTS=${TORCH_PARTS:-unet16,sdxl} timeout ${TORCH_TIMEOUT:-170} python3 $REPO/bench/torch_anchor.py 2>&1 | grep -v "Warning\|kept in float32" | tee $OUT/torch_ea.txt
+  tar czf $OUT_REAL/ea.tgz -C /tmp ea
+  bench_part sd15_ea 150 --runs 7 --unet-only --no-ops --no-profile --no-burn-ops --norm-ab --kernel-profile 1
+  bench_part sdxl_ea 300 --runs 5 --sdxl --no-pipeline --norm-ab --kernel-profile 1
+  ;;
+ec)
+  REPO=$OLDPWD; part_dir ec
+  PARTS=${TORCH_PARTS:-unet16,vae,e2e} timeout ${TORCH_TIMEOUT:-150} python3 $REPO/bench/torch_anchor.py 2>&1 | grep -v "Warning\|kept in float32" | tee $OUT/torch_ec.txt
+  tar czf $OUT_REAL/ec.tgz -C /tmp ec
+  LATENT_STUDIO_CMMA=off bench_part sd15_ec_spirv 200 --runs 5 --unet-only --no-ops --no-profile --no-burn-ops --norm-ab
+  for max in default 0; do
+    extra=; [ $max = 0 ] && extra="--slab-max 0"
+    bench_part sd15_ec_e2e_$max 110 --steps 20 --pipeline-only --runs 5 $extra
+  done
+  ;;
+eb)
+  REPO=$OLDPWD; part_dir eb
+  PARTS=${TORCH_PARTS:-unet16} timeout ${TORCH_TIMEOUT:-100} python3 $REPO/bench/torch_anchor.py 2>&1 | grep -v "Warning\|kept in float32" | tee $OUT/torch_eb.txt
+  tar czf $OUT_REAL/eb.tgz -C /tmp eb
+  LATENT_STUDIO_CMMA=off bench_part sd15_eb_spirv 220 --runs 5 --unet-only --no-ops --no-profile --no-burn-ops --norm-ab --kernel-profile 1
+  LATENT_STUDIO_COMPILER=wgsl bench_part sd15_eb_wgsl 200 --runs 5 --unet-only --no-ops --no-profile --no-burn-ops --norm-ab
   ;;
 dx)
   REPO=$OLDPWD; part_dir dx; export LATENT_STUDIO_BENCH_KNOBS=waves

@@ -141,8 +141,18 @@ pub fn open(target: &Target, all: &[AdapterSummary]) -> Device {
 /// Puts back the kernel tuning a previous launch saved for `target` ([`tuning`]), before its
 /// first kernel runs.
 fn restore_tuning(target: &Target) {
+    if let Some(identity) = tuning_identity(target, crate::compiler::cooperative_matrices_off()) {
+        tuning::restore(&identity);
+    }
+}
+
+/// What kernel tuning is kept per: the adapter, its driver, the compiler and whether cooperative
+/// matrices are hidden (`LATENT_STUDIO_CMMA=off`). A result tuned with them names a kernel that
+/// cannot launch without them: restored into a process that hides them, burn's attention
+/// failed at its first step (BENCHMARKS.md, fifty-first session). `None` on the CPU.
+fn tuning_identity(target: &Target, cmma_off: bool) -> Option<String> {
     let identity = match target {
-        Target::Cpu => return,
+        Target::Cpu => return None,
         Target::DefaultGpu => format!(
             "default-gpu|{:?}",
             crate::compiler::CompilerOverride::from_env()
@@ -155,7 +165,10 @@ fn restore_tuning(target: &Target) {
             crate::compiler::for_adapter(a)
         ),
     };
-    tuning::restore(&identity);
+    Some(match cmma_off {
+        true => format!("{identity}|cooperative matrices off"),
+        false => identity,
+    })
 }
 
 /// Opens `adapter` as a wgpu device whose buffer and storage-binding limits are lowered to

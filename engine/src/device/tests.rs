@@ -170,3 +170,14 @@ fn a_vulkan_adapter_reports_its_memory_to_its_device() {
     memory::remember_size(&device, None);
     assert_eq!(device_memory(&device), None);
 }
+
+/// Tuning kept with cooperative matrices is never restored where they are hidden, nor the
+/// reverse; the CPU keeps none.
+#[test]
+fn tuning_is_kept_per_cooperative_matrix_switch() {
+    let on = tuning_identity(&Target::DefaultGpu, false).expect("a GPU keeps tuning");
+    let off = tuning_identity(&Target::DefaultGpu, true).expect("a GPU keeps tuning");
+    assert_ne!(on, off);
+    assert!(off.starts_with(&on), "{off}");
+    assert_eq!(tuning_identity(&Target::Cpu, false), None);
+}

@@ -11,6 +11,7 @@
 use burn::cubecl;
 
 pub mod attention;
+pub mod concat;
 pub mod conv;
 pub mod copy;
 pub mod group_norm;

@@ -142,7 +142,8 @@ pub struct BenchArgs {
     #[arg(long)]
     pub(super) gemm_ab: bool,
     /// After the UNet step (SD 1.5's, or SDXL's with `--sdxl`), the same step with GroupNorm's
-    /// small channels-last maps in one launch or three, replayed, interleaved over three rounds.
+    /// small channels-last maps in one launch or three and the skip connections joined by our
+    /// kernel or burn's `cat`, replayed, interleaved over three rounds.
     #[arg(long)]
     pub(super) norm_ab: bool,
     /// With `--kernel-profile`: profile again with the linears on the other product (burn's
@@ -175,6 +176,10 @@ pub struct BenchArgs {
     /// Our GEMM's split tails of rows for the whole run (`GemmKnobs::tails`: `on` or `off`).
     #[arg(long)]
     pub(super) gemm_tails: Option<String>,
+    /// The largest GroupNorm slab (elements of one image's group) normalised in one launch, for
+    /// the whole run (`group_norm::slab_max`; 0: three launches everywhere).
+    #[arg(long)]
+    pub(super) slab_max: Option<usize>,
     /// Only the VAE decode (plain and compiled) and the GroupNorm kernels.
     #[arg(long)]
     pub(super) vae_only: bool,
@@ -263,6 +268,13 @@ impl BenchArgs {
             };
         }
         matmul::set_gemm_knobs(knobs);
+        if let Some(max) = self.slab_max {
+            latent_engine::kernels::group_norm::set_slab_max(max);
+        }
+        println!(
+            "GroupNorm in one launch up to {} elements a slab",
+            latent_engine::kernels::group_norm::slab_max()
+        );
         matmul::set_mma_linears(!self.burn_linears);
         if let Some(choice) = &self.simt_linears {
             let rules = super::simt::simt_linears(choice).ok_or_else(|| {

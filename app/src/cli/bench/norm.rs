@@ -1,26 +1,64 @@
 //! `bench --norm-ab`: the UNet step (SD 1.5's, or SDXL's with `--sdxl`) with GroupNorm's small
-//! channels-last maps in one launch a norm or in three, replayed from a graph recorded under
-//! each rule and interleaved over three rounds, each rule's output against the default's.
+//! channels-last maps in one launch a norm or in three, and the skip connections joined by our
+//! kernel or by burn's `cat`, replayed from a graph recorded under each rule and interleaved over
+//! three rounds, each rule's output against the default's.
 
 use anyhow::Result;
 use latent_engine::Precision;
+use latent_engine::kernels::concat;
 use latent_engine::kernels::group_norm::{SLAB_MAX, set_slab_max, slab_max};
 
-/// The largest slab (elements of one image's group) each rule normalises in one launch, the
-/// default first, and its name.
-pub(super) fn rules() -> Vec<(usize, String)> {
-    let named = |max: usize| match max {
-        0 => "three launches everywhere (the kernels before)".to_string(),
-        m if m == SLAB_MAX => format!("one launch up to {} Ki elements a slab (default)", m >> 10),
-        m => format!("one launch up to {} Ki elements a slab", m >> 10),
-    };
-    [SLAB_MAX, 0, 1 << 18, 1 << 20]
-        .into_iter()
-        .map(|m| (m, named(m)))
-        .collect()
+/// A rule: the largest slab (elements of one image's group) normalised in one launch, whether
+/// our kernel joins the skip connections, and its name.
+struct Rule {
+    slab_max: usize,
+    join: bool,
+    name: String,
 }
 
-/// Runs `compare(i)` (rule `i` set) for each rule but the first, then times each with `time`,
+impl Rule {
+    fn set(&self) {
+        set_slab_max(self.slab_max);
+        concat::set_on(self.join);
+    }
+}
+
+/// The rules, the default first.
+fn rules() -> Vec<Rule> {
+    let named = |max: usize, join: bool| {
+        let norm = match max {
+            0 => "GroupNorm in three launches everywhere (the kernels before)".to_string(),
+            m => format!(
+                "GroupNorm in one launch up to {} Ki elements a slab",
+                m >> 10
+            ),
+        };
+        let skips = if join { "our join" } else { "burn's cat" };
+        let default = if max == SLAB_MAX && join {
+            " (default)"
+        } else {
+            ""
+        };
+        format!("{norm}, skips by {skips}{default}")
+    };
+    [
+        (SLAB_MAX, true),
+        (SLAB_MAX, false),
+        (0, true),
+        (0, false),
+        (1 << 18, true),
+        (1 << 20, true),
+    ]
+    .into_iter()
+    .map(|(slab_max, join)| Rule {
+        slab_max,
+        join,
+        name: named(slab_max, join),
+    })
+    .collect()
+}
+
+/// Runs `compare()` under each rule but the first (the default's output the reference), then times each with `time`,
 /// interleaved; the rule in force before is restored after each.
 pub(super) fn norm_ab(
     precision: Precision,
@@ -29,23 +67,28 @@ pub(super) fn norm_ab(
     mut time: impl FnMut() -> Result<f64>,
 ) -> Result<()> {
     let rules = rules();
-    let before = slab_max();
+    let before = Rule {
+        slab_max: slab_max(),
+        join: concat::on(),
+        name: String::new(),
+    };
     let want = compare()?;
-    for (max, name) in rules.iter().skip(1) {
-        set_slab_max(*max);
+    for rule in rules.iter().skip(1) {
+        rule.set();
         let got = compare();
-        set_slab_max(before);
+        before.set();
         let diff = latent_engine::vae_compile::relative_difference(&got?, &want);
         println!(
-            "[{label}] UNet step, GroupNorm rule {name}: max relative difference from the default {diff:.2e}"
+            "[{label}] UNet step, {}: max relative difference from the default {diff:.2e}",
+            rule.name
         );
     }
-    let names: Vec<&str> = rules.iter().map(|r| r.1.as_str()).collect();
-    let what = format!("{label} GroupNorm rule (replayed)");
+    let names: Vec<&str> = rules.iter().map(|r| r.name.as_str()).collect();
+    let what = format!("{label} small-kernel rule (replayed)");
     super::unet::interleaved(precision, &what, &names, 3, |i| {
-        set_slab_max(rules[i].0);
+        rules[i].set();
         let ms = time();
-        set_slab_max(before);
+        before.set();
         ms
     })
 }

@@ -286,20 +286,11 @@ fn run(
             columns: None,
         };
         let terms = Terms::of(terms.unwrap_or(&none), [b, c], dtype)?;
-        if slab::takes(h * w, c / groups, slab_max) {
-            return slab::group_norm(
-                &strided,
-                &gc,
-                &bc,
-                &terms,
-                [b, c, h, w],
-                groups,
-                eps as f32,
-                silu,
-                &device,
-            );
-        }
-        return channels_last::group_norm(
+        let kernels = match slab::takes(h * w, c / groups, slab_max) {
+            true => slab::group_norm,
+            false => channels_last::group_norm,
+        };
+        return kernels(
             &strided,
             &gc,
             &bc,

@@ -25,7 +25,8 @@ const UNROLL: usize = 4;
 
 /// Most elements a slab may hold for [`group_norm`] to take the map, unless set otherwise
 /// ([`set_slab_max`]): 64 Ki elements (128 KiB of f16) reads in a few microseconds on one SM and
-/// holds SD 1.x's 64×64 maps of up to 640 channels and every smaller one.
+/// holds SD 1.x's 64×64 maps of 320 channels, the VAE's of 512, and every smaller one. Larger
+/// slabs, on as few cubes, lost on SDXL's step (BENCHMARKS.md, fifty-first session).
 pub const SLAB_MAX: usize = 1 << 16;
 
 static MAX: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(SLAB_MAX);

@@ -216,8 +216,10 @@ impl UpBlock {
             if let Some(skip) = skips.pop() {
                 x = if self.channels_last.keeps(&x) {
                     // Concatenated channels-last: the layout the convolutions keep.
-                    Tensor::cat(vec![x.permute([0, 2, 3, 1]), skip.permute([0, 2, 3, 1])], 3)
-                        .permute([0, 3, 1, 2])
+                    crate::kernels::concat::channels_last(&x, &skip).unwrap_or_else(|| {
+                        Tensor::cat(vec![x.permute([0, 2, 3, 1]), skip.permute([0, 2, 3, 1])], 3)
+                            .permute([0, 3, 1, 2])
+                    })
                 } else {
                     Tensor::cat(vec![x, skip], 1)
                 };
