@@ -94,54 +94,14 @@ fn slab<F: Float, N: Size>(
 
     let mut sum = 0.0f32;
     if live {
-        let mut p = p0;
-        while p + (UNROLL - 1) * stride < hw {
-            #[unroll]
-            for u in 0..UNROLL {
-                let xv = x[base + (p + u * stride) * cv];
-                #[unroll]
-                for e in 0..width {
-                    sum += f32::cast_from(xv.extract(e)) + shift[e];
-                }
-            }
-            p += UNROLL * stride;
-        }
-        while p < hw {
-            let xv = x[base + p * cv];
-            #[unroll]
-            for e in 0..width {
-                sum += f32::cast_from(xv.extract(e)) + shift[e];
-            }
-            p += stride;
-        }
+        sum = lane_moment::<F, N>(x, &shift, base, p0, stride, hw, cv, 0.0, width, false);
     }
     let count = f32::cast_from((hw * pv * width) as u32);
     let mean = cube_total(shared.clone(), sum, LANES, LOG2_LANES) / count;
 
     let mut m2 = 0.0f32;
     if live {
-        let mut p = p0;
-        while p + (UNROLL - 1) * stride < hw {
-            #[unroll]
-            for u in 0..UNROLL {
-                let xv = x[base + (p + u * stride) * cv];
-                #[unroll]
-                for e in 0..width {
-                    let d = f32::cast_from(xv.extract(e)) + shift[e] - mean;
-                    m2 += d * d;
-                }
-            }
-            p += UNROLL * stride;
-        }
-        while p < hw {
-            let xv = x[base + p * cv];
-            #[unroll]
-            for e in 0..width {
-                let d = f32::cast_from(xv.extract(e)) + shift[e] - mean;
-                m2 += d * d;
-            }
-            p += stride;
-        }
+        m2 = lane_moment::<F, N>(x, &shift, base, p0, stride, hw, cv, mean, width, true);
     }
     let inv_std = f32::inverse_sqrt(cube_total(shared, m2, LANES, LOG2_LANES) / count + eps);
 
@@ -170,6 +130,63 @@ fn slab<F: Float, N: Size>(
             p += stride;
         }
     }
+}
+
+/// This lane's sum over pixels `p0, p0 + stride, .. < hw` of `x + shift − mean` (squared where
+/// `squared`: the deviations' M2), `UNROLL` loads in flight at a time.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn lane_moment<F: Float, N: Size>(
+    x: &[Vector<F, N>],
+    shift: &Array<f32>,
+    base: usize,
+    p0: usize,
+    stride: usize,
+    hw: usize,
+    cv: usize,
+    mean: f32,
+    #[comptime] width: usize,
+    #[comptime] squared: bool,
+) -> f32 {
+    let mut acc = 0.0f32;
+    let mut p = p0;
+    while p + (UNROLL - 1) * stride < hw {
+        #[unroll]
+        for u in 0..UNROLL {
+            let xv = x[base + (p + u * stride) * cv];
+            acc = vector_moment::<F, N>(acc, xv, shift, mean, width, squared);
+        }
+        p += UNROLL * stride;
+    }
+    while p < hw {
+        acc = vector_moment::<F, N>(acc, x[base + p * cv], shift, mean, width, squared);
+        p += stride;
+    }
+    acc
+}
+
+/// `acc` plus `x + shift − mean` of each element of the vector `xv` in turn (squared where
+/// `squared`).
+#[cube]
+fn vector_moment<F: Float, N: Size>(
+    acc: f32,
+    xv: Vector<F, N>,
+    shift: &Array<f32>,
+    mean: f32,
+    #[comptime] width: usize,
+    #[comptime] squared: bool,
+) -> f32 {
+    let mut acc = acc;
+    #[unroll]
+    for e in 0..width {
+        let d = f32::cast_from(xv.extract(e)) + shift[e] - mean;
+        if squared {
+            acc += d * d;
+        } else {
+            acc += d;
+        }
+    }
+    acc
 }
 
 /// Vector width for `per_group` channels: the widest of 4, 2, 1 dividing it (4 is the widest
