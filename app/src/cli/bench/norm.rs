@@ -58,8 +58,8 @@ fn rules() -> Vec<Rule> {
     .collect()
 }
 
-/// Runs `compare()` under each rule but the first (the default's output the reference), then times each with `time`,
-/// interleaved; the rule in force before is restored after each.
+/// Runs `compare()` under each rule but the first (the default's output the reference), then
+/// times each with `time`, interleaved; the rule in force before is restored after each.
 pub(super) fn norm_ab(
     precision: Precision,
     label: &str,
