@@ -1,5 +1,20 @@
 #!/bin/bash
 # Issue 13 on a lent GPU, one part per device call (each call may run 10 minutes):
+#   PART=fa PyTorch's SD 1.5 and SDXL steps (`torch_anchor.py` parts unet16,sdxl) first, then
+#           the prompt's keys and values projected once a generation against by each
+#           cross-attention layer at every step (`--context-ab`) on SD 1.5's and SDXL's steps
+#           replayed, each process then profiled by kernel and op (`--kernel-profile 1`, as a
+#           generation's step runs). One archive, fa.tgz
+#   PART=fd PyTorch's SD 1.5 step (part unet16) first, then SD 1.5's step with `--context-ab`
+#           (cooperative matrices). One archive, fd.tgz
+#   PART=fc PyTorch's SD 1.5 step, 20-step txt2img and SDXL step (parts unet16,e2e,sdxl) first,
+#           then SD 1.5's `--context-ab --layernorm-ab`, the default 20-step txt2img and SDXL's
+#           `--context-ab --layernorm-ab` (after the capture's fix: the keys and values read
+#           where they lie; LayerNorm's rows pooled by plane reductions, level and removed: that
+#           call's binary). One archive, fc.tgz
+#   PART=fb PyTorch's SD 1.5 step (part unet16) first, then `--context-ab` on the SIMT routes:
+#           SPIR-V with the cooperative matrices hidden (an iGPU's Vulkan route), then WGSL. One
+#           archive, fb.tgz
 #   PART=ea PyTorch's SD 1.5 and SDXL steps (`torch_anchor.py` parts unet16,sdxl) first, then
 #           GroupNorm's small channels-last maps in one launch against three, and the skip
 #           connections joined by our kernel against burn's cat (`--norm-ab`; the convolutions'
@@ -507,6 +522,35 @@ bench_part() {
 }
 
 case ${PART:-a} in
+fd)
+  REPO=$OLDPWD; part_dir fd
+  PARTS=${TORCH_PARTS:-unet16} timeout ${TORCH_TIMEOUT:-100} python3 $REPO/bench/torch_anchor.py 2>&1 | grep -v "Warning\|kept in float32" | tee $OUT/torch_fd.txt
+  tar czf $OUT_REAL/fd.tgz -C /tmp fd
+  bench_part sd15_fd 150 --runs 7 --unet-only --no-ops --no-profile --no-burn-ops --context-ab
+  ;;
+fa)
+  REPO=$OLDPWD; part_dir fa
+  PARTS=${TORCH_PARTS:-unet16,sdxl} timeout ${TORCH_TIMEOUT:-170} python3 $REPO/bench/torch_anchor.py 2>&1 | grep -v "Warning\|kept in float32" | tee $OUT/torch_fa.txt
+  tar czf $OUT_REAL/fa.tgz -C /tmp fa
+  bench_part sd15_fa 150 --runs 7 --unet-only --no-ops --no-profile --no-burn-ops --context-ab --kernel-profile 1
+  bench_part sdxl_fa 300 --runs 5 --sdxl --no-pipeline --context-ab --kernel-profile 1
+  ;;
+fc)
+  REPO=$OLDPWD; part_dir fc
+  PARTS=${TORCH_PARTS:-unet16,e2e,sdxl} timeout ${TORCH_TIMEOUT:-170} python3 $REPO/bench/torch_anchor.py 2>&1 | grep -v "Warning\|kept in float32" | tee $OUT/torch_fc.txt
+  tar czf $OUT_REAL/fc.tgz -C /tmp fc
+  bench_part sd15_fc 130 --runs 7 --unet-only --no-ops --no-profile --no-burn-ops --context-ab --layernorm-ab
+  bench_part sd15_fc_e2e 100 --steps 20 --pipeline-only --runs 5
+  bench_part sdxl_fc 200 --runs 5 --sdxl --no-pipeline --context-ab --layernorm-ab
+  ;;
+fb)
+  REPO=$OLDPWD; part_dir fb
+  PARTS=${TORCH_PARTS:-unet16} timeout ${TORCH_TIMEOUT:-100} python3 $REPO/bench/torch_anchor.py 2>&1 | grep -v "Warning\|kept in float32" | tee $OUT/torch_fb.txt
+  tar czf $OUT_REAL/fb.tgz -C /tmp fb
+  # The SIMT routes keep tuning files of their own (keyed by the cooperative-matrix switch).
+  LATENT_STUDIO_CMMA=off bench_part sd15_fb_spirv 220 --runs 5 --unet-only --no-ops --no-profile --no-burn-ops --context-ab
+  LATENT_STUDIO_COMPILER=wgsl bench_part sd15_fb_wgsl 200 --runs 5 --unet-only --no-ops --no-profile --no-burn-ops --context-ab
+  ;;
 dy|dz)
   part_dir $PART; export LATENT_STUDIO_BENCH_KNOBS=waves
   bench_part sd15_$PART 150 --runs 7 --unet-only --no-ops --no-profile --no-burn-ops --gemm-ab

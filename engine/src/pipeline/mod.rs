@@ -44,8 +44,8 @@ use crate::prompt::{self, Conditioning};
 use crate::schedulers::{self, SamplerKind, Schedule};
 use crate::stable_diffusion::{Refiner, StableDiffusion};
 use crate::tokenizer::ClipTokenizer;
-use crate::unet::UNet2DConditionModel;
 use crate::unet::graph::UNetSteps;
+use crate::unet::{Context, UNet2DConditionModel};
 use crate::vae_tiling::TilingConfig;
 
 /// How a request's images are decoded. Part of the request, not of the (shared, cached) model,
@@ -289,15 +289,16 @@ fn generate(
     // handle on the base UNet stays here, so that a parked refiner's switch frees its memory.
     let hires_unet = req.hires.is_some().then(|| unet.clone());
     drop(unet);
+    // The prompt's keys and values for the hires pass's steps, projected at its first.
+    let mut hires_kv: Option<Vec<Tensor<3>>> = None;
     let mut second = |x: Tensor<4>, t: f32| -> Result<Tensor<4>> {
         let unet = hires_unet
             .as_ref()
             .ok_or_else(|| Error::InvalidInput("a hires pass without a hires request".into()))?;
         let b = x.dims()[0];
-        Ok(match &hires_added {
-            Some(added) => unet.forward_added(x, &vec![t; b], &context, added),
-            None => unet.forward(x, &vec![t; b], &context),
-        })
+        let kv = hires_kv.get_or_insert_with(|| unet.project_context(&context));
+        let context = Context::projected(&context, kv);
+        Ok(unet.forward_context(x, &vec![t; b], context, hires_added.as_ref()))
     };
     for image in 0..req.batch_count {
         let seed = req.seed.wrapping_add(image as u64);

@@ -13,7 +13,7 @@ use crate::stable_diffusion::{
     AESTHETIC_SCORE, NEGATIVE_AESTHETIC_SCORE, Refiner, StableDiffusion,
 };
 use crate::tokenizer::ClipTokenizer;
-use crate::unet::UNet2DConditionModel;
+use crate::unet::{Context, UNet2DConditionModel};
 
 use super::SizeConditioning;
 
@@ -56,9 +56,10 @@ impl RefinerSwitch {
 /// What the refiner's steps need, prepared once per request.
 pub(super) struct Stage<'a> {
     refiner: &'a Refiner,
-    /// The refiner's UNet and its added conditioning, from its first step of an image on (a
-    /// parked refiner brings its UNet to the device then).
-    unet: Option<(UNet2DConditionModel, Tensor<2>)>,
+    /// The refiner's UNet, its added conditioning and the prompt's keys and values projected
+    /// for its layers, from its first step of an image on (a parked refiner brings its UNet to
+    /// the device then).
+    unet: Option<(UNet2DConditionModel, Tensor<2>, Vec<Tensor<3>>)>,
     context: Tensor<3>,
     pooled: Tensor<2>,
     time_ids: Vec<[f32; 5]>,
@@ -108,16 +109,18 @@ impl<'a> Stage<'a> {
 
     /// The refiner's prediction for `x` (the guided batch, unconditional first) at `t`.
     pub(super) fn forward(&mut self, x: Tensor<4>, t: f32) -> Result<Tensor<4>> {
-        let (unet, added) = match &self.unet {
+        let (unet, added, kv) = match &self.unet {
             Some(ready) => ready,
             None => {
                 let unet = self.refiner.unet()?;
                 let added = unet.added_conditioning(&self.pooled, &self.time_ids)?;
-                self.unet.insert((unet, added))
+                let kv = unet.project_context(&self.context);
+                self.unet.insert((unet, added, kv))
             }
         };
         let b = x.dims()[0];
-        Ok(unet.forward_added(x, &vec![t; b], &self.context, added))
+        let context = Context::projected(&self.context, kv);
+        Ok(unet.forward_context(x, &vec![t; b], context, Some(added)))
     }
 
     /// After an image's refiner steps: a parked refiner's UNet leaves the device (the decode,

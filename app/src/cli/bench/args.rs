@@ -146,6 +146,11 @@ pub struct BenchArgs {
     /// kernel or burn's `cat`, replayed, interleaved over three rounds.
     #[arg(long)]
     pub(super) norm_ab: bool,
+    /// The UNet step with the prompt's keys and values projected once for the generation
+    /// (default) or by each cross-attention layer at every step, replayed, interleaved over
+    /// three rounds.
+    #[arg(long)]
+    pub(super) context_ab: bool,
     /// With `--kernel-profile`: profile again with the linears on the other product (burn's
     /// matmul or our GEMM), then once more as at first.
     #[arg(long)]

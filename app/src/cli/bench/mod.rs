@@ -308,12 +308,13 @@ pub fn run(args: BenchArgs) -> Result<()> {
         if args.gemm_ab {
             unet::gemm_ab(&model, &device, precision, args.runs, &x, &ctx)?;
         }
-        if args.norm_ab {
+        for set in norm::RuleSet::asked(args.norm_ab, args.context_ab) {
             norm::norm_ab(
                 precision,
                 &format!("{precision:?}"),
-                || read_f32(model.unet()?.forward(x.clone(), &[500.0], &ctx)),
-                || unet::step_ms(&model, &device, args.runs, &x, &ctx),
+                set,
+                &mut || unet::replayed_output(&model, &device, &x, &ctx, None),
+                &mut || unet::step_ms(&model, &device, args.runs, &x, &ctx),
             )?;
         }
         if let Some(rank) = args.lora_rank {

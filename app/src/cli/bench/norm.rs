@@ -1,30 +1,80 @@
 //! `bench --norm-ab`: the UNet step (SD 1.5's, or SDXL's with `--sdxl`) with GroupNorm's small
 //! channels-last maps in one launch a norm or in three, and the skip connections joined by our
-//! kernel or by burn's `cat`, replayed from a graph recorded under each rule and interleaved over
-//! three rounds, each rule's output against the default's.
+//! kernel or by burn's `cat`; `bench --context-ab`: with the prompt's keys and values projected
+//! once for the generation or by each layer at every step. Each replayed from a graph recorded
+//! under each rule and interleaved over three rounds, each rule's output against the default's.
 
 use anyhow::Result;
 use latent_engine::Precision;
 use latent_engine::kernels::concat;
 use latent_engine::kernels::group_norm::{SLAB_MAX, set_slab_max, slab_max};
+use latent_engine::unet::graph::{context_once, set_context_once};
 
 /// A rule: the largest slab (elements of one image's group) normalised in one launch, whether
-/// our kernel joins the skip connections, and its name.
+/// our kernel joins the skip connections, whether the steps project the prompt's keys and values
+/// once, and its name.
 struct Rule {
     slab_max: usize,
     join: bool,
+    kv_once: bool,
     name: String,
 }
 
 impl Rule {
+    /// The defaults, named.
+    fn default_named(name: &str) -> Self {
+        Self {
+            slab_max: SLAB_MAX,
+            join: true,
+            kv_once: true,
+            name: name.into(),
+        }
+    }
+
     fn set(&self) {
         set_slab_max(self.slab_max);
         concat::set_on(self.join);
+        set_context_once(self.kv_once);
     }
 }
 
-/// The rules, the default first.
-fn rules() -> Vec<Rule> {
+/// Which rules an A/B compares.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum RuleSet {
+    /// GroupNorm's slab sizes and the skips' join (`--norm-ab`).
+    Norm,
+    /// The prompt's keys and values once a generation or every step (`--context-ab`).
+    Context,
+}
+
+impl RuleSet {
+    /// The sets the flags ask for.
+    pub(super) fn asked(norm: bool, context: bool) -> Vec<Self> {
+        [(norm, Self::Norm), (context, Self::Context)]
+            .into_iter()
+            .filter_map(|(on, set)| on.then_some(set))
+            .collect()
+    }
+
+    /// The rules, the default first.
+    fn rules(self) -> Vec<Rule> {
+        match self {
+            Self::Norm => norm_rules(),
+            Self::Context => vec![
+                Rule::default_named("keys and values projected once a generation (default)"),
+                Rule {
+                    kv_once: false,
+                    ..Rule::default_named(
+                        "keys and values projected by each layer at every step (before)",
+                    )
+                },
+            ],
+        }
+    }
+}
+
+/// GroupNorm's rules, the default first.
+fn norm_rules() -> Vec<Rule> {
     let named = |max: usize, join: bool| {
         let norm = match max {
             0 => "GroupNorm in three launches everywhere (the kernels before)".to_string(),
@@ -53,23 +103,26 @@ fn rules() -> Vec<Rule> {
     .map(|(slab_max, join)| Rule {
         slab_max,
         join,
-        name: named(slab_max, join),
+        ..Rule::default_named(&named(slab_max, join))
     })
     .collect()
 }
 
-/// Runs `compare()` under each rule but the first (the default's output the reference), then
-/// times each with `time`, interleaved; the rule in force before is restored after each.
+/// Runs `compare()` under each rule of `set` but the first (the default's output the
+/// reference), then times each with `time`, interleaved; the rule in force before is restored
+/// after each.
 pub(super) fn norm_ab(
     precision: Precision,
     label: &str,
-    mut compare: impl FnMut() -> Result<Vec<f32>>,
-    mut time: impl FnMut() -> Result<f64>,
+    set: RuleSet,
+    compare: &mut dyn FnMut() -> Result<Vec<f32>>,
+    time: &mut dyn FnMut() -> Result<f64>,
 ) -> Result<()> {
-    let rules = rules();
+    let rules = set.rules();
     let before = Rule {
         slab_max: slab_max(),
         join: concat::on(),
+        kv_once: context_once(),
         name: String::new(),
     };
     let want = compare()?;
@@ -84,7 +137,7 @@ pub(super) fn norm_ab(
         );
     }
     let names: Vec<&str> = rules.iter().map(|r| r.name.as_str()).collect();
-    let what = format!("{label} small-kernel rule (replayed)");
+    let what = format!("{label} {set:?} rule (replayed)");
     super::unet::interleaved(precision, &what, &names, 3, |i| {
         rules[i].set();
         let ms = time();

@@ -244,7 +244,8 @@ fn median(v: &[f64]) -> f64 {
     v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
-/// Times every kernel of `steps` launch-by-launch UNet steps (after two untimed ones) and prints
+/// Times every kernel of `steps` launch-by-launch UNet steps as a generation runs them (the
+/// prompt's keys and values projected before, [`super::unet::generation_kv`]; after two untimed ones) and prints
 /// each kernel's and each class's device time per step, their sum, and the steps' wall time with
 /// the same instrumentation.
 pub(super) fn kernel_profile(
@@ -256,8 +257,10 @@ pub(super) fn kernel_profile(
     ctx: &Tensor<3>,
 ) -> Result<()> {
     let base_unet = model.unet()?;
+    let kv = super::unet::generation_kv(&base_unet, ctx);
     kernel_profile_of(device, &format!("{precision:?}"), steps, || {
-        let _ = base_unet.forward(x.clone(), &[500.0], ctx);
+        let context = super::unet::generation_context(ctx, &kv);
+        let _ = base_unet.forward_context(x.clone(), &[500.0], context, None);
     })
 }
 

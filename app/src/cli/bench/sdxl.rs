@@ -135,19 +135,13 @@ pub(super) fn sdxl_bench(
     if args.gemm_ab {
         gemm_ab(&model, device, runs, &x, &ctx, &added)?;
     }
-    if args.norm_ab {
+    for set in super::norm::RuleSet::asked(args.norm_ab, args.context_ab) {
         super::norm::norm_ab(
             precision,
             "SDXL",
-            || {
-                super::read_f32(super::unet::plain_step(
-                    &model.unet()?,
-                    &x,
-                    &ctx,
-                    Some(&added),
-                ))
-            },
-            || super::unet::step_ms_added(&model, device, runs, &x, &ctx, Some(&added)),
+            set,
+            &mut || super::unet::replayed_output(&model, device, &x, &ctx, Some(&added)),
+            &mut || super::unet::step_ms_added(&model, device, runs, &x, &ctx, Some(&added)),
         )?;
     }
     if args.rows_ab {
@@ -166,8 +160,10 @@ pub(super) fn sdxl_bench(
     }
     if let Some(steps) = args.kernel_profile {
         let base_unet = model.unet()?;
+        let kv = super::unet::generation_kv(&base_unet, &ctx);
         super::profile::kernel_profile_of(device, "SDXL", steps, || {
-            let _ = base_unet.forward_added(x.clone(), &[500.0], &ctx, &added);
+            let context = super::unet::generation_context(&ctx, &kv);
+            let _ = base_unet.forward_context(x.clone(), &[500.0], context, Some(&added));
         })?;
     }
     drop((x, ctx, pooled, added));

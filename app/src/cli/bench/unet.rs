@@ -5,8 +5,8 @@ use std::time::Instant;
 
 use anyhow::Result;
 use burn::tensor::{Device, Tensor};
-use latent_engine::unet::UNet2DConditionModel;
 use latent_engine::unet::graph::{UNetSteps, WARMUP_RUNS};
+use latent_engine::unet::{Context, UNet2DConditionModel};
 use latent_engine::{Precision, StableDiffusion};
 
 use super::{sync, time_ms};
@@ -22,6 +22,23 @@ pub(super) fn plain_step(
     match added {
         Some(added) => unet.forward_added(x.clone(), &[500.0], ctx, added),
         None => unet.forward(x.clone(), &[500.0], ctx),
+    }
+}
+
+/// The prompt's keys and values as a generation's steps take them: projected once where the
+/// steps do ([`latent_engine::unet::graph::context_once`]), else none (each layer projects them).
+pub(super) fn generation_kv(unet: &UNet2DConditionModel, ctx: &Tensor<3>) -> Vec<Tensor<3>> {
+    match latent_engine::unet::graph::context_once() {
+        true => unet.project_context(ctx),
+        false => Vec::new(),
+    }
+}
+
+/// The context of a step given [`generation_kv`]'s keys and values.
+pub(super) fn generation_context<'a>(ctx: &'a Tensor<3>, kv: &'a [Tensor<3>]) -> Context<'a> {
+    match kv.is_empty() {
+        true => Context::tokens(ctx),
+        false => Context::projected(ctx, kv),
     }
 }
 
@@ -237,6 +254,19 @@ pub(super) fn step_ms_added(
     time_ms(device, 2, runs, || {
         let _ = steps.forward(x.clone(), 500.0);
     })
+}
+
+/// The step's output replayed from a graph recorded under the rules in force (launch by launch
+/// where the capture failed), with SDXL's added conditioning where given.
+pub(super) fn replayed_output(
+    model: &StableDiffusion,
+    device: &Device,
+    x: &Tensor<4>,
+    ctx: &Tensor<3>,
+    added: Option<&Tensor<2>>,
+) -> Result<Vec<f32>> {
+    let mut steps = recorded_steps(model, device, x, ctx, added)?;
+    super::read_f32(steps.forward(x.clone(), 500.0))
 }
 
 /// Times rule `i` of `names` with `time(i)`, the rules interleaved over `rounds` rounds so that

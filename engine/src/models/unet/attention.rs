@@ -8,6 +8,35 @@ use crate::error::Result;
 use crate::nn::{Conv2d, GroupNorm, Kernels, LayerNorm, Linear};
 use crate::weights::Weights;
 
+/// What the UNet's cross-attention layers read: the prompt's tokens `[b, m, context_dim]` and,
+/// where they were projected once for a generation ([`super::UNet2DConditionModel::project_context`]),
+/// every layer's `[k | v]` from them by the layer's slot. The prompt is fixed over a generation's
+/// steps, so its keys and values are too: SDXL's 70 cross-attention layers projected them at
+/// every step in 70 launches (~2.6 ms of a 107 ms step on an H200, BENCHMARKS.md).
+#[derive(Debug, Clone, Copy)]
+pub struct Context<'a> {
+    pub tokens: &'a Tensor<3>,
+    pub projected: Option<&'a [Tensor<3>]>,
+}
+
+impl<'a> Context<'a> {
+    /// The tokens alone: each layer projects its keys and values.
+    pub fn tokens(tokens: &'a Tensor<3>) -> Self {
+        Self {
+            tokens,
+            projected: None,
+        }
+    }
+
+    /// The tokens with every layer's keys and values projected from them.
+    pub fn projected(tokens: &'a Tensor<3>, kv: &'a [Tensor<3>]) -> Self {
+        Self {
+            tokens,
+            projected: Some(kv),
+        }
+    }
+}
+
 /// diffusers `Attention` as used in the UNet: q has no bias, the output projection has one. The
 /// projections that read the same input are fused at load into one matmul (q, k and v for
 /// self-attention; k and v from the prompt for cross-attention), and the attention reads its heads
@@ -20,6 +49,8 @@ pub struct CrossAttention {
     head_dim: usize,
     /// burn's attention (where ours does not run) in f32 for an f16 model.
     upcast: bool,
+    /// A cross-attention layer's place among the UNet's ([`Context::projected`]), set by the UNet.
+    slot: Option<usize>,
 }
 
 #[derive(Debug, Clone)]
@@ -65,7 +96,22 @@ impl CrossAttention {
             heads,
             head_dim,
             upcast: false,
+            slot: None,
         })
+    }
+
+    /// Where this layer's keys and values lie in a [`Context::projected`].
+    pub(super) fn set_slot(&mut self, slot: usize) {
+        self.slot = Some(slot);
+    }
+
+    /// A cross-attention layer's `[k | v]` `[b, m, 2 · inner]` from the prompt's tokens; `None`
+    /// for self-attention.
+    pub(super) fn project_context(&self, tokens: &Tensor<3>) -> Option<Tensor<3>> {
+        match &self.projection {
+            Projections::Cross { kv, .. } => Some(kv.forward(tokens.clone())),
+            Projections::SelfAttention { .. } => None,
+        }
     }
 
     /// This layer with burn's attention upcast to f32 in f16 models, or not.
@@ -76,7 +122,7 @@ impl CrossAttention {
     /// # Shapes
     /// x `[b, n, query_dim]`, context `[b, m, context_dim]` (cross-attention; self-attention
     /// ignores it) -> `[b, n, query_dim]`
-    pub fn forward(&self, x: Tensor<3>, context: Option<&Tensor<3>>) -> Tensor<3> {
+    pub fn forward(&self, x: Tensor<3>, context: Option<Context<'_>>) -> Tensor<3> {
         let out = self.attend(x, context);
         self.to_out.forward(out)
     }
@@ -85,7 +131,7 @@ impl CrossAttention {
     pub fn forward_add(
         &self,
         x: Tensor<3>,
-        context: Option<&Tensor<3>>,
+        context: Option<Context<'_>>,
         residual: Tensor<3>,
     ) -> Tensor<3> {
         let out = self.attend(x, context);
@@ -93,7 +139,7 @@ impl CrossAttention {
     }
 
     /// The heads' attention before the output projection, `[b, n, heads · head_dim]`.
-    fn attend(&self, x: Tensor<3>, context: Option<&Tensor<3>>) -> Tensor<3> {
+    fn attend(&self, x: Tensor<3>, context: Option<Context<'_>>) -> Tensor<3> {
         let inner = self.heads * self.head_dim;
         let at = |tensor, column| Heads { tensor, column };
         match &self.projection {
@@ -109,7 +155,20 @@ impl CrossAttention {
                 )
             }
             Projections::Cross { q, kv } => {
-                let kv = kv.forward(context.cloned().unwrap_or_else(|| x.clone()));
+                // Projected once for the generation where given (and of this batch and width).
+                let projected = context
+                    .and_then(|c| c.projected)
+                    .zip(self.slot)
+                    .and_then(|(all, slot)| all.get(slot))
+                    .filter(|p| {
+                        let [b, _, width] = p.dims();
+                        b == x.dims()[0] && width == 2 * inner
+                    });
+                let kv = match (projected, context) {
+                    (Some(p), _) => p.clone(),
+                    (None, Some(c)) => kv.forward(c.tokens.clone()),
+                    (None, None) => kv.forward(x.clone()),
+                };
                 let q = q.forward(x);
                 heads_attention(
                     at(&q, 0),
@@ -179,7 +238,7 @@ impl BasicTransformerBlock {
         })
     }
 
-    fn forward(&self, x: Tensor<3>, context: &Tensor<3>) -> Tensor<3> {
+    fn forward(&self, x: Tensor<3>, context: Context<'_>) -> Tensor<3> {
         let x = self
             .attn1
             .forward_add(self.norm1.forward(x.clone()), None, x);
@@ -253,9 +312,19 @@ impl Transformer2D {
         })
     }
 
+    /// The blocks' cross-attention layers, in order.
+    pub fn cross_attentions(&self) -> impl Iterator<Item = &CrossAttention> {
+        self.blocks.iter().map(|b| &b.attn2)
+    }
+
+    /// [`Self::cross_attentions`], mutable, in the same order.
+    pub fn cross_attentions_mut(&mut self) -> impl Iterator<Item = &mut CrossAttention> {
+        self.blocks.iter_mut().map(|b| &mut b.attn2)
+    }
+
     /// # Shapes
     /// x `[b, c, h, w]`, context `[b, m, context_dim]` -> `[b, c, h, w]`
-    pub fn forward(&self, x: Tensor<4>, context: &Tensor<3>) -> Tensor<4> {
+    pub fn forward(&self, x: Tensor<4>, context: Context<'_>) -> Tensor<4> {
         let [b, c, h, w] = x.dims();
         let residual = x.clone();
         let x = self.norm.forward_with(x, false, Kernels::Fused);

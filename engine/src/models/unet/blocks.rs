@@ -2,7 +2,7 @@
 
 use burn::tensor::Tensor;
 
-use super::attention::{Transformer2D, TransformerSpec};
+use super::attention::{Context, CrossAttention, Transformer2D, TransformerSpec};
 use crate::error::Result;
 use crate::models::blocks::{Downsample, Upsample};
 use crate::models::blocks::{ResnetBlock2D, ResnetSpec};
@@ -92,12 +92,24 @@ impl DownBlock {
         self.resnets.iter_mut()
     }
 
+    /// The cross-attention layers, in the order the block runs them.
+    pub fn cross_attentions(&self) -> impl Iterator<Item = &CrossAttention> {
+        self.attentions.iter().flat_map(|a| a.cross_attentions())
+    }
+
+    /// [`Self::cross_attentions`], mutable, in the same order.
+    pub fn cross_attentions_mut(&mut self) -> impl Iterator<Item = &mut CrossAttention> {
+        self.attentions
+            .iter_mut()
+            .flat_map(|a| a.cross_attentions_mut())
+    }
+
     /// Returns the block output and the skip connections it produced, in order.
     pub fn forward(
         &self,
         mut x: Tensor<4>,
         temb: &Tensor<2>,
-        context: &Tensor<3>,
+        context: Context<'_>,
         skips: &mut Vec<Tensor<4>>,
     ) -> Tensor<4> {
         for (i, resnet) in self.resnets.iter().enumerate() {
@@ -139,7 +151,17 @@ impl MidBlock {
         [&mut self.resnet_0, &mut self.resnet_1].into_iter()
     }
 
-    pub fn forward(&self, x: Tensor<4>, temb: &Tensor<2>, context: &Tensor<3>) -> Tensor<4> {
+    /// The cross-attention layers, in order.
+    pub fn cross_attentions(&self) -> impl Iterator<Item = &CrossAttention> {
+        self.attention.cross_attentions()
+    }
+
+    /// [`Self::cross_attentions`], mutable, in the same order.
+    pub fn cross_attentions_mut(&mut self) -> impl Iterator<Item = &mut CrossAttention> {
+        self.attention.cross_attentions_mut()
+    }
+
+    pub fn forward(&self, x: Tensor<4>, temb: &Tensor<2>, context: Context<'_>) -> Tensor<4> {
         let x = self.resnet_0.forward(x, Some(temb));
         let x = self.attention.forward(x, context);
         self.resnet_1.forward(x, Some(temb))
@@ -205,11 +227,23 @@ impl UpBlock {
         self.resnets.iter_mut()
     }
 
+    /// The cross-attention layers, in the order the block runs them.
+    pub fn cross_attentions(&self) -> impl Iterator<Item = &CrossAttention> {
+        self.attentions.iter().flat_map(|a| a.cross_attentions())
+    }
+
+    /// [`Self::cross_attentions`], mutable, in the same order.
+    pub fn cross_attentions_mut(&mut self) -> impl Iterator<Item = &mut CrossAttention> {
+        self.attentions
+            .iter_mut()
+            .flat_map(|a| a.cross_attentions_mut())
+    }
+
     pub fn forward(
         &self,
         mut x: Tensor<4>,
         temb: &Tensor<2>,
-        context: &Tensor<3>,
+        context: Context<'_>,
         skips: &mut Vec<Tensor<4>>,
     ) -> Tensor<4> {
         for (i, resnet) in self.resnets.iter().enumerate() {

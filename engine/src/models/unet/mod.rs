@@ -11,6 +11,8 @@ use burn::tensor::Tensor;
 use crate::error::{Error, Result};
 use crate::nn::{Conv2d, GroupNorm, Kernels, Linear, silu};
 use crate::weights::Weights;
+pub use attention::Context;
+use attention::CrossAttention;
 use blocks::{BlockSpec, DownBlock, MidBlock, UpBlock, UpChannels};
 pub use config::{PerBlock, UNetConfig};
 use embeddings::{AddEmbedding, TimestepEmbedding, timestep_projection};
@@ -111,7 +113,7 @@ impl UNet2DConditionModel {
             }),
             None => None,
         };
-        Ok(Self {
+        let mut unet = Self {
             time_embedding: TimestepEmbedding::load(&w.pp("time_embedding"), c[0], temb)?,
             add_embedding,
             time_projections,
@@ -127,7 +129,42 @@ impl UNet2DConditionModel {
             )?,
             conv_out: Conv2d::load(&w.pp("conv_out"), c[0], config.out_channels, 3, 1, 1)?,
             config: config.clone(),
-        })
+        };
+        for (slot, attention) in unet.cross_attentions_mut().enumerate() {
+            attention.set_slot(slot);
+        }
+        Ok(unet)
+    }
+
+    /// The cross-attention layers in the order the forward pass runs them (a layer's slot in
+    /// [`Self::project_context`]).
+    fn cross_attentions(&self) -> impl Iterator<Item = &CrossAttention> {
+        let down = self.down_blocks.iter().flat_map(|b| b.cross_attentions());
+        let up = self.up_blocks.iter().flat_map(|b| b.cross_attentions());
+        down.chain(self.mid_block.cross_attentions()).chain(up)
+    }
+
+    /// [`Self::cross_attentions`], mutable, in the same order.
+    fn cross_attentions_mut(&mut self) -> impl Iterator<Item = &mut CrossAttention> {
+        let down = self
+            .down_blocks
+            .iter_mut()
+            .flat_map(|b| b.cross_attentions_mut());
+        let up = self
+            .up_blocks
+            .iter_mut()
+            .flat_map(|b| b.cross_attentions_mut());
+        down.chain(self.mid_block.cross_attentions_mut()).chain(up)
+    }
+
+    /// Every cross-attention layer's keys and values `[b, m, 2 · inner]` from the prompt's
+    /// tokens `[b, m, context_dim]`, by slot: what [`Context::projected`] takes, fixed for a
+    /// generation's steps. Each equals what the layer computes from the tokens at every step.
+    pub fn project_context(&self, tokens: &Tensor<3>) -> Vec<Tensor<3>> {
+        self.cross_attentions()
+            .map(|a| a.project_context(tokens))
+            .collect::<Option<Vec<_>>>()
+            .unwrap_or_default()
     }
 
     pub fn config(&self) -> &UNetConfig {
@@ -145,6 +182,7 @@ impl UNet2DConditionModel {
     ) -> Vec<(String, std::time::Duration)> {
         let mut times = Vec::new();
         let mut clock = std::time::Instant::now();
+        let context = Context::tokens(context);
         let _ = self.forward_with(x, timesteps, context, None, &mut |block, index| {
             sync();
             let name = match index {
@@ -162,7 +200,20 @@ impl UNet2DConditionModel {
     /// # Shapes
     /// x `[b, 4, h/8, w/8]`, timesteps `[b]`, context `[b, 77, 768]` -> `[b, 4, h/8, w/8]`
     pub fn forward(&self, x: Tensor<4>, timesteps: &[f32], context: &Tensor<3>) -> Tensor<4> {
-        self.forward_with(x, timesteps, context, None, &mut |_, _| {})
+        self.forward_with(x, timesteps, Context::tokens(context), None, &mut |_, _| {})
+    }
+
+    /// [`Self::forward`] (with SDXL's `added` conditioning where given) from a [`Context`]: the
+    /// prompt's keys and values may be projected once for a generation
+    /// ([`Self::project_context`]).
+    pub fn forward_context(
+        &self,
+        x: Tensor<4>,
+        timesteps: &[f32],
+        context: Context<'_>,
+        added: Option<&Tensor<2>>,
+    ) -> Tensor<4> {
+        self.forward_with(x, timesteps, context, added, &mut |_, _| {})
     }
 
     /// [`Self::forward`] with SDXL's added conditioning ([`Self::added_conditioning`], `[b,
@@ -174,7 +225,13 @@ impl UNet2DConditionModel {
         context: &Tensor<3>,
         added: &Tensor<2>,
     ) -> Tensor<4> {
-        self.forward_with(x, timesteps, context, Some(added), &mut |_, _| {})
+        self.forward_with(
+            x,
+            timesteps,
+            Context::tokens(context),
+            Some(added),
+            &mut |_, _| {},
+        )
     }
 
     /// SDXL's added conditioning for each batch row: its pooled text embedding `[b, pooled]` and
@@ -216,7 +273,7 @@ impl UNet2DConditionModel {
         &self,
         x: Tensor<4>,
         t: Tensor<2>,
-        context: &Tensor<3>,
+        context: Context<'_>,
         added: Option<&Tensor<2>>,
     ) -> Tensor<4> {
         self.forward_from(x, t, context, added, &mut |_, _| {})
@@ -227,7 +284,7 @@ impl UNet2DConditionModel {
         &self,
         x: Tensor<4>,
         timesteps: &[f32],
-        context: &Tensor<3>,
+        context: Context<'_>,
         added: Option<&Tensor<2>>,
         after_block: &mut dyn FnMut(&'static str, Option<usize>),
     ) -> Tensor<4> {
@@ -246,7 +303,7 @@ impl UNet2DConditionModel {
         &self,
         x: Tensor<4>,
         t: Tensor<2>,
-        context: &Tensor<3>,
+        context: Context<'_>,
         added: Option<&Tensor<2>>,
         after_block: &mut dyn FnMut(&'static str, Option<usize>),
     ) -> Tensor<4> {

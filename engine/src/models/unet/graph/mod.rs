@@ -7,7 +7,9 @@
 //! per replay. The graph replays against the buffers it was recorded with, so the step's inputs
 //! (the latents and the timestep projection) are copied into fixed buffers before each replay and
 //! the prediction copied out after it, all in stream order; the text conditioning is fixed for
-//! the generation and held by the runner.
+//! the generation and held by the runner, and so are the keys and values every cross-attention
+//! layer projects from it: [`UNetSteps`] projects them once
+//! ([`UNet2DConditionModel::project_context`]) and its steps read them, recorded or not.
 //!
 //! The first [`WARMUP_RUNS`] steps run as usual (burn builds and tunes its fused kernels on the
 //! first, and the pool then holds every buffer a step needs, since nothing may be allocated while
@@ -15,7 +17,7 @@
 //! costs nothing but the speed: that step runs as usual and so do the rest (one warning). The CPU
 //! backend, and `LATENT_STUDIO_GRAPH=off`, run every step as usual.
 //!
-//! The graph reads the text conditioning from buffers of its own, filled before the recording,
+//! The graph reads the text conditioning (and its keys and values) from buffers of its own, filled before the recording,
 //! so a recorded step can outlive its generation ([`UNetSteps::park`]): the next generation of
 //! the same shapes on the same thread copies its conditioning in and replays from its first
 //! step ([`UNetSteps::resume`]), skipping the ordinary step and the recording (one launch-by-
@@ -25,7 +27,9 @@ use burn::backend::wgpu::CubeTensor;
 use burn::backend::{Backend, Dispatch, DispatchGraph};
 use burn::tensor::{DType, Device, Tensor};
 
-use super::UNet2DConditionModel;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use super::{Context, UNet2DConditionModel};
 use crate::kernels::{self, copy::copy_into};
 
 /// Ordinary steps before the recorded one.
@@ -42,12 +46,30 @@ pub fn available(device: &Device) -> bool {
     !off && kernels::available(device)
 }
 
+/// Whether the steps take the prompt's keys and values projected once for the generation
+/// ([`UNet2DConditionModel::project_context`]) instead of each cross-attention layer projecting
+/// them at every step; on unless the bench compares.
+static CONTEXT_ONCE: AtomicBool = AtomicBool::new(true);
+
+/// Sets [`CONTEXT_ONCE`] for the steps made from now on (the bench's A/B).
+pub fn set_context_once(on: bool) {
+    CONTEXT_ONCE.store(on, Ordering::Relaxed);
+}
+
+/// Whether new steps project the prompt's keys and values once ([`set_context_once`]).
+pub fn context_once() -> bool {
+    CONTEXT_ONCE.load(Ordering::Relaxed)
+}
+
 /// Runs one generation's UNet steps (one latent shape, one text conditioning).
 pub struct UNetSteps {
     /// The steps' own handle on the UNet (its weights' buffers are shared, not copied): the
     /// caller's may go, e.g. a model's UNet evicted while the refiner runs.
     unet: UNet2DConditionModel,
     context: Tensor<3>,
+    /// Every cross-attention layer's keys and values from `context`, projected once (empty: each
+    /// layer projects them at every step).
+    kv: Vec<Tensor<3>>,
     /// SDXL's added conditioning, where the model has one.
     added: Option<Tensor<2>>,
     device: Device,
@@ -80,6 +102,9 @@ struct Captured {
     /// recorded and again by each generation that resumes it.
     context: CubeTensor,
     context_dims: [usize; 3],
+    /// The projected keys and values the graph reads, likewise, and their tensors.
+    kv: Vec<(CubeTensor, [usize; 3])>,
+    kv_held: Vec<Tensor<3>>,
     added: Option<(CubeTensor, [usize; 2])>,
     /// The thread whose stream the graph was recorded on: replays are ordered against the copies
     /// in and out only there.
@@ -141,9 +166,19 @@ impl UNetSteps {
         } else {
             State::Plain
         };
+        let kv = match context_once() {
+            true => unet.project_context(&context),
+            false => Vec::new(),
+        };
+        // Materialised now, before the warm-up steps, never first inside a recording (where
+        // no buffer may be allocated).
+        for k in &kv {
+            let _ = kernels::resolve(k.clone());
+        }
         Self {
             unet: unet.clone(),
             context,
+            kv,
             added: None,
             device,
             state,
@@ -166,14 +201,16 @@ impl UNetSteps {
         self
     }
 
-    /// Drops the recorded step (and the pool pages it keeps for itself) or the prepared capture;
-    /// later steps run launch by launch.
+    /// Drops the recorded step (and the pool pages it keeps for itself) or the prepared capture,
+    /// and the projected keys and values (their memory serves the decode that follows); later
+    /// steps run launch by launch, their layers projecting the keys and values.
     pub fn release(&mut self) {
         // A prepared capture that never recorded holds the stream apart: close it.
         if matches!(self.state, State::Warming { .. }) {
             let _ = Dispatch::graph_stop_capture(self.device.as_dispatch());
         }
         self.state = State::Plain;
+        self.kv = Vec::new();
     }
 
     /// Steps of `unet` conditioned on `context` (and SDXL's `added`) replaying `recording`, a
@@ -199,14 +236,32 @@ impl UNetSteps {
         {
             return None;
         }
+        let kv = match context_once() {
+            true => unet.project_context(&context),
+            false => Vec::new(),
+        };
+        let same_kv = kv.len() == captured.kv.len()
+            && kv
+                .iter()
+                .zip(&captured.kv)
+                .all(|(k, (_, dims))| k.dims() == *dims);
+        if !same_kv {
+            return None;
+        }
         copy_into(&kernels::resolve(context.clone())?, &captured.context)?;
+        for (k, (buffer, _)) in kv.iter().zip(&captured.kv) {
+            copy_into(&kernels::resolve(k.clone())?, buffer)?;
+        }
         if let (Some(a), Some((buffer, _))) = (&added, &captured.added) {
             copy_into(&kernels::resolve(a.clone())?, buffer)?;
         }
+        // The graph's copies serve the steps run launch by launch too.
+        let kv = captured.kv_held.clone();
         Some(Self {
             unet: unet.clone(),
             device: context.device(),
             context,
+            kv,
             added,
             state: State::Ready(captured),
             warmup: WARMUP_RUNS,
@@ -218,13 +273,30 @@ impl UNetSteps {
     /// here run launch by launch. `None` (after [`Self::release`]) where nothing was recorded.
     pub fn park(&mut self) -> Option<Recording> {
         match std::mem::replace(&mut self.state, State::Plain) {
-            State::Ready(captured) => Some(Recording(captured)),
+            State::Ready(captured) => {
+                self.kv = Vec::new();
+                Some(Recording(captured))
+            }
             other => {
                 self.state = other;
                 self.release();
                 None
             }
         }
+    }
+
+    /// What the cross-attention layers read: the projected keys and values where there are any.
+    fn context(&self) -> Context<'_> {
+        match self.kv.is_empty() {
+            true => Context::tokens(&self.context),
+            false => Context::projected(&self.context, &self.kv),
+        }
+    }
+
+    /// One step launch by launch.
+    fn plain(&self, x: Tensor<4>, t: Tensor<2>) -> Tensor<4> {
+        self.unet
+            .forward_projected(x, t, self.context(), self.added.as_ref())
     }
 
     /// Whether the steps now replay a recorded graph.
@@ -246,12 +318,13 @@ impl UNetSteps {
             State::Ready(_) => return self.replay(x, t),
         };
         if !record {
-            return self
-                .unet
-                .forward_projected(x, t, &self.context, self.added.as_ref());
+            return self.plain(x, t);
         }
         match self.capture(&x, &t) {
             Ok(captured) => {
+                // The graph's copies of the keys and values serve any later plain step: the
+                // first ones go.
+                self.kv = captured.kv_held.clone();
                 self.state = State::Ready(Box::new(captured));
                 self.replay(x, t)
             }
@@ -263,8 +336,7 @@ impl UNetSteps {
                 self.retried = true;
                 self.warmup = WARMUP_RUNS;
                 self.state = State::Warming { runs: 1 };
-                self.unet
-                    .forward_projected(x, t, &self.context, self.added.as_ref())
+                self.plain(x, t)
             }
             Err(reason) => {
                 tracing::warn!(
@@ -272,8 +344,7 @@ impl UNetSteps {
                      every step runs launch by launch"
                 );
                 self.state = State::Plain;
-                self.unet
-                    .forward_projected(x, t, &self.context, self.added.as_ref())
+                self.plain(x, t)
             }
         }
     }
@@ -301,6 +372,17 @@ impl UNetSteps {
             Some((copy, buffer))
         };
         let (context_in, context_b) = own(self.context.clone()).ok_or("no context buffer")?;
+        // The projected keys and values as they are: they were allocated before the warm-up
+        // steps, whereas copies taken here would claim pool slices the recorded step needs
+        // (a new page is refused while recording: the capture failed on the H200 that way).
+        // Only the attention kernels read them, and the steps hold them, so no op takes their
+        // buffers over.
+        let kv_in = self.kv.clone();
+        let kv_b = kv_in
+            .iter()
+            .map(|k| kernels::resolve(k.clone()))
+            .collect::<Option<Vec<_>>>()
+            .ok_or("no key and value buffers")?;
         let added = match &self.added {
             Some(a) => {
                 let [b, n] = a.dims();
@@ -314,12 +396,13 @@ impl UNetSteps {
         // The lazy fused ops drain into the recording on `resolve`. A panic inside the window
         // closes it before unwinding on: an open window would refuse every later read.
         let recorded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            let out = self.unet.forward_projected(
-                x_in.clone(),
-                t_in.clone(),
-                &context_in,
-                added_in.as_ref(),
-            );
+            let context = match kv_in.is_empty() {
+                true => Context::tokens(&context_in),
+                false => Context::projected(&context_in, &kv_in),
+            };
+            let out =
+                self.unet
+                    .forward_projected(x_in.clone(), t_in.clone(), context, added_in.as_ref());
             let outb = kernels::resolve(out.clone());
             (out, outb)
         }));
@@ -339,6 +422,12 @@ impl UNetSteps {
             out: outb,
             context_dims: context_in.dims(),
             context: context_b,
+            kv: kv_b
+                .into_iter()
+                .zip(&kv_in)
+                .map(|(b, k)| (b, k.dims()))
+                .collect(),
+            kv_held: kv_in,
             added: added.map(|(_, buffer, dims)| (buffer, dims)),
             thread: std::thread::current().id(),
             _held: (x_in, t_in, out, context_in, added_in),
@@ -349,9 +438,7 @@ impl UNetSteps {
     /// overwrites the graph's output buffer).
     fn replay(&mut self, x: Tensor<4>, t: Tensor<2>) -> Tensor<4> {
         let State::Ready(captured) = &self.state else {
-            return self
-                .unet
-                .forward_projected(x, t, &self.context, self.added.as_ref());
+            return self.plain(x, t);
         };
         if x.dims() != captured.shape || x.dtype() != captured.dtype {
             // Another latent shape (a resumed recording of another size): recorded afresh.
@@ -360,9 +447,7 @@ impl UNetSteps {
                 Err(_) => State::Plain,
             };
             self.warmup = WARMUP_RUNS;
-            return self
-                .unet
-                .forward_projected(x, t, &self.context, self.added.as_ref());
+            return self.plain(x, t);
         }
         let copied_in = kernels::resolve(x.clone())
             .zip(kernels::resolve(t.clone()))
@@ -371,9 +456,7 @@ impl UNetSteps {
                 copy_into(&ts, &captured.t)
             });
         let Some(()) = copied_in else {
-            return self
-                .unet
-                .forward_projected(x, t, &self.context, self.added.as_ref());
+            return self.plain(x, t);
         };
         // SAFETY: every buffer the graph reads or writes is held by `captured` (inputs, output,
         // conditioning) or by the model (weights), all outliving the replay; the copies in and
@@ -384,17 +467,14 @@ impl UNetSteps {
         if let Err(e) = replayed {
             tracing::warn!("a recorded UNet step failed to replay ({e}); running steps as usual");
             self.state = State::Plain;
-            return self
-                .unet
-                .forward_projected(x, t, &self.context, self.added.as_ref());
+            return self.plain(x, t);
         }
         match kernels::output(captured.shape, captured.dtype, &self.device) {
             Some((out, buffer)) if copy_into(&captured.out, &buffer).is_some() => out,
             _ => {
                 tracing::warn!("the recorded UNet step's output could not be copied out");
                 self.state = State::Plain;
-                self.unet
-                    .forward_projected(x, t, &self.context, self.added.as_ref())
+                self.plain(x, t)
             }
         }
     }

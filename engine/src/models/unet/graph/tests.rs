@@ -20,6 +20,18 @@ fn replayed_steps_equal_the_steps_run_launch_by_launch() {
     let random =
         |shape: [usize; 3]| Tensor::<3>::random(shape, Distribution::Normal(0.0, 1.0), &device);
     let context = random([2, 77, d]);
+    // The prompt's keys and values projected once: one entry a cross-attention layer, and a
+    // step from them equal to one whose layers project them.
+    let kv = unet.project_context(&context);
+    assert_eq!(
+        kv.len(),
+        6,
+        "tiny-sd's cross-attention layers (2 down, 1 mid, 3 up)"
+    );
+    let x = Tensor::<4>::random([2, 4, 8, 8], Distribution::Normal(0.0, 1.0), &device);
+    let projected = Context::projected(&context, &kv);
+    let from_kv = read(unet.forward_context(x.clone(), &[700.0], projected, None));
+    assert_eq!(from_kv, read(unet.forward(x, &[700.0], &context)));
     let mut steps = UNetSteps::new(unet, context.clone());
     for i in 0..WARMUP_RUNS + 3 {
         assert_eq!(steps.is_replaying(), i > WARMUP_RUNS, "step {i}");
