@@ -5,6 +5,12 @@
 #           cross-attention layer at every step (`--context-ab`) on SD 1.5's and SDXL's steps
 #           replayed, each process then profiled by kernel and op (`--kernel-profile 1`, as a
 #           generation's step runs). One archive, fa.tgz
+#   PART=ff as fe on SD 1.5 alone, with a third rule: the convolutions' fixed 128 × 128 tiles
+#           split by the waves model where the model keeps the tile (`waves_fixed_tile`; SDXL's
+#           plans are the fill rule's under it). One archive, ff.tgz
+#   PART=fe the channels-last convolutions on 128 × 128 tiles split by the fill rule against
+#           tiled and split by the GEMM's waves model (`--conv-tiles-ab`) on SD 1.5's and SDXL's
+#           steps replayed. One archive, fe.tgz
 #   PART=fd PyTorch's SD 1.5 step (part unet16) first, then SD 1.5's step with `--context-ab`
 #           (cooperative matrices). One archive, fd.tgz
 #   PART=fc PyTorch's SD 1.5 step, 20-step txt2img and SDXL step (parts unet16,e2e,sdxl) first,
@@ -522,6 +528,15 @@ bench_part() {
 }
 
 case ${PART:-a} in
+ff)
+  part_dir ff
+  bench_part sd15_ff 120 --runs 7 --unet-only --no-ops --no-profile --no-burn-ops --conv-tiles-ab
+  ;;
+fe)
+  part_dir fe
+  bench_part sd15_fe 120 --runs 7 --unet-only --no-ops --no-profile --no-burn-ops --conv-tiles-ab
+  bench_part sdxl_fe 200 --runs 5 --sdxl --no-pipeline --conv-tiles-ab
+  ;;
 fd)
   REPO=$OLDPWD; part_dir fd
   PARTS=${TORCH_PARTS:-unet16} timeout ${TORCH_TIMEOUT:-100} python3 $REPO/bench/torch_anchor.py 2>&1 | grep -v "Warning\|kept in float32" | tee $OUT/torch_fd.txt

@@ -151,6 +151,11 @@ pub struct BenchArgs {
     /// three rounds.
     #[arg(long)]
     pub(super) context_ab: bool,
+    /// The UNet step with the channels-last convolutions on 128 × 128 tiles split by the fill
+    /// rule (default) or tiled and split by the GEMM's waves model, replayed, interleaved over
+    /// three rounds.
+    #[arg(long)]
+    pub(super) conv_tiles_ab: bool,
     /// With `--kernel-profile`: profile again with the linears on the other product (burn's
     /// matmul or our GEMM), then once more as at first.
     #[arg(long)]

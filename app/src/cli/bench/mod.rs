@@ -308,7 +308,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         if args.gemm_ab {
             unet::gemm_ab(&model, &device, precision, args.runs, &x, &ctx)?;
         }
-        for set in norm::RuleSet::asked(args.norm_ab, args.context_ab) {
+        for set in norm::RuleSet::asked(args.norm_ab, args.context_ab, args.conv_tiles_ab) {
             norm::norm_ab(
                 precision,
                 &format!("{precision:?}"),

@@ -135,7 +135,7 @@ pub(super) fn sdxl_bench(
     if args.gemm_ab {
         gemm_ab(&model, device, runs, &x, &ctx, &added)?;
     }
-    for set in super::norm::RuleSet::asked(args.norm_ab, args.context_ab) {
+    for set in super::norm::RuleSet::asked(args.norm_ab, args.context_ab, args.conv_tiles_ab) {
         super::norm::norm_ab(
             precision,
             "SDXL",

@@ -64,6 +64,14 @@ pub struct GemmKnobs {
     /// H200 (fiftieth session) SDXL's 5120 → 1280 over 2048 rows took 180 µs and a 9 µs
     /// finishing pass against 234 µs in one launch.
     pub tails: bool,
+    /// With `waves`: where the caller fixed the tile (the channels-last convolutions' 128 × 128,
+    /// [`crate::kernels::conv::ConvRules::channels_last_tile`]), the waves model's plan is taken
+    /// where it keeps that tile (its split then priced by waves instead of the fill rule's two
+    /// cubes an SM), the fill rule's elsewhere. Off: not yet timed. With the tile left to the
+    /// waves model outright, SD 1.5's step took 21.69 ms against 22.71 and SDXL's 109.18
+    /// against 105.45 on an H200 (fifty-second session); this keeps SDXL's plans as they are
+    /// and SD 1.5's 3×3 layers' splits as the model prices them.
+    pub waves_fixed_tile: bool,
 }
 
 /// The plane arrangements the kernel is built for.
@@ -86,6 +94,7 @@ const DEFAULT_KNOBS: GemmKnobs = GemmKnobs {
     fence: true,
     waves: true,
     tails: true,
+    waves_fixed_tile: false,
 };
 
 /// Cubes below which a launch counts as small: two per SM of an H100 (132 SMs).

@@ -174,8 +174,18 @@ pub(super) fn plan(
         None if r.split_ok => split_slices(fill.cubes(r.batch), fill.steps),
         None => (1, fill.steps),
     };
-    if !knobs.waves || r.tiles.is_some() {
+    // A tile the caller fixed (the convolutions' 128 × 128) keeps the fill rule's split, or,
+    // with `waves_fixed_tile`, the waves model's plan where that plan keeps the tile.
+    let repriced = knobs.waves_fixed_tile && r.split.is_none();
+    if !knobs.waves || (r.tiles.is_some() && !repriced) {
         return Some((fill, fill_split, None));
+    }
+    if let Some(tile) = r.tiles {
+        let free = Request { tiles: None, ..r };
+        return match plan(gemm, knobs, free) {
+            Some((lay, split, None)) if (lay.bm, lay.bn) == tile => Some((lay, split, None)),
+            _ => Some((fill, fill_split, None)),
+        };
     }
     let options: Vec<Layout> = MMA_TILES.into_iter().filter_map(layout).collect();
     let candidates: Vec<Plan> = options
@@ -349,5 +359,43 @@ pub(super) mod tests {
             (128, 128),
             "a full grid keeps its tile"
         );
+    }
+
+    /// With `waves_fixed_tile`, a convolution's fixed 128 × 128 tile takes the waves model's
+    /// split where the model keeps that tile (SD 1.5's 3×3 1280 → 1280 at 16²: three slices
+    /// instead of the fill rule's seven), and the fill rule's plan where the model would change
+    /// the tile (SDXL's at 32²: 64 × 128 unsplit, slower on the H200).
+    #[test]
+    fn a_fixed_tile_takes_the_waves_split_where_the_model_keeps_it() {
+        let gemm = gemm(32, 16, 16, 16);
+        let on = GemmKnobs {
+            waves_fixed_tile: true,
+            ..GemmKnobs::default()
+        };
+        let tile = Some((128, 128));
+        let split_of = |knobs, mnk| {
+            let (l, split, _) = plan(gemm, knobs, request(mnk, tile)).expect("fits");
+            ((l.bm, l.bn), split)
+        };
+        let sd15_16 = [512, 1280, 11_520];
+        assert_eq!(
+            split_of(GemmKnobs::default(), sd15_16),
+            ((128, 128), (7, 26))
+        );
+        assert_eq!(split_of(on, sd15_16), ((128, 128), (3, 60)));
+        assert_eq!(split_of(on, [128, 1280, 11_520]), ((128, 128), (13, 14)));
+        let sdxl_32 = [2048, 1280, 11_520];
+        assert_eq!(
+            split_of(on, sdxl_32),
+            split_of(GemmKnobs::default(), sdxl_32)
+        );
+        assert_eq!(split_of(on, sdxl_32), ((128, 128), (2, 90)));
+        // A split the caller fixed (a tail's) is never repriced.
+        let forced = Request {
+            split: Some((2, 90)),
+            ..request(sd15_16, tile)
+        };
+        let (_, split, _) = plan(gemm, on, forced).expect("fits");
+        assert_eq!(split, (2, 90));
     }
 }
