@@ -13,6 +13,7 @@ use burn::cubecl::logging::{
     Duration, LaunchObservation, LaunchObserver, ProfileDuration, TimingMethod, TimingRequest,
 };
 use burn::tensor::{Device, Tensor};
+use latent_engine::unet::Context;
 use latent_engine::{Precision, StableDiffusion};
 
 use super::sync;
@@ -245,9 +246,9 @@ fn median(v: &[f64]) -> f64 {
 }
 
 /// Times every kernel of `steps` launch-by-launch UNet steps as a generation runs them (the
-/// prompt's keys and values projected before, [`super::unet::generation_kv`]; after two untimed ones) and prints
-/// each kernel's and each class's device time per step, their sum, and the steps' wall time with
-/// the same instrumentation.
+/// prompt's keys and values projected before, `graph::generation_kv`; after two untimed ones)
+/// and prints each kernel's and each class's device time per step, their sum, and the steps'
+/// wall time with the same instrumentation.
 pub(super) fn kernel_profile(
     model: &StableDiffusion,
     device: &Device,
@@ -257,9 +258,9 @@ pub(super) fn kernel_profile(
     ctx: &Tensor<3>,
 ) -> Result<()> {
     let base_unet = model.unet()?;
-    let kv = super::unet::generation_kv(&base_unet, ctx);
+    let kv = latent_engine::unet::graph::generation_kv(&base_unet, ctx);
     kernel_profile_of(device, &format!("{precision:?}"), steps, || {
-        let context = super::unet::generation_context(ctx, &kv);
+        let context = Context::projected(ctx, &kv);
         let _ = base_unet.forward_context(x.clone(), &[500.0], context, None);
     })
 }

@@ -15,6 +15,7 @@ use latent_engine::pipeline::{
     DecodeOptions, Quiet, SizeConditioning, Txt2ImgRequest, decode, txt2img,
 };
 use latent_engine::tokenizer::ClipTokenizer;
+use latent_engine::unet::Context;
 use latent_engine::vae_tiling::{TilingConfig, TilingMode};
 use latent_engine::{Precision, StableDiffusion};
 
@@ -160,9 +161,9 @@ pub(super) fn sdxl_bench(
     }
     if let Some(steps) = args.kernel_profile {
         let base_unet = model.unet()?;
-        let kv = super::unet::generation_kv(&base_unet, &ctx);
+        let kv = latent_engine::unet::graph::generation_kv(&base_unet, &ctx);
         super::profile::kernel_profile_of(device, "SDXL", steps, || {
-            let context = super::unet::generation_context(&ctx, &kv);
+            let context = Context::projected(&ctx, &kv);
             let _ = base_unet.forward_context(x.clone(), &[500.0], context, Some(&added));
         })?;
     }

@@ -5,8 +5,8 @@ use std::time::Instant;
 
 use anyhow::Result;
 use burn::tensor::{Device, Tensor};
+use latent_engine::unet::UNet2DConditionModel;
 use latent_engine::unet::graph::{UNetSteps, WARMUP_RUNS};
-use latent_engine::unet::{Context, UNet2DConditionModel};
 use latent_engine::{Precision, StableDiffusion};
 
 use super::{sync, time_ms};
@@ -22,23 +22,6 @@ pub(super) fn plain_step(
     match added {
         Some(added) => unet.forward_added(x.clone(), &[500.0], ctx, added),
         None => unet.forward(x.clone(), &[500.0], ctx),
-    }
-}
-
-/// The prompt's keys and values as a generation's steps take them: projected once where the
-/// steps do ([`latent_engine::unet::graph::context_once`]), else none (each layer projects them).
-pub(super) fn generation_kv(unet: &UNet2DConditionModel, ctx: &Tensor<3>) -> Vec<Tensor<3>> {
-    match latent_engine::unet::graph::context_once() {
-        true => unet.project_context(ctx),
-        false => Vec::new(),
-    }
-}
-
-/// The context of a step given [`generation_kv`]'s keys and values.
-pub(super) fn generation_context<'a>(ctx: &'a Tensor<3>, kv: &'a [Tensor<3>]) -> Context<'a> {
-    match kv.is_empty() {
-        true => Context::tokens(ctx),
-        false => Context::projected(ctx, kv),
     }
 }
 

@@ -28,7 +28,9 @@ impl<'a> Context<'a> {
         }
     }
 
-    /// The tokens with every layer's keys and values projected from them.
+    /// The tokens with every layer's keys and values projected from them; a layer whose slot
+    /// `kv` lacks (an empty `kv`, say) or whose entry does not fit its batch and width projects
+    /// its own from the tokens.
     pub fn projected(tokens: &'a Tensor<3>, kv: &'a [Tensor<3>]) -> Self {
         Self {
             tokens,

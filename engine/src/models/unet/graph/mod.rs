@@ -17,7 +17,8 @@
 //! costs nothing but the speed: that step runs as usual and so do the rest (one warning). The CPU
 //! backend, and `LATENT_STUDIO_GRAPH=off`, run every step as usual.
 //!
-//! The graph reads the text conditioning (and its keys and values) from buffers of its own, filled before the recording,
+//! The graph reads the text conditioning from buffers of its own, filled before the recording
+//! (the keys and values from the tensors the steps projected, which the recording then keeps),
 //! so a recorded step can outlive its generation ([`UNetSteps::park`]): the next generation of
 //! the same shapes on the same thread copies its conditioning in and replays from its first
 //! step ([`UNetSteps::resume`]), skipping the ordinary step and the recording (one launch-by-
@@ -59,6 +60,16 @@ pub fn set_context_once(on: bool) {
 /// Whether new steps project the prompt's keys and values once ([`set_context_once`]).
 pub fn context_once() -> bool {
     CONTEXT_ONCE.load(Ordering::Relaxed)
+}
+
+/// The prompt's keys and values as a generation's steps take them: every cross-attention
+/// layer's, projected from `context` once where [`context_once`], else none (each layer then
+/// projects them at every step; [`Context::projected`] falls back to the tokens).
+pub fn generation_kv(unet: &UNet2DConditionModel, context: &Tensor<3>) -> Vec<Tensor<3>> {
+    match context_once() {
+        true => unet.project_context(context),
+        false => Vec::new(),
+    }
 }
 
 /// Runs one generation's UNet steps (one latent shape, one text conditioning).
@@ -166,10 +177,7 @@ impl UNetSteps {
         } else {
             State::Plain
         };
-        let kv = match context_once() {
-            true => unet.project_context(&context),
-            false => Vec::new(),
-        };
+        let kv = generation_kv(unet, &context);
         // Materialised now, before the warm-up steps, never first inside a recording (where
         // no buffer may be allocated).
         for k in &kv {
@@ -236,10 +244,7 @@ impl UNetSteps {
         {
             return None;
         }
-        let kv = match context_once() {
-            true => unet.project_context(&context),
-            false => Vec::new(),
-        };
+        let kv = generation_kv(unet, &context);
         let same_kv = kv.len() == captured.kv.len()
             && kv
                 .iter()
@@ -255,7 +260,7 @@ impl UNetSteps {
         if let (Some(a), Some((buffer, _))) = (&added, &captured.added) {
             copy_into(&kernels::resolve(a.clone())?, buffer)?;
         }
-        // The graph's copies serve the steps run launch by launch too.
+        // The recording's tensors, now holding these keys and values, serve plain steps too.
         let kv = captured.kv_held.clone();
         Some(Self {
             unet: unet.clone(),
@@ -285,18 +290,11 @@ impl UNetSteps {
         }
     }
 
-    /// What the cross-attention layers read: the projected keys and values where there are any.
-    fn context(&self) -> Context<'_> {
-        match self.kv.is_empty() {
-            true => Context::tokens(&self.context),
-            false => Context::projected(&self.context, &self.kv),
-        }
-    }
-
     /// One step launch by launch.
     fn plain(&self, x: Tensor<4>, t: Tensor<2>) -> Tensor<4> {
+        let context = Context::projected(&self.context, &self.kv);
         self.unet
-            .forward_projected(x, t, self.context(), self.added.as_ref())
+            .forward_projected(x, t, context, self.added.as_ref())
     }
 
     /// Whether the steps now replay a recorded graph.
@@ -322,9 +320,6 @@ impl UNetSteps {
         }
         match self.capture(&x, &t) {
             Ok(captured) => {
-                // The graph's copies of the keys and values serve any later plain step: the
-                // first ones go.
-                self.kv = captured.kv_held.clone();
                 self.state = State::Ready(Box::new(captured));
                 self.replay(x, t)
             }
@@ -396,10 +391,7 @@ impl UNetSteps {
         // The lazy fused ops drain into the recording on `resolve`. A panic inside the window
         // closes it before unwinding on: an open window would refuse every later read.
         let recorded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            let context = match kv_in.is_empty() {
-                true => Context::tokens(&context_in),
-                false => Context::projected(&context_in, &kv_in),
-            };
+            let context = Context::projected(&context_in, &kv_in);
             let out =
                 self.unet
                     .forward_projected(x_in.clone(), t_in.clone(), context, added_in.as_ref());

@@ -31,7 +31,17 @@ fn replayed_steps_equal_the_steps_run_launch_by_launch() {
     let x = Tensor::<4>::random([2, 4, 8, 8], Distribution::Normal(0.0, 1.0), &device);
     let projected = Context::projected(&context, &kv);
     let from_kv = read(unet.forward_context(x.clone(), &[700.0], projected, None));
-    assert_eq!(from_kv, read(unet.forward(x, &[700.0], &context)));
+    let from_tokens = read(unet.forward(x.clone(), &[700.0], &context));
+    assert_eq!(from_kv, from_tokens);
+    // Keys and values that do not fit (none, or another batch's) leave each layer to project
+    // its own from the tokens: the same step, never a wrong one.
+    let none = Context::projected(&context, &[]);
+    let one_image = unet.project_context(&random([1, 77, d]));
+    let misfit = Context::projected(&context, &one_image);
+    for (name, ctx) in [("none", none), ("another batch's", misfit)] {
+        let got = read(unet.forward_context(x.clone(), &[700.0], ctx, None));
+        assert_eq!(got, from_tokens, "{name}");
+    }
     let mut steps = UNetSteps::new(unet, context.clone());
     for i in 0..WARMUP_RUNS + 3 {
         assert_eq!(steps.is_replaying(), i > WARMUP_RUNS, "step {i}");
